@@ -1,0 +1,230 @@
+"""Arms: what each server configuration of a session is, parsed strictly.
+
+``--arms`` takes a comma list. Each item is one of
+
+- a preset: ``base`` (no speculation), ``mtpK`` (MTP, K speculative tokens),
+  ``ngramK`` (prompt-lookup n-gram, K tokens);
+- ``spec``: the JSON given with ``--speculative-config``;
+- a name defined in an arms file (``--arms-file arms.toml``);
+- ``NAME=URL``: a server someone else started (nothing is launched; NAME
+  still says what it is, e.g. ``mtp2=http://10.0.0.5:8001``);
+
+optionally followed by ``+fault=NAME`` (launch with an injected fault, see
+`observatory.faults`). The same arm listed twice is an A/A control: the
+second copy is named ``NAME#2`` and records ``copy_of``.
+
+Arms file layout (unknown keys are errors)::
+
+    [arms.mtp2-eager]
+    speculative_config = { method = "mtp", num_speculative_tokens = 2 }
+    engine_args = ["--enforce-eager"]      # flags for this arm only
+    env = { SOME_VAR = "1" }               # environment for this arm only
+    fault = "ghost"                        # optional
+    url = "http://127.0.0.1:8001"          # optional: don't launch
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from observatory.errors import ArmError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+FAULTS = ("accept_all", "ghost", "drop_bonus")
+_ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url"}
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
+_PRESET_RE = re.compile(r"(mtp|ngram)([1-9][0-9]?)")
+
+
+@dataclass
+class Arm:
+    """One server configuration of a session."""
+
+    name: str
+    speculative_config: dict[str, Any] | None = None
+    engine_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    url: str | None = None
+    fault: str | None = None
+    copy_of: str | None = None
+
+    @property
+    def is_spec(self) -> bool:
+        """Whether this arm is meant to speculate."""
+        return self.speculative_config is not None
+
+    @property
+    def num_speculative_tokens(self) -> int | None:
+        """K of the speculative config, if any."""
+        if self.speculative_config is None:
+            return None
+        k = self.speculative_config.get("num_speculative_tokens")
+        return int(k) if isinstance(k, int) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+def preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
+    """(is a preset, its speculative config) for NAME."""
+    if name == "base":
+        return True, None
+    m = _PRESET_RE.fullmatch(name)
+    if not m:
+        return False, None
+    method, k = m.group(1), int(m.group(2))
+    if method == "mtp":
+        return True, {"method": "mtp", "num_speculative_tokens": k}
+    return True, {
+        "method": "ngram",
+        "num_speculative_tokens": k,
+        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 2,
+    }
+
+
+def parse_speculative_config(text: str, where: str = "--speculative-config") -> dict[str, Any]:
+    """A speculative config from JSON text, checked for the keys vLLM needs."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ArmError(f"{where}: not valid JSON ({e.msg} at column {e.colno}): {text!r}") from None
+    return check_speculative_config(value, where)
+
+
+def check_speculative_config(value: Any, where: str) -> dict[str, Any]:
+    """Validate a speculative config object."""
+    if not isinstance(value, dict):
+        raise ArmError(f"{where}: must be a JSON object like {{\"method\": \"mtp\", \"num_speculative_tokens\": 2}}")
+    if not isinstance(value.get("method"), str) or not value["method"]:
+        raise ArmError(f"{where}: needs a string \"method\" (e.g. \"mtp\", \"ngram\")")
+    k = value.get("num_speculative_tokens")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise ArmError(f"{where}: \"num_speculative_tokens\" must be a positive integer, got {k!r}")
+    return value
+
+
+def load_arms_file(path: Path | str) -> dict[str, Arm]:
+    """Named arms from a TOML file, loaded strictly."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ArmError(f"{path}: no such arms file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ArmError(f"{path}: not valid TOML: {e}") from None
+    unknown = sorted(set(data) - {"arms"})
+    if unknown:
+        raise ArmError(f"{path}: unknown top-level key {unknown[0]!r}; define arms as [arms.NAME] tables")
+    arms: dict[str, Arm] = {}
+    for name, raw in (data.get("arms") or {}).items():
+        where = f"{path}: arm {name!r}"
+        if not _NAME_RE.fullmatch(name):
+            raise ArmError(f"{where}: names may use letters, digits, '.', '_' and '-'")
+        if not isinstance(raw, dict):
+            raise ArmError(f"{where}: must be a table")
+        bad = sorted(set(raw) - _ARM_FILE_KEYS)
+        if bad:
+            raise ArmError(f"{where}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_ARM_FILE_KEYS))})")
+        spec = raw.get("speculative_config")
+        if spec is not None:
+            spec = check_speculative_config(spec, f"{where}: speculative_config")
+        engine_args = raw.get("engine_args", [])
+        if not isinstance(engine_args, list) or not all(isinstance(a, str) for a in engine_args):
+            raise ArmError(f"{where}: engine_args must be a list of strings")
+        env = raw.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise ArmError(f"{where}: env must be a table of strings")
+        fault = raw.get("fault")
+        if fault is not None and fault not in FAULTS:
+            raise ArmError(f"{where}: unknown fault {fault!r} (known: {', '.join(FAULTS)})")
+        url = raw.get("url")
+        if url is not None:
+            url = _check_url(url, where)
+        arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(engine_args),
+                         env=dict(env), url=url, fault=fault)
+    if not arms:
+        raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
+    return arms
+
+
+def _check_url(url: Any, where: str) -> str:
+    if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        raise ArmError(f"{where}: {url!r} is not an http(s) URL like http://127.0.0.1:8000")
+    return url.rstrip("/")
+
+
+def parse_arms(
+    spec: str,
+    arms_file: Path | str | None = None,
+    speculative_config: str | None = None,
+) -> list[Arm]:
+    """The session's arms, in run order, from the --arms list."""
+    defined = load_arms_file(arms_file) if arms_file else {}
+    custom = parse_speculative_config(speculative_config) if speculative_config else None
+    items = [s.strip() for s in spec.split(",")]
+    if not spec.strip() or any(not s for s in items):
+        raise ArmError(f"--arms {spec!r}: give a comma list of arm names, e.g. base,mtp1,mtp2")
+    arms: list[Arm] = []
+    counts: dict[str, int] = {}
+    for item in items:
+        arm = _parse_item(item, defined, custom)
+        counts[arm.name] = counts.get(arm.name, 0) + 1
+        if counts[arm.name] > 1:
+            arm.copy_of = arm.name
+            arm.name = f"{arm.name}#{counts[arm.name]}"
+        arms.append(arm)
+    if speculative_config and not any(a.name.split("#")[0].startswith("spec") for a in arms):
+        raise ArmError("--speculative-config was given but no arm named 'spec' is in --arms")
+    return arms
+
+
+def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | None) -> Arm:
+    m = re.fullmatch(r"([^=+]+)=(https?://\S+)", item)
+    if m:
+        name, url = m.group(1), _check_url(m.group(2), f"--arms item {item!r}")
+        if not _NAME_RE.fullmatch(name):
+            raise ArmError(f"--arms item {item!r}: bad arm name {name!r}")
+        base = _resolve(name, defined, custom, allow_unknown=True)
+        base.url = url
+        return base
+    name, *options = item.split("+")
+    arm = _resolve(name, defined, custom, allow_unknown=False)
+    for opt in options:
+        key, _, value = opt.partition("=")
+        if key != "fault" or not value:
+            raise ArmError(f"--arms item {item!r}: unknown option {opt!r}; the only option is +fault=NAME")
+        if value not in FAULTS:
+            raise ArmError(f"--arms item {item!r}: unknown fault {value!r} (known: {', '.join(FAULTS)})")
+        arm.fault = value
+        arm.name = f"{arm.name}+fault={value}"
+    if arm.fault and not arm.is_spec:
+        raise ArmError(f"--arms item {item!r}: a fault needs a speculating arm (e.g. mtp1+fault={arm.fault})")
+    return arm
+
+
+def _resolve(name: str, defined: dict[str, Arm], custom: dict[str, Any] | None, allow_unknown: bool) -> Arm:
+    if name in defined:
+        return copy.deepcopy(defined[name])
+    if name == "spec" and custom is not None:
+        return Arm(name=name, speculative_config=copy.deepcopy(custom))
+    is_preset, config = preset_config(name)
+    if is_preset:
+        return Arm(name=name, speculative_config=config)
+    if allow_unknown and _NAME_RE.fullmatch(name):
+        # An external server under a free-form name: we cannot know its
+        # config; treat it as speculating unless it says "base".
+        return Arm(name=name, speculative_config={"method": "unknown"})
+    hint = "; define it in an arms file (--arms-file)" if not defined else f"; the arms file defines {', '.join(sorted(defined))}"
+    raise ArmError(f"Unknown arm {name!r}. Presets: base, mtpK, ngramK (K = 1..99), spec (with --speculative-config){hint}.")

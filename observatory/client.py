@@ -1,0 +1,297 @@
+"""The client side of one arm: OpenAI-compatible requests, timed, with token ids.
+
+`make_openai_client` is the one place an `openai.OpenAI` is built. Every
+probe request is greedy (temperature 0, fixed seed), asks for top-k logprobs
+with tokens returned as ``token_id:N`` (vLLM's ``return_tokens_as_token_ids``),
+and is normally streamed so TTFT and the chunk timeline are measured.
+API keys are passed through to the server only: never stored or logged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+
+from observatory.errors import ObservatoryError
+from observatory.metrics import SpecCounters, parse_spec_counters
+from observatory.probes import Probe
+
+TOP_LOGPROBS = 10
+SEED = 0
+
+
+def make_openai_client(
+    base_url: str,
+    api_key: str | None = None,
+    timeout: float = 300.0,
+    http_client: httpx.Client | None = None,
+) -> openai.OpenAI:
+    """The one factory for OpenAI clients (dummy key when the server needs none)."""
+    return openai.OpenAI(
+        base_url=f"{base_url}/v1",
+        api_key=api_key or "observatory-no-key",
+        timeout=httpx.Timeout(timeout, connect=10.0),
+        max_retries=0,
+        http_client=http_client,
+    )
+
+
+@dataclass
+class Response:
+    """What one request returned, parsed and timed."""
+
+    text: str = ""
+    content: str | None = None
+    token_ids: list[int] = field(default_factory=list)
+    token_texts: list[str] = field(default_factory=list)
+    top_logprobs: list[list[list[float]]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    ttft_ms: float | None = None
+    duration_ms: float | None = None
+    chunks: list[list[float]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the request completed without a transport or server error."""
+        return self.error is None
+
+
+def parse_token_id(token: str) -> int:
+    """``token_id:123`` -> 123 (vLLM's return_tokens_as_token_ids form)."""
+    prefix, sep, num = token.partition(":")
+    if prefix != "token_id" or not sep or not num.isdigit():
+        raise ObservatoryError(
+            f"Expected a token like 'token_id:123' from the engine, got {token!r}; "
+            "is this a vLLM server (return_tokens_as_token_ids)?"
+        )
+    return int(num)
+
+
+def _bytes_text(b: list[int] | None, fallback: str) -> str:
+    if b is None:
+        return fallback
+    return bytes(b).decode("utf-8", errors="replace")
+
+
+def request_params(probe: Probe) -> dict[str, Any]:
+    """The exact sampling parameters sent for PROBE (stored with the probe)."""
+    params: dict[str, Any] = {
+        "temperature": 0.0,
+        "seed": SEED,
+        "max_tokens": probe.max_tokens,
+        "logprobs": True if probe.kind == "chat" else TOP_LOGPROBS,
+        "extra_body": {"return_tokens_as_token_ids": True},
+    }
+    if probe.kind == "chat":
+        params["top_logprobs"] = TOP_LOGPROBS
+        if probe.tools is not None:
+            params["tools"] = probe.tools
+        if probe.tool_choice is not None:
+            params["tool_choice"] = probe.tool_choice
+    return params
+
+
+class EngineClient:
+    """Talks to one running arm: probes, health, version, metrics."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 300.0):
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), headers=self._headers)
+        self.openai = make_openai_client(self.base_url, api_key, timeout, http_client=self._http)
+        self._model: str | None = None
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._http.close()
+
+    def health(self) -> bool:
+        """GET /health answered 200."""
+        try:
+            return self._http.get(f"{self.base_url}/health", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def version(self) -> str | None:
+        """The engine's version from GET /version, if it has one."""
+        try:
+            r = self._http.get(f"{self.base_url}/version", timeout=10.0)
+            if r.status_code == 200:
+                v = r.json().get("version")
+                return str(v) if v is not None else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            pass
+        return None
+
+    def model(self) -> str:
+        """The served model id (first of GET /v1/models)."""
+        if self._model is None:
+            try:
+                r = self._http.get(f"{self.base_url}/v1/models", timeout=30.0)
+                r.raise_for_status()
+                self._model = str(r.json()["data"][0]["id"])
+            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
+                raise ObservatoryError(f"{self.base_url}/v1/models did not name a model: {e}") from None
+        return self._model
+
+    def counters(self) -> SpecCounters:
+        """Current cumulative spec-decode counters from GET /metrics."""
+        try:
+            r = self._http.get(f"{self.base_url}/metrics", timeout=30.0)
+            r.raise_for_status()
+        except httpx.HTTPError as e:
+            raise ObservatoryError(f"{self.base_url}/metrics failed: {e}") from None
+        return parse_spec_counters(r.text)
+
+    def detokenize(self, token_ids: list[int]) -> list[str]:
+        """Each token's text, via the server's /detokenize."""
+        out = []
+        for t in token_ids:
+            try:
+                r = self._http.post(
+                    f"{self.base_url}/detokenize", json={"model": self.model(), "tokens": [t]}, timeout=10.0
+                )
+                out.append(str(r.json().get("prompt", "")) if r.status_code == 200 else "")
+            except (httpx.HTTPError, ValueError):
+                out.append("")
+        return out
+
+    def run(self, probe: Probe, stream: bool = True) -> Response:
+        """Send PROBE once; never raises for server/transport errors (stored instead)."""
+        params = request_params(probe)
+        t0 = time.perf_counter()
+        try:
+            if probe.kind == "chat":
+                resp = self._chat(probe, params, stream, t0)
+            else:
+                resp = self._completion(probe, params, stream, t0)
+        except (openai.APIError, httpx.HTTPError, ObservatoryError) as e:
+            resp = Response(error=f"{type(e).__name__}: {e}")
+        resp.duration_ms = (time.perf_counter() - t0) * 1000.0
+        return resp
+
+    def _chat(self, probe: Probe, params: dict[str, Any], stream: bool, t0: float) -> Response:
+        model = self.model()
+        if not stream:
+            r = self.openai.chat.completions.create(model=model, messages=probe.messages, **params)  # type: ignore[arg-type,call-overload]
+            choice = r.choices[0]
+            out = Response(content=choice.message.content, finish_reason=choice.finish_reason)
+            out.text = choice.message.content or ""
+            if choice.message.tool_calls:
+                out.tool_calls = [tc.model_dump() for tc in choice.message.tool_calls]
+            self._take_chat_logprobs(out, choice.logprobs)
+            out.usage = r.usage.model_dump() if r.usage else {}
+            return out
+        out = Response()
+        content_parts: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        s = self.openai.chat.completions.create(
+            model=model, messages=probe.messages, stream=True,  # type: ignore[arg-type]
+            stream_options={"include_usage": True}, **params,
+        )
+        for chunk in s:
+            now = (time.perf_counter() - t0) * 1000.0
+            if chunk.usage:
+                out.usage = chunk.usage.model_dump()
+            if not chunk.choices:
+                continue
+            choice = chunk.choices[0]
+            delta = choice.delta
+            if delta is not None:
+                if delta.content:
+                    content_parts.append(delta.content)
+                for tc in delta.tool_calls or []:
+                    slot = calls.setdefault(
+                        tc.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                    )
+                    if tc.id:
+                        slot["id"] = tc.id
+                    if tc.function is not None:
+                        if tc.function.name:
+                            slot["function"]["name"] += tc.function.name
+                        if tc.function.arguments:
+                            slot["function"]["arguments"] += tc.function.arguments
+            n = self._take_chat_logprobs(out, choice.logprobs)
+            if n:
+                out.chunks.append([round(now, 3), n])
+                if out.ttft_ms is None:
+                    out.ttft_ms = now
+            if choice.finish_reason:
+                out.finish_reason = choice.finish_reason
+        out.content = "".join(content_parts) if content_parts or not calls else None
+        out.text = out.content or ""
+        if calls:
+            out.tool_calls = [calls[i] for i in sorted(calls)]
+        return out
+
+    @staticmethod
+    def _take_chat_logprobs(out: Response, logprobs: Any) -> int:
+        if logprobs is None or not logprobs.content:
+            return 0
+        for item in logprobs.content:
+            out.token_ids.append(parse_token_id(item.token))
+            out.token_texts.append(_bytes_text(item.bytes, ""))
+            out.top_logprobs.append(
+                [[parse_token_id(t.token), float(t.logprob)] for t in (item.top_logprobs or [])]
+            )
+        return len(logprobs.content)
+
+    def _completion(self, probe: Probe, params: dict[str, Any], stream: bool, t0: float) -> Response:
+        model = self.model()
+        out = Response()
+        if not stream:
+            r = self.openai.completions.create(model=model, prompt=probe.prompt or "", **params)
+            choice = r.choices[0]
+            out.text = choice.text
+            out.finish_reason = choice.finish_reason
+            self._take_completion_logprobs(out, choice.logprobs)
+            out.usage = r.usage.model_dump() if r.usage else {}
+        else:
+            s = self.openai.completions.create(
+                model=model, prompt=probe.prompt or "", stream=True,
+                stream_options={"include_usage": True}, **params,
+            )
+            parts = []
+            for chunk in s:
+                now = (time.perf_counter() - t0) * 1000.0
+                if chunk.usage:
+                    out.usage = chunk.usage.model_dump()
+                if not chunk.choices:
+                    continue
+                choice = chunk.choices[0]
+                parts.append(choice.text or "")
+                n = self._take_completion_logprobs(out, choice.logprobs)
+                if n:
+                    out.chunks.append([round(now, 3), n])
+                    if out.ttft_ms is None:
+                        out.ttft_ms = now
+                if choice.finish_reason:
+                    out.finish_reason = choice.finish_reason
+            out.text = "".join(parts)
+        out.content = out.text
+        out.token_texts = self.detokenize(out.token_ids)
+        return out
+
+    @staticmethod
+    def _take_completion_logprobs(out: Response, logprobs: Any) -> int:
+        if logprobs is None or not logprobs.tokens:
+            return 0
+        tops = logprobs.top_logprobs or [None] * len(logprobs.tokens)
+        for tok, top in zip(logprobs.tokens, tops):
+            out.token_ids.append(parse_token_id(tok))
+            pairs = sorted(((parse_token_id(k), float(v)) for k, v in (top or {}).items()), key=lambda p: -p[1])
+            out.top_logprobs.append([[t, lp] for t, lp in pairs])
+        return len(logprobs.tokens)
+
+
+def dumps_compact(obj: Any) -> str:
+    """Compact JSON for log lines."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)

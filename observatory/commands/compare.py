@@ -1,0 +1,89 @@
+"""`observatory compare`: run arms one after another in one session."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from observatory.plan import plan_compare
+from observatory.report_data import build
+from observatory.runner import Interrupted, Runner
+from observatory.store import Store
+from observatory.terminal import RichReporter, print_summary
+
+
+def compare_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options shared by `compare` and `gate`."""
+    opts = [
+        click.option("--arms", default="base,mtp1,mtp2", show_default=True,
+                     help="Comma list: base, mtpK, ngramK, spec, names from --arms-file, NAME=URL; +fault=F."),
+        click.option("--arms-file", type=click.Path(dir_okay=False), help="TOML file of named arms."),
+        click.option("--speculative-config", help="JSON speculative config for the arm named 'spec'."),
+        click.option("--model", help="Model path or name (default: the embedded tiny MTP model)."),
+        click.option("--suite", help="Probe suite name in probes/ or a .toml path (default: default)."),
+        click.option("--db", envvar="OBSERVATORY_DB", help="SQLite file or SQLAlchemy URL (default runs.db)."),
+        click.option("--engine-python", help="Interpreter that has vLLM (default: this one)."),
+        click.option("--dtype", help="Engine --dtype for every arm."),
+        click.option("--max-model-len", type=int, help="Engine --max-model-len for every arm."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Engine --seed."),
+        click.option("--engine-arg", "engine_args", multiple=True,
+                     help="Extra engine flag for every arm (repeatable), e.g. --engine-arg=--enforce-eager."),
+        click.option("--spec-extra", help="JSON merged into every speculative config."),
+        click.option("--concurrency", default="1", show_default=True, help="Throughput levels, e.g. 1,4,16."),
+        click.option("--repeat", type=int, default=1, show_default=True, help="Repeats of the timed runs."),
+        click.option("--health-timeout", type=float, default=900.0, show_default=True,
+                     help="Seconds to wait for each engine's /health."),
+        click.option("--request-timeout", type=float, default=300.0, show_default=True,
+                     help="Seconds before one request counts as hung."),
+        click.option("--log-dir", default="logs", show_default=True, help="Where engine logs go."),
+        click.option("--api-key", envvar="OBSERVATORY_API_KEY",
+                     help="Bearer key for URL arms (never stored)."),
+        click.option("--no-diffs", is_flag=True, help="Skip the non-streamed and concurrent-batch passes."),
+        click.option("--image", help="Serving image: launch arms with docker run --gpus all IMAGE."),
+        click.option("--quiet", is_flag=True, help="No progress output."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def run_compare(kw: dict[str, Any]) -> tuple[Store, int | None, bool]:
+    """Plan, run and judge one session; returns (store, session id, interrupted)."""
+    quiet = kw.pop("quiet")
+    db = kw.pop("db")
+    kw["diffs"] = not kw.pop("no_diffs")
+    opts = plan_compare(**kw, command=sys.argv)
+    store = Store(db)
+    runner = Runner(store, opts)
+    session_id = runner.create_session()
+    try:
+        if quiet:
+            runner.run(session_id)
+        else:
+            with RichReporter() as rep:
+                runner.reporter = rep
+                runner.run(session_id)
+    except (Interrupted, KeyboardInterrupt):
+        click.echo(f"Interrupted: servers stopped; session {session_id} stored as interrupted.", err=True)
+        return store, session_id, True
+    return store, session_id, False
+
+
+@click.command(name="compare")
+@compare_options
+def compare(**kw: Any) -> None:
+    """Run arms one after another in one session and judge every output.
+
+    \b
+    observatory compare --arms base,mtp1,mtp2
+    observatory compare --arms base,base,mtp1 --concurrency 1,4 --repeat 3
+    observatory compare --model /models/qwen --arms base,mtp2
+    observatory compare --arms base=http://10.0.0.5:8000,mtp2=http://10.0.0.5:8001
+    """
+    store, session_id, interrupted = run_compare(kw)
+    if interrupted:
+        sys.exit(130)
+    print_summary(build(store, session_id))

@@ -1,0 +1,207 @@
+"""Storage: SQLAlchemy 2.0 models and the one place that opens a database.
+
+Everything needed to re-judge a run is stored (DESIGN.md section 5): the full
+prompt and request parameters (`ProbeRow.definition`), the arm's launch
+config (`ArmRow.launch`), token ids, top logprobs, text, timings and counter
+deltas (`ResultRow`), and gate verdicts with their details (`VerdictRow`).
+
+The schema is made by the named migrations in `observatory.migrations`, which
+are applied every time a database is opened; these models must describe the
+same schema (a test asserts it).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+DEFAULT_DB = "runs.db"
+
+
+def utcnow() -> datetime:
+    """Timezone-aware UTC now (stored as naive UTC for portability)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of all observatory tables."""
+
+
+class SessionRow(Base):
+    """One invocation on one machine: arms are only compared within one."""
+
+    __tablename__ = "sessions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    # running | complete | interrupted | failed
+    status: Mapped[str] = mapped_column(String(32), default="running")
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    host: Mapped[str] = mapped_column(String(255), default="")
+    # {"cpu": ..., "cpus": n, "memory_gib": ..., "gpus": [...], "driver": ..., "python": ..., "platform": ...}
+    machine: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    gpu: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    observatory_version: Mapped[str] = mapped_column(String(64), default="")
+    model: Mapped[str | None] = mapped_column(Text, nullable=True)
+    image: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # argv of the observatory command and the resolved options
+    command: Mapped[list[str]] = mapped_column(JSON, default=list)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    suite: Mapped[str] = mapped_column(String(255), default="")
+
+
+class ArmRow(Base):
+    """One server configuration run inside a session."""
+
+    __tablename__ = "arms"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(255))
+    # pending | starting | running | ok | failed | crashed | hung | interrupted | skipped
+    status: Mapped[str] = mapped_column(String(32), default="pending")
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # {"argv": [...], "env": {...}, "speculative_config": {...}|null, "url": ..., "fault": ..., "copy_of": ...}
+    launch: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    engine_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    model: Mapped[str | None] = mapped_column(Text, nullable=True)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    log_tail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    ready_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    # spec counters summed over the arm's measured probe requests
+    counters: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # [{"code": "INVALID"|"CONFOUNDED"|"LOW_N"|..., "detail": "..."}]
+    validity: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # derived figures (acceptance, speed, vs_base), recomputable from results
+    figures: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class ProbeRow(Base):
+    """A probe as it was run in a session: full prompt and parameters."""
+
+    __tablename__ = "probes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(255))
+    category: Mapped[str] = mapped_column(String(64))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    # Probe.to_dict(): messages/prompt, tools, expectations, gates, max_tokens
+    definition: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # the exact request parameters sent (temperature, seed, logprobs, ...)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class ResultRow(Base):
+    """One response of one arm to one probe request."""
+
+    __tablename__ = "results"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    arm_id: Mapped[int] = mapped_column(ForeignKey("arms.id"), index=True)
+    probe_id: Mapped[int] = mapped_column(ForeignKey("probes.id"), index=True)
+    # stream (the judged result) | nonstream | batch | warmup | timed
+    mode: Mapped[str] = mapped_column(String(32), default="stream")
+    repeat: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    ok: Mapped[bool] = mapped_column(Boolean, default=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    text: Mapped[str] = mapped_column(Text, default="")
+    content: Mapped[str | None] = mapped_column(Text, nullable=True)
+    token_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
+    token_texts: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # per position: [[token_id, logprob], ...] best first
+    top_logprobs: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    tool_calls: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    ttft_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    duration_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # streamed chunks that carried tokens: [[ms since request start, tokens in chunk], ...]
+    chunks: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # spec counters moved by this request: {"drafts", "draft_tokens", "accepted", "accepted_per_pos"}
+    counters_delta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    concurrency: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class VerdictRow(Base):
+    """A gate's verdict on one result (or on a spec/base pair, or an arm)."""
+
+    __tablename__ = "verdicts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    arm_id: Mapped[int] = mapped_column(ForeignKey("arms.id"), index=True)
+    result_id: Mapped[int | None] = mapped_column(ForeignKey("results.id"), nullable=True)
+    probe_id: Mapped[int | None] = mapped_column(ForeignKey("probes.id"), nullable=True)
+    gate: Mapped[str] = mapped_column(String(64))
+    gate_version: Mapped[str] = mapped_column(String(64), default="")
+    # PASS | WARN | FAIL | SKIP | NOT_DISCRIMINATING
+    verdict: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class MeasurementRow(Base):
+    """Aggregate throughput of one arm at one concurrency level, one repeat."""
+
+    __tablename__ = "measurements"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    arm_id: Mapped[int] = mapped_column(ForeignKey("arms.id"), index=True)
+    concurrency: Mapped[int] = mapped_column(Integer)
+    repeat: Mapped[int] = mapped_column(Integer, default=0)
+    requests: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    wall_s: Mapped[float] = mapped_column(Float)
+    counters_delta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+def database_url(db: str | None = None) -> str:
+    """A SQLAlchemy URL from --db, OBSERVATORY_DB, or the default file."""
+    value = db or os.environ.get("OBSERVATORY_DB") or DEFAULT_DB
+    if "://" in value:
+        return value
+    return f"sqlite:///{value}"
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    # WAL + a busy timeout: two observatory runs can write one file at once.
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def open_engine(db: str | None = None) -> Engine:
+    """Open (creating if needed) and migrate the database."""
+    from observatory.migrations import migrate
+
+    url = database_url(db)
+    engine = create_engine(url, future=True)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    migrate(engine)
+    return engine
+
+
+def session_factory(engine: Engine) -> sessionmaker:  # type: ignore[type-arg]
+    """ORM sessions that keep loaded attributes after commit."""
+    return sessionmaker(engine, expire_on_commit=False)

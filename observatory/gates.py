@@ -1,0 +1,251 @@
+"""Gate contract and registry.
+
+A gate is a plain function in a file under `gates/`, marked with the `@gate`
+decorator, loaded by path (never through `sys.path`), and registered by name.
+There are three kinds, told apart by `kind=` and checked against the
+function's parameter names when the gate registers:
+
+- ``"result"``: ``check(output: Output, probe: Probe) -> GateResult`` judges one
+  output of one arm.
+- ``"pair"``: ``check(spec: Output, base: Output, probe: Probe) -> GateResult``
+  judges a spec arm's output against the base arm's output of the same probe.
+- ``"arm"``: ``check(outputs: list[tuple[Probe, Output]]) -> GateResult``
+  judges all outputs of one arm together (e.g. identical text for different
+  prompts means the prompt did not take effect).
+
+A gate returns PASS, WARN, FAIL or SKIP (not applicable to this probe), a
+one-line reason and a JSON-able ``details`` dict. Gates never see ORM rows:
+only the dataclasses below and `observatory.probes.Probe`.
+
+``correctness=True`` marks gates whose failure on the *base* arm makes the
+probe NOT_DISCRIMINATING for the spec arms (DESIGN.md section 2, mistake 1).
+
+A gate file may also mark one function with ``@offline("NAME")``: it maps one
+JSON object (a line of ``observatory gates check NAME --input FILE.jsonl``) to
+one JSON verdict object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from observatory.errors import ObservatoryError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from observatory.probes import Probe
+
+__all__ = [
+    "PASS",
+    "WARN",
+    "FAIL",
+    "SKIP",
+    "Output",
+    "GateResult",
+    "Gate",
+    "GateRegistry",
+    "gate",
+    "offline",
+    "load_gates",
+    "default_registry",
+]
+
+PASS = "PASS"
+WARN = "WARN"
+FAIL = "FAIL"
+SKIP = "SKIP"
+VERDICTS = (PASS, WARN, FAIL, SKIP)
+
+_SIGNATURES = {
+    "result": ("output", "probe"),
+    "pair": ("spec", "base", "probe"),
+    "arm": ("outputs",),
+}
+
+
+@dataclass
+class Output:
+    """One generated output, as gates see it (plain data, no ORM)."""
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    # Per generated position, the engine's top-k alternatives, best first:
+    # [[(token_id, logprob), ...], ...]; aligned with token_ids.
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    # Per generated position, the decoded text of that token (for display).
+    token_texts: list[str] | None = None
+    finish_reason: str | None = None
+    # OpenAI-shaped parsed tool calls of a chat response:
+    # [{"id": ..., "type": "function", "function": {"name": ..., "arguments": "<json>"}}]
+    tool_calls: list[dict[str, Any]] | None = None
+    # The chat message content (None when the parser moved everything into
+    # tool_calls); for completions, the same as text.
+    content: str | None = None
+
+
+@dataclass
+class GateResult:
+    """A gate's verdict on one output, one pair, or one arm."""
+
+    verdict: str
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {"verdict": self.verdict, "reason": self.reason, "details": self.details}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A registered gate."""
+
+    name: str
+    description: str
+    kind: str
+    check: Callable[..., GateResult]
+    correctness: bool
+    path: str
+    version: str
+    offline: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+def gate(
+    name: str, description: str, kind: str = "result", correctness: bool = False
+) -> Callable[[Callable[..., GateResult]], Callable[..., GateResult]]:
+    """Mark a function as a gate; `load_gates` registers it."""
+
+    def mark(fn: Callable[..., GateResult]) -> Callable[..., GateResult]:
+        fn.__gate__ = {  # type: ignore[attr-defined]
+            "name": name,
+            "description": description,
+            "kind": kind,
+            "correctness": correctness,
+        }
+        return fn
+
+    return mark
+
+
+def offline(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a function as the JSONL adapter of gate NAME."""
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.__gate_offline__ = name  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+class GateRegistry:
+    """Gates by name; rejects duplicates and bad signatures when they register."""
+
+    def __init__(self) -> None:
+        self._gates: dict[str, Gate] = {}
+
+    def register(self, g: Gate) -> None:
+        """Add a gate, validating its name, kind and signature."""
+        if g.name in self._gates:
+            other = self._gates[g.name]
+            raise ObservatoryError(
+                f"Gate {g.name!r} in {g.path} is already registered by {other.path}; "
+                "rename one of them."
+            )
+        if g.kind not in _SIGNATURES:
+            raise ObservatoryError(
+                f"Gate {g.name!r} in {g.path} has kind {g.kind!r}; "
+                f"use one of {sorted(_SIGNATURES)}."
+            )
+        params = tuple(inspect.signature(g.check).parameters)
+        want = _SIGNATURES[g.kind]
+        if params != want:
+            raise ObservatoryError(
+                f"Gate {g.name!r} in {g.path} ({g.kind} gate) takes arguments {params}; "
+                f"a {g.kind} gate must take {want}."
+            )
+        self._gates[g.name] = g
+
+    def get(self, name: str) -> Gate:
+        """The gate NAME, or an error listing the known ones."""
+        try:
+            return self._gates[name]
+        except KeyError:
+            raise ObservatoryError(
+                f"No gate named {name!r}. Known gates: {', '.join(sorted(self._gates))}. "
+                "Run `observatory gates list` to see them."
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._gates
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(sorted(self._gates.values(), key=lambda g: g.name))
+
+    def names(self) -> list[str]:
+        """All registered names, sorted."""
+        return sorted(self._gates)
+
+
+def _load_module(path: Path) -> Any:
+    mod_name = f"observatory_gate_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover
+        raise ObservatoryError(f"Cannot load gate file {path}.")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_gates(directory: Path | str | None = None, registry: GateRegistry | None = None) -> GateRegistry:
+    """Load every `*.py` under DIRECTORY (default: the product's gates/) by path."""
+    from observatory.paths import GATES_DIR
+
+    directory = Path(directory) if directory is not None else GATES_DIR
+    registry = registry or GateRegistry()
+    for path in sorted(directory.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        module = _load_module(path)
+        version = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        adapters = {
+            fn.__gate_offline__: fn
+            for fn in vars(module).values()
+            if callable(fn) and hasattr(fn, "__gate_offline__")
+        }
+        for fn in list(vars(module).values()):
+            meta = getattr(fn, "__gate__", None)
+            if meta is None or getattr(fn, "__module__", None) != module.__name__:
+                continue
+            registry.register(
+                Gate(
+                    name=meta["name"],
+                    description=meta["description"],
+                    kind=meta["kind"],
+                    check=fn,
+                    correctness=meta["correctness"],
+                    path=str(path),
+                    version=version,
+                    offline=adapters.get(meta["name"]),
+                )
+            )
+    return registry
+
+
+_DEFAULT: GateRegistry | None = None
+
+
+def default_registry() -> GateRegistry:
+    """The built-in gates, loaded once per process."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = load_gates()
+    return _DEFAULT

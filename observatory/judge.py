@@ -1,0 +1,144 @@
+"""The judge: applies gates to stored results and stores their verdicts.
+
+Judging reads only the store and is idempotent (a session's verdicts are
+replaced as a whole), so a session can be re-judged at any time, e.g. after
+a gate changed. Verdict rows per arm:
+
+- each of the probe's gates on the arm's streamed result (gate name as is);
+- ``token_diff`` of the arm's streamed result against the base arm's (every
+  arm but the base reference itself: spec arms, and A/A copies of base, whose
+  diffs are the session's noise floor);
+- ``token_diff:nonstream`` and ``token_diff:batch``: the arm's non-streamed
+  and in-batch outputs against its own streamed output;
+- arm gates (``distinct_outputs``) with no probe.
+
+The discriminator rule (DESIGN.md mistake 1): a correctness gate that fails
+on the base arm makes that probe NOT_DISCRIMINATING for every other arm.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from observatory.db import ArmRow, ResultRow, VerdictRow
+from observatory.gates import FAIL, Gate, GateRegistry, GateResult, Output, default_registry
+from observatory.probes import Probe
+
+NOT_DISCRIMINATING = "NOT_DISCRIMINATING"
+PAIR_MODES = {"token_diff:nonstream": "nonstream", "token_diff:batch": "batch"}
+
+
+def to_output(r: ResultRow) -> Output:
+    """A stored result as gates see it."""
+    return Output(
+        text=r.text or "",
+        token_ids=list(r.token_ids or []),
+        top_logprobs=[[(int(t), float(lp)) for t, lp in pos] for pos in (r.top_logprobs or [])],
+        token_texts=list(r.token_texts or []) or None,
+        finish_reason=r.finish_reason,
+        tool_calls=r.tool_calls,
+        content=r.content,
+    )
+
+
+def base_reference(arms: list[ArmRow]) -> ArmRow | None:
+    """The arm spec arms are diffed against: the first non-speculating original."""
+    for a in arms:
+        launch = a.launch or {}
+        if launch.get("speculative_config") is None and not launch.get("copy_of"):
+            return a
+    return None
+
+
+def _row(arm: ArmRow, gate: Gate, res: GateResult, result: ResultRow | None, probe_id: int | None,
+         name: str | None = None) -> VerdictRow:
+    return VerdictRow(arm_id=arm.id, result_id=result.id if result else None, probe_id=probe_id,
+                      gate=name or gate.name, gate_version=gate.version, verdict=res.verdict,
+                      reason=res.reason, details=_jsonable(res.details))
+
+
+def _jsonable(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {str(k): _jsonable(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [_jsonable(v) for v in d]
+    return d
+
+
+def _safe(gate: Gate, *args: Any) -> GateResult:
+    try:
+        return gate.check(*args)
+    except Exception as e:  # noqa: BLE001 - a broken gate must not lose the session
+        return GateResult(FAIL, f"gate {gate.name} raised {type(e).__name__}: {e}", {"gate_error": True})
+
+
+def judge_session(store: Any, session_id: int, registry: GateRegistry | None = None) -> list[VerdictRow]:
+    """(Re)compute and store every verdict of a session."""
+    registry = registry or default_registry()
+    arms = store.arms(session_id)
+    probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
+    by_arm: dict[int, dict[str, dict[int, ResultRow]]] = {}
+    for a in arms:
+        modes: dict[str, dict[int, ResultRow]] = {}
+        for r in store.results(a.id):
+            if r.mode in ("stream", "nonstream", "batch"):
+                modes.setdefault(r.mode, {})[r.probe_id] = r
+        by_arm[a.id] = modes
+    base = base_reference(arms)
+    rows: list[VerdictRow] = []
+    base_failed: set[tuple[int, str]] = set()
+    ordered = ([base] if base else []) + [a for a in arms if a is not base]
+    for arm in ordered:
+        stream = by_arm[arm.id].get("stream", {})
+        if not stream:
+            continue
+        for pid, probe in probes.items():
+            r = stream.get(pid)
+            if r is None or not r.ok:
+                continue
+            out = to_output(r)
+            for name in probe.gates:
+                if name not in registry:
+                    continue
+                gate = registry.get(name)
+                if gate.kind != "result":
+                    continue
+                res = _safe(gate, out, probe)
+                row = _row(arm, gate, res, r, pid)
+                if arm is base and gate.correctness and res.verdict == FAIL:
+                    base_failed.add((pid, name))
+                elif arm is not base and gate.correctness and (pid, name) in base_failed:
+                    row.details = {**row.details, "verdict_before": row.verdict,
+                                   "why": "the base arm fails this gate too: the probe does not discriminate"}
+                    row.verdict = NOT_DISCRIMINATING
+                rows.append(row)
+        rows += _pair_rows(registry, arm, base, by_arm, probes)
+        if "distinct_outputs" in registry:
+            gate = registry.get("distinct_outputs")
+            pairs = [(probes[pid], to_output(r)) for pid, r in stream.items() if r.ok and pid in probes]
+            rows.append(_row(arm, gate, _safe(gate, pairs), None, None))
+    store.replace_verdicts(session_id, rows)
+    return rows
+
+
+def _pair_rows(registry: GateRegistry, arm: ArmRow, base: ArmRow | None,
+               by_arm: dict[int, dict[str, dict[int, ResultRow]]], probes: dict[int, Probe]) -> list[VerdictRow]:
+    if "token_diff" not in registry:
+        return []
+    gate = registry.get("token_diff")
+    rows = []
+    stream = by_arm[arm.id].get("stream", {})
+    for pid, probe in probes.items():
+        mine = stream.get(pid)
+        if mine is None or not mine.ok:
+            continue
+        if base is not None and arm is not base:
+            ref = by_arm[base.id].get("stream", {}).get(pid)
+            if ref is not None and ref.ok:
+                rows.append(_row(arm, gate, _safe(gate, to_output(mine), to_output(ref), probe), mine, pid))
+        for name, mode in PAIR_MODES.items():
+            other = by_arm[arm.id].get(mode, {}).get(pid)
+            if other is not None and other.ok:
+                res = _safe(gate, to_output(other), to_output(mine), probe)
+                rows.append(_row(arm, gate, res, other, pid, name=name))
+    return rows

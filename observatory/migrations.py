@@ -1,0 +1,199 @@
+"""Named, append-only migrations: the schema is what they build.
+
+Each migration is a function ``mNNN_name(conn)`` added to MIGRATIONS in
+order and never edited once released. Applied names are recorded in the
+``_migrations`` table; every open applies the missing ones. A database that
+records a migration this version does not know was written by a newer
+observatory and is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    inspect,
+    select,
+)
+from sqlalchemy.engine import Connection, Engine
+
+from observatory.errors import ObservatoryError
+
+Migration = Callable[[Connection], None]
+
+
+def _id() -> Column:  # type: ignore[type-arg]
+    return Column("id", Integer, primary_key=True, autoincrement=True)
+
+
+def m001_initial(conn: Connection) -> None:
+    """Sessions, arms, probes, results, verdicts, measurements."""
+    md = MetaData()
+    Table(
+        "sessions",
+        md,
+        _id(),
+        Column("started_at", DateTime, nullable=False),
+        Column("finished_at", DateTime),
+        Column("status", String(32), nullable=False),
+        Column("reason", Text),
+        Column("host", String(255), nullable=False),
+        Column("machine", JSON, nullable=False),
+        Column("gpu", String(255)),
+        Column("observatory_version", String(64), nullable=False),
+        Column("model", Text),
+        Column("image", Text),
+        Column("command", JSON, nullable=False),
+        Column("options", JSON, nullable=False),
+        Column("suite", String(255), nullable=False),
+    )
+    Table(
+        "arms",
+        md,
+        _id(),
+        Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False, index=True),
+        Column("position", Integer, nullable=False),
+        Column("name", String(255), nullable=False),
+        Column("status", String(32), nullable=False),
+        Column("reason", Text),
+        Column("launch", JSON, nullable=False),
+        Column("engine_version", String(64)),
+        Column("model", Text),
+        Column("log_path", Text),
+        Column("log_tail", Text),
+        Column("started_at", DateTime),
+        Column("ready_at", DateTime),
+        Column("finished_at", DateTime),
+        Column("counters", JSON, nullable=False),
+        Column("validity", JSON, nullable=False),
+        Column("figures", JSON, nullable=False),
+    )
+    Table(
+        "probes",
+        md,
+        _id(),
+        Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False, index=True),
+        Column("position", Integer, nullable=False),
+        Column("name", String(255), nullable=False),
+        Column("category", String(64), nullable=False),
+        Column("content_hash", String(64), nullable=False),
+        Column("definition", JSON, nullable=False),
+        Column("params", JSON, nullable=False),
+    )
+    Table(
+        "results",
+        md,
+        _id(),
+        Column("arm_id", Integer, ForeignKey("arms.id"), nullable=False, index=True),
+        Column("probe_id", Integer, ForeignKey("probes.id"), nullable=False, index=True),
+        Column("mode", String(32), nullable=False),
+        Column("repeat", Integer, nullable=False),
+        Column("created_at", DateTime, nullable=False),
+        Column("ok", Boolean, nullable=False),
+        Column("error", Text),
+        Column("text", Text, nullable=False),
+        Column("content", Text),
+        Column("token_ids", JSON, nullable=False),
+        Column("token_texts", JSON, nullable=False),
+        Column("top_logprobs", JSON, nullable=False),
+        Column("tool_calls", JSON),
+        Column("finish_reason", String(32)),
+        Column("usage", JSON, nullable=False),
+        Column("ttft_ms", Float),
+        Column("duration_ms", Float),
+        Column("chunks", JSON, nullable=False),
+        Column("counters_delta", JSON, nullable=False),
+        Column("concurrency", Integer, nullable=False),
+    )
+    Table(
+        "verdicts",
+        md,
+        _id(),
+        Column("arm_id", Integer, ForeignKey("arms.id"), nullable=False, index=True),
+        Column("result_id", Integer, ForeignKey("results.id")),
+        Column("probe_id", Integer, ForeignKey("probes.id")),
+        Column("gate", String(64), nullable=False),
+        Column("gate_version", String(64), nullable=False),
+        Column("verdict", String(32), nullable=False),
+        Column("reason", Text, nullable=False),
+        Column("details", JSON, nullable=False),
+        Column("created_at", DateTime, nullable=False),
+    )
+    Table(
+        "measurements",
+        md,
+        _id(),
+        Column("arm_id", Integer, ForeignKey("arms.id"), nullable=False, index=True),
+        Column("concurrency", Integer, nullable=False),
+        Column("repeat", Integer, nullable=False),
+        Column("requests", Integer, nullable=False),
+        Column("completion_tokens", Integer, nullable=False),
+        Column("wall_s", Float, nullable=False),
+        Column("counters_delta", JSON, nullable=False),
+        Column("created_at", DateTime, nullable=False),
+    )
+    md.create_all(conn)
+
+
+MIGRATIONS: list[Migration] = [m001_initial]
+
+_TRACKING = MetaData()
+_migrations_table = Table(
+    "_migrations",
+    _TRACKING,
+    Column("name", String(255), primary_key=True),
+    Column("applied_at", DateTime, nullable=False),
+)
+
+
+def _check_unique(migrations: list[Migration]) -> None:
+    names = [m.__name__ for m in migrations]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ObservatoryError(f"Duplicate migration names: {', '.join(dupes)}")
+
+
+def applied(engine: Engine) -> list[str]:
+    """Names of the migrations recorded in the database."""
+    if not inspect(engine).has_table("_migrations"):
+        return []
+    with engine.connect() as conn:
+        return [r[0] for r in conn.execute(select(_migrations_table.c.name))]
+
+
+def migrate(engine: Engine, migrations: list[Migration] | None = None) -> list[str]:
+    """Apply the missing migrations; return the names applied now."""
+    from observatory.db import utcnow
+
+    migrations = MIGRATIONS if migrations is None else migrations
+    _check_unique(migrations)
+    known = {m.__name__ for m in migrations}
+    _TRACKING.create_all(engine)
+    done = applied(engine)
+    unknown = [n for n in done if n not in known]
+    if unknown:
+        raise ObservatoryError(
+            f"This database was written by a newer observatory (it has migration(s) "
+            f"{', '.join(unknown)} that this version does not know). Upgrade observatory, "
+            "or use another --db."
+        )
+    ran = []
+    for m in migrations:
+        if m.__name__ in done:
+            continue
+        with engine.begin() as conn:
+            m(conn)
+            conn.execute(_migrations_table.insert().values(name=m.__name__, applied_at=utcnow()))
+        ran.append(m.__name__)
+    return ran

@@ -1,0 +1,125 @@
+"""Turn command-line choices into a checked CompareOptions, before anything launches.
+
+Every problem a user can make (unknown arm, malformed speculative config or
+arms file, missing model path, engine not installed, bad probe file) is
+found here and reported as one clear error, so no server is started for a
+session that cannot succeed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from observatory.arms import parse_arms
+from observatory.errors import ObservatoryError
+from observatory.paths import DEFAULT_MODEL_DIR
+from observatory.probes import load_probe_file, resolve_suite
+from observatory.runner import CompareOptions
+from observatory.server import EngineSettings
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """'1,4,16' -> [1, 4, 16], all positive."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ObservatoryError(f"{what}: expected a comma list of positive integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise ObservatoryError(f"{what}: expected a comma list of positive integers, got {text!r}")
+    return values
+
+
+def check_engine_python(python: str) -> None:
+    """The engine interpreter exists and can import vllm."""
+    if not Path(python).exists():
+        raise ObservatoryError(f"Engine interpreter {python} does not exist (set --engine-python).")
+    code = "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)"
+    r = subprocess.run([python, "-c", code], capture_output=True, timeout=60)
+    if r.returncode != 0:
+        raise ObservatoryError(
+            f"vLLM is not installed for {python}. Install it (on a CPU machine: "
+            "`pip install -e '.[cpu]'`, see README), or point --engine-python at an "
+            "interpreter that has it, or give every arm a URL (NAME=http://...)."
+        )
+
+
+def resolve_model(model: str | None) -> tuple[str, bool]:
+    """(model path or name, whether it is the embedded default)."""
+    if model is None:
+        if not (DEFAULT_MODEL_DIR / "config.json").is_file():
+            raise ObservatoryError(
+                f"The embedded default model is missing from {DEFAULT_MODEL_DIR}. "
+                "Reinstall observatory, or pass --model PATH."
+            )
+        return str(DEFAULT_MODEL_DIR), True
+    p = Path(model).expanduser()
+    looks_like_path = model.startswith((".", "/", "~")) or p.exists() or model.count("/") != 1
+    if looks_like_path:
+        if not p.exists():
+            raise ObservatoryError(f"Model path {model} does not exist. Pass --model with a local model directory.")
+        if p.is_dir() and not (p / "config.json").is_file():
+            raise ObservatoryError(f"Model directory {model} has no config.json; is it a Hugging Face model folder?")
+        return str(p.resolve()), False
+    return model, False  # a hub name: the engine resolves it (offline caches)
+
+
+def plan_compare(
+    *,
+    arms: str,
+    arms_file: str | None = None,
+    speculative_config: str | None = None,
+    model: str | None = None,
+    suite: str | None = None,
+    engine_python: str | None = None,
+    dtype: str | None = None,
+    max_model_len: int | None = None,
+    seed: int = 0,
+    engine_args: tuple[str, ...] = (),
+    spec_extra: str | None = None,
+    concurrency: str = "1",
+    repeat: int = 1,
+    health_timeout: float = 900.0,
+    request_timeout: float = 300.0,
+    log_dir: str = "logs",
+    api_key: str | None = None,
+    diffs: bool = True,
+    image: str | None = None,
+    command: list[str] | None = None,
+) -> CompareOptions:
+    """Validate everything and return the options of one compare session."""
+    arm_list = parse_arms(arms, arms_file, speculative_config)
+    probes = load_probe_file(resolve_suite(suite))
+    model_name, is_default = resolve_model(model)
+    extra: dict[str, Any] = {}
+    if spec_extra:
+        try:
+            extra = json.loads(spec_extra)
+        except json.JSONDecodeError as e:
+            raise ObservatoryError(f"--spec-extra: not valid JSON ({e.msg}): {spec_extra!r}") from None
+        if not isinstance(extra, dict):
+            raise ObservatoryError("--spec-extra must be a JSON object")
+    if repeat < 1:
+        raise ObservatoryError("--repeat must be at least 1")
+    settings = EngineSettings(
+        model=model_name,
+        python=engine_python or os.environ.get("OBSERVATORY_ENGINE_PYTHON") or sys.executable,
+        dtype=dtype or ("float32" if is_default else None),
+        max_model_len=max_model_len or (1024 if is_default else None),
+        seed=seed, extra_args=list(engine_args), spec_extra=extra,
+        health_timeout_s=health_timeout, image=image,
+    )
+    if "VLLM_CPU_KVCACHE_SPACE" not in os.environ and not Path("/dev/nvidia0").exists():
+        settings.env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; ample for the tiny default
+    if image is None and any(a.url is None for a in arm_list):
+        check_engine_python(settings.python)
+    return CompareOptions(
+        arms=arm_list, settings=settings, probes=probes, suite=str(resolve_suite(suite)),
+        log_dir=Path(log_dir), api_key=api_key,
+        concurrency=parse_int_list(concurrency, "--concurrency"), repeat=repeat,
+        request_timeout_s=request_timeout, diffs=diffs, command=command or [],
+    )

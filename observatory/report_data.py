@@ -1,0 +1,111 @@
+"""One session as one plain dict: what `show --json`, the terminal summary,
+the HTML report and the nightly gate all read (one path for the data).
+
+Stable keys scripts rely on (issue 2)::
+
+    {"session": {"id", "started_at", "host", "gpu", "status", ...},
+     "arms": [{"name", "status", "reason", "launch", "engine_version",
+               "counters": {"drafts", "draft_tokens", "accepted", "accepted_per_pos"},
+               "results": [{"probe", "prompt", "text", "token_ids", "finish_reason",
+                            "verdicts": {GATE: {"verdict", "reason", "details"}}}]}]}
+
+Arms are in run order, results in probe order.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from observatory.db import ArmRow, ResultRow, SessionRow
+from observatory.judge import NOT_DISCRIMINATING
+from observatory.store import Store
+
+PREVIEW_CHARS = 80
+# Worst first: the cell verdict of a probe x arm is its worst gate verdict.
+SEVERITY = ["FAIL", "INVALID", "WARN", NOT_DISCRIMINATING, "PASS", "SKIP"]
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat(timespec="seconds") + "Z" if t else None
+
+
+def preview(text: str | None, n: int = PREVIEW_CHARS) -> str:
+    """The first N characters, one line (control characters made visible)."""
+    t = (text or "")[:n]
+    return "".join(c if c.isprintable() else ("⏎" if c == "\n" else "·") for c in t)
+
+
+def worst(verdicts: list[str]) -> str | None:
+    """The most severe verdict of a list (None if empty)."""
+    ranked = [v for v in SEVERITY if v in verdicts]
+    return ranked[0] if ranked else None
+
+
+def session_dict(s: SessionRow) -> dict[str, Any]:
+    """Session facts."""
+    return {
+        "id": s.id, "started_at": _iso(s.started_at), "finished_at": _iso(s.finished_at),
+        "status": s.status, "reason": s.reason, "host": s.host, "gpu": s.gpu,
+        "machine": s.machine, "observatory_version": s.observatory_version, "model": s.model,
+        "image": s.image, "suite": s.suite, "command": s.command, "options": s.options,
+    }
+
+
+def _prompt(defn: dict[str, Any]) -> Any:
+    return defn.get("messages") if defn.get("messages") is not None else defn.get("prompt")
+
+
+def result_dict(r: ResultRow, probe: Any, verdicts: dict[str, Any]) -> dict[str, Any]:
+    """One judged result."""
+    cell = worst([v["verdict"] for g, v in verdicts.items() if not g.startswith("token_diff:")])
+    return {
+        "probe": probe.name, "category": probe.category, "prompt": _prompt(probe.definition),
+        "probe_hash": probe.content_hash, "params": probe.params,
+        "ok": r.ok, "error": r.error, "text": r.text, "content": r.content,
+        "preview": preview(r.text if r.text or not r.tool_calls else str(r.tool_calls)),
+        "token_ids": r.token_ids, "token_texts": r.token_texts, "top_logprobs": r.top_logprobs,
+        "tool_calls": r.tool_calls, "finish_reason": r.finish_reason, "usage": r.usage,
+        "ttft_ms": r.ttft_ms, "duration_ms": r.duration_ms, "chunks": r.chunks,
+        "counters_delta": r.counters_delta, "verdict": cell, "verdicts": verdicts,
+    }
+
+
+def arm_dict(store: Store, a: ArmRow, probes: list[Any]) -> dict[str, Any]:
+    """One arm with its results in probe order."""
+    verdicts: dict[int | None, dict[str, Any]] = {}
+    arm_verdicts: dict[str, Any] = {}
+    for v in store.verdicts(a.id):
+        entry = {"verdict": v.verdict, "reason": v.reason, "details": v.details, "gate_version": v.gate_version}
+        if v.probe_id is None:
+            arm_verdicts[v.gate] = entry
+        else:
+            verdicts.setdefault(v.probe_id, {})[v.gate] = entry
+    stream = {r.probe_id: r for r in store.results(a.id, "stream")}
+    results = [result_dict(stream[p.id], p, verdicts.get(p.id, {})) for p in probes if p.id in stream]
+    launch = dict(a.launch or {})
+    counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": []}
+    counters.update(a.counters or {})
+    return {
+        "name": a.name, "position": a.position, "status": a.status, "reason": a.reason,
+        "launch": launch, "speculative_config": launch.get("speculative_config"),
+        "is_spec": launch.get("speculative_config") is not None, "copy_of": launch.get("copy_of"),
+        "engine_version": a.engine_version, "model": a.model, "log_path": a.log_path,
+        "log_tail": a.log_tail, "started_at": _iso(a.started_at), "ready_at": _iso(a.ready_at),
+        "finished_at": _iso(a.finished_at), "counters": counters, "validity": a.validity or [],
+        "arm_verdicts": arm_verdicts, **(a.figures or {}), "results": results,
+    }
+
+
+def build(store: Store, session_id: int | None = None) -> dict[str, Any]:
+    """The whole session as a dict."""
+    s = store.session(session_id)
+    probes = store.probes(s.id)
+    arms = [arm_dict(store, a, probes) for a in store.arms(s.id)]
+    return {
+        "session": session_dict(s),
+        "probes": [{"name": p.name, "category": p.category, "hash": p.content_hash,
+                    "prompt": _prompt(p.definition), "definition": p.definition, "params": p.params}
+                   for p in probes],
+        "arms": arms,
+    }

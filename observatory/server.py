@@ -1,0 +1,202 @@
+"""Serving processes, treated as hostile children.
+
+Each arm's engine runs in its own process group on a free loopback port,
+logging to a file. Readiness comes from the server (GET /health, bounded);
+liveness from the process handle we hold (DESIGN.md mistake 8): a child that
+exits while we wait is a failed start, a child still loading is not dead.
+Stopping is terminate -> wait -> kill, on the whole group, always in
+``finally``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from observatory.arms import Arm
+from observatory.errors import ObservatoryError
+
+
+class EngineStartError(ObservatoryError):
+    """The engine exited, or never became healthy, before it was ready."""
+
+    def __init__(self, message: str, status: str = "failed", log_tail: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.log_tail = log_tail
+
+
+@dataclass
+class EngineSettings:
+    """What every arm of a session shares: the arms may differ only in speculation."""
+
+    model: str
+    python: str = field(default_factory=lambda: os.environ.get("OBSERVATORY_ENGINE_PYTHON", sys.executable))
+    dtype: str | None = None
+    max_model_len: int | None = None
+    seed: int = 0
+    max_logprobs: int = 20
+    tool_parser: str | None = "hermes"
+    prefix_caching: bool = False
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    # merged into every speculative config (e.g. {"attention_backend": "TRITON_ATTN"})
+    spec_extra: dict[str, Any] = field(default_factory=dict)
+    health_timeout_s: float = 900.0
+    image: str | None = None
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def speculative_config_for(arm: Arm, settings: EngineSettings) -> dict[str, Any] | None:
+    """The arm's speculative config with the session-wide extras merged in."""
+    if arm.speculative_config is None:
+        return None
+    return {**arm.speculative_config, **settings.spec_extra}
+
+
+def engine_argv(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
+    """The full command line that launches ARM."""
+    args = ["--model", settings.model, "--host", "127.0.0.1", "--port", str(port),
+            "--seed", str(settings.seed), "--max-logprobs", str(settings.max_logprobs)]
+    if settings.dtype:
+        args += ["--dtype", settings.dtype]
+    if settings.max_model_len:
+        args += ["--max-model-len", str(settings.max_model_len)]
+    if not settings.prefix_caching:
+        args += ["--no-enable-prefix-caching"]
+    if settings.tool_parser:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", settings.tool_parser]
+    args += list(settings.extra_args) + list(arm.engine_args)
+    spec = speculative_config_for(arm, settings)
+    if spec is not None:
+        args += ["--speculative-config", _json(spec)]
+    if settings.image:
+        return docker_argv(settings.image, args, port)
+    return [settings.python, "-m", "vllm.entrypoints.openai.api_server", *args]
+
+
+def docker_argv(image: str, engine_args: list[str], port: int) -> list[str]:
+    """`docker run` for a serving image whose entrypoint is the OpenAI server."""
+    return ["docker", "run", "--rm", "--gpus", "all", "--ipc=host", "--network=host",
+            "-e", "NCCL_NVLS_ENABLE=0", image, *engine_args]
+
+
+def engine_env(arm: Arm, settings: EngineSettings) -> dict[str, str]:
+    """The environment overrides for ARM (what is stored; never the whole environment)."""
+    env = dict(settings.env)
+    env.update(arm.env)
+    if arm.fault:
+        env["OBSERVATORY_FAULT"] = arm.fault
+    return env
+
+
+def _json(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
+
+
+class EngineProcess:
+    """One engine child process in its own process group."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
+        self.argv = argv
+        self.env = env
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Launch the child; output goes to the log file."""
+        if self.argv[0] != "docker" and not Path(self.argv[0]).exists() and shutil.which(self.argv[0]) is None:
+            raise EngineStartError(f"Engine interpreter {self.argv[0]!r} not found.")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid (also its process group id)."""
+        return self.proc.pid if self.proc else None
+
+    def exit_code(self) -> int | None:
+        """None while the child runs."""
+        return None if self.proc is None else self.proc.poll()
+
+    def wait_ready(
+        self, health: Callable[[], bool], timeout_s: float, tick: Callable[[float], None] | None = None
+    ) -> float:
+        """Block until HEALTH() is true; raise EngineStartError if the child dies or time runs out."""
+        t0 = time.monotonic()
+        while True:
+            code = self.exit_code()
+            if code is not None:
+                raise EngineStartError(
+                    f"engine exited with status {code} before it was ready", "failed", self.log_tail()
+                )
+            if health():
+                return time.monotonic() - t0
+            elapsed = time.monotonic() - t0
+            if elapsed > timeout_s:
+                raise EngineStartError(
+                    f"engine not healthy after {timeout_s:.0f} s (process still running)", "hung", self.log_tail()
+                )
+            if tick:
+                tick(elapsed)
+            time.sleep(0.5)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Terminate the whole group, wait, then kill it."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        if self.proc.poll() is None:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        # Children of the engine (its engine-core process) may outlive it.
+        _signal_group(pgid, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+
+    def log_tail(self, lines: int = 60, max_chars: int = 8000) -> str:
+        """The last lines of the engine log."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 64 * 1024))
+                data = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        tail = "\n".join(data.splitlines()[-lines:])
+        return tail[-max_chars:]
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,123 @@
+"""The store: every write and read of session data goes through here.
+
+Each write is its own short transaction, so a crash at any moment leaves
+whole rows only (a result and its counter deltas land together or not at all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from observatory.db import (
+    ArmRow,
+    MeasurementRow,
+    ProbeRow,
+    ResultRow,
+    SessionRow,
+    VerdictRow,
+    open_engine,
+    session_factory,
+    utcnow,
+)
+from observatory.errors import ObservatoryError
+
+
+class Store:
+    """Typed access to one observatory database."""
+
+    def __init__(self, db: str | None = None, engine: Engine | None = None):
+        self.engine = engine or open_engine(db)
+        self._sessions = session_factory(self.engine)
+
+    @contextmanager
+    def tx(self) -> Iterator[Session]:
+        """One transaction."""
+        with self._sessions.begin() as s:
+            yield s
+
+    # -- writes ---------------------------------------------------------
+    def add(self, row: Any) -> Any:
+        """Insert ROW in its own transaction; return it with its id."""
+        with self.tx() as s:
+            s.add(row)
+        return row
+
+    def update(self, cls: type, row_id: int, **values: Any) -> None:
+        """Set VALUES on one row."""
+        with self.tx() as s:
+            obj = s.get(cls, row_id)
+            if obj is None:  # pragma: no cover
+                raise ObservatoryError(f"{cls.__name__} {row_id} vanished from the database")
+            for k, v in values.items():
+                setattr(obj, k, v)
+
+    def replace_verdicts(self, session_id: int, rows: list[VerdictRow]) -> None:
+        """Atomically swap a session's verdicts for ROWS (judging is idempotent)."""
+        with self.tx() as s:
+            arm_ids = select(ArmRow.id).where(ArmRow.session_id == session_id)
+            s.execute(delete(VerdictRow).where(VerdictRow.arm_id.in_(arm_ids)))
+            s.add_all(rows)
+
+    def finish_session(self, session_id: int, status: str, reason: str | None = None) -> None:
+        """Mark the session finished with STATUS."""
+        self.update(SessionRow, session_id, status=status, reason=reason, finished_at=utcnow())
+
+    # -- reads ----------------------------------------------------------
+    def session(self, session_id: int | None = None) -> SessionRow:
+        """Session SESSION_ID, or the latest one."""
+        with self._sessions() as s:
+            if session_id is None:
+                row = s.scalars(select(SessionRow).order_by(SessionRow.id.desc()).limit(1)).first()
+                if row is None:
+                    raise ObservatoryError(
+                        "No sessions in this database yet. Run `observatory compare` first, "
+                        "or point --db / OBSERVATORY_DB at another database."
+                    )
+                return row
+            row = s.get(SessionRow, session_id)
+            if row is None:
+                raise ObservatoryError(f"No session {session_id}. Run `observatory sessions` to list them.")
+            return row
+
+    def sessions(self, limit: int = 50) -> list[SessionRow]:
+        """The latest sessions, newest first."""
+        with self._sessions() as s:
+            return list(s.scalars(select(SessionRow).order_by(SessionRow.id.desc()).limit(limit)))
+
+    def arms(self, session_id: int) -> list[ArmRow]:
+        """A session's arms in run order."""
+        with self._sessions() as s:
+            return list(s.scalars(select(ArmRow).where(ArmRow.session_id == session_id).order_by(ArmRow.position)))
+
+    def probes(self, session_id: int) -> list[ProbeRow]:
+        """A session's probes in suite order."""
+        with self._sessions() as s:
+            return list(
+                s.scalars(select(ProbeRow).where(ProbeRow.session_id == session_id).order_by(ProbeRow.position))
+            )
+
+    def results(self, arm_id: int, mode: str | None = None) -> list[ResultRow]:
+        """An arm's results (optionally of one mode), in the order they were made."""
+        with self._sessions() as s:
+            q = select(ResultRow).where(ResultRow.arm_id == arm_id)
+            if mode is not None:
+                q = q.where(ResultRow.mode == mode)
+            return list(s.scalars(q.order_by(ResultRow.id)))
+
+    def verdicts(self, arm_id: int) -> list[VerdictRow]:
+        """An arm's verdicts."""
+        with self._sessions() as s:
+            return list(s.scalars(select(VerdictRow).where(VerdictRow.arm_id == arm_id).order_by(VerdictRow.id)))
+
+    def measurements(self, arm_id: int) -> list[MeasurementRow]:
+        """An arm's throughput measurements."""
+        with self._sessions() as s:
+            return list(
+                s.scalars(select(MeasurementRow).where(MeasurementRow.arm_id == arm_id).order_by(MeasurementRow.id))
+            )

@@ -1,0 +1,133 @@
+"""Terminal output with rich: progress while a session runs, then the summary.
+
+Model output is untrusted: every piece of it goes through `rich.markup.escape`
+(or into a `Text` object, which never parses markup).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from observatory.arms import Arm
+from observatory.probes import Probe
+
+STYLE = {
+    "PASS": "green", "WARN": "yellow", "FAIL": "bold red", "NOT_DISCRIMINATING": "magenta",
+    "INVALID": "bold magenta", "SKIP": "dim", "ok": "green", "failed": "bold red", "crashed": "bold red",
+    "hung": "bold red", "interrupted": "yellow", "pending": "dim",
+}
+SHORT = {"NOT_DISCRIMINATING": "NOT_DISCR"}
+
+
+class RichReporter:
+    """Progress bars for arms and probes."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=self.console, transient=False,
+        )
+        self._arms_task: Any = None
+        self._step_task: Any = None
+
+    def __enter__(self) -> RichReporter:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def session_started(self, session_id: int, arms: list[Arm], probes: list[Probe]) -> None:
+        """Announce the session."""
+        self.console.print(f"[bold]Session {session_id}[/]: {len(arms)} arm(s) x {len(probes)} probe(s)")
+        self._arms_task = self.progress.add_task("arms", total=len(arms))
+
+    def arm_started(self, arm: Arm, what: str) -> None:
+        """An arm begins."""
+        self.console.print(f"[cyan]{escape(arm.name)}[/]: {escape(what)}")
+        if self._step_task is not None:
+            self.progress.remove_task(self._step_task)
+        self._step_task = self.progress.add_task(f"{escape(arm.name)}: loading", total=None)
+
+    def arm_waiting(self, arm: Arm, elapsed_s: float) -> None:
+        """Still waiting for /health."""
+        self.progress.update(self._step_task, description=f"{escape(arm.name)}: waiting for /health ({elapsed_s:.0f} s)")
+
+    def arm_ready(self, arm: Arm, ready_s: float, version: str | None) -> None:
+        """The engine answered /health."""
+        self.console.print(f"[cyan]{escape(arm.name)}[/]: ready after {ready_s:.0f} s (engine {escape(version or '?')})")
+
+    def step(self, arm: Arm, label: str, done: int, total: int) -> None:
+        """Progress inside an arm."""
+        self.progress.update(self._step_task, description=f"{escape(arm.name)}: {escape(label)}",
+                             completed=done, total=total)
+
+    def arm_finished(self, arm: Arm, status: str, reason: str | None) -> None:
+        """An arm ended."""
+        style = STYLE.get(status, "")
+        msg = f"[cyan]{escape(arm.name)}[/]: [{style}]{escape(status)}[/]"
+        if reason:
+            msg += f" — {escape(reason)}"
+        self.console.print(msg)
+        self.progress.advance(self._arms_task)
+        if self._step_task is not None:
+            self.progress.remove_task(self._step_task)
+            self._step_task = None
+
+
+def verdict_text(v: str | None) -> Text:
+    """A styled verdict."""
+    v = v or "-"
+    return Text(SHORT.get(v, v), style=STYLE.get(v, ""))
+
+
+def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
+    """Banners, arms and the probe x arm matrix with 80-character previews."""
+    console = console or Console()
+    s = data["session"]
+    console.print(
+        f"[bold]Session {s['id']}[/] {escape(s['status'])} · {escape(s['host'] or '')} · "
+        f"{escape(s.get('gpu') or 'no GPU')} · model {escape(str(s.get('model')))} · started {s['started_at']}"
+    )
+    for b in data.get("banners", []):
+        console.print(Text(f"⚠ {b}", style="bold yellow"))
+    arms = Table(title="Arms", show_lines=False)
+    for col in ("arm", "status", "engine", "drafts", "accepted", "validity / reason"):
+        arms.add_column(col)
+    for a in data["arms"]:
+        c = a["counters"]
+        notes = [f"{v['code']}: {v['detail']}" for v in a.get("validity", [])]
+        if a.get("reason"):
+            notes.append(a["reason"])
+        arms.add_row(
+            Text(a["name"]), Text(a["status"], style=STYLE.get(a["status"], "")),
+            Text(a.get("engine_version") or "-"),
+            str(c.get("drafts", 0)) if a["is_spec"] else "-",
+            str(c.get("accepted", 0)) if a["is_spec"] else "-",
+            Text("; ".join(notes)[:200]),
+        )
+    console.print(arms)
+    matrix = Table(title="Probe x arm (verdict, first 80 characters)", show_lines=True)
+    matrix.add_column("probe")
+    for a in data["arms"]:
+        matrix.add_column(Text(a["name"]))
+    for p in data["probes"]:
+        row: list[Any] = [Text(p["name"])]
+        for a in data["arms"]:
+            r = next((x for x in a["results"] if x["probe"] == p["name"]), None)
+            if r is None:
+                row.append(Text("-", style="dim"))
+                continue
+            cell = verdict_text(r["verdict"])
+            cell.append("\n")
+            cell.append(Text(r["preview"] if r["ok"] else f"error: {r['error']}"[:80]))
+            row.append(cell)
+        matrix.add_row(*row)
+    console.print(matrix)
