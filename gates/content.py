@@ -1,0 +1,178 @@
+"""Content gates: non-empty output with a preview, and distinct outputs across prompts.
+
+DESIGN.md section 2, mistake 5: a reasoning model spent its whole budget on the
+same ``<think> Here's a thinking process:`` preamble for two unrelated prompts
+and a hash check called it coincidence; an 80-character preview shows it at
+once.
+
+``content`` (one output) FAILs an empty or whitespace-only output (no text and
+no tool calls), an output that is only an unfinished thinking block, and a
+closed thinking block followed by an empty answer. Everything up to the last
+``</think>`` counts as thinking (chat templates often open ``<think>`` in the
+prompt, so the output may hold only the closing tag). ``details.preview`` is
+the first 80 Unicode characters of the text, raw (the report escapes it);
+for a pure tool call, a rendering ``[tool call] name(arguments)`` instead.
+
+``distinct_outputs`` (one arm) FAILs when probes with different prompts got the
+same output (same stripped text and the same tool names and arguments): the
+prompt did not take effect, and the arm's results cannot be trusted. Probes
+with identical prompts (prompt or messages, tools and tool_choice) are exempt.
+Empty outputs are the content gate's; text-only outputs shorter than
+``DISTINCT_MIN_CHARS`` non-whitespace characters are ignored too, since short
+correct answers ("4", "Paris.") coincide for different prompts legitimately.
+"""
+
+import json
+from typing import Any
+
+from observatory.errors import ObservatoryError
+from observatory.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
+from observatory.probes import Probe
+
+PREVIEW_CHARS = 80
+DISTINCT_MIN_CHARS = 20
+
+
+def split_thinking(text: str) -> tuple[str, str]:
+    """(state, answer): state is "none", "closed" or "unclosed"; answer is the text outside thinking."""
+    state, answer = "none", text
+    close = answer.rfind("</think>")
+    if close >= 0:
+        state, answer = "closed", answer[close + len("</think>") :]
+    at = answer.find("<think>")
+    if at >= 0:
+        state, answer = "unclosed", answer[:at]
+    return state, answer
+
+
+def _calls_text(calls: list[Any]) -> str:
+    parts = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        fn = fn if isinstance(fn, dict) else {}
+        parts.append(f"{fn.get('name')}({fn.get('arguments')})")
+    return "[tool call] " + "; ".join(parts)
+
+
+def preview(output: Output) -> str:
+    """First PREVIEW_CHARS characters of OUTPUT's text, or of its tool calls when it has no text."""
+    text = output.text or output.content or ""
+    if not text.strip() and output.tool_calls:
+        text = _calls_text(output.tool_calls)
+    return text[:PREVIEW_CHARS]
+
+
+@gate(
+    "content",
+    "Non-empty output, not only thinking; stores an 80-character preview of every output.",
+    kind="result",
+    correctness=True,
+)
+def check(output: Output, probe: Probe) -> GateResult:
+    """FAIL empty, whitespace-only and thinking-only outputs; always record the preview."""
+    text = output.text or output.content or ""
+    calls = output.tool_calls or []
+    state, answer = split_thinking(text)
+    details = {
+        "preview": preview(output),
+        "chars": len(text),
+        "thinking": state,
+        "tool_calls": len(calls),
+    }
+    if not calls:
+        if not text:
+            return GateResult(FAIL, "empty output", details)
+        if not text.strip():
+            return GateResult(FAIL, f"whitespace-only output ({len(text)} characters)", details)
+        if not answer.strip() and state == "unclosed":
+            return GateResult(FAIL, "only an unfinished thinking block", details)
+        if not answer.strip():
+            return GateResult(FAIL, "a closed thinking block followed by an empty answer", details)
+    return GateResult(PASS, f"{len(text)} characters, {len(calls)} tool call(s)", details)
+
+
+def _output_key(output: Output) -> str | None:
+    """What makes two outputs "the same"; None for outputs too short or empty to tell."""
+    text = (output.text or output.content or "").strip()
+    calls = [
+        [c.get("function", {}).get("name"), c.get("function", {}).get("arguments")]
+        for c in output.tool_calls or []
+        if isinstance(c, dict) and isinstance(c.get("function"), dict)
+    ]
+    if not calls and len("".join(text.split())) < DISTINCT_MIN_CHARS:
+        return None
+    return json.dumps([text, calls], ensure_ascii=False)
+
+
+def _prompt_key(probe: Probe) -> str:
+    return json.dumps(
+        [probe.prompt, probe.messages, probe.tools, probe.tool_choice], sort_keys=True
+    )
+
+
+@gate(
+    "distinct_outputs",
+    "Within one arm, different prompts must not give identical outputs (else the prompt had no effect).",
+    kind="arm",
+)
+def check_distinct(outputs: list[tuple[Probe, Output]]) -> GateResult:
+    """FAIL when probes with different prompts share one output; names the probes."""
+    groups: dict[str, list[tuple[Probe, Output]]] = {}
+    for probe, output in outputs:
+        key = _output_key(output)
+        if key is not None:
+            groups.setdefault(key, []).append((probe, output))
+    if sum(len(g) for g in groups.values()) < 2:
+        return GateResult(SKIP, "fewer than two outputs long enough to compare")
+    same = [g for g in groups.values() if len({_prompt_key(p) for p, _ in g}) > 1]
+    details = {
+        "groups": [{"probes": [p.name for p, _ in g], "preview": preview(g[0][1])} for g in same]
+    }
+    if same:
+        listed = "; ".join(", ".join(grp["probes"]) for grp in details["groups"])
+        return GateResult(
+            FAIL,
+            f"identical outputs for different prompts ({listed}): the prompt did not take effect",
+            details,
+        )
+    return GateResult(
+        PASS, f"{len(outputs)} outputs, none shared across different prompts", details
+    )
+
+
+def _output_arg(obj: dict[str, Any], where: str) -> Output:
+    text, calls = obj.get("text", ""), obj.get("tool_calls")
+    if not isinstance(text, str):
+        raise ObservatoryError(f'{where}"text" must be a string')
+    if calls is not None and not isinstance(calls, list):
+        raise ObservatoryError(f'{where}"tool_calls" must be a list of OpenAI tool calls or null')
+    return Output(text=text, content=text, tool_calls=calls)
+
+
+@offline("content")
+def check_offline(obj: dict[str, Any]) -> dict[str, Any]:
+    """``{"text": "...", "tool_calls": [...]?}`` -> verdict, reason, preview."""
+    result = check(_output_arg(obj, ""), Probe(name="offline", category="prose_en", prompt=""))
+    return {"verdict": result.verdict, "reason": result.reason, **result.details}
+
+
+@offline("distinct_outputs")
+def check_distinct_offline(obj: dict[str, Any]) -> dict[str, Any]:
+    """``{"outputs": [{"probe": name, "prompt": str | messages, "text": ...}, ...]}`` -> verdict."""
+    items = obj.get("outputs")
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise ObservatoryError('expected {"outputs": [{"probe", "prompt", "text"}, ...]}')
+    pairs = []
+    for n, item in enumerate(items):
+        prompt, name = item.get("prompt"), item.get("probe", f"output-{n}")
+        if not isinstance(prompt, (str, list)):
+            raise ObservatoryError(f'outputs[{n}]: "prompt" must be a string or a messages list')
+        probe = Probe(
+            name=str(name),
+            category="prose_en",
+            prompt=prompt if isinstance(prompt, str) else None,
+            messages=prompt if isinstance(prompt, list) else None,
+        )
+        pairs.append((probe, _output_arg(item, f"outputs[{n}]: ")))
+    result = check_distinct(pairs)
+    return {"verdict": result.verdict, "reason": result.reason, **result.details}

@@ -1,0 +1,128 @@
+"""Degeneracy gate: character 3-grams after removing all whitespace.
+
+DESIGN.md section 2, mistake 4: splitting on whitespace gives one "word" for a
+Chinese output, ratio 1/1, so three of four real degenerate outputs scored
+perfectly healthy. Here all Unicode whitespace is removed first (``str.split()``
+with no argument splits on every Unicode whitespace character, the ideographic
+space U+3000 included) and the score is distinct 3-grams / total 3-grams, so
+Chinese, English and code are measured the same way. Field calibration on a
+production deployment: healthy minimum 0.578, degenerate maximum 0.034;
+threshold 0.40.
+
+Short outputs. With fewer than ``SHORT_CHARS`` (20) characters left after
+whitespace removal, there are too few 3-grams for the score to be evidence:
+a legitimate short answer dominated by one run, such as ``1000000000`` (8
+3-grams, 2 distinct: 0.25), falls under 0.40 by itself.
+From 20 characters on (18 3-grams), falling under 0.40 needs at least 11 of
+the 18 3-grams to repeat earlier ones (a run of some 14 identical characters,
+or a short unit repeated throughout): a loop. So short outputs are not scored (PASS,
+``short: true``, ``score: null``), with one exception: an output that is a
+single unit repeated at least ``LOOP_REPEATS`` (4) times (``XXXXXXXX``,
+``5,5,5,5,5``, ``hahahaha``) is a loop at any length and FAILs. The two rules
+agree at the boundary: an output of 20 or more characters made of a unit
+repeated 4 or more times scores at most 20/72 = 0.28 and fails on its score.
+
+Empty (or whitespace-only) outputs are SKIPped (the content gate fails them),
+and so are pure tool calls (no text to score).
+"""
+
+from observatory.errors import ObservatoryError
+from observatory.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
+from observatory.probes import Probe
+
+THRESHOLD = 0.40
+SHORT_CHARS = 20
+LOOP_REPEATS = 4
+
+
+def squeeze(text: str) -> str:
+    """TEXT with every Unicode whitespace character removed."""
+    return "".join(text.split())
+
+
+def trigram_counts(squeezed: str) -> tuple[int, int]:
+    """(distinct, total) character 3-grams of an already squeezed string."""
+    grams = [squeezed[i : i + 3] for i in range(len(squeezed) - 2)]
+    return len(set(grams)), len(grams)
+
+
+def repeat_unit(squeezed: str) -> tuple[str, float]:
+    """The shortest unit whose repetition makes up SQUEEZED, and how many times it repeats.
+
+    Uses the prefix function: the minimal period is ``n - pi[n-1]``. A string
+    with no shorter period is its own unit, repeated once.
+    """
+    n = len(squeezed)
+    if n == 0:
+        return "", 0.0
+    pi = [0] * n
+    for i in range(1, n):
+        k = pi[i - 1]
+        while k and squeezed[i] != squeezed[k]:
+            k = pi[k - 1]
+        if squeezed[i] == squeezed[k]:
+            k += 1
+        pi[i] = k
+    period = n - pi[-1]
+    return squeezed[:period], n / period
+
+
+def judge_text(text: str) -> GateResult:
+    """The degeneracy verdict on one output's text (no tool calls involved)."""
+    squeezed = squeeze(text)
+    n = len(squeezed)
+    if n == 0:
+        return GateResult(SKIP, "empty output: the content gate judges it", {"score": None})
+    details: dict = {"score": None, "threshold": THRESHOLD, "chars": n, "short": n < SHORT_CHARS}
+    if n < SHORT_CHARS:
+        unit, repeats = repeat_unit(squeezed)
+        if repeats >= LOOP_REPEATS:
+            details.update(repeat_unit=unit, repeats=round(repeats, 2))
+            return GateResult(
+                FAIL,
+                f"short output is {unit!r} repeated {repeats:g} times (a loop)",
+                details,
+            )
+        return GateResult(
+            PASS,
+            f"short output ({n} non-whitespace characters < {SHORT_CHARS}): not scored",
+            details,
+        )
+    distinct, total = trigram_counts(squeezed)
+    score = distinct / total
+    details.update(score=round(score, 4), distinct=distinct, trigrams=total)
+    if score < THRESHOLD:
+        return GateResult(
+            FAIL,
+            f"score {score:.3f} < {THRESHOLD:.2f}: only {distinct} distinct of {total} character 3-grams",
+            details,
+        )
+    return GateResult(
+        PASS,
+        f"score {score:.3f} >= {THRESHOLD:.2f} ({distinct} distinct of {total} 3-grams)",
+        details,
+    )
+
+
+@gate(
+    "degeneracy",
+    "Repetition loops: distinct/total character 3-grams, whitespace removed, FAIL below 0.40.",
+    kind="result",
+    correctness=True,
+)
+def check(output: Output, probe: Probe) -> GateResult:
+    """Score OUTPUT's text; SKIP pure tool calls and empty outputs."""
+    text = output.text or output.content or ""
+    if output.tool_calls and not text.strip():
+        return GateResult(SKIP, "pure tool call: no text to score", {"score": None})
+    return judge_text(text)
+
+
+@offline("degeneracy")
+def check_offline(obj: dict) -> dict:
+    """``{"text": "..."}`` -> ``{"verdict": ..., "score": ..., "reason": ..., ...}``."""
+    text = obj.get("text")
+    if not isinstance(text, str):
+        raise ObservatoryError('expected {"text": "<output text>"}')
+    result = judge_text(text)
+    return {"verdict": result.verdict, "reason": result.reason, **result.details}

@@ -1,0 +1,94 @@
+"""Expected-answer gate: exact, regex and contains expectations declared in the probe.
+
+The answer judged is the output's text after its thinking (everything up to
+the last ``</think>``), with surrounding whitespace stripped:
+
+- ``exact``: equal to the expected string, itself stripped (a TOML multi-line
+  string keeps its trailing newline);
+- ``regex``: ``re.fullmatch`` with ``re.DOTALL``;
+- ``contains``: a list of substrings that must all appear.
+
+SKIP when the probe declares none of the three; ``tool_names`` and
+``tool_count`` are the tool_calls gate's. A probe whose base arm fails this
+gate is not a discriminator (DESIGN.md section 2, mistake 1): the gate is a
+correctness gate so the runner can mark it NOT_DISCRIMINATING.
+"""
+
+import re
+from typing import Any
+
+from observatory.errors import ObservatoryError
+from observatory.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
+from observatory.probes import Probe
+
+_KEYS = ("exact", "regex", "contains")
+
+
+def answer_text(text: str) -> str:
+    """TEXT after its last ``</think>``, stripped of surrounding whitespace."""
+    close = text.rfind("</think>")
+    return (text[close + len("</think>") :] if close >= 0 else text).strip()
+
+
+def _bad(probe: Probe, msg: str) -> ObservatoryError:
+    where = f" in {probe.source}" if probe.source else ""
+    return ObservatoryError(f"Probe {probe.name!r}{where}: {msg}")
+
+
+def judge(answer: str, expect: dict[str, Any], probe: Probe) -> list[str]:
+    """The unmet expectations of EXPECT on ANSWER, as one-line messages."""
+    problems = []
+    if "exact" in expect:
+        want = expect["exact"]
+        if not isinstance(want, str):
+            raise _bad(probe, "'expect.exact' must be a string")
+        if answer != want.strip():
+            problems.append(f"expected exactly {want.strip()!r}, got {answer[:80]!r}")
+    if "regex" in expect:
+        pattern = expect["regex"]
+        try:
+            matched = re.fullmatch(pattern, answer, re.DOTALL)
+        except (re.error, TypeError) as e:
+            raise _bad(probe, f"'expect.regex' does not compile: {e}") from None
+        if matched is None:
+            problems.append(f"{answer[:80]!r} does not fully match {pattern!r}")
+    if "contains" in expect:
+        wanted = expect["contains"]
+        if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
+            raise _bad(probe, "'expect.contains' must be a list of strings")
+        missing = [w for w in wanted if w not in answer]
+        if missing:
+            problems.append(f"missing {missing}")
+    return problems
+
+
+@gate(
+    "expect",
+    "The answer meets the probe's exact / regex / contains expectations.",
+    kind="result",
+    correctness=True,
+)
+def check(output: Output, probe: Probe) -> GateResult:
+    """Check OUTPUT's answer against PROBE.expect; SKIP when it declares none of exact/regex/contains."""
+    declared = [k for k in _KEYS if k in probe.expect]
+    if not declared:
+        return GateResult(SKIP, "the probe declares no exact, regex or contains expectation")
+    answer = answer_text(output.text or output.content or "")
+    problems = judge(answer, probe.expect, probe)
+    details = {"checked": declared, "problems": problems}
+    if problems:
+        return GateResult(FAIL, "; ".join(problems), details)
+    return GateResult(PASS, f"meets {', '.join(declared)}", details)
+
+
+@offline("expect")
+def check_offline(obj: dict[str, Any]) -> dict[str, Any]:
+    """``{"text": "...", "expect": {"exact"?, "regex"?, "contains"?}}`` -> verdict, reason."""
+    text, expect = obj.get("text"), obj.get("expect") or {}
+    if not isinstance(text, str) or not isinstance(expect, dict):
+        raise ObservatoryError(
+            'expected {"text": "...", "expect": {"exact"|"regex"|"contains": ...}}'
+        )
+    probe = Probe(name="offline", category="prose_en", prompt="", expect=expect)
+    result = check(Output(text=text), probe)
+    return {"verdict": result.verdict, "reason": result.reason, **result.details}

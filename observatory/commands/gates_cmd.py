@@ -1,0 +1,244 @@
+"""`observatory gates list|check` and `observatory calibrate degeneracy`.
+
+``gates check`` runs a gate's ``@offline`` adapter over a JSONL file: one JSON
+object per line in, one JSON verdict per line out, in order. All lines are
+judged before anything is printed, so a bad line gives an error naming its
+number and no partial output. Blank lines are skipped (but counted).
+
+``calibrate degeneracy`` reads two JSONL files of ``{"text": ...}`` objects
+(JSONL, not plain text: real outputs contain newlines; other keys are
+ignored, so a ``gates check`` input file works as is) and scores them with the
+degeneracy gate itself, so the numbers are the ones the gate judges by.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from observatory.errors import ObservatoryError
+from observatory.gates import Gate, GateRegistry, default_registry
+
+PERCENTILES = (10, 25, 50, 75, 90)
+
+
+def _json_lines(lines: Iterable[str], source: str) -> Iterable[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; errors name SOURCE and the line."""
+    try:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ObservatoryError(f"{source} line {number}: not valid JSON: {e}") from None
+            if not isinstance(obj, dict):
+                raise ObservatoryError(
+                    f"{source} line {number}: expected a JSON object, got {type(obj).__name__}"
+                )
+            yield number, obj
+    except UnicodeDecodeError as e:
+        raise ObservatoryError(f"{source}: not UTF-8 text ({e})") from None
+
+
+def check_lines(g: Gate, lines: Iterable[str], source: str) -> list[dict[str, Any]]:
+    """G's offline verdict for every JSON line of LINES, in order."""
+    if g.offline is None:
+        raise ObservatoryError(
+            f"Gate {g.name!r} ({g.path}) has no @offline adapter to run on JSONL."
+        )
+    verdicts = []
+    for number, obj in _json_lines(lines, source):
+        try:
+            verdicts.append(g.offline(obj))
+        except ObservatoryError as e:
+            raise ObservatoryError(f"{source} line {number}: {e}") from None
+    return verdicts
+
+
+def distribution(scores: list[float]) -> dict[str, Any]:
+    """n, min, percentiles and max of SCORES (at least one)."""
+    pct = np.percentile(scores, PERCENTILES)
+    return {
+        "n": len(scores),
+        "min": min(scores),
+        **{f"p{q}": round(float(v), 4) for q, v in zip(PERCENTILES, pct)},
+        "max": max(scores),
+    }
+
+
+def _score_file(adapter: Any, path: Path) -> tuple[list[float], dict[str, int], float]:
+    """(scores, unscored counts, the gate's threshold) for one JSONL file of outputs."""
+    scores: list[float] = []
+    unscored = {"short": 0, "empty": 0}
+    threshold = 0.0
+    with path.open(encoding="utf-8") as f:
+        for number, obj in _json_lines(f, str(path)):
+            if not isinstance(obj.get("text"), str):
+                raise ObservatoryError(f'{path} line {number}: expected {{"text": "<output>"}}')
+            out = adapter(obj)
+            if out.get("score") is not None:
+                scores.append(out["score"])
+                threshold = out["threshold"]
+            else:
+                unscored["short" if out.get("short") else "empty"] += 1
+    if not scores:
+        raise ObservatoryError(
+            f"{path}: no output long enough to score; "
+            "add outputs of 20 or more non-whitespace characters."
+        )
+    return scores, unscored, threshold
+
+
+def calibrate_degeneracy(
+    healthy: Path, degenerate: Path, registry: GateRegistry | None = None
+) -> dict[str, Any]:
+    """Score both files with the degeneracy gate; their distributions and separation."""
+    g = (registry or default_registry()).get("degeneracy")
+    h_scores, h_unscored, threshold = _score_file(g.offline, healthy)
+    d_scores, d_unscored, _ = _score_file(g.offline, degenerate)
+    h_min, d_max = min(h_scores), max(d_scores)
+    return {
+        "threshold": threshold,
+        "healthy": {**distribution(h_scores), "unscored": h_unscored},
+        "degenerate": {**distribution(d_scores), "unscored": d_unscored},
+        "ratio": h_min / d_max if d_max > 0 else None,
+        "separates": d_max < threshold <= h_min,
+        "healthy_below": sum(s < threshold for s in h_scores),
+        "degenerate_at_or_above": sum(s >= threshold for s in d_scores),
+    }
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3f}"
+
+
+@click.group(name="gates")
+def gates() -> None:
+    """List the registered gates and run one over a JSONL file.
+
+    \b
+    observatory gates list
+    observatory gates check degeneracy --input outputs.jsonl
+    """
+
+
+@gates.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per gate.")
+def gates_list(as_json: bool) -> None:
+    """Show every gate: name, kind, correctness, version, description.
+
+    \b
+    observatory gates list
+    observatory gates list --json | jq -r .name
+    """
+    rows = [
+        {
+            "name": g.name,
+            "kind": g.kind,
+            "correctness": g.correctness,
+            "version": g.version,
+            "description": g.description,
+        }
+        for g in default_registry()
+    ]
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    width = max(len(r["name"]) for r in rows)
+    click.echo(f"{'NAME':<{width}}  KIND    CORRECTNESS  VERSION       DESCRIPTION")
+    for r in rows:
+        flag = "yes" if r["correctness"] else "no"
+        click.echo(
+            f"{r['name']:<{width}}  {r['kind']:<6}  {flag:<11}  {r['version']:<12}  {r['description']}"
+        )
+
+
+@gates.command(name="check")
+@click.argument("name")
+@click.option(
+    "--input",
+    "input_file",
+    type=click.File("r", encoding="utf-8"),
+    required=True,
+    help="JSONL file, one input object per line ('-' for stdin).",
+)
+def gates_check(name: str, input_file: Any) -> None:
+    """Run gate NAME's offline adapter on each line of a JSONL file.
+
+    Prints one JSON verdict per input line, in order.
+
+    \b
+    observatory gates check degeneracy --input outputs.jsonl
+    echo '{"text": "5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5"}' | \\
+        observatory gates check degeneracy --input -
+    """
+    g = default_registry().get(name)
+    for verdict in check_lines(g, input_file, input_file.name):
+        click.echo(json.dumps(verdict, ensure_ascii=False))
+
+
+@click.group(name="calibrate")
+def calibrate() -> None:
+    """Calibrate gate thresholds on labelled outputs.
+
+    \b
+    observatory calibrate degeneracy --healthy ok.jsonl --degenerate bad.jsonl
+    """
+
+
+@calibrate.command(name="degeneracy")
+@click.option(
+    "--healthy",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help='JSONL of healthy outputs, {"text": ...} per line.',
+)
+@click.option(
+    "--degenerate",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help='JSONL of degenerate outputs, {"text": ...} per line.',
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def calibrate_degeneracy_cmd(healthy: Path, degenerate: Path, as_json: bool) -> None:
+    """Score healthy and degenerate outputs; show both distributions and their separation.
+
+    Outputs too short to score (under 20 non-whitespace characters) and empty
+    ones are counted but left out of the distributions.
+
+    \b
+    observatory calibrate degeneracy --healthy ok.jsonl --degenerate bad.jsonl
+    observatory calibrate degeneracy --healthy ok.jsonl --degenerate bad.jsonl --json
+    """
+    res = calibrate_degeneracy(healthy, degenerate)
+    if as_json:
+        click.echo(json.dumps(res))
+        return
+    click.echo("degeneracy score: distinct / total character 3-grams, whitespace removed")
+    for label in ("healthy", "degenerate"):
+        d = res[label]
+        pcts = "  ".join(f"p{q}={_fmt(d[f'p{q}'])}" for q in PERCENTILES)
+        click.echo(
+            f"{label:<10}  n={d['n']:<4}  min={_fmt(d['min'])}  {pcts}  max={_fmt(d['max'])}"
+            f"  (not scored: {d['unscored']['short']} short, {d['unscored']['empty']} empty)"
+        )
+    h_min, d_max, t = res["healthy"]["min"], res["degenerate"]["max"], res["threshold"]
+    ratio = "infinite (degenerate max is 0)" if res["ratio"] is None else f"{res['ratio']:.1f}x"
+    click.echo(f"separation: healthy min / degenerate max = {ratio}")
+    if res["separates"]:
+        click.echo(
+            f"threshold {t:.2f} separates them: yes "
+            f"(degenerate max {d_max:.3f} < {t:.2f} <= healthy min {h_min:.3f})"
+        )
+    else:
+        click.echo(
+            f"threshold {t:.2f} separates them: no ({res['healthy_below']} healthy below "
+            f"{t:.2f}, {res['degenerate_at_or_above']} degenerate at or above)"
+        )
