@@ -28,7 +28,7 @@ from observatory.arms import Arm
 from observatory.client import EngineClient, Response, request_params
 from observatory.errors import ObservatoryError
 from observatory.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow, utcnow
-from observatory.judge import judge_session
+from observatory.evaluate import evaluate
 from observatory.machine import describe
 from observatory.metrics import SpecCounters
 from observatory.probes import Probe
@@ -155,7 +155,7 @@ class Runner:
                 if row is not None and row.status not in ("pending", "interrupted", "starting", "running"):
                     continue  # --resume: this arm already ran
                 self._run_arm(session_id, pos, arm, row)
-                judge_session(self.store, session_id)
+                evaluate(self.store, session_id)
         except (Interrupted, KeyboardInterrupt) as e:
             status, reason = "interrupted", str(e) or "KeyboardInterrupt"
             raise
@@ -165,7 +165,7 @@ class Runner:
         finally:
             _restore_sigterm(old)
             try:
-                judge_session(self.store, session_id)
+                evaluate(self.store, session_id)
             finally:
                 self.store.finish_session(session_id, status, reason)
         return session_id

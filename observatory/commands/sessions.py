@@ -6,7 +6,7 @@ import json
 
 import click
 
-from observatory.judge import judge_session
+from observatory.evaluate import evaluate
 from observatory.report_data import build
 from observatory.store import Store
 from observatory.terminal import print_summary
@@ -56,12 +56,12 @@ def show(session_id: int | None, db: str | None, as_json: bool) -> None:
 @click.argument("session_id", type=int, required=False)
 @db_option
 def judge(session_id: int | None, db: str | None) -> None:
-    """Re-judge a stored session with the current gates.
+    """Re-judge a stored session with the current gates and recompute its figures.
 
     \b
     observatory judge 12
     """
     store = Store(db)
     s = store.session(session_id)
-    rows = judge_session(store, s.id)
-    click.echo(f"session {s.id}: {len(rows)} verdicts")
+    n = evaluate(store, s.id)
+    click.echo(f"session {s.id}: {n} verdicts; figures recomputed")

@@ -1,0 +1,32 @@
+"""Shared fixtures: no test touches ./runs.db; engine tests share one real session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own database (issue 2: runs.db is never touched by tests)."""
+    db = tmp_path / "test.db"
+    monkeypatch.setenv("OBSERVATORY_DB", str(db))
+    monkeypatch.delenv("OBSERVATORY_API_KEY", raising=False)
+    return db
+
+
+def engine_available() -> bool:
+    """Whether vLLM can be launched here."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+requires_engine = pytest.mark.skipif(
+    not engine_available() and not os.environ.get("CI"),
+    reason="vLLM is not installed (CI installs it; see README)",
+)

@@ -1,0 +1,73 @@
+"""The CLI: every command documents itself; bad input fails in one clear line before launch (issue 2)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from observatory.cli import cli
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    for name, cmd in group.commands.items():
+        out.append((*prefix, name))
+        if isinstance(cmd, click.Group):
+            out += _commands(cmd, (*prefix, name))
+    return out
+
+
+@pytest.mark.parametrize("path", _commands(cli), ids=lambda p: " ".join(p))
+def test_every_command_has_help_with_an_example(path: tuple[str, ...]) -> None:
+    cmd: click.Command = cli
+    for name in path:
+        assert isinstance(cmd, click.Group)
+        cmd = cmd.commands[name]
+    assert cmd.help and len(cmd.help.strip()) > 10
+    if not isinstance(cmd, click.Group):
+        assert "\b" in cmd.help, f"{' '.join(path)} lacks a \\b example block"
+    result = CliRunner().invoke(cli, [*path, "--help"])
+    assert result.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--arms", "base,mtpx"], "Unknown arm 'mtpx'"),
+        (["--arms", "base,spec", "--speculative-config", "{bad"], "--speculative-config: not valid JSON"),
+        (["--model", "/nonexistent/model"], "Model path /nonexistent/model does not exist"),
+        (["--suite", "nope"], "No probe suite 'nope'"),
+        (["--concurrency", "1,x"], "--concurrency"),
+        (["--engine-python", "/nonexistent/python"], "does not exist"),
+    ],
+    ids=["unknown-arm", "bad-spec-json", "missing-model", "unknown-suite", "bad-concurrency", "no-interpreter"],
+)
+def test_bad_input_is_one_line_and_launches_nothing(args: list[str], message: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["compare", "--log-dir", str(tmp_path / "logs"), *args])
+    assert result.exit_code == 3
+    assert message in result.output
+    assert result.output.strip().count("\n") == 0, result.output
+    assert not (tmp_path / "logs").exists()
+
+
+def test_engine_not_installed(tmp_path: Path) -> None:
+    python = shutil.which("python3", path="/usr/bin:/usr/local/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    result = CliRunner().invoke(cli, ["compare", "--engine-python", python, "--model", str(model)])
+    if "vLLM is not installed" not in result.output:
+        pytest.skip(f"{python} has vllm")
+    assert result.exit_code == 3
+
+
+def test_show_on_an_empty_database_says_what_to_do() -> None:
+    result = CliRunner().invoke(cli, ["show", "--json"])
+    assert result.exit_code == 3
+    assert "Run `observatory compare` first" in result.output
