@@ -175,6 +175,11 @@ class EngineClient:
                 resp = self._completion(probe, params, stream, t0)
         except (openai.APIError, httpx.HTTPError, ObservatoryError) as e:
             resp = Response(error=f"{type(e).__name__}: {e}")
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            # a body that is not what the API promises (malformed JSON, missing fields)
+            resp = Response(error=f"malformed response: {type(e).__name__}: {e}")
+        if resp.error is None and resp.finish_reason is None:
+            resp.error = "malformed response: the server ended without a finish_reason"
         resp.duration_ms = (time.perf_counter() - t0) * 1000.0
         return resp
 

@@ -94,7 +94,10 @@ def plan_compare(
     """Validate everything and return the options of one compare session."""
     arm_list = parse_arms(arms, arms_file, speculative_config)
     probes = load_probe_file(resolve_suite(suite))
-    model_name, is_default = resolve_model(model)
+    if model is None and all(a.url for a in arm_list):
+        model_name, is_default = "(served by the URL arms)", False
+    else:
+        model_name, is_default = resolve_model(model)
     extra: dict[str, Any] = {}
     if spec_extra:
         try:

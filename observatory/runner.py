@@ -96,6 +96,8 @@ class CompareOptions:
     request_timeout_s: float = 300.0
     diffs: bool = True
     command: list[str] = field(default_factory=list)
+    # the plan_compare() arguments, stored so `compare --resume` can rebuild this
+    plan: dict[str, Any] = field(default_factory=dict)
 
 
 class ArmCrashed(Exception):
@@ -130,7 +132,7 @@ class Runner:
                 host=facts["host"], machine=facts, gpu=", ".join(facts["gpus"]) or None,
                 observatory_version=__version__, model=o.settings.model, image=o.settings.image,
                 command=o.command, suite=o.suite,
-                options={"concurrency": o.concurrency, "repeat": o.repeat, "diffs": o.diffs,
+                options={"concurrency": o.concurrency, "repeat": o.repeat, "diffs": o.diffs, "plan": o.plan,
                          "engine": {k: v for k, v in vars(o.settings).items() if k != "env"}},
             )
         )
@@ -140,6 +142,19 @@ class Runner:
                                          params=_jsonable_params(request_params(p))))
             self.probe_ids[p.name] = pr.id
         return int(row.id)
+
+    def attach(self, session_id: int) -> None:
+        """Continue a stored session (--resume): its probes must be the ones planned now."""
+        stored = {p.name: p for p in self.store.probes(session_id)}
+        for p in self.opts.probes:
+            row = stored.get(p.name)
+            if row is None or row.content_hash != p.content_hash:
+                raise ObservatoryError(
+                    f"Cannot resume session {session_id}: probe {p.name!r} changed since it ran "
+                    "(the suite file was edited). Start a new session instead."
+                )
+            self.probe_ids[p.name] = row.id
+        self.store.update(SessionRow, session_id, status="running", finished_at=None, reason=None)
 
     def run(self, session_id: int | None = None) -> int:
         """Run every arm; return the session id. Re-raises Interrupted after storing it."""
@@ -182,6 +197,7 @@ class Runner:
         if row is None:
             row = self.store.add(ArmRow(**values))
         else:
+            self.store.clear_arm(row.id)
             self.store.update(ArmRow, row.id, **values)
         arm_id = int(row.id)
         proc: EngineProcess | None = None
@@ -254,6 +270,12 @@ class Runner:
         if resp is not None and resp.ok:
             return
         error = error or (resp.error if resp else None)
+        if "Timeout" in (error or ""):
+            # A request past --request-timeout is a hang even while /health
+            # still answers (a stuck engine core often leaves the API server up).
+            if proc is not None and proc.exit_code() is not None:
+                raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
+            raise ArmCrashed("hung", f"engine stopped answering within the request timeout: {error}")
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
             if proc is not None and proc.exit_code() is not None:
@@ -263,8 +285,7 @@ class Runner:
             time.sleep(1.0)
         if proc is not None and proc.exit_code() is not None:
             raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
-        raise ArmCrashed("hung" if "Timeout" in (error or "") else "crashed",
-                         f"engine stopped answering /health after: {error}")
+        raise ArmCrashed("hung", f"engine stopped answering /health after: {error}")
 
     def _counters(self, proc: EngineProcess | None, client: EngineClient) -> SpecCounters:
         try:

@@ -64,6 +64,13 @@ class Store:
             s.execute(delete(VerdictRow).where(VerdictRow.arm_id.in_(arm_ids)))
             s.add_all(rows)
 
+    def clear_arm(self, arm_id: int) -> None:
+        """Drop an arm's partial rows before it is run again (--resume)."""
+        with self.tx() as s:
+            s.execute(delete(VerdictRow).where(VerdictRow.arm_id == arm_id))
+            s.execute(delete(ResultRow).where(ResultRow.arm_id == arm_id))
+            s.execute(delete(MeasurementRow).where(MeasurementRow.arm_id == arm_id))
+
     def finish_session(self, session_id: int, status: str, reason: str | None = None) -> None:
         """Mark the session finished with STATUS."""
         self.update(SessionRow, session_id, status=status, reason=reason, finished_at=utcnow())

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from observatory.errors import ObservatoryError
 from observatory.plan import plan_compare
 from observatory.report_data import build
 from observatory.runner import Interrupted, Runner
@@ -50,15 +51,30 @@ def compare_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def run_compare(kw: dict[str, Any]) -> tuple[Store, int | None, bool]:
-    """Plan, run and judge one session; returns (store, session id, interrupted)."""
+# Never stored: a key for URL arms is passed to the servers only.
+_NOT_STORED = ("api_key",)
+
+
+def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, int | None, bool]:
+    """Plan, run and judge one session (or resume one); returns (store, session id, interrupted)."""
     quiet = kw.pop("quiet")
     db = kw.pop("db")
     kw["diffs"] = not kw.pop("no_diffs")
-    opts = plan_compare(**kw, command=sys.argv)
     store = Store(db)
+    if resume is not None:
+        stored = dict(store.session(resume).options.get("plan") or {})
+        if not stored:
+            raise ObservatoryError(f"Session {resume} has no stored plan to resume from.")
+        stored["api_key"] = kw.get("api_key")
+        kw = stored
+    opts = plan_compare(**kw, command=sys.argv)
+    opts.plan = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items() if k not in _NOT_STORED}
     runner = Runner(store, opts)
-    session_id = runner.create_session()
+    if resume is not None:
+        runner.attach(resume)
+        session_id = resume
+    else:
+        session_id = runner.create_session()
     try:
         if quiet:
             runner.run(session_id)
@@ -74,7 +90,9 @@ def run_compare(kw: dict[str, Any]) -> tuple[Store, int | None, bool]:
 
 @click.command(name="compare")
 @compare_options
-def compare(**kw: Any) -> None:
+@click.option("--resume", type=int, metavar="SESSION",
+              help="Run the arms an interrupted SESSION is missing, with its stored options.")
+def compare(resume: int | None, **kw: Any) -> None:
     """Run arms one after another in one session and judge every output.
 
     \b
@@ -82,8 +100,9 @@ def compare(**kw: Any) -> None:
     observatory compare --arms base,base,mtp1 --concurrency 1,4 --repeat 3
     observatory compare --model /models/qwen --arms base,mtp2
     observatory compare --arms base=http://10.0.0.5:8000,mtp2=http://10.0.0.5:8001
+    observatory compare --resume 7
     """
-    store, session_id, interrupted = run_compare(kw)
+    store, session_id, interrupted = run_compare(kw, resume)
     if interrupted:
         sys.exit(130)
     print_summary(build(store, session_id))

@@ -1,0 +1,68 @@
+"""JUnit XML for CI: one testcase per probe x spec arm, plus one per arm's validity."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from observatory.verdict import INVALID_CODES
+
+# Characters XML 1.0 cannot carry at all (model output may hold any of them).
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _clean(text: Any, limit: int) -> str:
+    return _XML_BAD.sub("\ufffd", str(text))[:limit]
+
+
+def _case(suite: ET.Element, classname: str, name: str) -> ET.Element:
+    return ET.SubElement(suite, "testcase", classname=_clean(classname, 200), name=_clean(name, 200), time="0")
+
+
+def junit_xml(data: dict[str, Any]) -> str:
+    """The session as a JUnit XML document (text is escaped by ElementTree)."""
+    sid = data["session"]["id"]
+    root = ET.Element("testsuites", name="observatory")
+    suite = ET.SubElement(root, "testsuite", name=f"observatory.session{sid}")
+    # names come from probe files and arm names: clean them too
+
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for arm in data["arms"]:
+        counts["tests"] += 1
+        case = _case(suite, f"arm.{arm['name']}", "validity")
+        bad = [v for v in arm.get("validity", []) if v["code"] in INVALID_CODES]
+        if bad or arm["status"] != "ok":
+            counts["errors"] += 1
+            msg = "; ".join(f"{v['code']}: {v['detail']}" for v in bad) or f"{arm['status']}: {arm.get('reason')}"
+            err = ET.SubElement(case, "error", message=_clean(msg, 500), type="INVALID")
+            err.text = _clean((arm.get("log_tail") or msg)[-4000:], 4000)
+        if not arm["is_spec"] and not arm.get("copy_of"):
+            continue
+        for r in arm["results"]:
+            counts["tests"] += 1
+            case = _case(suite, f"arm.{arm['name']}", r["probe"])
+            verdicts = {g: v for g, v in r["verdicts"].items()}
+            failed = {g: v for g, v in verdicts.items() if v["verdict"] == "FAIL"}
+            if not r["ok"]:
+                counts["errors"] += 1
+                ET.SubElement(case, "error", message=_clean(r["error"], 500), type="REQUEST")
+            elif failed:
+                counts["failures"] += 1
+                f = ET.SubElement(case, "failure", message=_clean("; ".join(f"{g}: {v['reason']}" for g, v in failed.items()), 500),
+                                  type="FAIL")
+                f.text = _clean(r["text"], 4000)
+            elif verdicts and all(v["verdict"] in ("NOT_DISCRIMINATING", "SKIP") for v in verdicts.values()):
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message="not discriminating: the base arm fails this probe too")
+            out = ET.SubElement(case, "system-out")
+            out.text = _clean(r["preview"], 200)
+    for k, v in counts.items():
+        suite.set(k, str(v))
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+
+
+def write_junit(data: dict[str, Any], path: Path | str) -> None:
+    """Write the JUnit file."""
+    Path(path).write_text(junit_xml(data), encoding="utf-8")

@@ -1,0 +1,91 @@
+"""A hand-made STUB of an OpenAI-compatible server, for faults a real engine cannot show on demand.
+
+Used only for: a server that hangs mid-request, and one that returns a
+malformed body. Everything else is tested against real vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class StubServer:
+    """Serves /health, /version, /v1/models, /metrics; chat completions per `mode`.
+
+    mode: "hang" (never answers a completion), "malformed" (200 with a broken
+    body), "hang_after:N" (answers N completions, then hangs everything,
+    /health included).
+    """
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.completions = 0
+        self.stop_event = threading.Event()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _hung(self) -> bool:
+                if stub.mode.startswith("hang_after:"):
+                    return stub.completions >= int(stub.mode.split(":")[1])
+                return False
+
+            def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _hang(self) -> None:
+                stub.stop_event.wait(120)
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self._hung():
+                    return self._hang()
+                if self.path == "/health":
+                    return self._send(200, b"")
+                if self.path == "/version":
+                    return self._send(200, b'{"version": "stub-0"}')
+                if self.path == "/v1/models":
+                    return self._send(200, b'{"data": [{"id": "stub-model"}]}')
+                if self.path == "/metrics":
+                    return self._send(200, b"vllm:num_requests_running 0\n", "text/plain")
+                return self._send(404, b"{}")
+
+            def do_POST(self) -> None:  # noqa: N802
+                n = int(self.headers.get("Content-Length", 0))
+                json.loads(self.rfile.read(n) or b"{}")
+                if stub.mode == "hang" or self._hung():
+                    return self._hang()
+                stub.completions += 1
+                if stub.mode == "malformed":
+                    return self._send(200, b'{"id": "x", "choices": [{"message": ')
+                body = {
+                    "id": "c", "object": "chat.completion", "created": int(time.time()), "model": "stub-model",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": "ok"},
+                                 "logprobs": {"content": [{"token": "token_id:5", "logprob": 0.0,
+                                                           "bytes": [111, 107], "top_logprobs": []}]}}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+                return self._send(200, json.dumps(body).encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> StubServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
