@@ -20,7 +20,28 @@ SETUP_ERROR = 3
 
 
 class ObservatoryGroup(click.Group):
-    """A group that reports ObservatoryError as one line and exits 3."""
+    """A group that reports ObservatoryError and usage errors as one line and exits 3.
+
+    Exit codes are a contract with CI (see `observatory gate`): 0 pass, 1 fail,
+    2 invalid measurement, 3 usage or setup error, 130 interrupted. Click's
+    own usage errors would exit 2, so they are mapped to 3 here.
+    """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Run without click's standalone handling so exit codes stay ours."""
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(130)
+        except click.UsageError as e:
+            e.show()
+            sys.exit(SETUP_ERROR)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command, converting domain errors to clean messages."""
@@ -52,6 +73,16 @@ def _mount() -> None:
     cli.add_command(sessions.sessions)
     cli.add_command(sessions.show)
     cli.add_command(sessions.judge)
+    from observatory.commands import gate_cmd
+
+    cli.add_command(gate_cmd.gate)
+    try:  # TEMP until report_cmd lands
+        from observatory.commands import report_cmd
+
+        cli.add_command(report_cmd.report)
+        cli.add_command(report_cmd.history)
+    except ImportError:
+        pass
     try:
         from observatory.commands import gates_cmd
     except ImportError:  # pragma: no cover - during development only
@@ -62,3 +93,6 @@ def _mount() -> None:
 
 
 _mount()
+
+if __name__ == "__main__":  # python -m observatory.cli
+    cli()

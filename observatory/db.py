@@ -124,6 +124,9 @@ class ResultRow(Base):
     ok: Mapped[bool] = mapped_column(Boolean, default=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     text: Mapped[str] = mapped_column(Text, default="")
+    # The exact text as a list of code points, only when `text` had to be
+    # made storable (lone surrogates, NUL): see `observatory.store.storable`.
+    text_raw: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
     content: Mapped[str | None] = mapped_column(Text, nullable=True)
     token_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
     token_texts: Mapped[list[str]] = mapped_column(JSON, default=list)

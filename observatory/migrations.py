@@ -146,7 +146,14 @@ def m001_initial(conn: Connection) -> None:
     md.create_all(conn)
 
 
-MIGRATIONS: list[Migration] = [m001_initial]
+def m002_result_text_raw(conn: Connection) -> None:
+    """Keep a result's exact text as code points when it is not storable as text."""
+    from sqlalchemy import text
+
+    conn.execute(text("ALTER TABLE results ADD COLUMN text_raw JSON"))
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_result_text_raw]
 
 _TRACKING = MetaData()
 _migrations_table = Table(

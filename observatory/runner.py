@@ -41,7 +41,7 @@ from observatory.server import (
     free_port,
     speculative_config_for,
 )
-from observatory.store import Store
+from observatory.store import Store, storable
 
 
 class Interrupted(BaseException):
@@ -203,22 +203,21 @@ class Runner:
         proc: EngineProcess | None = None
         status, reason = "ok", None
         try:
+            client: EngineClient
             if arm.url:
-                base_url = arm.url
                 self.reporter.arm_started(arm, f"using {arm.url}")
-            else:
-                proc, base_url = self._launch(arm, arm_id, launch)
-            client = EngineClient(base_url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s)
-            try:
-                t0 = time.monotonic()
-                if proc is not None:
-                    proc.wait_ready(client.health, s.health_timeout_s, lambda e: self.reporter.arm_waiting(arm, e))
-                elif not client.health():
+                client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s)
+                if not client.health():
+                    client.close()
                     raise EngineStartError(f"{arm.url}/health did not answer 200", "failed")
+                ready_s = 0.0
+            else:
+                proc, client, ready_s = self._launch(arm, arm_id, session_id, launch)
+            try:
                 version = client.version()
                 self.store.update(ArmRow, arm_id, status="running", ready_at=utcnow(),
                                   engine_version=version, model=client.model())
-                self.reporter.arm_ready(arm, time.monotonic() - t0, version)
+                self.reporter.arm_ready(arm, ready_s, version)
                 self._measure(arm, arm_id, client, proc)
             finally:
                 client.close()
@@ -237,32 +236,38 @@ class Runner:
             self.store.update(ArmRow, arm_id, status=status, reason=reason, finished_at=utcnow())
             self.reporter.arm_finished(arm, status, reason)
 
-    def _launch(self, arm: Arm, arm_id: int, launch: dict[str, Any]) -> tuple[EngineProcess, str]:
+    def _launch(self, arm: Arm, arm_id: int, session_id: int,
+                launch: dict[str, Any]) -> tuple[EngineProcess, EngineClient, float]:
+        """Start the engine and wait until it is healthy; a port taken under us is retried."""
         s = self.opts.settings
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in arm.name)
-        for attempt in range(3):
+        log_path = self.opts.log_dir / f"session-{session_id}-{safe}.log"
+        attempts = 3
+        for attempt in range(1, attempts + 1):
             port = free_port()
             argv = engine_argv(arm, s, port)
             env = engine_env(arm, s)
-            log_path = self.opts.log_dir / f"session-{self._session_of(arm_id)}-{safe}.log"
-            launch.update(argv=argv, env=env, port=port)
-            self.store.update(ArmRow, arm_id, launch=dict(launch), log_path=str(log_path))
-            self.reporter.arm_started(arm, f"starting engine on port {port}")
+            self.reporter.arm_started(arm, f"starting engine on port {port} (log: {log_path})")
             proc = EngineProcess(argv, env, log_path)
             proc.start()
-            # A port taken between free_port() and the bind shows as an early
-            # exit with EADDRINUSE in the log: try another port.
-            time.sleep(0.2)
-            if proc.exit_code() is not None and "address already in use" in proc.log_tail().lower() and attempt < 2:
+            launch.update(argv=argv, env=env, port=port, pid=proc.pid)
+            self.store.update(ArmRow, arm_id, launch=dict(launch), log_path=str(log_path))
+            client = EngineClient(f"http://127.0.0.1:{port}", timeout=self.opts.request_timeout_s)
+            t0 = time.monotonic()
+            try:
+                proc.wait_ready(client.health, s.health_timeout_s, lambda e: self.reporter.arm_waiting(arm, e))
+                return proc, client, time.monotonic() - t0
+            except EngineStartError as e:
+                client.close()
                 proc.stop()
-                continue
-            return proc, f"http://127.0.0.1:{port}"
-        raise EngineStartError("no free port after 3 attempts", "failed")  # pragma: no cover
-
-    def _session_of(self, arm_id: int) -> int:
-        with self.store.tx() as s:
-            row = s.get(ArmRow, arm_id)
-            return int(row.session_id) if row else 0
+                if attempt < attempts and "address already in use" in e.log_tail.lower():
+                    continue
+                raise
+            except BaseException:
+                client.close()
+                proc.stop()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _check_alive(self, proc: EngineProcess | None, client: EngineClient, resp: Response | None,
                      error: str | None = None) -> None:
@@ -296,11 +301,13 @@ class Runner:
 
     def _store_result(self, arm_id: int, probe: Probe, resp: Response, mode: str,
                       delta: SpecCounters | None = None, repeat: int = 0, concurrency: int = 1) -> ResultRow:
+        text = storable(resp.text)
         return self.store.add(ResultRow(
             arm_id=arm_id, probe_id=self.probe_ids[probe.name], mode=mode, repeat=repeat,
-            ok=resp.ok, error=resp.error, text=resp.text, content=resp.content,
-            token_ids=resp.token_ids, token_texts=resp.token_texts, top_logprobs=resp.top_logprobs,
-            tool_calls=resp.tool_calls, finish_reason=resp.finish_reason, usage=resp.usage,
+            ok=resp.ok, error=storable(resp.error), text=text, content=storable(resp.content),
+            text_raw=[ord(c) for c in resp.text] if text != resp.text else None,
+            token_ids=resp.token_ids, token_texts=storable(resp.token_texts), top_logprobs=resp.top_logprobs,
+            tool_calls=storable(resp.tool_calls), finish_reason=resp.finish_reason, usage=storable(resp.usage),
             ttft_ms=resp.ttft_ms, duration_ms=resp.duration_ms, chunks=resp.chunks,
             counters_delta=delta.to_dict() if delta else {}, concurrency=concurrency,
         ))

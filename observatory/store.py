@@ -6,6 +6,7 @@ whole rows only (a result and its counter deltas land together or not at all).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +27,24 @@ from observatory.db import (
     utcnow,
 )
 from observatory.errors import ObservatoryError
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(value: Any) -> Any:
+    """VALUE with lone surrogates and NUL replaced by U+FFFD in every string.
+
+    Model output is untrusted: a server may send lone surrogates (valid JSON
+    escapes, invalid UTF-8) or NUL, which SQLite text and PostgreSQL reject.
+    """
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [storable(v) for v in value]
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    return value
 
 
 class Store:

@@ -40,3 +40,21 @@ def test_duplicate_migration_names_rejected() -> None:
     engine = create_engine("sqlite://")
     with pytest.raises(ObservatoryError, match="Duplicate migration names: m001_initial"):
         migrate(engine, [MIGRATIONS[0], MIGRATIONS[0]])
+
+
+def test_oldest_schema_is_upgraded_in_place(tmp_path: Path) -> None:
+    """A database written by the first release gains later columns and keeps its rows."""
+    path = tmp_path / "old.db"
+    old = create_engine(f"sqlite:///{path}")
+    migrate(old, MIGRATIONS[:1])
+    with old.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sessions (started_at, status, host, machine, observatory_version, command, options, suite)"
+            " VALUES (CURRENT_TIMESTAMP, 'complete', 'h', '{}', '0.0.1', '[]', '{}', 'default')"
+        ))
+    old.dispose()
+    engine = open_engine(str(path))
+    assert applied(engine) == [m.__name__ for m in MIGRATIONS]
+    assert "text_raw" in {c["name"] for c in inspect(engine).get_columns("results")}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT host FROM sessions")).scalar() == "h"

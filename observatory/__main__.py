@@ -1,0 +1,5 @@
+"""python -m observatory."""
+
+from observatory.cli import cli
+
+cli()
