@@ -9,6 +9,7 @@ observatory and is refused.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from sqlalchemy import (
@@ -25,7 +26,9 @@ from sqlalchemy import (
     Text,
     inspect,
     select,
+    text,
 )
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.engine import Connection, Engine
 
 from observatory.errors import ObservatoryError
@@ -148,8 +151,6 @@ def m001_initial(conn: Connection) -> None:
 
 def m002_result_text_raw(conn: Connection) -> None:
     """Keep a result's exact text as code points when it is not storable as text."""
-    from sqlalchemy import text
-
     conn.execute(text("ALTER TABLE results ADD COLUMN text_raw JSON"))
 
 
@@ -180,7 +181,31 @@ def applied(engine: Engine) -> list[str]:
 
 
 def migrate(engine: Engine, migrations: list[Migration] | None = None) -> list[str]:
-    """Apply the missing migrations; return the names applied now."""
+    """Apply the missing migrations; return the names applied now.
+
+    Two observatory runs may open one database at the same moment: on
+    PostgreSQL an advisory lock serialises them; on SQLite the loser of a race
+    sees "already exists" and retries once the winner's migration is recorded.
+    """
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as lock:
+            lock.execute(text("SELECT pg_advisory_lock(7316001)"))
+            try:
+                return _migrate(engine, migrations)
+            finally:
+                lock.execute(text("SELECT pg_advisory_unlock(7316001)"))
+                lock.commit()
+    for attempt in range(5):
+        try:
+            return _migrate(engine, migrations)
+        except OperationalError:
+            if attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _migrate(engine: Engine, migrations: list[Migration] | None) -> list[str]:
     from observatory.db import utcnow
 
     migrations = MIGRATIONS if migrations is None else migrations

@@ -54,6 +54,16 @@ class Store:
         self.engine = engine or open_engine(db)
         self._sessions = session_factory(self.engine)
 
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @contextmanager
     def tx(self) -> Iterator[Session]:
         """One transaction."""

