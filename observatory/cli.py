@@ -73,9 +73,10 @@ def _mount() -> None:
     cli.add_command(sessions.sessions)
     cli.add_command(sessions.show)
     cli.add_command(sessions.judge)
-    from observatory.commands import gate_cmd
+    from observatory.commands import gate_cmd, selftest
 
     cli.add_command(gate_cmd.gate)
+    cli.add_command(selftest.selftest)
     try:  # TEMP until report_cmd lands
         from observatory.commands import report_cmd
 

@@ -16,8 +16,10 @@ from observatory.store import Store
 from observatory.terminal import RichReporter, print_summary
 
 
-def compare_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The options shared by `compare` and `gate`."""
+def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, ...] = ()) -> Any:
+    """The options shared by `compare`, `gate` and `selftest` (minus EXCLUDE, by option name)."""
+    if f is None:
+        return lambda g: compare_options(g, exclude=exclude)
     opts = [
         click.option("--arms", default="base,mtp1,mtp2", show_default=True,
                      help="Comma list: base, mtpK, ngramK, spec, names from --arms-file, NAME=URL; +fault=F."),
@@ -47,6 +49,9 @@ def compare_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--quiet", is_flag=True, help="No progress output."),
     ]
     for o in reversed(opts):
+        probe = o(lambda: None)
+        if probe.__click_params__[0].name in exclude:  # type: ignore[attr-defined]
+            continue
         f = o(f)
     return f
 

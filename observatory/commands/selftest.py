@@ -1,0 +1,84 @@
+"""`observatory selftest`: prove the gates fire on the real engine (negative controls).
+
+Runs base, an A/A copy of base, and one MTP arm per injected fault (see
+`observatory.faults`) in one session, then prints, per fault, which gates
+caught it. Exits 0 only if every fault is caught and the A/A control is clean.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from observatory.arms import FAULTS
+from observatory.commands.compare import compare_options, run_compare
+from observatory.report_data import build
+
+DEFAULT_ARM = "mtp1"
+
+
+def selftest_findings(data: dict[str, Any]) -> dict[str, Any]:
+    """Per fault arm: the gates that failed it; the A/A control's cleanliness.
+
+    A fault counts as caught by FAIL verdicts only: probes the base arm fails
+    are NOT_DISCRIMINATING for the fault arm and do not count.
+    """
+    findings: dict[str, Any] = {"faults": {}, "aa": None}
+    for arm in data["arms"]:
+        fault = (arm["launch"] or {}).get("fault")
+        if fault:
+            gates: dict[str, int] = {}
+            for r in arm["results"]:
+                for g, v in r["verdicts"].items():
+                    if v["verdict"] == "FAIL":
+                        gates[g] = gates.get(g, 0) + 1
+            findings["faults"][fault] = {"arm": arm["name"], "status": arm["status"], "caught_by": gates,
+                                         "drafts": arm["counters"]["drafts"]}
+        elif arm.get("copy_of"):
+            bad = [f"{r['probe']}: {g} {v['verdict']}" for r in arm["results"]
+                   for g, v in r["verdicts"].items() if v["verdict"] == "FAIL"]
+            findings["aa"] = {"arm": arm["name"], "status": arm["status"], "failures": bad,
+                              "clean": arm["status"] == "ok" and not bad}
+    return findings
+
+
+@click.command(name="selftest")
+@compare_options(exclude=("arms", "arms_file", "speculative_config"))
+@click.option("--spec-arm", default=DEFAULT_ARM, show_default=True,
+              help="The speculating preset each fault is injected into (mtpK).")
+def selftest(spec_arm: str, **kw: Any) -> int:
+    """Inject each known fault into a real engine and show which gates catch it.
+
+    \b
+    observatory selftest
+    observatory selftest --spec-arm mtp2 --db selftest.db
+    """
+    arms = ["base", "base"] + [f"{spec_arm}+fault={f}" for f in FAULTS]
+    kw.update(arms=",".join(arms), arms_file=None, speculative_config=None)
+    store, session_id, interrupted = run_compare(kw)
+    if interrupted:
+        return 130
+    findings = selftest_findings(build(store, session_id))
+    console = Console()
+    table = Table(title=f"selftest (session {session_id})")
+    for col in ("fault", "arm", "drafts", "caught by", ""):
+        table.add_column(col)
+    ok = True
+    for fault in FAULTS:
+        f = findings["faults"].get(fault)
+        caught = bool(f and f["caught_by"] and f["status"] == "ok")
+        ok &= caught
+        gates = ", ".join(f"{g} ({n})" for g, n in sorted(f["caught_by"].items())) if f else ""
+        table.add_row(fault, Text(f["arm"] if f else "-"), str(f["drafts"] if f else "-"), Text(gates or "nothing"),
+                      Text("CAUGHT" if caught else "MISSED", style="green" if caught else "bold red"))
+    console.print(table)
+    aa = findings["aa"]
+    clean = bool(aa and aa["clean"])
+    ok &= clean
+    console.print(Text(f"A/A control {aa['arm'] if aa else '-'}: " + ("clean" if clean else f"NOT clean: {aa}"),
+                       style="green" if clean else "bold red"))
+    return 0 if ok else 1
