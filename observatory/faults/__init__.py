@@ -1,0 +1,150 @@
+"""Speculative-decoding fault injection: a vLLM general plugin (the negative control).
+
+The observatory's gates claim to catch broken speculative decoding. This plugin
+proves they fire on the *real* engine: it breaks spec decoding on purpose, in
+the ways the field saw it break, when and only when ``OBSERVATORY_FAULT`` names
+a fault. It is registered in ``pyproject.toml``::
+
+    [project.entry-points."vllm.general_plugins"]
+    observatory_faults = "observatory.faults:register"
+
+vLLM calls `register` in every process that loads general plugins
+(``vllm.plugins.load_general_plugins``): the API server (at CLI parsing and in
+``EngineArgs``), the engine core (``EngineCore.__init__``) and every worker
+(``WorkerWrapperBase.init_worker``). Importing this module is cheap (no vLLM,
+no torch); with the variable unset or empty `register` returns at once.
+
+Faults (``OBSERVATORY_FAULT=name`` or a comma-separated list, e.g.
+``accept_all,drop_bonus``):
+
+``accept_all``
+    Draft tokens are accepted without verification: a speculative step emits
+    the draft head's proposals plus the bonus token sampled after them.
+    Injected in the rejection sampler, so the engine is fully consistent with
+    the (wrong) tokens: it is as if the target had agreed with every draft.
+``ghost``
+    The last token emitted for a request in one step is emitted again at the
+    start of its next speculative step (a duplicated "ghost" token in the
+    stream). Injected where the scheduler hands a step's tokens to the client.
+``drop_bonus``
+    The bonus token of a fully accepted step is dropped from the stream. Also
+    injected at the scheduler -> client boundary: the engine keeps the token
+    and generates on from it, so the client's text silently loses it.
+
+Why ``ghost`` and ``drop_bonus`` are not rejection-sampler faults (see
+`observatory.faults.patches` for the hook points per vLLM version): the
+sampler's output is at once the stream *and* the engine's state (it becomes
+the next step's input, the drafter's input and the scheduler's
+accepted/rejected count). Dropping the bonus there is a lossless fault: the
+scheduler counts it as one more rejected draft and the next step regenerates
+the very same token, so greedy output does not change at all (only the
+acceptance rate drops). A ghost there needs the previous step's token, which
+the sampler never sees, and an extra token per row breaks the
+``len(generated) - 1 == accepted`` bookkeeping. At the scheduler -> client
+boundary both faults change exactly what the client sees, the engine stays
+untouched and consistent, and the signature is exact: ``ghost`` output with
+the duplicates removed, and ``drop_bonus`` output with the lost tokens put
+back, equal the clean output.
+
+Every fault changes only speculative steps (a request step that verified at
+least one draft token): a base arm without speculation is untouched even with
+the variable set.
+
+An unknown fault name raises `FaultConfigError` from `register`. vLLM does not
+catch exceptions from a general plugin's function (only from loading it), and
+the API server calls `register` while parsing its command line, so a typo
+stops the server before it loads a model, with this message. Logging and
+running clean instead would make the negative control silently pass: the
+observatory would report "gates did not fire" for a fault that was never
+injected, which is exactly the false negative a negative control exists to
+rule out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+from observatory.errors import ObservatoryError
+
+__all__ = [
+    "ENV_VAR",
+    "FAULTS",
+    "FaultConfigError",
+    "active_faults",
+    "parse_faults",
+    "register",
+]
+
+ENV_VAR = "OBSERVATORY_FAULT"
+
+# name -> one-line description (the registry; patches.py maps names to hooks).
+FAULTS: dict[str, str] = {
+    "accept_all": "draft tokens accepted without verification (drafts + bonus emitted)",
+    "ghost": "last token of a step emitted again at the start of the next spec step",
+    "drop_bonus": "bonus token of a fully accepted spec step dropped from the stream",
+}
+
+# Values that mean "no fault" (so a shell can switch the variable off in place).
+_OFF = frozenset({"", "none", "off", "0", "false", "no"})
+
+# A child of vLLM's logger, so messages use vLLM's handler and format in every
+# process (vLLM configures the "vllm" logger and stops propagation there).
+logger = logging.getLogger("vllm.plugins.observatory_faults")
+
+
+class FaultConfigError(ObservatoryError, ValueError):
+    """``OBSERVATORY_FAULT`` names a fault that does not exist."""
+
+
+def parse_faults(value: str | None) -> frozenset[str]:
+    """Parse the variable's value into a set of fault names.
+
+    ``None``, empty, or one of ``none/off/0/false/no`` (any case) mean no
+    fault. Otherwise a comma- or whitespace-separated list of names from
+    `FAULTS`, case-insensitive; ``-`` is accepted for ``_``. Raises
+    `FaultConfigError` on any unknown name.
+    """
+    if value is None:
+        return frozenset()
+    text = value.strip()
+    if text.lower() in _OFF:
+        return frozenset()
+    names = [n.strip().lower().replace("-", "_") for n in text.replace(",", " ").split()]
+    unknown = sorted({n for n in names if n not in FAULTS})
+    if unknown:
+        raise FaultConfigError(
+            f"{ENV_VAR}={value!r}: unknown fault(s) {', '.join(unknown)}; "
+            f"known faults: {', '.join(sorted(FAULTS))} "
+            f"(comma-separated to combine; unset or 'none' for no fault)"
+        )
+    return frozenset(names)
+
+
+def active_faults(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The faults named by the environment (``os.environ`` by default)."""
+    env = os.environ if environ is None else environ
+    return parse_faults(env.get(ENV_VAR))
+
+
+def register() -> None:
+    """vLLM general-plugin entry point. Inert unless ``OBSERVATORY_FAULT`` is set.
+
+    Safe to call several times in one process (vLLM may; a forked child
+    inherits patched modules): patches are applied once per module.
+    """
+    faults = active_faults()
+    if not faults:
+        return
+    from observatory.faults import patches  # only when armed: keeps import cheap
+
+    patches.install(faults)
+    logger.warning(
+        "%s=%s: observatory fault injection ARMED in pid %d; speculative "
+        "decoding outputs will be corrupted on purpose (%s)",
+        ENV_VAR,
+        ",".join(sorted(faults)),
+        os.getpid(),
+        "; ".join(f"{n}: {FAULTS[n]}" for n in sorted(faults)),
+    )
