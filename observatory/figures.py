@@ -228,6 +228,9 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
         diffs = launch_differences(arm, base)
         if diffs:
             out.append({"code": "CONFOUNDED", "detail": "differs from base in more than speculation: " + "; ".join(diffs)})
+    if launch.get("timing") == "concurrent" and launch.get("concurrent_with"):
+        out.append({"code": "CONCURRENT", "detail": "timed while " + ", ".join(launch["concurrent_with"])
+                    + " ran on the same host: throughput figures are not comparable (use --timing sequential)"})
     gap = cudagraph_gap(arm)
     if gap and not is_spec:
         out.append({"code": "CONFOUNDED", "detail": gap + " on the base arm: speedups against it are inflated"})

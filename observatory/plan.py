@@ -17,6 +17,7 @@ from typing import Any
 
 from observatory.arms import parse_arms
 from observatory.errors import ObservatoryError
+from observatory.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.paths import DEFAULT_MODEL_DIR
 from observatory.probes import load_probe_file, resolve_suite
 from observatory.runner import CompareOptions
@@ -89,6 +90,9 @@ def plan_compare(
     api_key: str | None = None,
     diffs: bool = True,
     image: str | None = None,
+    gpus_per_arm: int = 1,
+    parallel_arms: bool = False,
+    timing: str = "sequential",
     command: list[str] | None = None,
 ) -> CompareOptions:
     """Validate everything and return the options of one compare session."""
@@ -116,8 +120,14 @@ def plan_compare(
         seed=seed, extra_args=list(engine_args), spec_extra=extra,
         health_timeout_s=health_timeout, image=image,
     )
-    if "VLLM_CPU_KVCACHE_SPACE" not in os.environ and not Path("/dev/nvidia0").exists():
+    n_gpus = gpu_count()
+    if n_gpus == 0 and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         settings.env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; ample for the tiny default
+    if n_gpus:
+        settings.env.update(NO_MULTICAST_ENV)
+    if timing not in ("sequential", "concurrent"):
+        raise ObservatoryError("--timing must be 'sequential' or 'concurrent'")
+    plan_waves(len(arm_list), n_gpus, gpus_per_arm, parallel_arms)  # validates the GPU request
     if image is None and any(a.url is None for a in arm_list):
         check_engine_python(settings.python)
     return CompareOptions(
@@ -125,4 +135,5 @@ def plan_compare(
         log_dir=Path(log_dir), api_key=api_key,
         concurrency=parse_int_list(concurrency, "--concurrency"), repeat=repeat,
         request_timeout_s=request_timeout, diffs=diffs, command=command or [],
+        gpu_count=n_gpus, gpus_per_arm=gpus_per_arm, parallel_arms=parallel_arms, timing=timing,
     )

@@ -25,12 +25,13 @@ from typing import Any, Protocol
 
 from observatory import __version__
 from observatory.arms import Arm
-from observatory.client import EngineClient, Response, request_params
+from observatory.client import EngineClient, request_params
 from observatory.errors import ObservatoryError
-from observatory.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow, utcnow
+from observatory.db import ArmRow, ProbeRow, SessionRow, utcnow
 from observatory.evaluate import evaluate
 from observatory.machine import describe
-from observatory.metrics import SpecCounters
+from observatory.gpus import plan_waves
+from observatory.measure import ArmCrashed, ArmRun
 from observatory.probes import Probe
 from observatory.server import (
     EngineProcess,
@@ -41,7 +42,7 @@ from observatory.server import (
     free_port,
     speculative_config_for,
 )
-from observatory.store import Store, storable
+from observatory.store import Store
 
 
 class Interrupted(BaseException):
@@ -96,17 +97,13 @@ class CompareOptions:
     request_timeout_s: float = 300.0
     diffs: bool = True
     command: list[str] = field(default_factory=list)
+    gpu_count: int = 0
+    gpus_per_arm: int = 1
+    parallel_arms: bool = False
+    # "sequential": timed runs one arm at a time; "concurrent": as the arms ran
+    timing: str = "sequential"
     # the plan_compare() arguments, stored so `compare --resume` can rebuild this
     plan: dict[str, Any] = field(default_factory=dict)
-
-
-class ArmCrashed(Exception):
-    """The engine died or stopped answering mid-arm."""
-
-    def __init__(self, status: str, reason: str):
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
@@ -157,7 +154,7 @@ class Runner:
         self.store.update(SessionRow, session_id, status="running", finished_at=None, reason=None)
 
     def run(self, session_id: int | None = None) -> int:
-        """Run every arm; return the session id. Re-raises Interrupted after storing it."""
+        """Run every arm, wave by wave; return the session id. Re-raises Interrupted after storing it."""
         if session_id is None:
             session_id = self.create_session()
         self.reporter.session_started(session_id, self.opts.arms, self.opts.probes)
@@ -165,12 +162,18 @@ class Runner:
         status, reason = "complete", None
         try:
             existing = {a.name: a for a in self.store.arms(session_id)}
-            for pos, arm in enumerate(self.opts.arms):
-                row = existing.get(arm.name)
-                if row is not None and row.status not in ("pending", "interrupted", "starting", "running"):
-                    continue  # --resume: this arm already ran
-                self._run_arm(session_id, pos, arm, row)
-                evaluate(self.store, session_id)
+            waves = plan_waves(len(self.opts.arms), self.opts.gpu_count, self.opts.gpus_per_arm, self.opts.parallel_arms)
+            for w, wave in enumerate(waves):
+                todo = []
+                for pos, gpus in wave:
+                    arm = self.opts.arms[pos]
+                    row = existing.get(arm.name)
+                    if row is not None and row.status not in ("pending", "interrupted", "starting", "running"):
+                        continue  # --resume: this arm already ran
+                    todo.append((pos, arm, row, gpus))
+                if todo:
+                    self._run_wave(session_id, w, todo)
+                    evaluate(self.store, session_id)
         except (Interrupted, KeyboardInterrupt) as e:
             status, reason = "interrupted", str(e) or "KeyboardInterrupt"
             raise
@@ -185,73 +188,126 @@ class Runner:
                 self.store.finish_session(session_id, status, reason)
         return session_id
 
-    # -- one arm --------------------------------------------------------
-    def _run_arm(self, session_id: int, pos: int, arm: Arm, row: ArmRow | None) -> None:
+    # -- a wave of arms -------------------------------------------------
+    def _run_wave(self, session_id: int, wave: int, todo: list[tuple[int, Arm, ArmRow | None, list[int] | None]]) -> None:
+        """Launch and check the wave's arms together, time them, stop them.
+
+        One arm is a wave of one. Arms of a wave run their correctness passes
+        at once on disjoint GPUs; their timed runs follow one at a time with
+        --timing sequential, or at once (and flagged) otherwise.
+        """
+        names = [arm.name for _, arm, _, _ in todo]
+        runs: list[ArmRun] = []
+        try:
+            for pos, arm, row, gpus in todo:
+                runs.append(self._new_run(session_id, pos, arm, row, gpus, wave, [n for n in names if n != arm.name]))
+            self._each(runs, lambda r: (self._start(r, session_id), self._phase(r, r.correctness)))
+            if self.opts.timing == "sequential" or len(runs) == 1:
+                for r in runs:
+                    self._phase(r, r.throughput)
+            else:
+                self._each(runs, lambda r: self._phase(r, r.throughput))
+        except (Interrupted, KeyboardInterrupt):
+            for r in runs:
+                r.status, r.reason = "interrupted", "the observatory was interrupted during this arm"
+            raise
+        finally:
+            for r in runs:
+                self._finish(r)
+
+    def _each(self, runs: list[ArmRun], fn: Any) -> None:
+        if len(runs) == 1:
+            fn(runs[0])
+            return
+        with ThreadPoolExecutor(max_workers=len(runs)) as ex:
+            futures = [ex.submit(fn, r) for r in runs]
+            try:
+                for f in futures:
+                    f.result()
+            except BaseException:
+                # stop every engine so the workers' requests fail fast and the pool drains
+                for r in runs:
+                    if r.proc is not None:
+                        r.proc.stop(grace_s=5)
+                raise
+
+    def _new_run(self, session_id: int, pos: int, arm: Arm, row: ArmRow | None, gpus: list[int] | None,
+                 wave: int, concurrent_with: list[str]) -> ArmRun:
         s = self.opts.settings
         launch: dict[str, Any] = {
             "speculative_config": speculative_config_for(arm, s),
             "engine_args": arm.engine_args, "fault": arm.fault, "copy_of": arm.copy_of, "url": arm.url,
+            "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
+            "timing": self.opts.timing if concurrent_with else "alone",
         }
         values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
-                      launch=launch, started_at=utcnow())
+                      launch=launch, started_at=utcnow(), reason=None, log_tail=None)
         if row is None:
             row = self.store.add(ArmRow(**values))
         else:
             self.store.clear_arm(row.id)
             self.store.update(ArmRow, row.id, **values)
-        arm_id = int(row.id)
-        proc: EngineProcess | None = None
-        status, reason = "ok", None
+        return ArmRun(self, arm, int(row.id), gpus=gpus, extra={"launch": launch})
+
+    def _start(self, r: ArmRun, session_id: int) -> None:
+        """Launch (or reach) the arm's engine; on failure the run carries the reason."""
+        arm = r.arm
         try:
-            client: EngineClient
             if arm.url:
                 self.reporter.arm_started(arm, f"using {arm.url}")
-                client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s)
-                if not client.health():
-                    client.close()
+                r.client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s)
+                if not r.client.health():
                     raise EngineStartError(f"{arm.url}/health did not answer 200", "failed")
                 ready_s = 0.0
             else:
-                proc, client, ready_s = self._launch(arm, arm_id, session_id, launch)
-            try:
-                version = client.version()
-                self.store.update(ArmRow, arm_id, status="running", ready_at=utcnow(),
-                                  engine_version=version, model=client.model())
-                self.reporter.arm_ready(arm, ready_s, version)
-                self._measure(arm, arm_id, client, proc)
-            finally:
-                client.close()
+                r.proc, r.client, ready_s = self._launch(r, session_id)
+            version = r.client.version()
+            self.store.update(ArmRow, r.arm_id, status="running", ready_at=utcnow(),
+                              engine_version=version, model=r.client.model())
+            self.reporter.arm_ready(arm, ready_s, version)
         except EngineStartError as e:
-            status, reason = e.status, str(e)
-            self.store.update(ArmRow, arm_id, log_tail=e.log_tail or (proc.log_tail() if proc else None))
-        except ArmCrashed as e:
-            status, reason = e.status, e.reason
-        except (Interrupted, KeyboardInterrupt):
-            status, reason = "interrupted", "the observatory was interrupted during this arm"
-            raise
-        finally:
-            if proc is not None:
-                proc.stop()
-                self.store.update(ArmRow, arm_id, log_tail=proc.log_tail())
-            self.store.update(ArmRow, arm_id, status=status, reason=reason, finished_at=utcnow())
-            self.reporter.arm_finished(arm, status, reason)
+            r.status, r.reason = e.status, str(e)
+            self.store.update(ArmRow, r.arm_id, log_tail=e.log_tail or None)
+        except ObservatoryError as e:
+            r.status, r.reason = "failed", str(e)
 
-    def _launch(self, arm: Arm, arm_id: int, session_id: int,
-                launch: dict[str, Any]) -> tuple[EngineProcess, EngineClient, float]:
+    def _phase(self, r: ArmRun, fn: Any) -> None:
+        """Run one measuring phase if the arm is still live; a crash ends the arm, not the session."""
+        if not r.live:
+            return
+        try:
+            fn()
+        except ArmCrashed as e:
+            r.status, r.reason = e.status, e.reason
+
+    def _finish(self, r: ArmRun) -> None:
+        if r.client is not None:
+            r.client.close()
+        if r.proc is not None:
+            r.proc.stop()
+            self.store.update(ArmRow, r.arm_id, log_tail=r.proc.log_tail())
+        self.store.update(ArmRow, r.arm_id, status=r.status, reason=r.reason, finished_at=utcnow())
+        self.reporter.arm_finished(r.arm, r.status, r.reason)
+
+    def _launch(self, r: ArmRun, session_id: int) -> tuple[EngineProcess, EngineClient, float]:
         """Start the engine and wait until it is healthy; a port taken under us is retried."""
-        s = self.opts.settings
+        arm, s, launch = r.arm, self.opts.settings, r.extra["launch"]
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in arm.name)
         log_path = self.opts.log_dir / f"session-{session_id}-{safe}.log"
         attempts = 3
         for attempt in range(1, attempts + 1):
             port = free_port()
-            argv = engine_argv(arm, s, port)
             env = engine_env(arm, s)
+            if r.gpus is not None:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in r.gpus)
+            container = f"observatory-{session_id}-{safe}-{port}" if s.image else None
+            argv = engine_argv(arm, s, port, env, r.gpus, container)
             self.reporter.arm_started(arm, f"starting engine on port {port} (log: {log_path})")
-            proc = EngineProcess(argv, env, log_path)
+            proc = EngineProcess(argv, env, log_path, container)
+            r.proc = proc  # registered at once, so an interrupt can stop it
             proc.start()
             launch.update(argv=argv, env=env, port=port, pid=proc.pid)
-            self.store.update(ArmRow, arm_id, launch=dict(launch), log_path=str(log_path))
+            self.store.update(ArmRow, r.arm_id, launch=dict(launch), log_path=str(log_path))
             client = EngineClient(f"http://127.0.0.1:{port}", timeout=self.opts.request_timeout_s)
             t0 = time.monotonic()
             try:
@@ -268,105 +324,6 @@ class Runner:
                 proc.stop()
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _check_alive(self, proc: EngineProcess | None, client: EngineClient, resp: Response | None,
-                     error: str | None = None) -> None:
-        """After a failed request: is the engine dead (CRASHED), silent (HUNG), or just refusing this one?"""
-        if resp is not None and resp.ok:
-            return
-        error = error or (resp.error if resp else None)
-        if "Timeout" in (error or ""):
-            # A request past --request-timeout is a hang even while /health
-            # still answers (a stuck engine core often leaves the API server up).
-            if proc is not None and proc.exit_code() is not None:
-                raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
-            raise ArmCrashed("hung", f"engine stopped answering within the request timeout: {error}")
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            if proc is not None and proc.exit_code() is not None:
-                raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
-            if client.health():
-                return  # alive: a per-request error, stored with the result
-            time.sleep(1.0)
-        if proc is not None and proc.exit_code() is not None:
-            raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
-        raise ArmCrashed("hung", f"engine stopped answering /health after: {error}")
-
-    def _counters(self, proc: EngineProcess | None, client: EngineClient) -> SpecCounters:
-        try:
-            return client.counters()
-        except ObservatoryError as e:
-            self._check_alive(proc, client, None, str(e))
-            raise ArmCrashed("crashed", str(e)) from None
-
-    def _store_result(self, arm_id: int, probe: Probe, resp: Response, mode: str,
-                      delta: SpecCounters | None = None, repeat: int = 0, concurrency: int = 1) -> ResultRow:
-        text = storable(resp.text)
-        return self.store.add(ResultRow(
-            arm_id=arm_id, probe_id=self.probe_ids[probe.name], mode=mode, repeat=repeat,
-            ok=resp.ok, error=storable(resp.error), text=text, content=storable(resp.content),
-            text_raw=[ord(c) for c in resp.text] if text != resp.text else None,
-            token_ids=resp.token_ids, token_texts=storable(resp.token_texts), top_logprobs=resp.top_logprobs,
-            tool_calls=storable(resp.tool_calls), finish_reason=resp.finish_reason, usage=storable(resp.usage),
-            ttft_ms=resp.ttft_ms, duration_ms=resp.duration_ms, chunks=resp.chunks,
-            counters_delta=delta.to_dict() if delta else {}, concurrency=concurrency,
-        ))
-
-    def _measure(self, arm: Arm, arm_id: int, client: EngineClient, proc: EngineProcess | None) -> None:
-        probes = self.opts.probes
-        # Warm-up: stored, never counted (first request pays compile/caches).
-        resp = client.run(probes[0], stream=True)
-        self._store_result(arm_id, probes[0], resp, "warmup")
-        self._check_alive(proc, client, resp)
-        total = SpecCounters()
-        for i, probe in enumerate(probes):
-            self.reporter.step(arm, "probes", i, len(probes))
-            before = self._counters(proc, client)
-            resp = client.run(probe, stream=True)
-            if not resp.ok:
-                self._store_result(arm_id, probe, resp, "stream")
-                self._check_alive(proc, client, resp)
-                continue
-            delta = self._counters(proc, client) - before
-            total = total + delta
-            self._store_result(arm_id, probe, resp, "stream", delta)
-        self.reporter.step(arm, "probes", len(probes), len(probes))
-        self.store.update(ArmRow, arm_id, counters=total.to_dict())
-        if self.opts.diffs:
-            for i, probe in enumerate(probes):
-                self.reporter.step(arm, "non-streamed", i, len(probes))
-                resp = client.run(probe, stream=False)
-                self._store_result(arm_id, probe, resp, "nonstream")
-                self._check_alive(proc, client, resp)
-            self.reporter.step(arm, "concurrent batch", 0, 1)
-            with ThreadPoolExecutor(max_workers=len(probes)) as ex:
-                resps = list(ex.map(lambda p: client.run(p, stream=True), probes))
-            for probe, resp in zip(probes, resps):
-                self._store_result(arm_id, probe, resp, "batch", concurrency=len(probes))
-                self._check_alive(proc, client, resp)
-        self._throughput(arm, arm_id, client, proc)
-
-    def _throughput(self, arm: Arm, arm_id: int, client: EngineClient, proc: EngineProcess | None) -> None:
-        probes = self.opts.probes
-        for level in self.opts.concurrency:
-            for rep in range(self.opts.repeat):
-                self.reporter.step(arm, f"timed c={level}", rep, self.opts.repeat)
-                # Each level sends `level` copies of every probe, `level` at a time.
-                work = [p for p in probes for _ in range(level)]
-                before = self._counters(proc, client)
-                t0 = time.perf_counter()
-                with ThreadPoolExecutor(max_workers=level) as ex:
-                    resps = list(ex.map(lambda p: client.run(p, stream=True), work))
-                wall = time.perf_counter() - t0
-                delta = self._counters(proc, client) - before
-                for probe, resp in zip(work, resps):
-                    self._store_result(arm_id, probe, resp, "timed", repeat=rep, concurrency=level)
-                    self._check_alive(proc, client, resp)
-                self.store.add(MeasurementRow(
-                    arm_id=arm_id, concurrency=level, repeat=rep, requests=len(work),
-                    completion_tokens=sum(len(r.token_ids) for r in resps), wall_s=wall,
-                    counters_delta=delta.to_dict(),
-                ))
 
 
 def _jsonable_params(params: dict[str, Any]) -> dict[str, Any]:

@@ -69,8 +69,8 @@ def speculative_config_for(arm: Arm, settings: EngineSettings) -> dict[str, Any]
     return {**arm.speculative_config, **settings.spec_extra}
 
 
-def engine_argv(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
-    """The full command line that launches ARM."""
+def engine_args(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
+    """The engine's own flags for ARM (the same whether launched directly or in an image)."""
     args = ["--model", settings.model, "--host", "127.0.0.1", "--port", str(port),
             "--seed", str(settings.seed), "--max-logprobs", str(settings.max_logprobs)]
     if settings.dtype:
@@ -85,15 +85,37 @@ def engine_argv(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
     spec = speculative_config_for(arm, settings)
     if spec is not None:
         args += ["--speculative-config", _json(spec)]
+    return args
+
+
+def engine_argv(arm: Arm, settings: EngineSettings, port: int, env: dict[str, str] | None = None,
+                gpus: list[int] | None = None, container: str | None = None) -> list[str]:
+    """The full command line that launches ARM."""
+    args = engine_args(arm, settings, port)
     if settings.image:
-        return docker_argv(settings.image, args, port)
+        mounts = [settings.model] if Path(settings.model).exists() else []
+        return docker_argv(settings.image, args, env or {}, gpus, container, mounts)
     return [settings.python, "-m", "vllm.entrypoints.openai.api_server", *args]
 
 
-def docker_argv(image: str, engine_args: list[str], port: int) -> list[str]:
-    """`docker run` for a serving image whose entrypoint is the OpenAI server."""
-    return ["docker", "run", "--rm", "--gpus", "all", "--ipc=host", "--network=host",
-            "-e", "NCCL_NVLS_ENABLE=0", image, *engine_args]
+def docker_argv(image: str, args: list[str], env: dict[str, str], gpus: list[int] | None,
+                container: str | None, mounts: list[str] | None = None) -> list[str]:
+    """`docker run` for a serving image whose entrypoint is vLLM's OpenAI server.
+
+    Host networking (the engine binds 127.0.0.1:PORT as when launched
+    directly), the arm's GPUs only, the arm's environment overrides, and a
+    local model folder mounted read-only at its own path.
+    """
+    device = "all" if gpus is None else "device=" + ",".join(str(g) for g in gpus)
+    argv = ["docker", "run", "--rm", "--network=host", "--ipc=host", "--gpus", device]
+    if container:
+        argv += ["--name", container]
+    for path in mounts or []:  # a local model folder, read-only at the same path
+        argv += ["-v", f"{path}:{path}:ro"]
+    for k, v in sorted(env.items()):
+        if k != "CUDA_VISIBLE_DEVICES":  # docker's --gpus picks the devices
+            argv += ["-e", f"{k}={v}"]
+    return [*argv, image, *args]
 
 
 def engine_env(arm: Arm, settings: EngineSettings) -> dict[str, str]:
@@ -114,10 +136,12 @@ def _json(obj: Any) -> str:
 class EngineProcess:
     """One engine child process in its own process group."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path, container: str | None = None):
         self.argv = argv
         self.env = env
         self.log_path = log_path
+        # a docker container outlives its `docker run` client: removed by name on stop
+        self.container = container
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -176,6 +200,8 @@ class EngineProcess:
                 pass
         # Children of the engine (its engine-core process) may outlive it.
         _signal_group(pgid, signal.SIGKILL)
+        if self.container:
+            subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, timeout=60, check=False)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover

@@ -15,13 +15,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class StubServer:
     """Serves /health, /version, /v1/models, /metrics; chat completions per `mode`.
 
-    mode: "hang" (never answers a completion), "malformed" (200 with a broken
+    mode: "ok" (answers every completion, streamed or not, after `delay_s`),
+    "hang" (never answers a completion), "malformed" (200 with a broken
     body), "hang_after:N" (answers N completions, then hangs everything,
     /health included).
     """
 
-    def __init__(self, mode: str):
+    def __init__(self, mode: str, delay_s: float = 0.0):
         self.mode = mode
+        self.delay_s = delay_s
         self.completions = 0
         self.stop_event = threading.Event()
         stub = self
@@ -60,12 +62,26 @@ class StubServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 n = int(self.headers.get("Content-Length", 0))
-                json.loads(self.rfile.read(n) or b"{}")
+                request = json.loads(self.rfile.read(n) or b"{}")
                 if stub.mode == "hang" or self._hung():
                     return self._hang()
                 stub.completions += 1
                 if stub.mode == "malformed":
                     return self._send(200, b'{"id": "x", "choices": [{"message": ')
+                time.sleep(stub.delay_s)
+                logprobs = {"content": [{"token": "token_id:5", "logprob": 0.0, "bytes": [111, 107], "top_logprobs": []}]}
+                if request.get("stream"):
+                    chunks = [
+                        {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
+                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"},
+                                      "logprobs": logprobs, "finish_reason": None}]},
+                        {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
+                         "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                        {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
+                         "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
+                    ]
+                    data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+                    return self._send(200, data.encode(), "text/event-stream")
                 body = {
                     "id": "c", "object": "chat.completion", "created": int(time.time()), "model": "stub-model",
                     "choices": [{"index": 0, "finish_reason": "stop",

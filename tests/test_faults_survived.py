@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from observatory.cli import cli
@@ -71,3 +72,24 @@ def test_server_that_hangs_mid_session(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     arm = _show(db)["arms"][0]
     assert arm["status"] == "hung"
+
+
+def test_parallel_arms_share_one_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 9 on the CPU: with 2 (fake) GPUs, arms run two at a time in one session and say so."""
+    monkeypatch.setenv("OBSERVATORY_GPU_COUNT", "2")
+    db = tmp_path / "p.db"
+    with StubServer("ok", delay_s=0.3) as a, StubServer("ok", delay_s=0.3) as b, StubServer("ok", delay_s=0.3) as c:
+        r = CliRunner().invoke(cli, [
+            "compare", "--arms", f"base={a.url},mtp1={b.url},mtp2={c.url}", "--suite", _suite(tmp_path),
+            "--db", str(db), "--parallel-arms", "--timing", "concurrent", "--quiet",
+        ])
+    assert r.exit_code == 0, r.output
+    arms = _show(db)["arms"]
+    assert [a["launch"]["wave"] for a in arms] == [0, 0, 1]
+    assert [a["launch"]["gpus"] for a in arms] == [[0], [1], [0]]
+    assert arms[0]["launch"]["concurrent_with"] == ["mtp1"] and arms[2]["launch"]["concurrent_with"] == []
+    # the first two really overlapped in time; the third ran after them
+    assert arms[0]["started_at"] <= arms[1]["finished_at"] and arms[1]["started_at"] <= arms[0]["finished_at"]
+    assert arms[2]["started_at"] >= min(arms[0]["finished_at"], arms[1]["finished_at"])
+    assert any(v["code"] == "CONCURRENT" for v in arms[1]["validity"])
+    assert not any(v["code"] == "CONCURRENT" for v in arms[2]["validity"])

@@ -46,6 +46,11 @@ def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, 
                      help="Bearer key for URL arms (never stored)."),
         click.option("--no-diffs", is_flag=True, help="Skip the non-streamed and concurrent-batch passes."),
         click.option("--image", help="Serving image: launch arms with docker run --gpus all IMAGE."),
+        click.option("--gpus-per-arm", type=int, default=1, show_default=True,
+                     help="GPUs each arm gets (CUDA_VISIBLE_DEVICES), e.g. 2 for TP=2 arms."),
+        click.option("--parallel-arms", is_flag=True, help="Run arms at once on disjoint GPUs of this host."),
+        click.option("--timing", type=click.Choice(["sequential", "concurrent"]), default="sequential",
+                     show_default=True, help="With --parallel-arms: time each arm alone, or as they ran (flagged)."),
         click.option("--quiet", is_flag=True, help="No progress output."),
     ]
     for o in reversed(opts):

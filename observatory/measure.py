@@ -1,0 +1,169 @@
+"""What is measured on one running arm: correctness passes, then timed runs.
+
+`ArmRun` holds one arm's live engine (process handle and client) and writes
+each result to the store as it arrives, with the spec counters read just
+before and after every streamed probe. A failed request is stored with its
+error; an engine that died or stopped answering raises `ArmCrashed`.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from observatory.arms import Arm
+from observatory.client import EngineClient, Response
+from observatory.db import ArmRow, MeasurementRow, ResultRow
+from observatory.errors import ObservatoryError
+from observatory.metrics import SpecCounters
+from observatory.probes import Probe
+from observatory.server import EngineProcess
+from observatory.store import storable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from observatory.runner import Reporter, Runner
+
+
+class ArmCrashed(Exception):
+    """The engine died or stopped answering mid-arm."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class ArmRun:
+    """One arm with a live engine, between launch and stop."""
+
+    runner: Runner
+    arm: Arm
+    arm_id: int
+    proc: EngineProcess | None = None
+    client: EngineClient | None = None
+    status: str = "ok"
+    reason: str | None = None
+    gpus: list[int] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reporter(self) -> Reporter:
+        """Where progress goes."""
+        return self.runner.reporter
+
+    @property
+    def live(self) -> bool:
+        """Whether the arm is still fit to measure."""
+        return self.status == "ok" and self.client is not None
+
+    # -- failures ------------------------------------------------------
+    def check_alive(self, resp: Response | None, error: str | None = None) -> None:
+        """After a failed request: is the engine dead (CRASHED), silent (HUNG), or refusing just this one?"""
+        if resp is not None and resp.ok:
+            return
+        assert self.client is not None
+        proc = self.proc
+        error = error or (resp.error if resp else None)
+        if "Timeout" in (error or ""):
+            # A request past --request-timeout is a hang even while /health
+            # still answers (a stuck engine core often leaves the API server up).
+            if proc is not None and proc.exit_code() is not None:
+                raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
+            raise ArmCrashed("hung", f"engine stopped answering within the request timeout: {error}")
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            if proc is not None and proc.exit_code() is not None:
+                raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
+            if self.client.health():
+                return  # alive: a per-request error, stored with the result
+            time.sleep(1.0)
+        if proc is not None and proc.exit_code() is not None:
+            raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
+        raise ArmCrashed("hung", f"engine stopped answering /health after: {error}")
+
+    def counters(self) -> SpecCounters:
+        """Cumulative spec counters, or ArmCrashed if the engine is gone."""
+        assert self.client is not None
+        try:
+            return self.client.counters()
+        except ObservatoryError as e:
+            self.check_alive(None, str(e))
+            raise ArmCrashed("crashed", str(e)) from None
+
+    # -- storage -------------------------------------------------------
+    def store_result(self, probe: Probe, resp: Response, mode: str, delta: SpecCounters | None = None,
+                     repeat: int = 0, concurrency: int = 1) -> ResultRow:
+        """Write one response (made storable; the exact text kept as code points if needed)."""
+        text = storable(resp.text)
+        return self.runner.store.add(ResultRow(
+            arm_id=self.arm_id, probe_id=self.runner.probe_ids[probe.name], mode=mode, repeat=repeat,
+            ok=resp.ok, error=storable(resp.error), text=text, content=storable(resp.content),
+            text_raw=[ord(c) for c in resp.text] if text != resp.text else None,
+            token_ids=resp.token_ids, token_texts=storable(resp.token_texts), top_logprobs=resp.top_logprobs,
+            tool_calls=storable(resp.tool_calls), finish_reason=resp.finish_reason, usage=storable(resp.usage),
+            ttft_ms=resp.ttft_ms, duration_ms=resp.duration_ms, chunks=resp.chunks,
+            counters_delta=delta.to_dict() if delta else {}, concurrency=concurrency,
+        ))
+
+    # -- phases --------------------------------------------------------
+    def correctness(self) -> None:
+        """Warm-up, every probe streamed with its counter deltas, then the diff passes."""
+        assert self.client is not None
+        client, probes, arm = self.client, self.runner.opts.probes, self.arm
+        # Warm-up: stored, never counted (the first request pays compile and caches).
+        resp = client.run(probes[0], stream=True)
+        self.store_result(probes[0], resp, "warmup")
+        self.check_alive(resp)
+        total = SpecCounters()
+        for i, probe in enumerate(probes):
+            self.reporter.step(arm, "probes", i, len(probes))
+            before = self.counters()
+            resp = client.run(probe, stream=True)
+            if not resp.ok:
+                self.store_result(probe, resp, "stream")
+                self.check_alive(resp)
+                continue
+            delta = self.counters() - before
+            total = total + delta
+            self.store_result(probe, resp, "stream", delta)
+        self.reporter.step(arm, "probes", len(probes), len(probes))
+        self.runner.store.update(ArmRow, self.arm_id, counters=total.to_dict())
+        if not self.runner.opts.diffs:
+            return
+        for i, probe in enumerate(probes):
+            self.reporter.step(arm, "non-streamed", i, len(probes))
+            resp = client.run(probe, stream=False)
+            self.store_result(probe, resp, "nonstream")
+            self.check_alive(resp)
+        self.reporter.step(arm, "concurrent batch", 0, 1)
+        with ThreadPoolExecutor(max_workers=len(probes)) as ex:
+            resps = list(ex.map(lambda p: client.run(p, stream=True), probes))
+        for probe, resp in zip(probes, resps):
+            self.store_result(probe, resp, "batch", concurrency=len(probes))
+            self.check_alive(resp)
+
+    def throughput(self) -> None:
+        """Timed runs: at each concurrency level, `level` copies of every probe, `level` at a time."""
+        assert self.client is not None
+        client, opts = self.client, self.runner.opts
+        for level in opts.concurrency:
+            for rep in range(opts.repeat):
+                self.reporter.step(self.arm, f"timed c={level}", rep, opts.repeat)
+                work = [p for p in opts.probes for _ in range(level)]
+                before = self.counters()
+                t0 = time.perf_counter()
+                with ThreadPoolExecutor(max_workers=level) as ex:
+                    resps = list(ex.map(lambda p: client.run(p, stream=True), work))
+                wall = time.perf_counter() - t0
+                delta = self.counters() - before
+                for probe, resp in zip(work, resps):
+                    self.store_result(probe, resp, "timed", repeat=rep, concurrency=level)
+                    self.check_alive(resp)
+                self.runner.store.add(MeasurementRow(
+                    arm_id=self.arm_id, concurrency=level, repeat=rep, requests=len(work),
+                    completion_tokens=sum(len(r.token_ids) for r in resps), wall_s=wall,
+                    counters_delta=delta.to_dict(),
+                ))
