@@ -29,13 +29,17 @@ def make_openai_client(
     base_url: str,
     api_key: str | None = None,
     timeout: float = 300.0,
-    http_client: httpx.Client | None = None,
+    http_client: Any = None,
 ) -> openai.OpenAI:
-    """The one factory for OpenAI clients (dummy key when the server needs none)."""
+    """The one factory for OpenAI clients (dummy key when the server needs none).
+
+    `http_client` is injectable (tests); it must be the HTTP client class the
+    installed openai package expects, so by default openai builds its own.
+    """
     return openai.OpenAI(
         base_url=f"{base_url}/v1",
         api_key=api_key or "observatory-no-key",
-        timeout=httpx.Timeout(timeout, connect=10.0),
+        timeout=timeout,
         max_retries=0,
         http_client=http_client,
     )
@@ -106,12 +110,13 @@ class EngineClient:
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), headers=self._headers)
-        self.openai = make_openai_client(self.base_url, api_key, timeout, http_client=self._http)
+        self.openai = make_openai_client(self.base_url, api_key, timeout)
         self._model: str | None = None
 
     def close(self) -> None:
-        """Release the connection pool."""
+        """Release the connection pools."""
         self._http.close()
+        self.openai.close()
 
     def health(self) -> bool:
         """GET /health answered 200."""
