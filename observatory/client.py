@@ -18,7 +18,7 @@ import httpx
 import openai
 
 from observatory.errors import ObservatoryError
-from observatory.metrics import SpecCounters, parse_spec_counters
+from observatory.metrics import SpecCounters
 from observatory.probes import Probe
 
 TOP_LOGPROBS = 10
@@ -106,7 +106,11 @@ def request_params(probe: Probe) -> dict[str, Any]:
 class EngineClient:
     """Talks to one running arm: probes, health, version, metrics."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 300.0):
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 300.0,
+                 engine: str = "vllm"):
+        from observatory.engines import adapter_for
+
+        self.adapter = adapter_for(engine)
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), headers=self._headers)
@@ -126,13 +130,14 @@ class EngineClient:
             return False
 
     def version(self) -> str | None:
-        """The engine's version from GET /version, if it has one."""
+        """The engine's version (vLLM: GET /version; see observatory.engines for others)."""
+        from observatory.engines import version_from
+
         try:
-            r = self._http.get(f"{self.base_url}/version", timeout=10.0)
+            r = self._http.get(f"{self.base_url}{self.adapter.version_path()}", timeout=10.0)
             if r.status_code == 200:
-                v = r.json().get("version")
-                return str(v) if v is not None else None
-        except (httpx.HTTPError, ValueError, AttributeError):
+                return version_from(self.adapter, r.json())
+        except (httpx.HTTPError, ValueError):
             pass
         return None
 
@@ -148,13 +153,15 @@ class EngineClient:
         return self._model
 
     def counters(self) -> SpecCounters:
-        """Current cumulative spec-decode counters from GET /metrics."""
+        """Current cumulative spec-decode counters from GET /metrics (zero when the engine has none)."""
         try:
             r = self._http.get(f"{self.base_url}/metrics", timeout=30.0)
             r.raise_for_status()
         except httpx.HTTPError as e:
             raise ObservatoryError(f"{self.base_url}/metrics failed: {e}") from None
-        return parse_spec_counters(r.text)
+        found = self.adapter.counters_from_metrics(r.text)
+        return SpecCounters(found.drafts, found.draft_tokens, found.accepted, list(found.accepted_per_pos)) \
+            if found is not None else SpecCounters()
 
     def detokenize(self, token_ids: list[int]) -> list[str]:
         """Each token's text, via the server's /detokenize."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from observatory.arms import parse_arms
+from observatory.engines import adapter_for
 from observatory.errors import ObservatoryError
 from observatory.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.paths import DEFAULT_MODEL_DIR
@@ -93,10 +94,17 @@ def plan_compare(
     gpus_per_arm: int = 1,
     parallel_arms: bool = False,
     timing: str = "sequential",
+    engine: str = "vllm",
     command: list[str] | None = None,
 ) -> CompareOptions:
     """Validate everything and return the options of one compare session."""
     arm_list = parse_arms(arms, arms_file, speculative_config)
+    adapter_for(engine)  # validates the name
+    if engine.lower() != "vllm" and any(a.url is None for a in arm_list):
+        raise ObservatoryError(
+            f"--engine {engine}: the observatory launches only vLLM; give every arm a URL "
+            "(NAME=http://...) of a server you started."
+        )
     probes = load_probe_file(resolve_suite(suite))
     if model is None and all(a.url for a in arm_list):
         model_name, is_default = "(served by the URL arms)", False
@@ -135,5 +143,5 @@ def plan_compare(
         log_dir=Path(log_dir), api_key=api_key,
         concurrency=parse_int_list(concurrency, "--concurrency"), repeat=repeat,
         request_timeout_s=request_timeout, diffs=diffs, command=command or [],
-        gpu_count=n_gpus, gpus_per_arm=gpus_per_arm, parallel_arms=parallel_arms, timing=timing,
+        gpu_count=n_gpus, gpus_per_arm=gpus_per_arm, parallel_arms=parallel_arms, timing=timing, engine=engine,
     )

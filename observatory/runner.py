@@ -97,6 +97,7 @@ class CompareOptions:
     request_timeout_s: float = 300.0
     diffs: bool = True
     command: list[str] = field(default_factory=list)
+    engine: str = "vllm"
     gpu_count: int = 0
     gpus_per_arm: int = 1
     parallel_arms: bool = False
@@ -255,7 +256,8 @@ class Runner:
         try:
             if arm.url:
                 self.reporter.arm_started(arm, f"using {arm.url}")
-                r.client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s)
+                r.client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s,
+                                        engine=self.opts.engine)
                 if not r.client.health():
                     raise EngineStartError(f"{arm.url}/health did not answer 200", "failed")
                 ready_s = 0.0

@@ -51,6 +51,8 @@ def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, 
         click.option("--parallel-arms", is_flag=True, help="Run arms at once on disjoint GPUs of this host."),
         click.option("--timing", type=click.Choice(["sequential", "concurrent"]), default="sequential",
                      show_default=True, help="With --parallel-arms: time each arm alone, or as they ran (flagged)."),
+        click.option("--engine", default="vllm", show_default=True,
+                     help="Engine of URL arms: vllm, sglang or llama.cpp (what /metrics and the version mean)."),
         click.option("--quiet", is_flag=True, help="No progress output."),
     ]
     for o in reversed(opts):
