@@ -47,14 +47,16 @@ def _nice_max(v: float) -> float:
 
 
 def _fmt(v: float) -> str:
+    if v == 0:
+        return "0"
     return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
 
 def bars(values: Sequence[float], labels: Sequence[str], title: str, color: str = PALETTE[0],
          xlabel: str = "") -> Markup:
     """Vertical bars on a 0..1 axis with the value printed above each bar."""
-    left, top, plot_h, slot = 34, 22, 120, max(34, min(70, 260 // max(len(values), 1)))
-    width = left + slot * len(values) + 12
+    left, top, plot_h, slot = 34, 34, 120, max(34, min(70, 260 // max(len(values), 1)))
+    width = max(left + slot * len(values) + 12, int(len(title) * 6.6) + left)
     height = top + plot_h + 38
     body = [_text(left, 13, title, "start", 'font-weight="600"')]
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):

@@ -77,13 +77,10 @@ def _mount() -> None:
 
     cli.add_command(gate_cmd.gate)
     cli.add_command(selftest.selftest)
-    try:  # TEMP until report_cmd lands
-        from observatory.commands import report_cmd
+    from observatory.commands import report_cmd
 
-        cli.add_command(report_cmd.report)
-        cli.add_command(report_cmd.history)
-    except ImportError:
-        pass
+    cli.add_command(report_cmd.report)
+    cli.add_command(report_cmd.history)
     try:
         from observatory.commands import gates_cmd
     except ImportError:  # pragma: no cover - during development only

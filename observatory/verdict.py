@@ -1,11 +1,11 @@
 """The session's overall verdict, as the nightly gate and the report banner state it.
 
 PASS or WARN: every spec-arm verdict is PASS, WARN, SKIP or NOT_DISCRIMINATING
-and every arm is valid. FAIL: a spec arm fails a probe (a hard token
+and every arm is valid; WARN also when no probe discriminates at all. FAIL: a spec arm fails a probe (a hard token
 divergence, or a correctness gate the base arm passes). INVALID: nothing
-failed, but a measurement cannot be trusted (an arm crashed, hung, failed to
-start, did not speculate, was confounded, or produced the same output for
-different prompts).
+failed, but a measurement cannot be trusted (the session was interrupted, an
+arm crashed, hung, failed to start, did not speculate, was confounded, or
+produced the same output for different prompts).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ def session_verdict(data: dict[str, Any]) -> tuple[str, list[str]]:
     fails: list[str] = []
     warns: list[str] = []
     invalid: list[str] = []
+    if data["session"]["status"] in ("interrupted", "failed", "running"):
+        invalid.append(f"the session is {data['session']['status']}: {data['session'].get('reason') or ''}".strip())
+    judged = discriminating = 0
     for arm in data["arms"]:
         for v in arm.get("validity", []):
             if v["code"] in INVALID_CODES:
@@ -33,6 +36,9 @@ def session_verdict(data: dict[str, Any]) -> tuple[str, list[str]]:
             if not r["ok"]:
                 invalid.append(f"{arm['name']} / {r['probe']}: request failed: {r['error']}")
                 continue
+            judged += 1
+            discriminating += any(v["verdict"] != "NOT_DISCRIMINATING" and not g.startswith("token_diff")
+                                  and v["verdict"] != "SKIP" for g, v in r["verdicts"].items())
             for gate, v in r["verdicts"].items():
                 if v["verdict"] == "FAIL":
                     fails.append(f"{arm['name']} / {r['probe']}: {gate}: {v['reason']}")
@@ -42,6 +48,9 @@ def session_verdict(data: dict[str, Any]) -> tuple[str, list[str]]:
         return "FAIL", fails + invalid
     if invalid:
         return "INVALID", invalid
+    if judged and not discriminating:
+        warns.append("no probe discriminates: the base arm fails every correctness gate the probes declare, "
+                     "so only the token diffs judge the spec arms")
     if warns:
         return "WARN", warns
     return "PASS", []

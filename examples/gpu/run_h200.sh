@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The observatory on one H200 with vLLM 0.26.0 for CUDA (the trimmed bundle of
+# ../shared/gpu/build-bundle.sh). From the repo root, on the device machine:
+#   bash examples/gpu/run_h200.sh tiny     # base,base,mtp1,mtp2 on the embedded tiny model
+#   bash examples/gpu/run_h200.sh hybrid   # base,mtp1,mtp2 on a Qwen3.5-style hybrid, random weights
+# Results go to $OUT (or /tmp/out): session databases, reports, engine logs.
+set -uo pipefail
+mode=${1:?tiny or hybrid}
+cd "$(dirname "$0")/../.."
+source .gpu/activate.sh
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+# observatory itself: from this checkout, plus SQLAlchemy (carried as a wheel)
+# and an entry-point record so vLLM finds the fault plugin.
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/sqlalchemy-*.whl
+ep=/tmp/ep/observatory-0.dist-info; mkdir -p $ep
+printf 'Metadata-Version: 2.1\nName: observatory\nVersion: 0.1.0\n' > $ep/METADATA
+printf '[vllm.general_plugins]\nobservatory_faults = observatory.faults:register\n' > $ep/entry_points.txt
+export PYTHONPATH=$PWD:/tmp/ep:$PYTHONPATH
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import vllm; print('vllm', vllm.__version__)"
+# The bundle needs Triton attention, in the speculative config too (see shared/gpu/README.md).
+common=(--engine-arg=--attention-backend=TRITON_ATTN --spec-extra '{"attention_backend":"TRITON_ATTN"}'
+        --health-timeout 400 --log-dir "$out/logs" --quiet)
+case $mode in
+tiny)
+  python3 -m observatory compare --arms base,base,mtp1,mtp2 --db "$out/h200-tiny.db" "${common[@]}" \
+    --engine-arg=--gpu-memory-utilization=0.2 --engine-arg=--enforce-eager --concurrency 1,4
+  python3 -m observatory report --db "$out/h200-tiny.db" --out "$out/report-tiny"
+  python3 -m observatory show --db "$out/h200-tiny.db"
+  ;;
+hybrid)
+  python3 examples/gpu/hbm_bandwidth.py | tee "$out/hbm.json"
+  python3 examples/gpu/make_hybrid_config.py /tmp/hybrid --hidden 4096 --layers 32
+  python3 -m observatory compare --arms base,mtp1,mtp2 --model /tmp/hybrid --db "$out/h200-hybrid.db" "${common[@]}" \
+    --dtype bfloat16 --max-model-len 2048 --engine-arg=--load-format=dummy --engine-arg=--language-model-only \
+    --engine-arg=--gdn-prefill-backend=triton --engine-arg=--gpu-memory-utilization=0.5 \
+    --engine-arg=--max-num-seqs=8 --no-diffs --concurrency 1
+  grep -h "Model loading took\|weights took\|Loading weights took" "$out"/logs/*.log | tail -5 | tee "$out/weights.txt"
+  python3 -m observatory report --db "$out/h200-hybrid.db" --out "$out/report-hybrid"
+  python3 -m observatory show --db "$out/h200-hybrid.db"
+  ;;
+esac

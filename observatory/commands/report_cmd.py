@@ -1,0 +1,103 @@
+"""`observatory report` (a static HTML report of one session, or two side by side) and `observatory history`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from observatory.commands.sessions import db_option
+from observatory.errors import ObservatoryError
+from observatory.history import (
+    DEFAULT_ACCEPTANCE_TOLERANCE,
+    find_alerts,
+    history_json,
+    load_points,
+    print_history,
+    render_history,
+)
+from observatory.report import render_cross, render_session
+from observatory.report_data import build
+from observatory.store import Store
+
+
+def _out_dir(out: str) -> Path:
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ObservatoryError(f"--out {out} is a file; give a directory (it is created if missing).")
+    return path
+
+
+@click.command(name="report")
+@click.argument("session_id", type=int, required=False)
+@click.option("--out", required=True, help="Directory to write (index.html, results/); created if missing.")
+@db_option
+@click.option("--vs", "vs_id", type=int, default=None,
+              help="Place another session's arms side by side (flagged: sessions are not comparable).")
+@click.option("--allow-cross-session", is_flag=True,
+              help="With --vs: also compute speedups across the two sessions, each flagged CROSS-SESSION.")
+def report(session_id: int | None, out: str, db: str | None, vs_id: int | None, allow_cross_session: bool) -> None:
+    """Write a static HTML report of a session (the latest when none is named).
+
+    The directory opens offline (file:// or a CI artifact): no scripts, no
+    external resources. Model output is escaped everywhere.
+
+    \b
+    observatory report --out report/
+    observatory report 12 --out report/ --db nightly.db
+    observatory report 12 --vs 9 --out cmp/
+    observatory report 12 --vs 9 --allow-cross-session --out cmp/
+    """
+    if allow_cross_session and vs_id is None:
+        raise ObservatoryError("--allow-cross-session only applies with --vs OTHER_SESSION.")
+    path = _out_dir(out)
+    store = Store(db)
+    data = build(store, session_id)
+    if vs_id is None:
+        index = render_session(data, path)
+    else:
+        if vs_id == data["session"]["id"]:
+            raise ObservatoryError(f"--vs {vs_id} is the report's own session; name another session "
+                                   "(`observatory sessions` lists them).")
+        index = render_cross(data, build(store, vs_id), path, allow_cross_session)
+    click.echo(f"wrote {index}")
+
+
+@click.command(name="history")
+@db_option
+@click.option("--model", default=None, help="Only sessions whose model contains this (case-insensitive).")
+@click.option("--arm", default=None, help="Only this arm name (e.g. mtp2).")
+@click.option("--limit", default=100, show_default=True, help="How many of the latest sessions to read.")
+@click.option("--acceptance-tolerance", type=float, default=DEFAULT_ACCEPTANCE_TOLERANCE, show_default=True,
+              help="Relative move of alpha or tau that raises an alert.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option("--out", default=None, help="Also write DIR/history.html with sparklines.")
+def history(db: str | None, model: str | None, arm: str | None, limit: int, acceptance_tolerance: float,
+            as_json: bool, out: str | None) -> None:
+    """Acceptance, speedup and verdicts per session over time, with regression alerts.
+
+    Each arm run is compared with the previous trusted run of the same model,
+    arm and probe suite: alpha/tau beyond the acceptance tolerance, the
+    speedup S beyond the A/A noise floor, probes that newly FAIL.
+
+    \b
+    observatory history
+    observatory history --arm mtp2 --model Qwen3 --json
+    observatory history --out site/
+    """
+    if acceptance_tolerance < 0:
+        raise ObservatoryError("--acceptance-tolerance must be >= 0 (e.g. 0.05 for 5%).")
+    points = load_points(Store(db), model, arm, limit)
+    if not points:
+        raise ObservatoryError("No matching sessions. Run `observatory sessions` to list them, "
+                               "or loosen --model / --arm.")
+    alerts = find_alerts(points, acceptance_tolerance)
+    if out is not None:
+        path = render_history(points, alerts, _out_dir(out))
+        if not as_json:
+            click.echo(f"wrote {path}")
+    if as_json:
+        click.echo(json.dumps(history_json(points, alerts), ensure_ascii=False, default=str))
+    else:
+        print_history(points, alerts)

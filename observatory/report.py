@@ -1,0 +1,371 @@
+"""Static HTML reports, rendered from `report_data.build()` dicts only (never ORM rows).
+
+A report is a directory that opens offline from ``file://`` or a CI artifact:
+``index.html`` plus ``results/A-P.html`` (arm A, probe P, both 0-based indices,
+so arm names never become file names) with the full output of each result.
+There are no external resources: CSS is inline, charts are inline SVG drawn by
+`observatory.charts`, and there is no JavaScript at all.
+
+Model output is untrusted (STYLE.md point 10): the Jinja environment
+autoescapes with StrictUndefined, and ``|safe`` is used only on ``*_html``
+values built here with `markupsafe.escape` + `Markup`.
+
+The banner states the session verdict of `observatory.verdict` (the nightly
+gate's): FAIL if a speculating arm (or an A/A copy) fails a probe; else
+INVALID if an arm's figures cannot be trusted (INVALID, CONFOUNDED, CRASHED,
+HUNG, not ok); else WARN or PASS. Each reason links to its result; NOTEs
+(LOW_N, non-discriminating probes, an unfinished session) do not change it.
+
+``render_cross(a, b, out)`` puts two sessions side by side under a loud banner
+(DESIGN.md mistake 6) and computes no speedup across them unless asked to.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
+
+from observatory import charts
+from observatory.figures import vs_base
+from observatory.judge import NOT_DISCRIMINATING as NOT_DISCR
+from observatory.paths import TEMPLATES_DIR
+from observatory.report_data import preview
+from observatory.verdict import INVALID_CODES, session_verdict
+
+LEVELS = ["FAIL", "INVALID", "WARN", "NOTE"]
+# gate -> (reference label, compared label (None: the arm's name), what is compared)
+DIFF_GATES = {
+    "token_diff": ("base", None, "spec vs base"),
+    "token_diff:nonstream": ("streamed", "non-streamed", "non-streamed vs streamed"),
+    "token_diff:batch": ("alone (streamed)", "in a concurrent batch", "batch vs alone"),
+}
+CROSS_BANNER = ("different sessions: not comparable; DESIGN mistake 6: same config gave "
+                "17.97 vs 9.71 tok/s in two sessions")
+
+
+def num(v: Any, digits: int = 2) -> str:
+    """A number with DIGITS decimals; "—" when missing."""
+    return "—" if v is None else f"{float(v):.{digits}f}"
+
+
+def pct(v: Any) -> str:
+    """A fraction as a percentage; "—" when missing."""
+    return "—" if v is None else f"{100.0 * float(v):.1f}%"
+
+
+def environment() -> Environment:
+    """The one Jinja environment: autoescaped, strict about undefined names."""
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES_DIR)), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=num, pct=pct, pretty=lambda v: json.dumps(v, indent=2, ensure_ascii=False,
+                                                                      default=str))
+    return env
+
+
+def result_href(ai: int, pi: int) -> str:
+    """Relative link of one result's detail page."""
+    return f"results/{ai}-{pi}.html"
+
+
+def _visible(tok: Any) -> str:
+    if not isinstance(tok, str):
+        return f"#{tok}"
+    return "".join(c if c.isprintable() else ("⏎" if c == "\n" else "⇥" if c == "\t" else "·")
+                   for c in tok) or "∅"
+
+
+def tokens_html(tokens: list[Any] | None, mark_first: bool = False) -> Markup:
+    """Tokens as boxed spans (ids as #N); the first one marked (the divergent token)."""
+    spans = []
+    for i, t in enumerate(tokens or []):
+        cls = "tok div" if mark_first and i == 0 else "tok"
+        spans.append(Markup('<span class="{}">{}</span>').format(cls, _visible(t)))
+    return Markup("").join(spans) if spans else Markup('<span class="muted">(end of output)</span>')
+
+
+def _g(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+
+
+def arm_role(a: dict[str, Any]) -> str:
+    """base, A/A copy, or the speculative config in words."""
+    spec = a.get("speculative_config")
+    role = "base (no speculation)" if not a.get("is_spec") else (
+        f"{spec.get('method', 'spec')} k={spec.get('num_speculative_tokens', '?')}" if isinstance(spec, dict)
+        else "speculating")
+    if a.get("copy_of"):
+        return f"A/A copy of {a['copy_of']}" + (f" · {role}" if a.get("is_spec") else " (no speculation)")
+    return role
+
+
+def arm_view(a: dict[str, Any]) -> dict[str, Any]:
+    """One arm with every figure the templates read present (None when missing)."""
+    acc = a.get("acceptance") or {}
+    spd = a.get("speed") or {}
+    vs = a.get("vs_base")
+    per_pos, hist = acc.get("per_position") or [], acc.get("histogram") or []
+    codes = [v.get("code", "?") for v in a.get("validity") or []]
+    levels = sorted(_g(spd, "throughput") or {}, key=int)
+    return {
+        "name": a["name"], "role": arm_role(a), "status": a.get("status"),
+        "reason": a.get("reason"), "is_spec": bool(a.get("is_spec")),
+        "engine_version": a.get("engine_version"), "validity": a.get("validity") or [],
+        "bad": any(c in INVALID_CODES for c in codes), "log_tail": a.get("log_tail"),
+        "log_path": a.get("log_path"), "show_log": a.get("status") not in ("ok", "pending"),
+        "argv": shlex.join(_g(a, "launch", "argv") or []), "env": _g(a, "launch", "env") or {},
+        "url": _g(a, "launch", "url"), "fault": _g(a, "launch", "fault"),
+        "alpha": acc.get("alpha"), "tau": acc.get("tau"), "drafts": acc.get("drafts"),
+        "draft_tokens": acc.get("draft_tokens"), "accepted": acc.get("accepted"),
+        "by_category": acc.get("by_category") or {},
+        "per_pos_html": charts.bars(per_pos, [f"p{j + 1}" for j in range(len(per_pos))],
+                                    f"{a['name']}: P(accepted ≥ j)", xlabel="draft position j")
+        if per_pos else None,
+        "hist_html": charts.bars(hist, [str(j) for j in range(len(hist))], f"{a['name']}: P(n accepted)",
+                                 color=charts.PALETTE[2], xlabel="accepted per draft n") if hist else None,
+        "ttft_med": _g(spd, "ttft_ms", "median"), "ttft_p90": _g(spd, "ttft_ms", "p90"),
+        "itl_med": _g(spd, "itl_ms", "median"), "itl_p90": _g(spd, "itl_ms", "p90"),
+        "single": spd.get("single_stream_tok_s"), "decode": spd.get("decode_tok_s"),
+        "requests": spd.get("requests"),
+        "throughput": {lv: _g(spd, "throughput", lv, "tok_s") for lv in levels},
+        "vs": {k: _g(vs, k) for k in ("S", "ci", "r", "c", "pays", "statement", "break_even_alpha",
+                                      "k1_check_S", "within_noise")} if isinstance(vs, dict) else None,
+    }
+
+
+def diff_views(data: dict[str, Any], only: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    """Every divergence of the session (or of one result): token_diff and its stream/batch variants."""
+    out = []
+    for ai, a in enumerate(data["arms"]):
+        pidx = {p["name"]: i for i, p in enumerate(data["probes"])}
+        for r in a["results"]:
+            pi = pidx.get(r["probe"], -1)
+            if only is not None and only != (ai, pi):
+                continue
+            for gate, (ref, cand, label) in DIFF_GATES.items():
+                v = r["verdicts"].get(gate)
+                d = (v or {}).get("details") or {}
+                if v is None or (d.get("kind") in ("identical", None) and v["verdict"] in ("PASS", "SKIP")):
+                    continue
+                if gate == "token_diff" and a.get("copy_of"):
+                    label = "A/A control vs base"
+                out.append({
+                    "arm": a["name"], "probe": r["probe"], "href": result_href(ai, pi), "gate": gate,
+                    "label": label, "verdict": v["verdict"], "reason": v["reason"], "kind": d.get("kind"),
+                    "position": d.get("position"), "margin": d.get("margin"),
+                    "lower_bound": bool(d.get("margin_is_lower_bound")), "near_tie_nats": d.get("near_tie_nats"),
+                    "longer": d.get("longer"), "ref_label": ref, "cand_label": cand or a["name"],
+                    "prefix_html": tokens_html(d.get("prefix")) if d.get("prefix") else None,
+                    "ref_html": tokens_html(d.get("base_continuation"), mark_first=True),
+                    "cand_html": tokens_html(d.get("spec_continuation"), mark_first=True),
+                })
+    return out
+
+
+def overall(data: dict[str, Any]) -> dict[str, Any]:
+    """The verdict banner: the session verdict (as the nightly gate states it), each reason linked, and notes.
+
+    The verdict itself comes from `observatory.verdict.session_verdict`, so the
+    report and the gate's exit status never disagree; the items here follow
+    the same policy (their worst level is that verdict) and add NOTEs that do
+    not change it.
+    """
+    reasons: list[dict[str, Any]] = []
+
+    def add(level: str, text: str, href: str | None = None) -> None:
+        reasons.append({"level": level, "text": text, "href": href})
+
+    s = data["session"]
+    if s.get("status") != "complete":
+        add("NOTE", f"session {s.get('status')}: {s.get('reason') or 'not finished'}")
+    if not any(not a.get("is_spec") and not a.get("copy_of") for a in data["arms"]):
+        add("NOTE", "no base arm: nothing to diff the speculating arms against")
+    pidx = {p["name"]: i for i, p in enumerate(data["probes"])}
+    not_discr: set[str] = set()
+    for ai, a in enumerate(data["arms"]):
+        codes = [v.get("code") for v in a.get("validity") or []]
+        for v in a.get("validity") or []:
+            add("INVALID" if v.get("code") in INVALID_CODES else "NOTE", f"arm {a['name']}: {v.get('code')}: "
+                f"{v.get('detail')}")
+        if a.get("status") != "ok" and not any(c in INVALID_CODES for c in codes):
+            add("INVALID", f"arm {a['name']}: {a.get('status')} {a.get('reason') or ''}".strip())
+        if not a.get("is_spec") and not a.get("copy_of"):
+            continue  # the base arm's failures make probes non-discriminating, not failures
+        aa = " (A/A control: the engine's own non-determinism)" if a.get("copy_of") and not a.get("is_spec") else ""
+        for r in a["results"]:
+            href = result_href(ai, pidx.get(r["probe"], -1))
+            if not r["ok"]:
+                add("INVALID", f"{a['name']} / {r['probe']}: request failed: {r.get('error')}", href)
+                continue
+            not_discr.update([r["probe"]] if r["verdict"] == NOT_DISCR else [])
+            for g, v in r["verdicts"].items():
+                if v["verdict"] in ("FAIL", "WARN"):
+                    add(v["verdict"], f"{a['name']} / {r['probe']}: {g}: {v['reason']}{aa}", href)
+        cells = [r["verdict"] for r in a["results"] if r["verdict"]]
+        if a.get("is_spec") and cells and all(c == NOT_DISCR for c in cells):
+            add("NOTE", f"arm {a['name']}: no probe discriminates (the base arm fails every one): "
+                        "this session tests nothing about speculation")
+    if not_discr:
+        add("NOTE", f"not discriminating (the base arm fails them too): {', '.join(sorted(not_discr))}")
+    reasons.sort(key=lambda x: LEVELS.index(x["level"]))
+    verdict = session_verdict(data)[0]
+    why = {"FAIL": "a speculating arm or an A/A copy fails a probe",
+           "INVALID": "nothing failed, but a measurement cannot be trusted",
+           "WARN": "nothing failed, but some outputs need a look",
+           "PASS": "every speculating arm passes every discriminating probe, and every arm is valid"}
+    return {"verdict": verdict, "why": why[verdict], "reasons": reasons}
+
+
+def matrix(data: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+    """Probe rows, one cell per arm: worst verdict, 80-character preview, link, stream/batch flags."""
+    rows = []
+    for pi, p in enumerate(data["probes"]):
+        cells: list[dict[str, Any] | None] = []
+        for ai, a in enumerate(data["arms"]):
+            r = next((x for x in a["results"] if x["probe"] == p["name"]), None)
+            if r is None:
+                cells.append(None)
+                continue
+            flags = [{"text": f"{DIFF_GATES[g][1]} differs", "verdict": _g(r, "verdicts", g, "verdict")}
+                     for g in ("token_diff:nonstream", "token_diff:batch")
+                     if _g(r, "verdicts", g, "verdict") in ("FAIL", "WARN")]
+            calls = [f"→ {_g(c, 'function', 'name')}({_g(c, 'function', 'arguments')})"
+                     for c in r.get("tool_calls") or [] if isinstance(c, dict)]
+            shown = preview(" ".join(calls)) if calls and not r.get("text") else r["preview"]
+            cells.append({"verdict": r["verdict"] or ("—" if r["ok"] else "ERROR"), "preview": shown, "ok": r["ok"],
+                          "error": (r.get("error") or "")[:80], "href": prefix + result_href(ai, pi),
+                          "flags": flags})
+        rows.append({"probe": p, "cells": cells})
+    return rows
+
+
+def facts(s: dict[str, Any], arms: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """Session facts as (label, value) rows; None values render as "—"."""
+    m = s.get("machine") or {}
+    engines = sorted({a["engine_version"] for a in arms if a.get("engine_version")})
+    cpu = m.get("cpu") and f"{m.get('cpu')} ({m.get('cpus', '?')} cores, {m.get('memory_gib', '?')} GiB)"
+    return [
+        ("session", s.get("id")), ("status", s.get("status")), ("host", s.get("host")), ("CPU", cpu),
+        ("GPU", s.get("gpu") or ", ".join(m.get("gpus") or []) or None), ("driver", m.get("driver")),
+        ("engine", ", ".join(engines) or None), ("model", s.get("model")), ("image", s.get("image")),
+        ("suite", s.get("suite")), ("observatory", s.get("observatory_version")),
+        ("python / platform", " / ".join(x for x in (m.get("python"), m.get("platform")) if x) or None),
+        ("started", s.get("started_at")), ("finished", s.get("finished_at")),
+        ("command", shlex.join(s.get("command") or []) or None),
+    ]
+
+
+def context(data: dict[str, Any]) -> dict[str, Any]:
+    """Everything report.html reads, derived from the build() dict alone."""
+    arms = [arm_view(a) for a in data["arms"]]
+    spec = [a for a in arms if a["is_spec"]]
+    cats = sorted({c for a in spec for c in a["by_category"]})
+    levels = sorted({lv for a in arms for lv in a["throughput"]}, key=int)
+    floor = next((a.get("noise_floor") for a in data["arms"] if a.get("noise_floor")), None)
+    return {
+        "s": data["session"], "facts": facts(data["session"], data["arms"]),
+        "overall": overall(data), "banners": list(data.get("banners") or []), "arms": arms, "spec": spec,
+        "matrix": matrix(data), "diffs": diff_views(data), "categories": cats, "levels": levels,
+        "floor": floor,
+        "speed_html": charts.hbars([(a["name"], [a["single"], a["decode"]]) for a in arms],
+                                   ["single-stream", "decode only"], "Speed per arm", "tok/s"),
+        "throughput_html": charts.grouped_bars(
+            [f"c={lv}" for lv in levels], [a["name"] for a in arms],
+            [[a["throughput"].get(lv) for a in arms] for lv in levels], "Throughput per concurrency", "tok/s")
+        if levels else None,
+    }
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def render_session(data: dict[str, Any], out: Path | str) -> Path:
+    """Write index.html and one detail page per result into OUT; return index.html."""
+    out = Path(out)
+    env = environment()
+    ctx = context(data)
+    for ai, a in enumerate(data["arms"]):
+        for r in a["results"]:
+            pi = next(i for i, p in enumerate(data["probes"]) if p["name"] == r["probe"])
+            page = env.get_template("result.html").render(
+                s=data["session"], arm=ctx["arms"][ai], r=r, diffs=diff_views(data, (ai, pi)),
+                tokens=token_rows(r), acc=_g(a, "acceptance", "by_probe", r["probe"]) or {}, root="../")
+            _write(out / result_href(ai, pi), page)
+    index = out / "index.html"
+    _write(index, env.get_template("report.html").render(**ctx, root=""))
+    return index
+
+
+def token_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per generated token: id, visible text, its logprob, and the top alternatives."""
+    texts = r.get("token_texts") or []
+    tops = r.get("top_logprobs") or []
+    rows = []
+    for i, tid in enumerate(r.get("token_ids") or []):
+        top = tops[i] if i < len(tops) else []
+        chosen = next((lp for t, lp in top if t == tid), None)
+        rows.append({"i": i, "id": tid, "text": _visible(texts[i]) if i < len(texts) else "",
+                     "logprob": chosen, "alts": ", ".join(f"#{t} {lp:.2f}" for t, lp in top[:5])})
+    return rows
+
+
+def _base(data: dict[str, Any]) -> dict[str, Any] | None:
+    return next((a for a in data["arms"] if not a.get("is_spec") and not a.get("copy_of")), None)
+
+
+def cross_speedups(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Speedups of each session's spec arms over the OTHER session's base (flagged cross-session)."""
+    out = []
+    for spec_s, base_s in ((a, b), (b, a)):
+        base = _base(base_s)
+        if base is None or not base.get("speed"):
+            continue
+        for arm in spec_s["arms"]:
+            if not arm.get("is_spec") or not arm.get("speed"):
+                continue
+            vb = vs_base(arm.get("acceptance") or {}, arm["speed"], base["speed"],
+                         _g(arm, "speculative_config", "num_speculative_tokens"))
+            out.append({"arm": arm["name"], "arm_session": spec_s["session"]["id"],
+                        "base_session": base_s["session"]["id"], "base": base["name"], **vb})
+    return out
+
+
+def render_cross(a: dict[str, Any], b: dict[str, Any], out: Path | str,
+                 allow_cross_session: bool = False) -> Path:
+    """Two sessions side by side (each also rendered whole under s<ID>/); return index.html."""
+    out = Path(out)
+    sides = []
+    for data in (a, b):
+        sid = data["session"]["id"]
+        render_session(data, out / f"s{sid}")
+        sides.append({"s": data["session"], "prefix": f"s{sid}/", "overall": overall(data),
+                      "facts": dict(facts(data["session"], data["arms"])),
+                      "arms": [arm_view(x) for x in data["arms"]]})
+    fa, fb = sides[0]["facts"], sides[1]["facts"]
+    differs = [k for k in fa if k not in ("session", "status", "started", "finished", "command") and fa[k] != fb[k]]
+    names = list(dict.fromkeys([p["name"] for p in a["probes"]] + [p["name"] for p in b["probes"]]))
+    hashes = [{p["name"]: p["hash"] for p in d["probes"]} for d in (a, b)]
+    rows = []
+    for name in names:
+        cells: list[dict[str, Any] | None] = []
+        for side, data in zip(sides, (a, b)):
+            row = next((r for r in matrix(data, side["prefix"]) if r["probe"]["name"] == name), None)
+            cells += row["cells"] if row else [None] * len(data["arms"])
+        changed = name in hashes[0] and name in hashes[1] and hashes[0][name] != hashes[1][name]
+        rows.append({"name": name, "changed": changed, "cells": cells})
+    page = environment().get_template("compare.html").render(
+        sides=sides, banner=CROSS_BANNER, differs=differs, rows=rows, allow=allow_cross_session,
+        cross=cross_speedups(a, b) if allow_cross_session else [], root="")
+    index = out / "index.html"
+    _write(index, page)
+    return index

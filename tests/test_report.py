@@ -1,0 +1,365 @@
+"""The HTML report (issue 6): every section, escaping of untrusted output, the verdict banner,
+missing figures, token diffs, cross-session pages, and the `report` command.
+
+Sessions are made through the real store and judged by the real `evaluate`
+(gates, figures, validity); cases a session cannot easily show (a crashed
+arm, missing figures) modify a real `build()` dict.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from observatory.cli import ObservatoryGroup
+from observatory.commands import report_cmd
+from observatory.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow
+from observatory.evaluate import evaluate
+from observatory.probes import Probe
+from observatory.report import CROSS_BANNER, overall, render_cross, render_session
+from observatory.report_data import build
+from observatory.store import Store
+from observatory.verdict import session_verdict
+
+HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+HOSTILE_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;"
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+PROBES = [
+    Probe("count", "counting", messages=[{"role": "user", "content": "Count from 1 to 5."}], max_tokens=16,
+          gates=["content", "expect"], expect={"exact": "1, 2, 3, 4, 5"}),
+    Probe("weather", "tool_call", messages=[{"role": "user", "content": "Weather in Paris?"}],
+          gates=["content", "tool_calls", "expect"], tools=[WEATHER_TOOL],
+          expect={"tool_names": ["get_weather"], "tool_count": 1}),
+    Probe("poem-zh", "prose_zh", messages=[{"role": "user", "content": "背一首唐诗。"}],
+          gates=["content", "expect", "degeneracy"]),
+    Probe("echo", "prose_en", messages=[{"role": "user", "content": f"Repeat exactly: {HOSTILE}"}],
+          gates=["content", "degeneracy"]),
+]
+CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+TOKENS = {
+    "count": ["1", ",", " 2", ",", " 3", ",", " 4", ",", " 5"],
+    "weather": re.findall(r".{1,4}", CALL, re.DOTALL),
+    "poem-zh": list("春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。"),
+    "echo": re.findall(r".{1,3}", HOSTILE, re.DOTALL),
+}
+# spec arm -> probe -> (position, replacement tokens from there on, base margin in nats)
+DIVERGENCES = {"mtp2": {"count": (4, [" 5", ",", " 5", ",", " 5"], 3.0)},
+               "mtp1": {"poem-zh": (6, list("到处闻啼鸟。"), 0.1)}}
+
+
+def _vocab() -> dict[str, int]:
+    words = sorted({t for ts in TOKENS.values() for t in ts}
+                   | {t for d in DIVERGENCES.values() for _, ts, _ in d.values() for t in ts})
+    return {w: 100 + i for i, w in enumerate(words)}
+
+
+def _result(arm_id: int, probe_id: int, probe: str, tokens: list[str], mode: str, rate: float,
+            ttft: float, margin_at: tuple[int, str, float] | None, counters: dict[str, Any]) -> ResultRow:
+    vocab = _vocab()
+    ids = [vocab[t] for t in tokens]
+    top = [[[i, -0.05], [7, -4.0], [8, -5.0]] for i in ids]
+    if margin_at is not None:  # base's top-k also lists the token the spec arm chose there
+        pos, alt, margin = margin_at
+        top[pos] = [[ids[pos], -0.05], [vocab[alt], -0.05 - margin], [8, -6.0]]
+    text = "" if probe == "weather" else "".join(tokens)
+    calls = [{"id": "call_1", "type": "function",
+              "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}] if probe == "weather" else None
+    step = 1000.0 / rate
+    return ResultRow(arm_id=arm_id, probe_id=probe_id, mode=mode, ok=True, text=text,
+                     content=None if calls else text, token_ids=ids, token_texts=tokens, top_logprobs=top,
+                     tool_calls=calls, finish_reason="tool_calls" if calls else "stop",
+                     usage={"completion_tokens": len(ids), "prompt_tokens": 20},
+                     ttft_ms=ttft, duration_ms=ttft + step * (len(ids) - 1),
+                     chunks=[[round(ttft + step * i, 3), 1] for i in range(len(ids))],
+                     counters_delta=counters)
+
+
+def make_session(store: Store, arms: tuple[str, ...] = ("base", "base#2", "mtp1", "mtp2"), accept: float = 0.7,
+                 spec_rate: float = 70.0, base_rate: float = 50.0, spread: float = 0.02, model: str = "toy/mtp-model",
+                 divergences: dict[str, dict[str, tuple[int, list[str], float]]] | None = None,
+                 batch_divergence: str | None = None, probes: list[Probe] = PROBES) -> int:
+    """A judged session with realistic rows: text, token ids, top-k logprobs, chunks, counters, throughput."""
+    divergences = DIVERGENCES if divergences is None else divergences
+    s = store.add(SessionRow(host="ci-runner", gpu="NVIDIA H200", model=model, observatory_version="0.1.0",
+                             machine={"cpu": "Xeon", "cpus": 16, "memory_gib": 128, "gpus": ["NVIDIA H200"],
+                                      "driver": "560.35", "python": "3.11.7", "platform": "Linux"},
+                             command=["observatory", "compare", "--arms", ",".join(arms)], suite="default",
+                             options={"concurrency": [1, 4]}))
+    pids = {p.name: store.add(ProbeRow(session_id=s.id, position=i, name=p.name, category=p.category,
+                                       content_hash=p.content_hash, definition=p.to_dict(),
+                                       params={"temperature": 0.0, "max_tokens": p.max_tokens})).id
+            for i, p in enumerate(probes)}
+    for pos, name in enumerate(arms):
+        k = int(name[3:]) if name.startswith("mtp") else None
+        spec = {"method": "mtp", "num_speculative_tokens": k} if k else None
+        argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--port", str(8000 + pos)]
+        argv += ["--speculative-config", json.dumps(spec)] if spec else []
+        a = store.add(ArmRow(session_id=s.id, position=pos, name=name, status="ok", engine_version="0.32.0",
+                             model=model, launch={"speculative_config": spec, "argv": argv, "env": {},
+                                                  "copy_of": "base" if name == "base#2" else None}))
+        rate = spec_rate if k else base_rate * (1 + spread if name == "base#2" else 1)
+        for p in probes:
+            tokens = list(TOKENS[p.name])
+            margin_at = None
+            div = divergences.get(name, {}).get(p.name)
+            if div is not None:
+                at, repl, _ = div
+                tokens = tokens[:at] + repl
+            for other, d in divergences.items():  # the base arm's top-k shows each spec arm's alternative
+                if name == "base" and p.name in d and other in arms:
+                    margin_at = (d[p.name][0], d[p.name][1][0], d[p.name][2])
+            counters: dict[str, Any] = {}
+            if k:  # 60 drafts per probe; P(accepted >= j) = accept ** j
+                per_pos = [round(60 * accept ** (j + 1)) for j in range(k)]
+                counters = {"drafts": 60, "draft_tokens": 60 * k, "accepted": sum(per_pos),
+                            "accepted_per_pos": per_pos}
+            store.add(_result(a.id, pids[p.name], p.name, tokens, "stream", rate, 40.0, margin_at, counters))
+            store.add(_result(a.id, pids[p.name], p.name, tokens, "nonstream", rate, 40.0, None, {}))
+            batch = tokens[:2] + [" 4"] + tokens[3:] if name == batch_divergence and p.name == "count" else tokens
+            store.add(_result(a.id, pids[p.name], p.name, batch, "batch", rate, 40.0, None, {}))
+            store.add(_result(a.id, pids[p.name], p.name, tokens, "timed", rate, 40.0, None, {}))
+        for level in (1, 4):
+            store.add(MeasurementRow(arm_id=a.id, concurrency=level, repeat=0, requests=4 * level,
+                                     completion_tokens=400, wall_s=400 / (rate * (3 if level == 4 else 1))))
+    evaluate(store, s.id)
+    store.finish_session(s.id, "complete")
+    return int(s.id)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    """A fresh database."""
+    return Store(str(tmp_path / "runs.db"))
+
+
+@pytest.fixture
+def data(store: Store) -> dict[str, Any]:
+    """The default session as build() returns it."""
+    return build(store, make_session(store))
+
+
+def _pages(out: Path) -> dict[str, str]:
+    return {str(p.relative_to(out)): p.read_text(encoding="utf-8") for p in out.rglob("*.html")}
+
+
+class _Attrs(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def _tags(html: str) -> list[tuple[str, dict[str, str | None]]]:
+    p = _Attrs()
+    p.feed(html)
+    return p.tags
+
+
+def test_report_has_every_section(data: dict[str, Any], tmp_path: Path) -> None:
+    index = render_session(data, tmp_path / "r")
+    html = index.read_text()
+    for heading in ("Verdict: FAIL", "Session", "Arms", "Probes × arms", "Token diffs", "Acceptance",
+                    "Acceptance by probe category", "Speed", "Speedup and what a spec step costs", "A/A noise floor"):
+        assert f">{heading}<" in html or heading in html, heading
+    pages = _pages(tmp_path / "r")
+    assert len(pages) == 1 + 4 * 4  # index + one page per arm x probe
+    assert "NVIDIA H200" in html and "560.35" in html and "0.32.0" in html
+    assert "τ &gt; r" in html and "break-even α &gt; c" in html
+    assert "token-identity rate <b>100.0%</b>" in html  # base#2 is the A/A control
+    assert html.count("<svg") >= 2 * 2 + 2  # per-position + histogram for 2 spec arms, speed, throughput
+    assert "c=4 tok/s" in html
+
+
+def test_divergences_show_both_continuations_and_margin(data: dict[str, Any], tmp_path: Path) -> None:
+    html = render_session(data, tmp_path / "r").read_text()
+    diffs = html[html.index('id="diffs"'):html.index('id="acceptance"')]
+    assert "first divergence at token <b>4</b>" in diffs and "margin <b>3.000</b>" in diffs
+    assert "kind <b>diverged</b>" in diffs and "kind <b>near_tie</b>" in diffs
+    assert '<span class="tok div"> 5</span>' in diffs and '<span class="tok div"> 3</span>' in diffs
+    assert '<span class="tok div">到</span>' in diffs and '<span class="tok div">处</span>' in diffs
+    assert overall(data)["verdict"] == "FAIL"
+    detail = (tmp_path / "r" / "results" / "3-0.html").read_text()  # mtp2 / count
+    assert "margin <b>3.000</b>" in detail and "token_diff" in detail
+
+
+def test_lower_bound_margin_is_flagged(data: dict[str, Any], tmp_path: Path) -> None:
+    d = copy.deepcopy(data)
+    v = next(r for r in d["arms"][3]["results"] if r["probe"] == "count")["verdicts"]["token_diff"]
+    v["details"].update(margin=5.9, margin_is_lower_bound=True)
+    html = render_session(d, tmp_path / "r").read_text()
+    assert "margin <b>≥ 5.900</b>" in html and "lower bound" in html
+
+
+def test_stream_and_batch_divergences_are_shown(store: Store, tmp_path: Path) -> None:
+    d = build(store, make_session(store, divergences={}, batch_divergence="mtp1"))
+    html = render_session(d, tmp_path / "r").read_text()
+    assert "token_diff:batch" in html and "in a concurrent batch differs" in html
+    assert overall(d)["verdict"] == "FAIL"  # a hard divergence in a batch is a failure too
+
+
+def test_hostile_output_is_escaped_everywhere(data: dict[str, Any], tmp_path: Path) -> None:
+    """STYLE.md point 10: a completion containing markup comes out as text."""
+    render_session(data, tmp_path / "r")
+    pages = _pages(tmp_path / "r")
+    echo = pages["results/2-3.html"]  # mtp1 / echo: full text, tokens, prompt
+    assert HOSTILE_ESCAPED in echo
+    assert HOSTILE_ESCAPED in pages["index.html"]  # the 80-character preview
+    for name, html in pages.items():
+        assert "<script" not in html, name
+        assert "<img" not in html, name
+        assert not any("onerror" in attrs for _, attrs in _tags(html)), name
+
+
+def test_hostile_names_are_escaped_in_svg_and_attributes(data: dict[str, Any], tmp_path: Path) -> None:
+    d = copy.deepcopy(data)
+    evil = '"><svg onload=alert(3)>'
+    d["arms"][2]["name"] = evil
+    d["arms"][2]["acceptance"]["by_category"] = {evil: d["arms"][2]["acceptance"]["by_category"]["prose_en"]}
+    d["arms"][2]["log_tail"] = HOSTILE
+    d["arms"][2]["status"] = "crashed"
+    render_session(d, tmp_path / "r")
+    for name, html in _pages(tmp_path / "r").items():
+        assert "<svg onload" not in html, name
+        assert not any("onload" in attrs for _, attrs in _tags(html)), name
+    html = (tmp_path / "r" / "index.html").read_text()
+    assert "&#34;&gt;&lt;svg onload=alert(3)&gt;" in html and HOSTILE_ESCAPED in html
+
+
+def test_no_external_resources_and_every_link_resolves(data: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    render_session(data, out)
+    for name, html in _pages(out).items():
+        assert "@import" not in html and "url(" not in html, name
+        for tag, attrs in _tags(html):
+            for key in ("href", "src"):
+                link = attrs.get(key)
+                if not link or tag == "svg" or link.startswith("#"):
+                    continue
+                assert "://" not in link and not link.startswith("//"), (name, link)
+                assert ((out / name).parent / link.split("#")[0]).resolve().is_file(), (name, link)
+
+
+def _clean(store: Store) -> dict[str, Any]:
+    return build(store, make_session(store, divergences={}))
+
+
+@pytest.mark.parametrize(
+    ("change", "verdict", "reason"),
+    [
+        (lambda d: None, "PASS", None),
+        (lambda d: d["arms"][2].update(status="crashed", reason="engine exited with status 1 mid-run",
+                                       validity=[{"code": "CRASHED", "detail": "engine exited"}],
+                                       log_tail="Traceback\n<b>illegal memory access</b>"),
+         "INVALID", "arm mtp1: CRASHED: engine exited"),
+        (lambda d: d["arms"][3].update(validity=[{"code": "INVALID", "detail": "speculation inactive"}]),
+         "INVALID", "INVALID: speculation inactive"),
+        (lambda d: d["arms"][0].update(validity=[{"code": "CONFOUNDED", "detail": "--max-model-len differs"}]),
+         "INVALID", "CONFOUNDED"),
+        (lambda d: d["arms"][2].update(validity=[{"code": "LOW_N", "detail": "30 drafts < 200"}]),
+         "PASS", "LOW_N: 30 drafts"),
+        (lambda d: (d["session"].update(status="interrupted", reason="SIGTERM"),
+                    d["arms"][3].update(status="interrupted", validity=[{"code": "INVALID", "detail": "arm interrupted"}])),
+         "INVALID", "session interrupted: SIGTERM"),
+        (lambda d: [r.update(verdict="NOT_DISCRIMINATING") for a in d["arms"][2:] for r in a["results"]],
+         "PASS", "arm mtp1: no probe discriminates"),
+    ],
+    ids=["clean", "crashed-arm", "invalid-arm", "confounded-base", "low-n", "interrupted", "nothing-discriminates"],
+)
+def test_verdict_banner(store: Store, tmp_path: Path, change: Any, verdict: str, reason: str | None) -> None:
+    d = _clean(store)
+    change(d)
+    banner = overall(d)
+    assert banner["verdict"] == verdict == session_verdict(d)[0]  # the nightly gate's verdict
+    worst = next((x["level"] for x in banner["reasons"] if x["level"] != "NOTE"), "PASS")
+    assert worst == verdict  # the listed reasons follow the same policy
+    if reason:
+        assert any(reason in r["text"] for r in banner["reasons"]), banner["reasons"]
+    html = render_session(d, tmp_path / "r").read_text()
+    assert f"Verdict: {verdict}" in html
+
+
+def test_crashed_arm_shows_its_escaped_log_tail(store: Store, tmp_path: Path) -> None:
+    d = _clean(store)
+    d["arms"][2].update(status="crashed", reason="engine exited", log_tail="Traceback\n<b>illegal memory access</b>")
+    html = render_session(d, tmp_path / "r").read_text()
+    assert "<details><summary>log tail" in html
+    assert "&lt;b&gt;illegal memory access&lt;/b&gt;" in html and "<b>illegal" not in html
+
+
+def test_missing_figures_render_as_dashes(data: dict[str, Any], tmp_path: Path) -> None:
+    d = copy.deepcopy(data)
+    for a in d["arms"]:
+        for key in ("acceptance", "speed", "vs_base", "noise_floor"):
+            a.pop(key, None)
+        for r in a["results"]:
+            r.update(verdict=None, ttft_ms=None, duration_ms=None, usage={}, finish_reason=None)
+    d["arms"][3]["vs_base"] = {"S": None, "r": None, "ci": None}
+    d["session"].update(machine={}, gpu=None, finished_at=None, command=[])
+    html = render_session(d, tmp_path / "r").read_text()
+    assert html.count("—") > 30
+    assert "None" not in re.sub(r"<[^>]+>", "", html)
+
+
+def test_cross_session_is_flagged_and_computes_no_speedup(store: Store, tmp_path: Path) -> None:
+    a = build(store, make_session(store))
+    b = build(store, make_session(store, spec_rate=60.0))
+    html = render_cross(a, b, tmp_path / "x").read_text()
+    assert CROSS_BANNER in html and "17.97 vs 9.71" in html
+    assert "Not computed" in html and "CROSS-SESSION</span>" not in html
+    assert (tmp_path / "x" / f"s{a['session']['id']}" / "index.html").is_file()
+    flagged = render_cross(a, b, tmp_path / "y", allow_cross_session=True).read_text()
+    rows = flagged[flagged.index("Speedup across sessions"):flagged.index("Probes × arms")]
+    assert rows.count("<tr>") == 1 + 4  # header + mtp1, mtp2 of each session over the other's base
+    assert rows.count('<span class="flag">CROSS-SESSION') == 4 * 5
+
+
+def _cli() -> click.Group:
+    group = ObservatoryGroup(name="observatory")
+    group.add_command(report_cmd.report)
+    group.add_command(report_cmd.history)
+    return group
+
+
+def test_report_command_writes_a_directory(store: Store, tmp_path: Path) -> None:
+    sid = make_session(store)
+    out = tmp_path / "out"
+    db = str(tmp_path / "runs.db")
+    result = CliRunner().invoke(_cli(), ["report", str(sid), "--out", str(out), "--db", db],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output == f"wrote {out / 'index.html'}\n"
+    assert (out / "results" / "0-0.html").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--vs", "1"], "is the report's own session"), (["--allow-cross-session"], "only applies with --vs"),
+     (["--vs", "99"], "No session 99")],
+    ids=["vs-itself", "allow-without-vs", "vs-missing"],
+)
+def test_report_command_errors(store: Store, tmp_path: Path, args: list[str], message: str,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OBSERVATORY_RAISE_ERRORS", raising=False)
+    make_session(store)
+    result = CliRunner().invoke(_cli(), ["report", "1", "--out", str(tmp_path / "o"),
+                                         "--db", str(tmp_path / "runs.db"), *args])
+    assert result.exit_code == 3 and message in result.output, result.output
+
+
+@pytest.mark.parametrize("name", ["report", "history"])
+def test_commands_document_themselves(name: str) -> None:
+    cmd = _cli().commands[name]
+    assert cmd.help and "\b" in cmd.help
+    assert CliRunner().invoke(_cli(), [name, "--help"]).exit_code == 0
