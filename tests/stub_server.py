@@ -21,9 +21,10 @@ class StubServer:
     /health included).
     """
 
-    def __init__(self, mode: str, delay_s: float = 0.0):
+    def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5):
         self.mode = mode
         self.delay_s = delay_s
+        self.token = token
         self.completions = 0
         self.stop_event = threading.Event()
         stub = self
@@ -69,7 +70,8 @@ class StubServer:
                 if stub.mode == "malformed":
                     return self._send(200, b'{"id": "x", "choices": [{"message": ')
                 time.sleep(stub.delay_s)
-                logprobs = {"content": [{"token": "token_id:5", "logprob": 0.0, "bytes": [111, 107], "top_logprobs": []}]}
+                logprobs = {"content": [{"token": f"token_id:{stub.token}", "logprob": 0.0, "bytes": [111, 107],
+                                         "top_logprobs": [{"token": f"token_id:{stub.token}", "logprob": 0.0, "bytes": []}]}]}
                 if request.get("stream"):
                     chunks = [
                         {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",

@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import requires_engine
+
 from observatory.cli import cli
 from observatory.junit import junit_xml
 from observatory.probes import load_probe_file, resolve_suite
+from observatory.report_data import build
+from observatory.store import Store
 from observatory.verdict import session_verdict
 
 pytestmark = [pytest.mark.engine, requires_engine]
@@ -35,14 +37,15 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     db = d / "runs.db"
     r = CliRunner().invoke(
         cli,
-        ["compare", "--arms", "base,base,mtp1,mtp2", "--concurrency", "1,2", "--db", str(db),
-         "--log-dir", str(d / "logs"), "--quiet"],
+        ["gate", "--arms", "base,base,mtp1,mtp2", "--concurrency", "1,2", "--db", str(db),
+         "--log-dir", str(d / "logs"), "--report", str(d / "report"), "--junit", str(d / "junit.xml"), "--quiet"],
         catch_exceptions=False,
     )
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 0, r.output  # the nightly gate passes a healthy session (issue 6)
     shown = CliRunner().invoke(cli, ["show", "--db", str(db), "--json"], catch_exceptions=False)
     data = json.loads(shown.output)
     data["_db"] = str(db)
+    data["_dir"] = str(d)
     data["_summary"] = r.output
     return data
 
@@ -159,14 +162,15 @@ def test_stream_nonstream_and_batch_agree(session: dict[str, Any]) -> None:
                 assert r["verdicts"][g]["verdict"] in ("PASS", "WARN"), (a["name"], r["probe"], g, r["verdicts"][g])
 
 
-def test_session_verdict_and_junit(session: dict[str, Any], tmp_path: Path) -> None:
-    """Issue 6: the session passes; its JUnit XML parses with one case per probe x spec arm."""
-    from observatory.store import Store
-    from observatory.report_data import build
-
+def test_session_verdict_junit_and_report(session: dict[str, Any]) -> None:
+    """Issue 6: the session passes; its JUnit XML parses with one case per probe x spec arm; the report is whole."""
     data = build(Store(session["_db"]))
     verdict, reasons = session_verdict(data)
     assert verdict in ("PASS", "WARN"), reasons
+    assert Path(session["_dir"], "junit.xml").read_text() == junit_xml(data)
+    html = Path(session["_dir"], "report", "index.html").read_text()
+    for section in ("Verdict", "Arms", "Acceptance", "Speed", "Speedup"):
+        assert section in html, section
     doc = xml.dom.minidom.parseString(junit_xml(data))
     cases = doc.getElementsByTagName("testcase")
     n_probes = len(data["probes"])
