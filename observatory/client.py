@@ -9,8 +9,8 @@ API keys are passed through to the server only: never stored or logged.
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,13 +214,7 @@ class EngineClient:
             model=model, messages=probe.messages, stream=True,  # type: ignore[arg-type]
             stream_options={"include_usage": True}, **params,
         )
-        for chunk in s:
-            now = (time.perf_counter() - t0) * 1000.0
-            if chunk.usage:
-                out.usage = chunk.usage.model_dump()
-            if not chunk.choices:
-                continue
-            choice = chunk.choices[0]
+        for now, choice in _choices(s, t0, out):
             delta = choice.delta
             if delta is not None:
                 if delta.content:
@@ -277,13 +271,7 @@ class EngineClient:
                 stream_options={"include_usage": True}, **params,
             )
             parts = []
-            for chunk in s:
-                now = (time.perf_counter() - t0) * 1000.0
-                if chunk.usage:
-                    out.usage = chunk.usage.model_dump()
-                if not chunk.choices:
-                    continue
-                choice = chunk.choices[0]
+            for now, choice in _choices(s, t0, out):
                 parts.append(choice.text or "")
                 n = self._take_completion_logprobs(out, choice.logprobs)
                 if n:
@@ -309,6 +297,11 @@ class EngineClient:
         return len(logprobs.tokens)
 
 
-def dumps_compact(obj: Any) -> str:
-    """Compact JSON for log lines."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+def _choices(stream: Any, t0: float, out: Response) -> Iterator[tuple[float, Any]]:
+    """(ms since the request started, first choice) of each streamed chunk; usage goes to OUT."""
+    for chunk in stream:
+        now = (time.perf_counter() - t0) * 1000.0
+        if chunk.usage:
+            out.usage = chunk.usage.model_dump()
+        if chunk.choices:
+            yield now, chunk.choices[0]

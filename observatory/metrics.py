@@ -32,27 +32,22 @@ class SpecCounters:
     accepted: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
 
-    def __sub__(self, other: SpecCounters) -> SpecCounters:
+    def _combine(self, other: SpecCounters, sign: int) -> SpecCounters:
         n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
         a = self.accepted_per_pos + [0] * (n - len(self.accepted_per_pos))
         b = other.accepted_per_pos + [0] * (n - len(other.accepted_per_pos))
         return SpecCounters(
-            drafts=self.drafts - other.drafts,
-            draft_tokens=self.draft_tokens - other.draft_tokens,
-            accepted=self.accepted - other.accepted,
-            accepted_per_pos=[x - y for x, y in zip(a, b)],
+            drafts=self.drafts + sign * other.drafts,
+            draft_tokens=self.draft_tokens + sign * other.draft_tokens,
+            accepted=self.accepted + sign * other.accepted,
+            accepted_per_pos=[x + sign * y for x, y in zip(a, b)],
         )
 
+    def __sub__(self, other: SpecCounters) -> SpecCounters:
+        return self._combine(other, -1)
+
     def __add__(self, other: SpecCounters) -> SpecCounters:
-        n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
-        a = self.accepted_per_pos + [0] * (n - len(self.accepted_per_pos))
-        b = other.accepted_per_pos + [0] * (n - len(other.accepted_per_pos))
-        return SpecCounters(
-            drafts=self.drafts + other.drafts,
-            draft_tokens=self.draft_tokens + other.draft_tokens,
-            accepted=self.accepted + other.accepted,
-            accepted_per_pos=[x + y for x, y in zip(a, b)],
-        )
+        return self._combine(other, +1)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
