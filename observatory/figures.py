@@ -2,7 +2,9 @@
 
 All figures derive from stored rows, so they can be recomputed at any time:
 
-- acceptance from the spec counter deltas read around each streamed probe:
+- acceptance from the spec counter deltas read around each streamed probe
+  (per probe and per category) and around each timed batch (added into the
+  arm's totals):
   alpha = accepted / draft_tokens, tau = 1 + accepted / drafts,
   p_j = accepted_at_pos_j / drafts, P(n = j) = p_j - p_(j+1), P(n = 0) = 1 - p_1;
 - speed from the timed single-stream runs (warm-up excluded): TTFT,
@@ -254,11 +256,18 @@ def compute_figures(store: Any, session_id: int) -> dict[int, dict[str, Any]]:
             cat = probes[r.probe_id].category if r.probe_id in probes else "?"
             by_cat[cat] = by_cat[cat] + d
             by_probe[probes[r.probe_id].name] = acceptance(d)
-        acc = acceptance(total)
+        measurements = store.measurements(a.id)
+        timed_total = SpecCounters()
+        for m in measurements:
+            timed_total = timed_total + SpecCounters.from_dict(m.counters_delta)
+        # The arm's figures count every measured request: the streamed probes
+        # (read one by one) and the timed runs (read around each batch).
+        acc = acceptance(total + timed_total)
+        acc["from"] = {"stream": total.to_dict(), "timed": timed_total.to_dict()}
         acc["by_category"] = {k: acceptance(v) for k, v in sorted(by_cat.items())}
         acc["by_probe"] = by_probe
         timed = [r for r in store.results(a.id, "timed") if r.ok and r.concurrency == 1]
-        spd = speed(timed or stream, store.measurements(a.id))
+        spd = speed(timed or stream, measurements)
         per_arm[a.id] = {"acceptance": acc, "speed": spd}
     base_fig = per_arm.get(base.id) if base else None
     copies = [a for a in arms if base and (a.launch or {}).get("copy_of") == base.name]

@@ -36,6 +36,15 @@ def preview(text: str | None, n: int = PREVIEW_CHARS) -> str:
     return "".join(c if c.isprintable() else ("⏎" if c == "\n" else "·") for c in t)
 
 
+def tool_calls_text(calls: list[dict[str, Any]]) -> str:
+    """Parsed tool calls as one line: `→ name(arguments)` each."""
+    parts = []
+    for c in calls:
+        fn = (c or {}).get("function") or {}
+        parts.append(f"→ {fn.get('name')}({fn.get('arguments')})")
+    return " ".join(parts)
+
+
 def worst(verdicts: list[str]) -> str | None:
     """The most severe verdict of a list (None if empty)."""
     ranked = [v for v in SEVERITY if v in verdicts]
@@ -63,7 +72,7 @@ def result_dict(r: ResultRow, probe: Any, verdicts: dict[str, Any]) -> dict[str,
         "probe": probe.name, "category": probe.category, "prompt": _prompt(probe.definition),
         "probe_hash": probe.content_hash, "params": probe.params,
         "ok": r.ok, "error": r.error, "text": r.text, "content": r.content,
-        "preview": preview(r.text if r.text or not r.tool_calls else str(r.tool_calls)),
+        "preview": preview(r.text if r.text or not r.tool_calls else tool_calls_text(r.tool_calls)),
         "token_ids": r.token_ids, "token_texts": r.token_texts, "top_logprobs": r.top_logprobs,
         "tool_calls": r.tool_calls, "finish_reason": r.finish_reason, "usage": r.usage,
         "ttft_ms": r.ttft_ms, "duration_ms": r.duration_ms, "chunks": r.chunks,

@@ -107,7 +107,10 @@ def test_acceptance_identities_hold_on_the_stored_integers(session: dict[str, An
     """Issue 5: alpha, tau, p_j and the histogram follow exactly from the counters."""
     for name in ("mtp1", "mtp2"):
         a = _arm(session, name)
-        acc, c = a["acceptance"], a["counters"]
+        acc, stream, timed = a["acceptance"], a["counters"], a["acceptance"]["from"]["timed"]
+        assert acc["from"]["stream"] == stream and timed["drafts"] > 0
+        c = {k: stream[k] + timed[k] for k in ("drafts", "draft_tokens", "accepted")}
+        c["accepted_per_pos"] = [x + y for x, y in zip(stream["accepted_per_pos"], timed["accepted_per_pos"])]
         assert acc["drafts"] == c["drafts"] and acc["accepted"] == c["accepted"]
         assert acc["alpha"] == c["accepted"] / c["draft_tokens"]
         assert acc["tau"] == 1 + c["accepted"] / c["drafts"]
@@ -115,8 +118,8 @@ def test_acceptance_identities_hold_on_the_stored_integers(session: dict[str, An
         assert sum(c["accepted_per_pos"]) == c["accepted"]
         assert math.isclose(sum(acc["histogram"]), 1.0)
         assert acc["histogram"][0] == 1 - acc["per_position"][0]
-        # per-probe deltas add up to the arm's counters
-        assert sum(p["drafts"] for p in acc["by_probe"].values()) == c["drafts"]
+        # per-probe deltas add up to the arm's streamed counters
+        assert sum(p["drafts"] for p in acc["by_probe"].values()) == stream["drafts"]
         assert set(acc["by_category"]) >= {"recitation", "counting", "prose_en"}
 
 
