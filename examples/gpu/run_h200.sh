@@ -3,7 +3,8 @@
 # ../shared/gpu/build-bundle.sh). From the repo root, on the device machine:
 #   bash examples/gpu/run_h200.sh tiny     # base,base,mtp1,mtp2 on the embedded tiny model
 #   bash examples/gpu/run_h200.sh hybrid   # base,mtp1,mtp2 on a Qwen3.5-style hybrid, random weights
-# Results go to $OUT (or /tmp/out): session databases, reports, engine logs.
+# Results go to $OUT (or /tmp/out): session databases and engine logs; render
+# the reports where you read them: observatory report --db OUT/h200-tiny.db --out DIR
 set -uo pipefail
 mode=${1:?tiny or hybrid}
 cd "$(dirname "$0")/../.."
@@ -26,8 +27,10 @@ case $mode in
 tiny)
   python3 -m observatory compare --arms base,base,mtp1,mtp2 --db "$out/h200-tiny.db" "${common[@]}" \
     --engine-arg=--gpu-memory-utilization=0.2 --engine-arg=--enforce-eager --concurrency 1,4
-  python3 -m observatory report --db "$out/h200-tiny.db" --out "$out/report-tiny"
   python3 -m observatory show --db "$out/h200-tiny.db"
+  # the harness against vLLM's own serving benchmark, same server, same prompts
+  python3 benchmarks/bench_vs_vllm.py --repeats 3 --out "$out/bench-tiny.json" --work-dir /tmp/bench \
+    --engine-arg=--attention-backend=TRITON_ATTN --engine-arg=--gpu-memory-utilization=0.2 --engine-arg=--enforce-eager
   ;;
 hybrid)
   python3 examples/gpu/hbm_bandwidth.py | tee "$out/hbm.json"
@@ -38,7 +41,6 @@ hybrid)
     --engine-arg=--gdn-prefill-backend=triton --engine-arg=--gpu-memory-utilization=0.5 \
     --engine-arg=--max-num-seqs=8 --no-diffs --concurrency 1
   grep -h "Model loading took\|weights took\|Loading weights took" "$out"/logs/*.log | tail -5 | tee "$out/weights.txt"
-  python3 -m observatory report --db "$out/h200-hybrid.db" --out "$out/report-hybrid"
   python3 -m observatory show --db "$out/h200-hybrid.db"
   ;;
 esac
