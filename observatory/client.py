@@ -210,8 +210,8 @@ class EngineClient:
         out = Response()
         content_parts: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        s = self.openai.chat.completions.create(
-            model=model, messages=probe.messages, stream=True,  # type: ignore[arg-type]
+        s = self.openai.chat.completions.create(  # type: ignore[call-overload]
+            model=model, messages=probe.messages, stream=True,
             stream_options={"include_usage": True}, **params,
         )
         for now, choice in _choices(s, t0, out):

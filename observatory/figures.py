@@ -22,6 +22,7 @@ All figures derive from stored rows, so they can be recomputed at any time:
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 from typing import Any
@@ -75,7 +76,7 @@ def _itl(results: list[ResultRow]) -> list[float]:
     gaps = []
     for r in results:
         ch = r.chunks or []
-        for (t0, _), (t1, n) in zip(ch, ch[1:]):
+        for (t0, _), (t1, n) in itertools.pairwise(ch):
             gaps.extend([(float(t1) - float(t0)) / max(int(n), 1)] * max(int(n), 1))
     return gaps
 

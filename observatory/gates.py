@@ -38,21 +38,21 @@ from typing import TYPE_CHECKING, Any
 from observatory.errors import ObservatoryError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from observatory.probes import Probe
+    pass
 
 __all__ = [
-    "PASS",
-    "WARN",
     "FAIL",
+    "PASS",
     "SKIP",
-    "Output",
-    "GateResult",
+    "WARN",
     "Gate",
     "GateRegistry",
-    "gate",
-    "offline",
-    "load_gates",
+    "GateResult",
+    "Output",
     "default_registry",
+    "gate",
+    "load_gates",
+    "offline",
 ]
 
 PASS = "PASS"

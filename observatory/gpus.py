@@ -51,9 +51,9 @@ def plan_waves(n_arms: int, n_gpus: int, per_arm: int, parallel: bool) -> list[l
     if per_arm > n_gpus:
         raise ObservatoryError(f"--gpus-per-arm {per_arm} but this host has {n_gpus} GPU(s)")
     if not parallel:
-        return [[(i, list(range(per_arm)))] for i in range(n_arms)]
+        return [[(i, list(range(per_arm)))] for i in range(n_arms)]  # type: ignore[misc]
     slots = n_gpus // per_arm
-    waves = []
+    waves: list[list[tuple[int, list[int] | None]]] = []
     for start in range(0, n_arms, slots):
         waves.append([(i, list(range(j * per_arm, (j + 1) * per_arm)))
                       for j, i in enumerate(range(start, min(start + slots, n_arms)))])

@@ -28,8 +28,8 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError
 
 from observatory.errors import ObservatoryError
 

@@ -26,11 +26,11 @@ from typing import Any, Protocol
 from observatory import __version__
 from observatory.arms import Arm
 from observatory.client import EngineClient, request_params
-from observatory.errors import ObservatoryError
 from observatory.db import ArmRow, ProbeRow, SessionRow, utcnow
+from observatory.errors import ObservatoryError
 from observatory.evaluate import evaluate
-from observatory.machine import describe
 from observatory.gpus import plan_waves
+from observatory.machine import describe
 from observatory.measure import ArmCrashed, ArmRun
 from observatory.probes import Probe
 from observatory.server import (
@@ -202,7 +202,11 @@ class Runner:
         try:
             for pos, arm, row, gpus in todo:
                 runs.append(self._new_run(session_id, pos, arm, row, gpus, wave, [n for n in names if n != arm.name]))
-            self._each(runs, lambda r: (self._start(r, session_id), self._phase(r, r.correctness)))
+            def start_and_check(r: ArmRun) -> None:
+                self._start(r, session_id)
+                self._phase(r, r.correctness)
+
+            self._each(runs, start_and_check)
             if self.opts.timing == "sequential" or len(runs) == 1:
                 for r in runs:
                     self._phase(r, r.throughput)

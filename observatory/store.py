@@ -28,7 +28,6 @@ from observatory.db import (
 )
 from observatory.errors import ObservatoryError
 
-
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 

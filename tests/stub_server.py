@@ -48,7 +48,7 @@ class StubServer:
             def _hang(self) -> None:
                 stub.stop_event.wait(120)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 if self._hung():
                     return self._hang()
                 if self.path == "/health":
@@ -61,7 +61,7 @@ class StubServer:
                     return self._send(200, b"vllm:num_requests_running 0\n", "text/plain")
                 return self._send(404, b"{}")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", 0))
                 request = json.loads(self.rfile.read(n) or b"{}")
                 if stub.mode == "hang" or self._hung():

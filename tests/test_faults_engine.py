@@ -270,7 +270,7 @@ class Server:
             env["OBSERVATORY_FAULT"] = fault
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         self.log = log
-        self._logf = open(log, "wb")  # noqa: SIM115 (closed in stop())
+        self._logf = open(log, "wb")
         self.proc = subprocess.Popen(
             cmd, env=env, stdout=self._logf, stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from stub_server import StubServer
 
 from observatory.cli import cli
-from stub_server import StubServer
 
 PROBES = '''
 [[probe]]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg import pg_bin, postgres_server
 from sqlalchemy import func, inspect, select
 
 from observatory.db import ArmRow, Base, ProbeRow, ResultRow, SessionRow
@@ -20,7 +21,6 @@ from observatory.evaluate import evaluate
 from observatory.probes import load_probe_file, resolve_suite
 from observatory.report_data import build
 from observatory.store import Store, storable
-from pg import pg_bin, postgres_server
 
 
 @pytest.fixture(scope="module")

@@ -131,7 +131,7 @@ def _patch_v1_sampler(module: ModuleType, faults: frozenset[str]) -> None:
         )
 
     setattr(rejection_sample, _MARK, True)
-    module.rejection_sample = rejection_sample
+    module.rejection_sample = rejection_sample  # type: ignore[attr-defined]
 
 
 def _patch_v2_sampler(module: ModuleType, faults: frozenset[str]) -> None:
@@ -166,7 +166,7 @@ def _patch_v2_sampler(module: ModuleType, faults: frozenset[str]) -> None:
         return orig(*bound.args, **bound.kwargs)
 
     setattr(rejection_sample, _MARK, True)
-    module.rejection_sample = rejection_sample
+    module.rejection_sample = rejection_sample  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,36 @@
+"""`observatory selftest` on the real engine and the default model: 3 of 3 faults caught, A/A clean (issue 7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import requires_engine
+
+from observatory.arms import FAULTS
+from observatory.cli import cli
+from observatory.commands.selftest import selftest_findings
+from observatory.report_data import build
+from observatory.store import Store
+
+pytestmark = [pytest.mark.engine, requires_engine]
+
+
+def test_selftest_catches_every_fault(tmp_path: Path) -> None:
+    db = tmp_path / "selftest.db"
+    r = CliRunner().invoke(cli, ["selftest", "--db", str(db), "--log-dir", str(tmp_path / "logs"), "--no-diffs",
+                                 "--quiet"], catch_exceptions=False)
+    with Store(str(db)) as store:
+        findings = selftest_findings(build(store))
+    assert r.exit_code == 0, (r.output, findings)
+    assert set(findings["faults"]) == set(FAULTS)
+    for fault, f in findings["faults"].items():
+        assert f["status"] == "ok" and f["drafts"] > 0, (fault, f)
+        assert f["caught_by"], fault
+    # the token diff against base catches every one of them
+    assert all("token_diff" in f["caught_by"] for f in findings["faults"].values())
+    assert findings["aa"]["clean"]
+    for fault in FAULTS:
+        assert fault in r.output
+    assert "MISSED" not in r.output
