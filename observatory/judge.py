@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from observatory.db import ArmRow, ResultRow, VerdictRow
-from observatory.gates import FAIL, Gate, GateRegistry, GateResult, Output, default_registry
+from observatory.gates import FAIL, WARN, Gate, GateRegistry, GateResult, Output, default_registry
 from observatory.probes import Probe
 
 NOT_DISCRIMINATING = "NOT_DISCRIMINATING"
@@ -121,24 +121,57 @@ def judge_session(store: Any, session_id: int, registry: GateRegistry | None = N
     return rows
 
 
+def tokens_complete(r: ResultRow) -> bool:
+    """Whether a result carries every generated token id (its usage count agrees).
+
+    Some engines withhold the logprobs of streamed chunks their tool parser
+    swallows (seen on vLLM 0.26 for CUDA with the hermes parser: 14 of 32 ids
+    came back); such a stream cannot be diffed token by token.
+    """
+    n = (r.usage or {}).get("completion_tokens")
+    return n is None or n == len(r.token_ids or [])
+
+
+def _sequence(modes: dict[str, dict[int, ResultRow]], pid: int) -> ResultRow | None:
+    """The arm's full token sequence for a probe: streamed if complete, else non-streamed."""
+    for mode in ("stream", "nonstream"):
+        r = modes.get(mode, {}).get(pid)
+        if r is not None and r.ok and tokens_complete(r):
+            return r
+    return None
+
+
 def _pair_rows(registry: GateRegistry, arm: ArmRow, base: ArmRow | None,
                by_arm: dict[int, dict[str, dict[int, ResultRow]]], probes: dict[int, Probe]) -> list[VerdictRow]:
     if "token_diff" not in registry:
         return []
     gate = registry.get("token_diff")
     rows = []
-    stream = by_arm[arm.id].get("stream", {})
+    modes = by_arm[arm.id]
     for pid, probe in probes.items():
-        mine = stream.get(pid)
-        if mine is None or not mine.ok:
+        stream = modes.get("stream", {}).get(pid)
+        if stream is not None and stream.ok and not tokens_complete(stream):
+            rows.append(VerdictRow(
+                arm_id=arm.id, result_id=stream.id, probe_id=pid, gate="stream_tokens", gate_version="judge",
+                verdict=WARN, details={"streamed": len(stream.token_ids or []),
+                                       "generated": (stream.usage or {}).get("completion_tokens")},
+                reason=(f"the stream carried {len(stream.token_ids or [])} of "
+                        f"{(stream.usage or {}).get('completion_tokens')} token ids (the engine withheld chunks); "
+                        "token diffs use the non-streamed response"),
+            ))
+        mine = _sequence(modes, pid)
+        if mine is None:
             continue
         if base is not None and arm is not base:
-            ref = by_arm[base.id].get("stream", {}).get(pid)
-            if ref is not None and ref.ok:
-                rows.append(_row(arm, gate, _safe(gate, to_output(mine), to_output(ref), probe), mine, pid))
+            ref = _sequence(by_arm[base.id], pid)
+            if ref is not None:
+                res = _safe(gate, to_output(mine), to_output(ref), probe)
+                res.details = {**res.details, "compared": [mine.mode, ref.mode]}
+                rows.append(_row(arm, gate, res, mine, pid))
         for name, mode in PAIR_MODES.items():
-            other = by_arm[arm.id].get(mode, {}).get(pid)
-            if other is not None and other.ok:
-                res = _safe(gate, to_output(other), to_output(mine), probe)
-                rows.append(_row(arm, gate, res, other, pid, name=name))
+            other = modes.get(mode, {}).get(pid)
+            if other is None or other is mine or not other.ok or not tokens_complete(other):
+                continue
+            res = _safe(gate, to_output(other), to_output(mine), probe)
+            rows.append(_row(arm, gate, res, other, pid, name=name))
     return rows
