@@ -7,6 +7,7 @@ under `observatory/_bundled/` (see pyproject's force-include).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -23,4 +24,6 @@ def _data_dir(name: str) -> Path:
 GATES_DIR = _data_dir("gates")
 PROBES_DIR = _data_dir("probes")
 TEMPLATES_DIR = _data_dir("templates")
-DEFAULT_MODEL_DIR = PACKAGE_DIR / "default_model"
+# OBSERVATORY_DEFAULT_MODEL points the embedded default at another folder
+# (used while a new default model is being trained and checked).
+DEFAULT_MODEL_DIR = Path(os.environ.get("OBSERVATORY_DEFAULT_MODEL") or PACKAGE_DIR / "default_model")

@@ -3,6 +3,7 @@
 # ../shared/gpu/build-bundle.sh). From the repo root, on the device machine:
 #   bash examples/gpu/run_h200.sh tiny     # base,base,mtp1,mtp2 on the embedded tiny model
 #   bash examples/gpu/run_h200.sh hybrid   # base,mtp1,mtp2 on a Qwen3.5-style hybrid, random weights
+# OBSERVATORY_DEFAULT_MODEL=DIR runs "tiny" on another checkpoint of the tiny model.
 # Results go to $OUT (or /tmp/out): session databases and engine logs; render
 # the reports where you read them: observatory report --db OUT/h200-tiny.db --out DIR
 set -uo pipefail

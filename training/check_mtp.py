@@ -1,0 +1,202 @@
+"""Offline check of a trained default model on a probe suite.
+
+For every probe: the base model's greedy output (does it pass the probe's
+expectations?), then the MTP head's drafts on that very output, accepted the
+way vLLM's greedy speculative decoding accepts them:
+
+- after the target emits the token at index j, the MTP layer drafts token
+  j+1 from (trunk hidden state at j-1, token j); with k=2 the same layer runs
+  again at position j on (its own output, draft 1) to draft token j+2;
+- the longest prefix of drafts equal to the greedy tokens is accepted, the
+  target adds one token, and drafting resumes after it.
+
+The acceptance rate (accepted / drafted tokens) is what vLLM reports through
+``vllm:spec_decode_num_accepted_tokens_total / ..._num_draft_tokens_total``.
+
+Usage: python -m training.check_mtp [--model DIR] [--probes FILE] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from observatory.probes import Probe, load_probe_file
+from training.build_tokenizer import DEFAULT_OUT
+from training.corpus import check_held_out, generate
+from training.model import MiMoForCausalLM, load
+from training.render import EOS_TOKEN
+
+REPO = Path(__file__).resolve().parent.parent
+MAX_K = 2
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+@dataclass
+class ProbeCheck:
+    """One probe's greedy output and MTP acceptance."""
+
+    name: str
+    category: str
+    text: str
+    token_ids: list[int]
+    passed: bool
+    reason: str
+    # k -> [drafted tokens, accepted tokens, accepted at position 1.., ...]
+    acceptance: dict[int, list[int]] = field(default_factory=dict)
+
+
+def prompt_ids(tok: PreTrainedTokenizerBase, probe: Probe) -> list[int]:
+    """The prompt as vLLM tokenizes it (chat template + generation prompt)."""
+    if probe.messages is None:
+        return tok.encode(probe.prompt or "", add_special_tokens=False)
+    return tok.apply_chat_template(
+        probe.messages, tools=probe.tools, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+
+
+@torch.no_grad()
+def greedy(model: MiMoForCausalLM, ids: list[int], max_tokens: int, eos: int) -> list[int]:
+    """Greedy continuation (eos included when produced)."""
+    seq = list(ids)
+    for _ in range(max_tokens):
+        x = torch.tensor([seq])
+        h = model.trunk(x, torch.arange(len(seq)).unsqueeze(0))
+        nxt = int(model.main_logits(h[:, -1]).argmax(-1))
+        seq.append(nxt)
+        if nxt == eos:
+            break
+    return seq[len(ids) :]
+
+
+@torch.no_grad()
+def draft_table(model: MiMoForCausalLM, seq: list[int]) -> list[list[int]]:
+    """drafts[i][t]: draft i+1 made after the token at index t+1, i.e. the
+    prediction of token t+2+i (teacher-forced on `seq`, like vLLM's accepted
+    prefix)."""
+    ids = torch.tensor([seq])
+    pos = torch.arange(len(seq)).unsqueeze(0)
+    hidden = model.trunk(ids, pos)
+    step1, kv1 = model.mtp_step1(hidden[:, :-1], ids[:, 1:], pos[:, :-1])
+    step2 = model.mtp_step2(step1[:, :-1], ids[:, 2:], pos[:, :-2], kv1)
+    return [
+        model.mtp_logits(step1)[0].argmax(-1).tolist(),
+        model.mtp_logits(step2)[0].argmax(-1).tolist(),
+    ]
+
+
+def simulate(drafts: list[list[int]], seq: list[int], n_prompt: int, k: int) -> list[int]:
+    """[drafted, accepted, accepted at position 1..k] for k draft tokens per step."""
+    out = [0, 0] + [0] * k
+    end = len(seq) - 1
+    j = n_prompt  # the target's first token comes from the prefill
+    while j < end:
+        accepted = 0
+        for i in range(k):
+            target = j + 1 + i
+            if target > end or drafts[i][j - 1] != seq[target]:
+                break
+            accepted += 1
+            out[2 + i] += 1
+        out[0] += k
+        out[1] += accepted
+        j += accepted + 1
+    return out
+
+
+def check_expect(probe: Probe, text: str) -> tuple[bool, str]:
+    """The probe's `expect` table applied to the raw output (tool calls parsed
+    the way vLLM's hermes parser does)."""
+    calls: list[dict[str, Any]] = []
+    for raw in _TOOL_CALL.findall(text):
+        try:
+            calls.append(json.loads(raw))
+        except json.JSONDecodeError:
+            return False, f"tool call is not JSON: {raw!r}"
+    content = _TOOL_CALL.sub("", text).strip()
+    exp = probe.expect
+    if "exact" in exp and content != exp["exact"]:
+        return False, f"expected {exp['exact']!r}"
+    if "regex" in exp and not re.fullmatch(exp["regex"], content):
+        return False, f"does not match {exp['regex']!r}"
+    missing = [s for s in exp.get("contains", []) if s not in content]
+    if missing:
+        return False, f"missing {missing}"
+    if "tool_names" in exp and [c.get("name") for c in calls] != exp["tool_names"]:
+        return False, f"tool names {[c.get('name') for c in calls]}"
+    if "tool_count" in exp and len(calls) != exp["tool_count"]:
+        return False, f"{len(calls)} tool calls"
+    if probe.category == "tool_call" and not all(isinstance(c.get("arguments"), dict) for c in calls):
+        return False, "tool call without an arguments object"
+    return True, "ok"
+
+
+def check_probe(model: MiMoForCausalLM, tok: PreTrainedTokenizerBase, probe: Probe) -> ProbeCheck:
+    """Greedy output, expectations and simulated acceptance for k = 1..MAX_K."""
+    eos = tok.convert_tokens_to_ids(EOS_TOKEN)
+    prompt = prompt_ids(tok, probe)
+    out = greedy(model, prompt, probe.max_tokens, eos)
+    text = tok.decode([t for t in out if t != eos], skip_special_tokens=False)
+    passed, reason = check_expect(probe, text)
+    seq = prompt + out
+    drafts = draft_table(model, seq)
+    acceptance = {k: simulate(drafts, seq, len(prompt), k) for k in range(1, MAX_K + 1)}
+    return ProbeCheck(probe.name, probe.category, text, out, passed, reason, acceptance)
+
+
+def summarize(checks: list[ProbeCheck]) -> dict[str, dict[str, float]]:
+    """Acceptance rate per category (and overall) for each k."""
+    groups: dict[str, list[ProbeCheck]] = defaultdict(list)
+    for c in checks:
+        groups[c.category].append(c)
+    groups["all"] = checks
+    summary = {}
+    for name, group in groups.items():
+        summary[name] = {}
+        for k in range(1, MAX_K + 1):
+            drafted = sum(c.acceptance[k][0] for c in group)
+            accepted = sum(c.acceptance[k][1] for c in group)
+            summary[name][f"k{k}"] = accepted / drafted if drafted else 0.0
+    return summary
+
+
+def main() -> None:
+    """Print the per-probe table and the per-category acceptance."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--probes", type=Path, default=REPO / "probes" / "default.toml")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    tok = AutoTokenizer.from_pretrained(args.model)
+    model = load(args.model)
+    probes = load_probe_file(args.probes)
+    for problem in check_held_out(probes, generate()):
+        print(f"HELD-OUT VIOLATION: {problem}")
+    checks = [check_probe(model, tok, p) for p in probes]
+    for c in checks:
+        rates = "  ".join(
+            f"k{k} {c.acceptance[k][1]}/{c.acceptance[k][0]}" for k in range(1, MAX_K + 1)
+        )
+        print(f"{'PASS' if c.passed else 'FAIL'}  {c.name:24s} {rates}  {c.text!r}"
+              + ("" if c.passed else f"  <- {c.reason}"))
+    summary = summarize(checks)
+    for name, rates in summary.items():
+        print(f"{name:12s} " + "  ".join(f"{k} {v:.3f}" for k, v in rates.items()))
+    if args.json:
+        args.json.write_text(
+            json.dumps({"probes": [asdict(c) for c in checks], "summary": summary}, indent=2,
+                       ensure_ascii=False) + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()
