@@ -26,6 +26,7 @@ class StubServer:
         self.delay_s = delay_s
         self.token = token
         self.completions = 0
+        self.authorizations: list[str] = []
         self.stop_event = threading.Event()
         stub = self
 
@@ -62,6 +63,7 @@ class StubServer:
                 return self._send(404, b"{}")
 
             def do_POST(self) -> None:
+                stub.authorizations.append(self.headers.get("Authorization", ""))
                 n = int(self.headers.get("Content-Length", 0))
                 request = json.loads(self.rfile.read(n) or b"{}")
                 if stub.mode == "hang" or self._hung():

@@ -110,3 +110,27 @@ def test_cudagraph_sizes_without_batch_one() -> None:
     gap = cudagraph_gap(_row("base", _argv("base", extra_args=["--compilation-config", '{"cudagraph_capture_sizes": [2, 4, 8, 16]}'])))
     assert gap and "leave out batch size 1" in gap
     assert cudagraph_gap(_row("base", _argv("base", extra_args=["--cuda-graph-sizes", "1,2,4"]))) is None
+
+
+def _acc(drafts: int) -> dict[str, int]:
+    return {"drafts": drafts}
+
+
+def test_validity_codes() -> None:
+    """Issue 5: spec inactive and base speculating are INVALID; an extra flag is CONFOUNDED; few drafts LOW_N."""
+    from observatory.figures import validity
+
+    base = ArmRow(name="base", status="ok", launch={"speculative_config": None, "argv": _argv("base"), "env": {}})
+    spec = {"method": "mtp", "num_speculative_tokens": 1}
+    quiet = ArmRow(name="mtp1", status="ok", launch={"speculative_config": spec, "argv": _argv("mtp1"), "env": {}})
+    assert [v["code"] for v in validity(quiet, base, _acc(0), {})] == ["INVALID"]
+    assert "speculation inactive" in validity(quiet, base, _acc(0), {})[0]["detail"]
+    assert [v["code"] for v in validity(base, base, _acc(12), {})] == ["INVALID"]
+    assert [v["code"] for v in validity(quiet, base, _acc(50), {})] == ["LOW_N"]
+    extra = ArmRow(name="mtp1", status="ok",
+                   launch={"speculative_config": spec, "argv": [*_argv("mtp1"), "--enforce-eager"], "env": {}})
+    codes = validity(extra, base, _acc(500), {})
+    assert [v["code"] for v in codes] == ["CONFOUNDED"] and "--enforce-eager" in codes[0]["detail"]
+    assert validity(quiet, base, _acc(500), {}) == []
+    same = validity(quiet, base, _acc(500), {"distinct_outputs": "FAIL"})
+    assert [v["code"] for v in same] == ["INVALID"] and "prompt did not take effect" in same[0]["detail"]

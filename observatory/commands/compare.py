@@ -67,6 +67,24 @@ def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, 
 _NOT_STORED = ("api_key",)
 
 
+def redact_argv(argv: list[str]) -> list[str]:
+    """The command line as stored: the value of --api-key replaced (issue 7: keys are never stored)."""
+    out: list[str] = []
+    hide = False
+    for a in argv:
+        if hide:
+            out.append("***")
+            hide = False
+        elif a == "--api-key":
+            out.append(a)
+            hide = True
+        elif a.startswith("--api-key="):
+            out.append("--api-key=***")
+        else:
+            out.append(a)
+    return out
+
+
 def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, int | None, bool]:
     """Plan, run and judge one session (or resume one); returns (store, session id, interrupted)."""
     quiet = kw.pop("quiet")
@@ -79,7 +97,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, i
             raise ObservatoryError(f"Session {resume} has no stored plan to resume from.")
         stored["api_key"] = kw.get("api_key")
         kw = stored
-    opts = plan_compare(**kw, command=sys.argv)
+    opts = plan_compare(**kw, command=redact_argv(sys.argv))
     opts.plan = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items() if k not in _NOT_STORED}
     runner = Runner(store, opts)
     if resume is not None:
