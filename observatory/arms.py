@@ -28,17 +28,12 @@ from __future__ import annotations
 import copy
 import json
 import re
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from observatory.errors import ArmError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from observatory.tomlfile import read_toml
 
 FAULTS = ("accept_all", "ghost", "drop_bonus")
 _ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url"}
@@ -118,12 +113,7 @@ def check_speculative_config(value: Any, where: str) -> dict[str, Any]:
 def load_arms_file(path: Path | str) -> dict[str, Arm]:
     """Named arms from a TOML file, loaded strictly."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ArmError(f"{path}: no such arms file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ArmError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path, ArmError, "arms file")
     unknown = sorted(set(data) - {"arms"})
     if unknown:
         raise ArmError(f"{path}: unknown top-level key {unknown[0]!r}; define arms as [arms.NAME] tables")

@@ -230,13 +230,7 @@ class EngineClient:
                             slot["function"]["name"] += tc.function.name
                         if tc.function.arguments:
                             slot["function"]["arguments"] += tc.function.arguments
-            n = self._take_chat_logprobs(out, choice.logprobs)
-            if n:
-                out.chunks.append([round(now, 3), n])
-                if out.ttft_ms is None:
-                    out.ttft_ms = now
-            if choice.finish_reason:
-                out.finish_reason = choice.finish_reason
+            _note_chunk(out, now, self._take_chat_logprobs(out, choice.logprobs), choice.finish_reason)
         out.content = "".join(content_parts) if content_parts or not calls else None
         out.text = out.content or ""
         if calls:
@@ -273,13 +267,7 @@ class EngineClient:
             parts = []
             for now, choice in _choices(s, t0, out):
                 parts.append(choice.text or "")
-                n = self._take_completion_logprobs(out, choice.logprobs)
-                if n:
-                    out.chunks.append([round(now, 3), n])
-                    if out.ttft_ms is None:
-                        out.ttft_ms = now
-                if choice.finish_reason:
-                    out.finish_reason = choice.finish_reason
+                _note_chunk(out, now, self._take_completion_logprobs(out, choice.logprobs), choice.finish_reason)
             out.text = "".join(parts)
         out.content = out.text
         out.token_texts = self.detokenize(out.token_ids)
@@ -295,6 +283,16 @@ class EngineClient:
             pairs = sorted(((parse_token_id(k), float(v)) for k, v in (top or {}).items()), key=lambda p: -p[1])
             out.top_logprobs.append([[t, lp] for t, lp in pairs])
         return len(logprobs.tokens)
+
+
+def _note_chunk(out: Response, now: float, n_tokens: int, finish_reason: str | None) -> None:
+    """Time a streamed chunk that carried N_TOKENS (the first one is the TTFT)."""
+    if n_tokens:
+        out.chunks.append([round(now, 3), n_tokens])
+        if out.ttft_ms is None:
+            out.ttft_ms = now
+    if finish_reason:
+        out.finish_reason = finish_reason
 
 
 def _choices(stream: Any, t0: float, out: Response) -> Iterator[tuple[float, Any]]:

@@ -30,18 +30,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from observatory.errors import ProbeFileError
 from observatory.paths import PROBES_DIR
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from observatory.tomlfile import read_toml
 
 CATEGORIES = (
     "recitation",
@@ -205,12 +200,7 @@ def _check_probe(path: Path, index: int, raw: Any) -> Probe:
 def load_probe_file(path: Path | str) -> list[Probe]:
     """Load one suite file strictly; every problem names the file."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProbeFileError(f"{path}: no such probe file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ProbeFileError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path, ProbeFileError, "probe file")
     unknown = sorted(set(data) - _SUITE_KEYS)
     if unknown:
         raise ProbeFileError(
