@@ -387,7 +387,7 @@ class VllmBench:
 def summarize_bench(result: dict[str, Any]) -> dict[str, Any]:
     """Per-request figures and vllm's own summaries from a --save-detailed result JSON."""
     ttfts = result.get("ttfts") or []
-    lats = result.get("latencies") or []
+    lats = result.get("latencies") or _latencies_from_itls(ttfts, result.get("itls") or [])
     lens = result.get("output_lens") or []
     errors = result.get("errors") or [""] * len(ttfts)
     texts = result.get("generated_texts") or [None] * len(ttfts)
@@ -403,6 +403,13 @@ def summarize_bench(result: dict[str, Any]) -> dict[str, Any]:
         "mean_ttft_ms", "median_tpot_ms", "mean_tpot_ms", "median_itl_ms", "median_e2el_ms",
         "spec_decode_acceptance_rate", "spec_decode_acceptance_length")}
     return out
+
+
+def _latencies_from_itls(ttfts: list[float | None], itls: list[list[float]]) -> list[float | None]:
+    """Per-request latency where the result has no "latencies" (vLLM 0.26 and
+    older save only TTFTs and inter-token latencies): TTFT plus the sum of the
+    ITLs, which is how vLLM itself rebuilds it for its per-request export."""
+    return [None if t is None else t + sum(i or []) for t, i in zip(ttfts, itls)]
 
 
 # ---------------------------------------------------------------- figures

@@ -116,6 +116,17 @@ def test_summarize_canned_bench_result() -> None:
     assert bvv.summarize_bench(failed)["ok"] == 1
 
 
+def test_summarize_result_without_latencies() -> None:
+    """vLLM 0.26 (the GPU bundle) saves TTFTs and ITLs but no "latencies":
+    latency is rebuilt as TTFT + sum(ITLs), giving the same figures."""
+    old = {k: v for k, v in CANNED.items() if k != "latencies"}
+    old["itls"] = [[0.005] * 9, [110 / 19 / 1000] * 19]
+    s, ref = bvv.summarize_bench(old), bvv.summarize_bench(CANNED)
+    assert s["tokens"] == ref["tokens"] and s["ok"] == 2
+    for key in ("decode_tok_s", "ttft_ms_median", "tpot_ms_median"):
+        assert s[key] == pytest.approx(ref[key])
+
+
 def _repeat(obs_ttft: float, bench_ttft: float, tokens: list[int]) -> dict[str, Any]:
     def side(ttft: float) -> dict[str, Any]:
         reqs = [{"tokens": n, "ttft_ms": ttft, "duration_ms": ttft + 5.0 * (n - 1)} for n in tokens]
