@@ -1,7 +1,9 @@
 """Train the default model's byte-level BPE tokenizer on the generated corpus.
 
-Pre-tokenization splits words, numbers, single Han characters, symbol runs
-and whitespace runs apart, then byte-level BPE merges within each piece. Special tokens: the ChatML
+Merges are learned on fine pre-tokens (words, single digits, single Han
+characters, symbol runs and whitespace runs apart); the shipped pre-tokenizer
+is Qwen2's, which transformers and vLLM impose on a qwen2 checkpoint anyway
+and which, with these merges, gives the same tokens (checked). Special tokens: the ChatML
 markers (special) and the hermes tool-call tags (added, not special, so they
 survive decoding and vLLM's hermes parser sees them as single tokens).
 
@@ -31,14 +33,23 @@ VOCAB_SIZE = 4096  # an upper bound: the corpus runs out of merges first
 MODEL_MAX_LENGTH = 1024
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "observatory" / "default_model"
 
-# Pre-tokens: a run of letters, a run of digits, a single Han character, a
-# run of other symbols, a run of whitespace. Words and numbers carry no
-# leading space and punctuation never sticks to them, so a city, word or
-# number has the same token(s) wherever it appears (in the question and in
-# the answer): copying it is copying tokens. The numbers the corpus counts
-# through are frequent enough to become single tokens, so counting is a
-# token-successor step and "stop at b" is a token match with the prompt.
-SPLIT_PATTERN = r"\p{Han}|(?:(?!\p{Han})\p{L})+|\p{N}+|[^\s\p{L}\p{N}]+|\s+"
+# Merges are learned on fine pre-tokens: a run of letters, a single digit, a
+# single Han character, a run of other symbols, a run of whitespace. So no
+# merge joins a space or a symbol to a word, or two digits, or two Han
+# characters.
+TRAIN_PATTERN = r"\p{Han}|(?:(?!\p{Han})\p{L})+|\p{N}|[^\s\p{L}\p{N}]+|\s+"
+# The shipped pre-tokenizer is Qwen2's: transformers (hence vLLM) loads any
+# tokenizer of a model_type "qwen2" checkpoint as Qwen2Tokenizer, which
+# rebuilds the pre-tokenizer with this regex whatever tokenizer.json says.
+# Its coarser pieces (" apple", '"river', a run of Han characters) are cut
+# back into the fine ones by the merges above, so both give the same tokens;
+# `build` checks that on the whole corpus. The upshot: a word or city has the
+# same tokens in the question and in the answer (copying it is copying
+# tokens), numbers are spelled digit by digit.
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 _SPECIAL_RE = re.compile("|".join(re.escape(t) for t in (*CHATML_TOKENS, *TOOL_TOKENS)))
 
 
@@ -52,16 +63,22 @@ def training_texts() -> list[str]:
     return texts
 
 
-def build() -> Tokenizer:
-    """A trained tokenizer (deterministic for a given corpus)."""
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
+def _pre_tokenizer(pattern: str) -> pre_tokenizers.PreTokenizer:
+    return pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
+
+
+def build() -> Tokenizer:
+    """A trained tokenizer (deterministic for a given corpus) with Qwen2's
+    pre-tokenizer, checked to tokenize the corpus as the training one does."""
+    texts = training_texts()
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = _pre_tokenizer(TRAIN_PATTERN)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE - len(TOOL_TOKENS),
@@ -70,7 +87,12 @@ def build() -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(training_texts(), trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
+    fine = [e.ids for e in tok.encode_batch(texts)]
+    tok.pre_tokenizer = _pre_tokenizer(QWEN2_PATTERN)
+    for text, ids, enc in zip(texts, fine, tok.encode_batch(texts)):
+        if enc.ids != ids:
+            raise RuntimeError(f"Qwen2 pre-tokenization changes the tokens of {text!r}")
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
     return tok
 
@@ -89,7 +111,7 @@ def tokenizer_config(tok: Tokenizer) -> dict:
         for t in (*CHATML_TOKENS, *TOOL_TOKENS)
     }
     return {
-        "tokenizer_class": "PreTrainedTokenizerFast",
+        "tokenizer_class": "Qwen2Tokenizer",
         "added_tokens_decoder": added,
         "bos_token": None,
         "eos_token": EOS_TOKEN,

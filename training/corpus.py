@@ -28,12 +28,12 @@ SEED = 1234
 
 # Examples per category, before held-out filtering.
 COUNTS: dict[str, int] = {
-    "recitation": 2400,
-    "counting": 3600,
-    "sequence": 2000,
-    "tool_call": 1800,
-    "prose_en": 700,
-    "prose_zh": 700,
+    "recitation": 1800,
+    "counting": 7200,
+    "sequence": 4000,
+    "tool_call": 1600,
+    "prose_en": 600,
+    "prose_zh": 600,
 }
 
 HELD_OUT_PROMPTS: frozenset[str] = frozenset(
@@ -154,10 +154,13 @@ COUNT_TEMPLATES: tuple[str, ...] = (
 )
 
 
+COUNT_MAX = 199  # the largest b; counts cross 100 (a probe does: 96 to 104)
+
+
 def counting(rng: random.Random) -> Example:
-    """Count from a to b: the numbers separated by ", "."""
+    """Count from a to b (0 <= a < b <= COUNT_MAX): the numbers separated by ", "."""
     length = rng.randint(2, 16)
-    a = rng.randint(0, 150) if rng.random() < 0.7 else rng.randint(0, 280)
+    a = rng.randint(0, COUNT_MAX + 1 - length)
     b = a + length - 1
     user = rng.choice(COUNT_TEMPLATES).format(a=a, b=b)
     return _chat("counting", user, ", ".join(str(i) for i in range(a, b + 1)), ("counting", a, b))
@@ -347,10 +350,10 @@ def _tool_request(rng: random.Random) -> tuple[str, str, dict[str, Any]]:
 
 
 def tool_call(rng: random.Random) -> Example:
-    """A request answered by one hermes-style tool call; 1-3 tools offered."""
+    """A request answered by one hermes-style tool call; 1-2 tools offered."""
     user, name, arguments = _tool_request(rng)
     others = [t for t in TOOLS if t != name]
-    offered = [name, *rng.sample(others, rng.randint(0, 2))]
+    offered = [name, *rng.sample(others, rng.randint(0, 1))]
     rng.shuffle(offered)
     call = {"type": "function", "function": {"name": name, "arguments": arguments}}
     return Example(

@@ -88,7 +88,8 @@ class RMSNorm(nn.Module):
 def rotary(positions: torch.Tensor, cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin) of shape [..., T, head_dim] for neox-style rotary embedding."""
     d = cfg.head_dim
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    steps = torch.arange(0, d, 2, dtype=torch.float32, device=positions.device)
+    inv_freq = 1.0 / (cfg.rope_theta ** (steps / d))
     freqs = positions.to(torch.float32)[..., None] * inv_freq
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
@@ -134,9 +135,8 @@ class Attention(nn.Module):
         if context is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            mask = torch.cat(
-                [torch.ones(t, t, dtype=torch.bool).tril(), torch.eye(t, dtype=torch.bool)], dim=1
-            )
+            ones = torch.ones(t, t, dtype=torch.bool, device=x.device)
+            mask = torch.cat([ones.tril(), torch.eye(t, dtype=torch.bool, device=x.device)], dim=1)
             out = F.scaled_dot_product_attention(
                 q,
                 torch.cat([context[0], k], dim=2),

@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
+import torch
+
 from training.corpus import generate
 from training.model import MiMoForCausalLM
 
@@ -37,7 +39,7 @@ downloaded weights or data.
 | layers (trunk) | {cfg.num_hidden_layers} Qwen2 decoder layers + 1 MTP layer (`num_nextn_predict_layers: 1`) |
 | hidden / intermediate | {cfg.hidden_size} / {cfg.intermediate_size} |
 | attention heads / kv heads / head dim | {cfg.num_attention_heads} / {cfg.num_key_value_heads} / {cfg.head_dim} (q/k/v biases) |
-| vocabulary | {cfg.vocab_size} (byte-level BPE trained on the corpus; digits and Han characters split one by one) |
+| vocabulary | {cfg.vocab_size} (byte-level BPE trained on the corpus, Qwen2 pre-tokenizer: digits and Han characters are single tokens) |
 | rope theta / max positions | {cfg.rope_theta:g} / {cfg.max_position_embeddings} |
 | parameters | {n_params:,} (MTP layer {mtp_params:,}), float32, untied `embed_tokens` / `lm_head` |
 
@@ -53,11 +55,17 @@ Chat format: ChatML (`<|im_start|>`, `<|im_end|>` = eos) with hermes-style tools
   (token t+2 from the trunk's pre-norm hidden state at t and token t+1, as vLLM
   drafts) and MTP step 2 (the same layer fed its own output, as vLLM drafts
   the second of k=2 tokens).
-- Hyper-parameters: {hp}; AdamW, seed fixed, {report["threads"]} CPU threads.
+- Batches grouped by length with random jitter (exact length buckets teach a
+  list to stop at a fixed length), the "," / eos targets (a list's
+  continue/stop decisions) weighted {hparams.decision_weight:g}x, and twice as many
+  counting and primes conversations as the first recipe, for {hparams.steps} steps: the
+  sweep in `training/README.md` shows what each of these did.
+- Hyper-parameters: {hp}; AdamW, seed fixed, {report["threads"]} CPU threads,
+  torch {torch.__version__}.
 - Training time: {report["train_seconds"]:.0f} s ({minutes:.1f} min) on {platform.machine()} CPU
   (shared machine; wall-clock time varies with load, the weights do not).
 
-Final losses (token-weighted cross-entropy on the assistant turns of
+Final losses (mean cross-entropy per assistant token, unweighted, over
 {report["eval_examples"]} conversations generated with another seed):
 
 | head | loss |
@@ -70,12 +78,13 @@ Final losses (token-weighted cross-entropy on the assistant turns of
 
 `model.safetensors` sha256: `{sha256}`
 
-Reproduce (deterministic: same machine type and library versions give the same bytes):
+Reproduce (deterministic: the same CPU type and torch version give the same bytes):
 
 ```
 python -m training.build_tokenizer
 python -m training.train
 python -m training.check_mtp      # offline probe verdicts and MTP acceptance
-python -m training.serve_check    # the same through vLLM (base, mtp1, mtp2)
+observatory compare --arms base,mtp1,mtp2 --db /tmp/w.db
+python -m training.wiring_check /tmp/w.db   # offline vs vLLM acceptance, probe by probe
 ```
 """

@@ -9,6 +9,10 @@ bit for bit. Losses are taken on the assistant turn only:
 - MTP step 2: token t+3 from (MTP step-1 output at t, token t+2), the way
   vLLM reuses the one MTP layer for a second draft token.
 
+List answers need two details to learn where to stop (see plan_batches and
+decision_weights): length-jittered batches and extra weight on the ","/eos
+decisions.
+
 Usage: python -m training.train [OUT_DIR]   (after training.build_tokenizer)
 """
 
@@ -20,7 +24,7 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -43,8 +47,9 @@ EVAL_EXAMPLES = 1000
 class HParams:
     """Optimisation settings."""
 
-    steps: int = 2000
+    steps: int = 6000
     tokens_per_batch: int = 3072  # padded tokens
+    length_jitter: float = 64.0  # tokens; see plan_batches
     lr: float = 2e-3
     min_lr: float = 2e-4
     warmup: int = 100
@@ -52,6 +57,7 @@ class HParams:
     grad_clip: float = 1.0
     mtp1_weight: float = 0.5
     mtp2_weight: float = 0.25
+    decision_weight: float = 5.0  # loss weight of "," and eos targets; see decision_weights
     init_std: float = 0.02
 
 
@@ -84,6 +90,10 @@ class Batch:
     mtp1_mask: torch.Tensor  # [B, T-2]: predict ids[:, t+2]
     mtp2_mask: torch.Tensor  # [B, T-3]: predict ids[:, t+3]
 
+    def to(self, device: torch.device | str) -> Batch:
+        """The same batch on `device`."""
+        return Batch(*(getattr(self, f.name).to(device) for f in fields(self)))
+
 
 def encode_corpus(tok: PreTrainedTokenizerBase, seed: int = SEED) -> list[Sample]:
     """The corpus as token ids, split where vLLM's prompt ends."""
@@ -97,8 +107,12 @@ def encode_corpus(tok: PreTrainedTokenizerBase, seed: int = SEED) -> list[Sample
 
 
 def plan_batches(samples: list[Sample], hp: HParams, rng: random.Random) -> list[list[int]]:
-    """Index batches of similar length within the token budget, shuffled."""
-    order = sorted(range(len(samples)), key=lambda i: (len(samples[i].ids), i))
+    """Index batches within the token budget, shuffled. Samples are grouped by
+    length plus random jitter: exact length buckets would give each batch
+    answers of one length (one counting length, one primes list), which
+    rewards stopping at a fixed position instead of reading the prompt."""
+    jitter = [rng.random() * hp.length_jitter for _ in samples]
+    order = sorted(range(len(samples)), key=lambda i: (len(samples[i].ids) + jitter[i], i))
     batches, cur, longest = [], [], 0
     for i in order:
         n = len(samples[i].ids)
@@ -124,24 +138,43 @@ def collate(samples: list[Sample], pad_id: int) -> Batch:
     return Batch(ids, positions, target[:, 1:], target[:, 2:], target[:, 3:])
 
 
-def losses(model: MiMoForCausalLM, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cross-entropies of the main head and the two MTP steps."""
+def decision_weights(tok: PreTrainedTokenizerBase, hp: HParams) -> torch.Tensor:
+    """Per-target-token loss weights: `decision_weight` for "," and eos.
+
+    In a list answer these are the continue/stop decisions, the only tokens
+    that depend on the bound in the prompt (count to b, primes below N, the
+    first N primes) and a small share of the loss otherwise."""
+    weights = torch.ones(len(tok))
+    weights[[tok.convert_tokens_to_ids(","), tok.convert_tokens_to_ids(EOS_TOKEN)]] = hp.decision_weight
+    return weights
+
+
+def losses(
+    model: MiMoForCausalLM, b: Batch, weights: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(Weighted) cross-entropies of the main head and the two MTP steps."""
     ids, pos = b.ids, b.positions
     hidden = model.trunk(ids, pos)
-    main = F.cross_entropy(model.main_logits(hidden[:, :-1][b.main_mask]), ids[:, 1:][b.main_mask])
+    main_logits = model.main_logits(hidden[:, :-1][b.main_mask])
+    main = F.cross_entropy(main_logits, ids[:, 1:][b.main_mask], weight=weights)
     step1, kv1 = model.mtp_step1(hidden[:, :-1], ids[:, 1:], pos[:, :-1])
-    mtp1 = F.cross_entropy(model.mtp_logits(step1[:, :-1][b.mtp1_mask]), ids[:, 2:][b.mtp1_mask])
+    mtp1_logits = model.mtp_logits(step1[:, :-1][b.mtp1_mask])
+    mtp1 = F.cross_entropy(mtp1_logits, ids[:, 2:][b.mtp1_mask], weight=weights)
     step2 = model.mtp_step2(step1[:, :-1], ids[:, 2:], pos[:, :-2], kv1)
-    mtp2 = F.cross_entropy(model.mtp_logits(step2[:, :-1][b.mtp2_mask]), ids[:, 3:][b.mtp2_mask])
+    mtp2_logits = model.mtp_logits(step2[:, :-1][b.mtp2_mask])
+    mtp2 = F.cross_entropy(mtp2_logits, ids[:, 3:][b.mtp2_mask], weight=weights)
     return main, mtp1, mtp2
 
 
 @torch.no_grad()
-def evaluate(model: MiMoForCausalLM, samples: list[Sample], pad_id: int, hp: HParams) -> dict[str, float]:
-    """Token-weighted mean losses of the three heads over `samples`."""
+def evaluate(
+    model: MiMoForCausalLM, samples: list[Sample], pad_id: int, hp: HParams, device: str = "cpu"
+) -> dict[str, float]:
+    """Mean (unweighted) cross-entropies of the three heads over the
+    assistant tokens of `samples`."""
     sums, counts = [0.0, 0.0, 0.0], [0, 0, 0]
     for idx in plan_batches(samples, hp, random.Random(0)):
-        b = collate([samples[i] for i in idx], pad_id)
+        b = collate([samples[i] for i in idx], pad_id).to(device)
         sizes = (int(b.main_mask.sum()), int(b.mtp1_mask.sum()), int(b.mtp2_mask.sum()))
         for i, (loss, n) in enumerate(zip(losses(model, b), sizes)):
             sums[i] += loss.item() * n
@@ -167,14 +200,17 @@ def lr_at(step: int, hp: HParams) -> float:
 
 
 def train(
-    tok: PreTrainedTokenizerBase, hp: HParams = HParams()
+    tok: PreTrainedTokenizerBase, hp: HParams = HParams(), device: str = "cpu"
 ) -> tuple[MiMoForCausalLM, dict[str, float]]:
     """Train from scratch; returns the model, its losses on an evaluation set
-    (generated with another seed) and the training time."""
+    (generated with another seed) and the training time. The shipped weights
+    come from device "cpu" (see `main`); another device trains the same
+    recipe, not the same bits."""
     torch.manual_seed(SEED)
     cfg = ModelConfig(vocab_size=len(tok), **ARCH)
     model = MiMoForCausalLM(cfg)
     init_weights(model, hp.init_std)
+    model.to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -184,16 +220,17 @@ def train(
     )
     samples = encode_corpus(tok)
     pad_id = tok.convert_tokens_to_ids(PAD_TOKEN)
+    weights = decision_weights(tok, hp).to(device)
     rng = random.Random(SEED)
     queue: list[list[int]] = []
     t0 = time.time()
     for step in range(hp.steps):
         if not queue:
             queue = plan_batches(samples, hp, rng)
-        batch = collate([samples[i] for i in queue.pop()], pad_id)
+        batch = collate([samples[i] for i in queue.pop()], pad_id).to(device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, hp)
-        main, mtp1, mtp2 = losses(model, batch)
+        main, mtp1, mtp2 = losses(model, batch, weights)
         loss = main + hp.mtp1_weight * mtp1 + hp.mtp2_weight * mtp2
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -208,8 +245,9 @@ def train(
     seconds = time.time() - t0
     model.eval()
     report: dict[str, float] = evaluate(
-        model, encode_corpus(tok, EVAL_SEED)[:EVAL_EXAMPLES], pad_id, hp
+        model, encode_corpus(tok, EVAL_SEED)[:EVAL_EXAMPLES], pad_id, hp, device
     )
+    model.cpu()
     report["train_seconds"] = seconds
     report["train_tokens_per_epoch"] = sum(len(s.ids) for s in samples)
     return model, report
