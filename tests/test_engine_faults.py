@@ -116,7 +116,10 @@ def test_interrupted_observatory_stops_servers_and_resumes(tmp_path: Path) -> No
     db = tmp_path / "i.db"
     env = {**os.environ, "OBSERVATORY_DB": str(db)}
     cmd = [sys.executable, "-m", "observatory.cli", "compare", "--arms", "base", "--log-dir", str(tmp_path), *FAST]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # SIGINT back to its default in the child: a shell's background job (pytest run with `&`) ignores
+    # SIGINT, the child would inherit that, and Python installs no KeyboardInterrupt handler then.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     store = Store(str(db))
     pid = None
     deadline = time.monotonic() + 600

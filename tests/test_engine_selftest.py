@@ -1,4 +1,5 @@
-"""`observatory selftest` on the real engine and the default model: 3 of 3 faults caught, A/A clean (issue 7)."""
+"""`observatory selftest` on the real engine and the default model: 3 of 3 faults caught, the A/A and the
+clean spec controls clean (issue 7)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def test_selftest_catches_every_fault(tmp_path: Path) -> None:
     # the token diff against base catches every one of them
     assert all("token_diff" in f["caught_by"] for f in findings["faults"].values())
     assert findings["aa"]["clean"]
+    # the clean spec arm passes, and its rejected drafts are what accept_all had to change
+    assert findings["clean"]["clean"] and findings["clean"]["rejected"] > 0, findings["clean"]
     for fault in FAULTS:
         assert fault in r.output
     assert "MISSED" not in r.output

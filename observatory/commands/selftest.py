@@ -1,8 +1,15 @@
 """`observatory selftest`: prove the gates fire on the real engine (negative controls).
 
-Runs base, an A/A copy of base, and one MTP arm per injected fault (see
-`observatory.faults`) in one session, then prints, per fault, which gates
-caught it. Exits 0 only if every fault is caught and the A/A control is clean.
+Runs base, an A/A copy of base, the clean spec arm and one copy of it per
+injected fault (see `observatory.faults`) in one session, on the `selftest`
+suite unless --suite says otherwise, then prints, per fault, which gates
+caught it. Exits 0 only if every fault is caught and both controls are clean:
+the A/A copy and the clean spec arm (no FAIL verdict).
+
+A fault that changes only rejected drafts (accept_all) cannot show on a suite
+where the draft head is never wrong; the clean spec arm's counters say how
+many drafts were rejected, and a miss with none rejected is reported as
+"not exercised" (still a failure: the control proved nothing).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from observatory.commands.compare import compare_options, run_compare
 from observatory.report_data import build
 
 DEFAULT_ARM = "mtp1"
+DEFAULT_SUITE = "selftest"
 
 
 def selftest_findings(data: dict[str, Any]) -> dict[str, Any]:
@@ -27,10 +35,17 @@ def selftest_findings(data: dict[str, Any]) -> dict[str, Any]:
     A fault counts as caught by FAIL verdicts only: probes the base arm fails
     are NOT_DISCRIMINATING for the fault arm and do not count.
     """
-    findings: dict[str, Any] = {"faults": {}, "aa": None}
+    findings: dict[str, Any] = {"faults": {}, "aa": None, "clean": None}
     for arm in data["arms"]:
         fault = (arm["launch"] or {}).get("fault")
-        if fault:
+        if arm.get("is_spec") and not fault and not arm.get("copy_of"):
+            c = arm["counters"]
+            bad = [f"{r['probe']}: {g} {v['verdict']}" for r in arm["results"]
+                   for g, v in r["verdicts"].items() if v["verdict"] == "FAIL"]
+            findings["clean"] = {"arm": arm["name"], "status": arm["status"], "failures": bad,
+                                 "clean": arm["status"] == "ok" and not bad, "draft_tokens": c["draft_tokens"],
+                                 "rejected": c["draft_tokens"] - c["accepted"]}
+        elif fault:
             gates: dict[str, int] = {}
             for r in arm["results"]:
                 for g, v in r["verdicts"].items():
@@ -57,8 +72,8 @@ def selftest(spec_arm: str, **kw: Any) -> int:
     observatory selftest
     observatory selftest --spec-arm mtp2 --db selftest.db
     """
-    arms = ["base", "base"] + [f"{spec_arm}+fault={f}" for f in FAULTS]
-    kw.update(arms=",".join(arms), arms_file=None, speculative_config=None)
+    arms = ["base", "base", spec_arm] + [f"{spec_arm}+fault={f}" for f in FAULTS]
+    kw.update(arms=",".join(arms), arms_file=None, speculative_config=None, suite=kw.get("suite") or DEFAULT_SUITE)
     store, session_id, interrupted = run_compare(kw)
     if interrupted:
         return 130
@@ -68,17 +83,27 @@ def selftest(spec_arm: str, **kw: Any) -> int:
     for col in ("fault", "arm", "drafts", "caught by", ""):
         table.add_column(col)
     ok = True
+    spec = findings["clean"]
+    no_rejections = bool(spec and spec["status"] == "ok" and spec["rejected"] == 0)
     for fault in FAULTS:
         f = findings["faults"].get(fault)
         caught = bool(f and f["caught_by"] and f["status"] == "ok")
         ok &= caught
         gates = ", ".join(f"{g} ({n})" for g, n in sorted(f["caught_by"].items())) if f else ""
+        if caught:
+            mark = Text("CAUGHT", style="green")
+        elif fault == "accept_all" and no_rejections:
+            mark = Text("NOT EXERCISED: no draft was rejected on this suite", style="bold red")
+        else:
+            mark = Text("MISSED", style="bold red")
         table.add_row(fault, Text(f["arm"] if f else "-"), str(f["drafts"] if f else "-"), Text(gates or "nothing"),
-                      Text("CAUGHT" if caught else "MISSED", style="green" if caught else "bold red"))
+                      mark)
     console.print(table)
-    aa = findings["aa"]
-    clean = bool(aa and aa["clean"])
-    ok &= clean
-    console.print(Text(f"A/A control {aa['arm'] if aa else '-'}: " + ("clean" if clean else f"NOT clean: {aa}"),
-                       style="green" if clean else "bold red"))
+    for label, control in (("A/A control", findings["aa"]), ("clean spec control", spec)):
+        clean = bool(control and control["clean"])
+        ok &= clean
+        line = f"{label} {control['arm'] if control else '-'}: " + ("clean" if clean else f"NOT clean: {control}")
+        if control is spec and spec:
+            line += f" ({spec['rejected']} of {spec['draft_tokens']} draft tokens rejected)"
+        console.print(Text(line, style="green" if clean else "bold red"))
     return 0 if ok else 1
