@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -30,6 +31,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+from observatory.errors import ObservatoryError
 
 DEFAULT_DB = "runs.db"
 
@@ -193,12 +196,21 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def open_engine(db: str | None = None) -> Engine:
-    """Open (creating if needed) and migrate the database."""
+def open_engine(db: str | None = None, create: bool = True) -> Engine:
+    """Open and migrate the database; with create=False a SQLite file that is
+    not there is an error (reading commands must not leave an empty database
+    behind, e.g. one named after a mistyped option: `--db --json`)."""
     from observatory.migrations import migrate
 
     url = database_url(db)
     engine = create_engine(url, future=True)
+    if not create and engine.dialect.name == "sqlite":
+        path = engine.url.database
+        if path and path != ":memory:" and not Path(path).is_file():
+            raise ObservatoryError(
+                f"No database at {path}. Run `observatory compare` first, or point --db / OBSERVATORY_DB "
+                "at an existing file or URL."
+            )
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     migrate(engine)

@@ -49,8 +49,8 @@ def storable(value: Any) -> Any:
 class Store:
     """Typed access to one observatory database."""
 
-    def __init__(self, db: str | None = None, engine: Engine | None = None):
-        self.engine = engine or open_engine(db)
+    def __init__(self, db: str | None = None, engine: Engine | None = None, create: bool = True):
+        self.engine = engine or open_engine(db, create=create)
         self._sessions = session_factory(self.engine)
 
     def close(self) -> None:

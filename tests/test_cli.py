@@ -71,3 +71,15 @@ def test_show_on_an_empty_database_says_what_to_do() -> None:
     result = CliRunner().invoke(cli, ["show", "--json"])
     assert result.exit_code == 3
     assert "Run `observatory compare` first" in result.output
+
+
+@pytest.mark.parametrize("command", [["show"], ["sessions"], ["judge"], ["report", "--out", "r"], ["history"]])
+def test_reading_commands_create_no_database(command: list[str], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`show --db --json` once left an empty database named "--json" behind:
+    a command that only reads refuses a SQLite file that is not there."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, [*command, "--db", "--json"])
+    assert result.exit_code == 3, result.output
+    assert "No database at --json" in result.output
+    assert not (tmp_path / "--json").exists()

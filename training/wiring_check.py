@@ -104,7 +104,7 @@ def main() -> int:
     ap.add_argument("--tolerance", type=float, default=0.05)
     args = ap.parse_args()
     torch.set_num_threads(2)
-    rows = compare(Store(str(args.db)), args.session, args.arm, args.model)
+    rows = compare(Store(str(args.db), create=False), args.session, args.arm, args.model)
     print(f"{'probe':24s} {'offline':>12s} {'served':>12s}")
     for r in rows:
         print(f"{r.probe:24s} {r.offline_accepted:5d}/{r.offline_drafted:<6d} {r.served_accepted:5d}/{r.served_drafted:<6d}")

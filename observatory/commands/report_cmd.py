@@ -52,7 +52,7 @@ def report(session_id: int | None, out: str, db: str | None, vs_id: int | None, 
     if allow_cross_session and vs_id is None:
         raise ObservatoryError("--allow-cross-session only applies with --vs OTHER_SESSION.")
     path = _out_dir(out)
-    store = Store(db)
+    store = Store(db, create=False)
     data = build(store, session_id)
     if vs_id is None:
         index = render_session(data, path)
@@ -88,7 +88,7 @@ def history(db: str | None, model: str | None, arm: str | None, limit: int, acce
     """
     if acceptance_tolerance < 0:
         raise ObservatoryError("--acceptance-tolerance must be >= 0 (e.g. 0.05 for 5%).")
-    points = load_points(Store(db), model, arm, limit)
+    points = load_points(Store(db, create=False), model, arm, limit)
     if not points:
         raise ObservatoryError("No matching sessions. Run `observatory sessions` to list them, "
                                "or loosen --model / --arm.")

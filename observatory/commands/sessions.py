@@ -27,7 +27,7 @@ def sessions(db: str | None, limit: int) -> None:
     observatory sessions
     observatory sessions --db nightly.db --limit 10
     """
-    store = Store(db)
+    store = Store(db, create=False)
     for s in store.sessions(limit):
         arms = store.arms(s.id)
         names = ",".join(a.name for a in arms)
@@ -45,7 +45,7 @@ def show(session_id: int | None, db: str | None, as_json: bool) -> None:
     observatory show
     observatory show 12 --json | jq '.arms[].counters'
     """
-    data = build(Store(db), session_id)
+    data = build(Store(db, create=False), session_id)
     if as_json:
         click.echo(json.dumps(data, ensure_ascii=False, default=str))
     else:
@@ -61,7 +61,7 @@ def judge(session_id: int | None, db: str | None) -> None:
     \b
     observatory judge 12
     """
-    store = Store(db)
+    store = Store(db, create=False)
     s = store.session(session_id)
     n = evaluate(store, s.id)
     click.echo(f"session {s.id}: {n} verdicts; figures recomputed")
