@@ -72,18 +72,26 @@ def _safe(gate: Gate, *args: Any) -> GateResult:
         return GateResult(FAIL, f"gate {gate.name} raised {type(e).__name__}: {e}", {"gate_error": True})
 
 
+def results_by_mode(store: Any, arm_id: int) -> dict[str, dict[int, ResultRow]]:
+    """An arm's correctness results: mode (stream, nonstream, batch) -> probe id -> result."""
+    modes: dict[str, dict[int, ResultRow]] = {}
+    for r in store.results(arm_id):
+        if r.mode in ("stream", "nonstream", "batch"):
+            modes.setdefault(r.mode, {})[r.probe_id] = r
+    return modes
+
+
+def result_gates(registry: GateRegistry, probe: Probe) -> list[Gate]:
+    """The probe's gates that judge one output alone, those REGISTRY has, in the probe's order."""
+    return [registry.get(n) for n in probe.gates if n in registry and registry.get(n).kind == "result"]
+
+
 def judge_session(store: Any, session_id: int, registry: GateRegistry | None = None) -> list[VerdictRow]:
     """(Re)compute and store every verdict of a session."""
     registry = registry or default_registry()
     arms = store.arms(session_id)
     probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
-    by_arm: dict[int, dict[str, dict[int, ResultRow]]] = {}
-    for a in arms:
-        modes: dict[str, dict[int, ResultRow]] = {}
-        for r in store.results(a.id):
-            if r.mode in ("stream", "nonstream", "batch"):
-                modes.setdefault(r.mode, {})[r.probe_id] = r
-        by_arm[a.id] = modes
+    by_arm = {a.id: results_by_mode(store, a.id) for a in arms}
     base = base_reference(arms)
     rows: list[VerdictRow] = []
     base_failed: set[tuple[int, str]] = set()
@@ -97,12 +105,8 @@ def judge_session(store: Any, session_id: int, registry: GateRegistry | None = N
             if r is None or not r.ok:
                 continue
             out = to_output(r)
-            for name in probe.gates:
-                if name not in registry:
-                    continue
-                gate = registry.get(name)
-                if gate.kind != "result":
-                    continue
+            for gate in result_gates(registry, probe):
+                name = gate.name
                 res = _safe(gate, out, probe)
                 row = _row(arm, gate, res, r, pid)
                 if arm is base and gate.correctness and res.verdict == FAIL:
@@ -132,7 +136,7 @@ def tokens_complete(r: ResultRow) -> bool:
     return n is None or n == len(r.token_ids or [])
 
 
-def _sequence(modes: dict[str, dict[int, ResultRow]], pid: int) -> ResultRow | None:
+def full_sequence(modes: dict[str, dict[int, ResultRow]], pid: int) -> ResultRow | None:
     """The arm's full token sequence for a probe: streamed if complete, else non-streamed."""
     for mode in ("stream", "nonstream"):
         r = modes.get(mode, {}).get(pid)
@@ -159,11 +163,11 @@ def _pair_rows(registry: GateRegistry, arm: ArmRow, base: ArmRow | None,
                         f"{(stream.usage or {}).get('completion_tokens')} token ids (the engine withheld chunks); "
                         "token diffs use the non-streamed response"),
             ))
-        mine = _sequence(modes, pid)
+        mine = full_sequence(modes, pid)
         if mine is None:
             continue
         if base is not None and arm is not base:
-            ref = _sequence(by_arm[base.id], pid)
+            ref = full_sequence(by_arm[base.id], pid)
             if ref is not None:
                 res = _safe(gate, to_output(mine), to_output(ref), probe)
                 res.details = {**res.details, "compared": [mine.mode, ref.mode]}

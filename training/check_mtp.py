@@ -29,13 +29,14 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from observatory.probes import Probe, load_probe_file
+from observatory.gates import FAIL, Output, default_registry
+from observatory.judge import result_gates
+from observatory.probes import Probe, load_probe_file, resolve_suite
 from training.build_tokenizer import DEFAULT_OUT
 from training.corpus import check_held_out, generate
 from training.model import MiMoForCausalLM, load
 from training.render import EOS_TOKEN
 
-REPO = Path(__file__).resolve().parent.parent
 MAX_K = 2
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -112,31 +113,26 @@ def simulate(drafts: list[list[int]], seq: list[int], n_prompt: int, k: int) -> 
     return out
 
 
-def check_expect(probe: Probe, text: str) -> tuple[bool, str]:
-    """The probe's `expect` table applied to the raw output (tool calls parsed
-    the way vLLM's hermes parser does)."""
+def gate_verdicts(probe: Probe, text: str, finished: bool) -> tuple[bool, str]:
+    """The observatory's own result gates for PROBE (expect, tool_calls,
+    degeneracy, ...) on the raw output, its tool calls parsed as vLLM's hermes
+    parser does: (all passed, the failures)."""
     calls: list[dict[str, Any]] = []
     for raw in _TOOL_CALL.findall(text):
         try:
-            calls.append(json.loads(raw))
+            call = json.loads(raw)
         except json.JSONDecodeError:
             return False, f"tool call is not JSON: {raw!r}"
+        arguments = call.get("arguments") if isinstance(call, dict) else None
+        name = call.get("name") if isinstance(call, dict) else None
+        calls.append({"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}})
     content = _TOOL_CALL.sub("", text).strip()
-    exp = probe.expect
-    if "exact" in exp and content != exp["exact"]:
-        return False, f"expected {exp['exact']!r}"
-    if "regex" in exp and not re.fullmatch(exp["regex"], content):
-        return False, f"does not match {exp['regex']!r}"
-    missing = [s for s in exp.get("contains", []) if s not in content]
-    if missing:
-        return False, f"missing {missing}"
-    if "tool_names" in exp and [c.get("name") for c in calls] != exp["tool_names"]:
-        return False, f"tool names {[c.get('name') for c in calls]}"
-    if "tool_count" in exp and len(calls) != exp["tool_count"]:
-        return False, f"{len(calls)} tool calls"
-    if probe.category == "tool_call" and not all(isinstance(c.get("arguments"), dict) for c in calls):
-        return False, "tool call without an arguments object"
-    return True, "ok"
+    finish = "length" if not finished else "tool_calls" if calls else "stop"
+    out = Output(text=content, content=content or (None if calls else ""), tool_calls=calls or None,
+                 finish_reason=finish)
+    failures = [f"{g.name}: {res.reason}" for g in result_gates(default_registry(), probe)
+                if (res := g.check(out, probe)).verdict == FAIL]
+    return not failures, "; ".join(failures) or "ok"
 
 
 def check_probe(model: MiMoForCausalLM, tok: PreTrainedTokenizerBase, probe: Probe) -> ProbeCheck:
@@ -145,7 +141,7 @@ def check_probe(model: MiMoForCausalLM, tok: PreTrainedTokenizerBase, probe: Pro
     prompt = prompt_ids(tok, probe)
     out = greedy(model, prompt, probe.max_tokens, eos)
     text = tok.decode([t for t in out if t != eos], skip_special_tokens=False)
-    passed, reason = check_expect(probe, text)
+    passed, reason = gate_verdicts(probe, text, finished=bool(out) and out[-1] == eos)
     seq = prompt + out
     drafts = draft_table(model, seq)
     acceptance = {k: simulate(drafts, seq, len(prompt), k) for k in range(1, MAX_K + 1)}
@@ -172,7 +168,7 @@ def main() -> None:
     """Print the per-probe table and the per-category acceptance."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--probes", type=Path, default=REPO / "probes" / "default.toml")
+    ap.add_argument("--probes", type=Path, default=resolve_suite("default"))
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     torch.set_num_threads(2)

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from observatory.judge import tokens_complete
+from observatory.judge import full_sequence, results_by_mode
 from observatory.probes import Probe
 from observatory.report_data import build
 from observatory.store import Store
@@ -62,14 +62,14 @@ def compare(store: Store, session_id: int | None, arm: str, model_dir: Path = DE
     if spec.get("method") != "mtp" or k is None:
         raise ValueError(f"arm {arm!r} is not an MTP arm")
     arm_row = store.arms(data["session"]["id"])[names.index(arm)]
-    probe_rows = {p.id: p for p in store.probes(data["session"]["id"])}
     # The streamed request's token ids, or the non-streamed ones (the same
-    # greedy sequence) where the stream lost some (tool parsers may withhold them).
+    # greedy sequence) where the stream lost some: what the judge diffs.
+    modes = results_by_mode(store, arm_row.id)
     full: dict[str, list[int]] = {}
-    for mode in ("nonstream", "stream"):
-        for r in store.results(arm_row.id, mode):
-            if r.ok and tokens_complete(r):
-                full[probe_rows[r.probe_id].name] = r.token_ids
+    for p in store.probes(data["session"]["id"]):
+        r = full_sequence(modes, p.id)
+        if r is not None:
+            full[p.name] = r.token_ids
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = load(model_dir)
     probes = {p["name"]: Probe.from_dict(p["definition"]) for p in data["probes"]}
