@@ -204,14 +204,13 @@ def open_engine(db: str | None = None, create: bool = True) -> Engine:
 
     url = database_url(db)
     engine = create_engine(url, future=True)
-    if not create and engine.dialect.name == "sqlite":
+    if engine.dialect.name == "sqlite":
         path = engine.url.database
-        if path and path != ":memory:" and not Path(path).is_file():
+        if not create and path and path != ":memory:" and not Path(path).is_file():
             raise ObservatoryError(
                 f"No database at {path}. Run `observatory compare` first, or point --db / OBSERVATORY_DB "
                 "at an existing file or URL."
             )
-    if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     migrate(engine)
     return engine

@@ -25,8 +25,9 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer
 
+from observatory.probes import load_probe_file, resolve_suite
 from training import build_tokenizer, corpus, train
-from training.check_mtp import REPO, check_probe, greedy, summarize
+from training.check_mtp import check_probe, greedy, summarize
 from training.render import EOS_TOKEN
 
 WIDE = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=6, num_attention_heads=6,
@@ -100,7 +101,7 @@ def run_variant(name: str, out: Path, device: str) -> dict[str, Any]:
     model, report = train.train(tok, hp, device)
     report["sha256"] = train.save(model, tok, model_dir)
     model.eval()
-    probes = corpus_probes()
+    probes = load_probe_file(resolve_suite("default"))
     checks = [check_probe(model, tok, p) for p in probes]
     result = {
         "variant": name,
@@ -115,13 +116,6 @@ def run_variant(name: str, out: Path, device: str) -> dict[str, Any]:
     }
     (out / f"{name}.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     return result
-
-
-def corpus_probes() -> list[Any]:
-    """The default probe suite."""
-    from observatory.probes import load_probe_file
-
-    return load_probe_file(REPO / "probes" / "default.toml")
 
 
 def main() -> None:

@@ -29,6 +29,12 @@ DEFAULT_ARM = "mtp1"
 DEFAULT_SUITE = "selftest"
 
 
+def _failures(arm: dict[str, Any]) -> list[str]:
+    """'probe: gate FAIL' for every FAIL verdict of a control arm."""
+    return [f"{r['probe']}: {g} {v['verdict']}" for r in arm["results"]
+            for g, v in r["verdicts"].items() if v["verdict"] == "FAIL"]
+
+
 def selftest_findings(data: dict[str, Any]) -> dict[str, Any]:
     """Per fault arm: the gates that failed it; the A/A control's cleanliness.
 
@@ -40,8 +46,7 @@ def selftest_findings(data: dict[str, Any]) -> dict[str, Any]:
         fault = (arm["launch"] or {}).get("fault")
         if arm.get("is_spec") and not fault and not arm.get("copy_of"):
             c = arm["counters"]
-            bad = [f"{r['probe']}: {g} {v['verdict']}" for r in arm["results"]
-                   for g, v in r["verdicts"].items() if v["verdict"] == "FAIL"]
+            bad = _failures(arm)
             findings["clean"] = {"arm": arm["name"], "status": arm["status"], "failures": bad,
                                  "clean": arm["status"] == "ok" and not bad, "draft_tokens": c["draft_tokens"],
                                  "rejected": c["draft_tokens"] - c["accepted"]}
@@ -54,8 +59,7 @@ def selftest_findings(data: dict[str, Any]) -> dict[str, Any]:
             findings["faults"][fault] = {"arm": arm["name"], "status": arm["status"], "caught_by": gates,
                                          "drafts": arm["counters"]["drafts"]}
         elif arm.get("copy_of"):
-            bad = [f"{r['probe']}: {g} {v['verdict']}" for r in arm["results"]
-                   for g, v in r["verdicts"].items() if v["verdict"] == "FAIL"]
+            bad = _failures(arm)
             findings["aa"] = {"arm": arm["name"], "status": arm["status"], "failures": bad,
                               "clean": arm["status"] == "ok" and not bad}
     return findings
