@@ -86,6 +86,9 @@ class Output:
     # The chat message content (None when the parser moved everything into
     # tool_calls); for completions, the same as text.
     content: str | None = None
+    # The reasoning text a reasoning parser split off (vLLM's
+    # ``reasoning_content``); None when the engine sent none.
+    reasoning: str | None = None
 
 
 @dataclass
