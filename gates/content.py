@@ -67,6 +67,7 @@ def preview(output: Output) -> str:
     "Non-empty output, not only thinking; stores an 80-character preview of every output.",
     kind="result",
     correctness=True,
+    applies="named",
 )
 def check(output: Output, probe: Probe) -> GateResult:
     """FAIL empty, whitespace-only and thinking-only outputs; always record the preview."""
@@ -114,6 +115,7 @@ def _prompt_key(probe: Probe) -> str:
     "distinct_outputs",
     "Within one arm, different prompts must not give identical outputs (else the prompt had no effect).",
     kind="arm",
+    invalidates=True,
 )
 def check_distinct(outputs: list[tuple[Probe, Output]]) -> GateResult:
     """FAIL when probes with different prompts share one output; names the probes."""

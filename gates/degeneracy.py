@@ -109,6 +109,7 @@ def judge_text(text: str) -> GateResult:
     "Repetition loops: distinct/total character 3-grams, whitespace removed, FAIL below 0.40.",
     kind="result",
     correctness=True,
+    applies="named",
 )
 def check(output: Output, probe: Probe) -> GateResult:
     """Score OUTPUT's text; SKIP pure tool calls and empty outputs."""

@@ -67,6 +67,7 @@ def judge(answer: str, expect: dict[str, Any], probe: Probe) -> list[str]:
     "The answer meets the probe's exact / regex / contains expectations.",
     kind="result",
     correctness=True,
+    applies="named",
 )
 def check(output: Output, probe: Probe) -> GateResult:
     """Check OUTPUT's answer against PROBE.expect; SKIP when it declares none of exact/regex/contains."""

@@ -170,6 +170,7 @@ def compare_outputs(spec: Output, base: Output, near_tie_nats: float = NEAR_TIE_
     "token_diff",
     "Spec vs base generated token ids: first divergence, both continuations, base logprob margin.",
     kind="pair",
+    sequences=True,
 )
 def check(spec: Output, base: Output, probe: Probe) -> GateResult:
     """Diff SPEC against BASE for one probe (the probe does not change the comparison)."""

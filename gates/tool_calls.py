@@ -119,6 +119,7 @@ def _forced_name(tool_choice: Any) -> str | None:
     "Tool calls parsed (not left in text), offered, schema-valid, as named and counted as expected.",
     kind="result",
     correctness=True,
+    applies="named",
 )
 def check(output: Output, probe: Probe) -> GateResult:
     """Judge OUTPUT's tool calls against PROBE's tools, tool_choice and expectations."""

@@ -209,7 +209,8 @@ def cudagraph_gap(arm: ArmRow) -> str | None:
     return None
 
 
-def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts: dict[str, str]) -> list[dict[str, str]]:
+def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any],
+             arm_verdicts: dict[str, tuple[str, str]]) -> list[dict[str, str]]:
     """Why this arm's figures cannot be trusted, if they cannot."""
     out = []
     launch = arm.launch or {}
@@ -225,8 +226,9 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
         out.append({"code": "INVALID", "detail": f"a non-speculating arm moved the draft counters ({acc['drafts']} drafts)"})
     if ran and is_spec and 0 < acc["drafts"] < MIN_DRAFTS:
         out.append({"code": "LOW_N", "detail": f"{acc['drafts']} drafts < {MIN_DRAFTS}: acceptance figures are noisy"})
-    if arm_verdicts.get("distinct_outputs") == "FAIL":
-        out.append({"code": "INVALID", "detail": "identical outputs for different prompts: the prompt did not take effect"})
+    for gate, (verdict, reason) in arm_verdicts.items():
+        if verdict == "INVALID":  # an invalidating arm gate failed (observatory.judge)
+            out.append({"code": "INVALID", "detail": f"{gate}: {reason}"})
     if base is not None and arm is not base:
         diffs = launch_differences(arm, base)
         if diffs:
@@ -283,7 +285,7 @@ def compute_figures(store: Any, session_id: int) -> dict[int, dict[str, Any]]:
                 vb["within_noise"] = abs(vb["S"] - 1.0) <= floor["throughput_spread"]
             fig["vs_base"] = vb
         fig["noise_floor"] = floor
-        arm_verdicts = {v.gate: v.verdict for v in store.verdicts(a.id) if v.probe_id is None}
+        arm_verdicts = {v.gate: (v.verdict, v.reason) for v in store.verdicts(a.id) if v.probe_id is None}
         store.update(ArmRow, a.id, figures=fig, validity=validity(a, base, fig["acceptance"], arm_verdicts))
     return per_arm
 

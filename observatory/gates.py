@@ -17,8 +17,24 @@ A gate returns PASS, WARN, FAIL or SKIP (not applicable to this probe), a
 one-line reason and a JSON-able ``details`` dict. Gates never see ORM rows:
 only the dataclasses below and `observatory.probes.Probe`.
 
-``correctness=True`` marks gates whose failure on the *base* arm makes the
-probe NOT_DISCRIMINATING for the spec arms (DESIGN.md section 2, mistake 1).
+Metadata, given to ``@gate`` and read by the judge, the verdict policy and
+the report (no reader checks a gate by name):
+
+- ``correctness=True``: a FAIL on the *base* arm makes the probe
+  NOT_DISCRIMINATING for the other arms (DESIGN.md section 2, mistake 1);
+- ``applies`` (result gates): ``"all"`` runs on every probe (the default,
+  so a gate dropped into ``--gates-dir`` runs without editing the suite),
+  ``"named"`` only on probes whose ``gates`` list names it;
+- ``invalidates=True`` (arm gates): a FAIL means the arm's measurements
+  cannot be trusted (INVALID), not that speculation broke the output;
+- ``sequences=True`` (pair gates): the gate compares whole generated token
+  sequences. The judge gives it only outputs whose token ids are complete
+  (falling back to comparing texts, where a difference is a FAIL whatever
+  the ids), and also runs it on the arm's non-streamed and in-batch outputs
+  against its own streamed one (``NAME:nonstream``, ``NAME:batch``) and on
+  every timed output per concurrency level (``NAME:cN``).
+
+Built-in gates register exactly as user gates do.
 
 A gate file may also mark one function with ``@offline("NAME")``: it maps one
 JSON object (a line of ``observatory gates check NAME --input FILE.jsonl``) to
@@ -30,7 +46,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +70,7 @@ __all__ = [
     "gate",
     "load_gates",
     "offline",
+    "registry_for",
 ]
 
 PASS = "PASS"
@@ -61,6 +79,7 @@ FAIL = "FAIL"
 SKIP = "SKIP"
 VERDICTS = (PASS, WARN, FAIL, SKIP)
 
+_NAME = re.compile(r"[A-Za-z0-9_\-]+")
 _SIGNATURES = {
     "result": ("output", "probe"),
     "pair": ("spec", "base", "probe"),
@@ -120,12 +139,32 @@ class Gate:
     path: str
     version: str
     offline: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    applies: str = "all"
+    invalidates: bool = False
+    sequences: bool = False
+
+    @property
+    def purpose(self) -> str:
+        """What a FAIL of this gate means: "correctness", "validity" or "diagnostic"."""
+        if self.invalidates:
+            return "validity"
+        return "correctness" if self.correctness or self.kind == "pair" else "diagnostic"
+
+    def runs_on(self, probe: Any) -> bool:
+        """Whether this result gate judges PROBE's outputs."""
+        return self.applies == "all" or self.name in getattr(probe, "gates", ())
 
 
 def gate(
-    name: str, description: str, kind: str = "result", correctness: bool = False
+    name: str,
+    description: str,
+    kind: str = "result",
+    correctness: bool = False,
+    applies: str = "all",
+    invalidates: bool = False,
+    sequences: bool = False,
 ) -> Callable[[Callable[..., GateResult]], Callable[..., GateResult]]:
-    """Mark a function as a gate; `load_gates` registers it."""
+    """Mark a function as a gate; `load_gates` registers it (see the module docstring for the metadata)."""
 
     def mark(fn: Callable[..., GateResult]) -> Callable[..., GateResult]:
         fn.__gate__ = {  # type: ignore[attr-defined]
@@ -133,6 +172,9 @@ def gate(
             "description": description,
             "kind": kind,
             "correctness": correctness,
+            "applies": applies,
+            "invalidates": invalidates,
+            "sequences": sequences,
         }
         return fn
 
@@ -168,6 +210,17 @@ class GateRegistry:
                 f"Gate {g.name!r} in {g.path} has kind {g.kind!r}; "
                 f"use one of {sorted(_SIGNATURES)}."
             )
+        if not _NAME.fullmatch(g.name):
+            raise ObservatoryError(
+                f"Gate {g.name!r} in {g.path}: a gate name is letters, digits, '_' and '-' "
+                "(':' is reserved for the judge's variants such as token_diff:batch)."
+            )
+        if g.applies not in ("all", "named"):
+            raise ObservatoryError(f"Gate {g.name!r} in {g.path}: applies must be 'all' or 'named', got {g.applies!r}.")
+        if g.invalidates and g.kind != "arm":
+            raise ObservatoryError(f"Gate {g.name!r} in {g.path}: only arm gates can invalidate an arm.")
+        if g.sequences and g.kind != "pair":
+            raise ObservatoryError(f"Gate {g.name!r} in {g.path}: sequences=True is for pair gates.")
         params = tuple(inspect.signature(g.check).parameters)
         want = _SIGNATURES[g.kind]
         if params != want:
@@ -196,6 +249,10 @@ class GateRegistry:
     def names(self) -> list[str]:
         """All registered names, sorted."""
         return sorted(self._gates)
+
+    def of_kind(self, kind: str) -> list[Gate]:
+        """The registered gates of KIND ("result", "pair" or "arm"), by name."""
+        return [g for g in self if g.kind == kind]
 
 
 def _load_module(path: Path) -> Any:
@@ -238,17 +295,31 @@ def load_gates(directory: Path | str | None = None, registry: GateRegistry | Non
                     path=str(path),
                     version=version,
                     offline=adapters.get(meta["name"]),
+                    applies=meta.get("applies", "all"),
+                    invalidates=meta.get("invalidates", False),
+                    sequences=meta.get("sequences", False),
                 )
             )
     return registry
 
 
-_DEFAULT: GateRegistry | None = None
+_REGISTRIES: dict[tuple[str, ...], GateRegistry] = {}
 
 
 def default_registry() -> GateRegistry:
     """The built-in gates, loaded once per process."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = load_gates()
-    return _DEFAULT
+    return registry_for(())
+
+
+def registry_for(gate_dirs: Sequence[str | Path] | None) -> GateRegistry:
+    """The built-in gates plus every gate file in GATE_DIRS (``--gates-dir``), loaded once per process."""
+    key = tuple(str(Path(d).resolve()) for d in gate_dirs or ())
+    if key not in _REGISTRIES:
+        for d in key:
+            if not Path(d).is_dir():
+                raise ObservatoryError(f"--gates-dir {d}: no such directory of gate files (*.py).")
+        registry = load_gates()
+        for d in key:
+            load_gates(d, registry)
+        _REGISTRIES[key] = registry
+    return _REGISTRIES[key]

@@ -1,19 +1,33 @@
-"""The judge: applies gates to stored results and stores their verdicts.
+"""The judge: applies every registered gate, by kind, to stored results and stores the verdicts.
 
 Judging reads only the store and is idempotent (a session's verdicts are
 replaced as a whole), so a session can be re-judged at any time, e.g. after
-a gate changed. Verdict rows per arm:
+a gate changed. The judge never checks a gate by name: it walks the registry
+by kind and reads each gate's metadata (`observatory.gates`). Arms are told
+apart by their role (`observatory.roles`). Verdict rows per arm:
 
-- each of the probe's gates on the arm's streamed result (gate name as is);
-- ``token_diff`` of the arm's streamed result against the base arm's (every
-  arm but the base reference itself: spec arms, and A/A copies of base, whose
-  diffs are the session's noise floor);
-- ``token_diff:nonstream`` and ``token_diff:batch``: the arm's non-streamed
-  and in-batch outputs against its own streamed output;
-- arm gates (``distinct_outputs``) with no probe.
+- result gates on the arm's streamed result of each probe they run on;
+- pair gates on the arm's output against the base arm's, for every arm but
+  base (spec arms, faults, and A/A copies of base, whose diffs are the
+  session's noise floor). A gate with ``sequences=True`` (token_diff) gets
+  each side's complete token-id sequence (streamed if complete, else
+  non-streamed); where one side has no complete sequence the texts are
+  compared instead (a different text is a FAIL whatever the ids; an equal
+  text with no ids to diff is UNJUDGED). It also runs as ``NAME:nonstream``
+  and ``NAME:batch`` (the arm's non-streamed and in-batch outputs against
+  its own streamed one) and as ``NAME:cN`` (every timed output at
+  concurrency N against base's output for the same prompt);
+- arm gates on all of the arm's streamed outputs (no probe); an arm gate
+  with ``invalidates=True`` that fails is stored as INVALID.
 
-The discriminator rule (DESIGN.md mistake 1): a correctness gate that fails
-on the base arm makes that probe NOT_DISCRIMINATING for every other arm.
+Verdicts the judge itself assigns (DESIGN.md section 2):
+
+- NOT_DISCRIMINATING: a correctness gate that fails on the base arm makes
+  that probe non-discriminating for every other arm (mistake 1);
+- UNJUDGED: a probe with no usable base result (no base arm, or base
+  crashed, hung, failed the request) cannot be diffed or discriminated, so
+  the other arms' verdicts on it are kept only as details;
+- INVALID: an invalidating arm gate failed.
 """
 
 from __future__ import annotations
@@ -21,11 +35,14 @@ from __future__ import annotations
 from typing import Any
 
 from observatory.db import ArmRow, ResultRow, VerdictRow
-from observatory.gates import FAIL, WARN, Gate, GateRegistry, GateResult, Output, default_registry
+from observatory.gates import FAIL, PASS, WARN, Gate, GateRegistry, GateResult, Output, registry_for
 from observatory.probes import Probe
+from observatory.roles import BASE, stored_roles
 
 NOT_DISCRIMINATING = "NOT_DISCRIMINATING"
-PAIR_MODES = {"token_diff:nonstream": "nonstream", "token_diff:batch": "batch"}
+UNJUDGED = "UNJUDGED"
+INVALID = "INVALID"
+SELF_PAIRS = {"nonstream": "nonstream", "batch": "batch"}
 
 
 def to_output(r: ResultRow) -> Output:
@@ -38,16 +55,14 @@ def to_output(r: ResultRow) -> Output:
         finish_reason=r.finish_reason,
         tool_calls=r.tool_calls,
         content=r.content,
+        reasoning=getattr(r, "reasoning", None),
     )
 
 
 def base_reference(arms: list[ArmRow]) -> ArmRow | None:
-    """The arm spec arms are diffed against: the first non-speculating original."""
-    for a in arms:
-        launch = a.launch or {}
-        if launch.get("speculative_config") is None and not launch.get("copy_of"):
-            return a
-    return None
+    """The arm every other arm is diffed against: the one whose role is base."""
+    roles = stored_roles([(a.name, a.launch) for a in arms])
+    return next((a for a in arms if roles[a.name] == BASE), None)
 
 
 def _row(arm: ArmRow, gate: Gate, res: GateResult, result: ResultRow | None, probe_id: int | None,
@@ -72,6 +87,21 @@ def _safe(gate: Gate, *args: Any) -> GateResult:
         return GateResult(FAIL, f"gate {gate.name} raised {type(e).__name__}: {e}", {"gate_error": True})
 
 
+def _judged(arm: ArmRow, gate: Gate, verdict: str, reason: str, result: ResultRow | None, probe_id: int | None,
+            details: dict[str, Any] | None = None) -> VerdictRow:
+    """A verdict the judge assigns itself (UNJUDGED, INVALID), not one the gate returned."""
+    return VerdictRow(arm_id=arm.id, result_id=result.id if result else None, probe_id=probe_id, gate=gate.name,
+                      gate_version=gate.version, verdict=verdict, reason=reason,
+                      details={**(details or {}), "assigned_by": "judge"})
+
+
+def _override(row: VerdictRow, verdict: str, why: str) -> VerdictRow:
+    """ROW with the judge's own VERDICT; the gate's verdict is kept in details."""
+    row.details = {**(row.details or {}), "verdict_before": row.verdict, "why": why}
+    row.verdict = verdict
+    return row
+
+
 def results_by_mode(store: Any, arm_id: int) -> dict[str, dict[int, ResultRow]]:
     """An arm's correctness results: mode (stream, nonstream, batch) -> probe id -> result."""
     modes: dict[str, dict[int, ResultRow]] = {}
@@ -81,48 +111,19 @@ def results_by_mode(store: Any, arm_id: int) -> dict[str, dict[int, ResultRow]]:
     return modes
 
 
+def timed_by_level(store: Any, arm_id: int) -> dict[int, dict[int, list[ResultRow]]]:
+    """An arm's timed results: concurrency level -> probe id -> results."""
+    out: dict[int, dict[int, list[ResultRow]]] = {}
+    for r in store.results(arm_id, "timed"):
+        out.setdefault(int(r.concurrency), {}).setdefault(r.probe_id, []).append(r)
+    return out
+
+
 def result_gates(registry: GateRegistry, probe: Probe) -> list[Gate]:
-    """The probe's gates that judge one output alone, those REGISTRY has, in the probe's order."""
-    return [registry.get(n) for n in probe.gates if n in registry and registry.get(n).kind == "result"]
-
-
-def judge_session(store: Any, session_id: int, registry: GateRegistry | None = None) -> list[VerdictRow]:
-    """(Re)compute and store every verdict of a session."""
-    registry = registry or default_registry()
-    arms = store.arms(session_id)
-    probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
-    by_arm = {a.id: results_by_mode(store, a.id) for a in arms}
-    base = base_reference(arms)
-    rows: list[VerdictRow] = []
-    base_failed: set[tuple[int, str]] = set()
-    ordered = ([base] if base else []) + [a for a in arms if a is not base]
-    for arm in ordered:
-        stream = by_arm[arm.id].get("stream", {})
-        if not stream:
-            continue
-        for pid, probe in probes.items():
-            r = stream.get(pid)
-            if r is None or not r.ok:
-                continue
-            out = to_output(r)
-            for gate in result_gates(registry, probe):
-                name = gate.name
-                res = _safe(gate, out, probe)
-                row = _row(arm, gate, res, r, pid)
-                if arm is base and gate.correctness and res.verdict == FAIL:
-                    base_failed.add((pid, name))
-                elif arm is not base and gate.correctness and (pid, name) in base_failed:
-                    row.details = {**row.details, "verdict_before": row.verdict,
-                                   "why": "the base arm fails this gate too: the probe does not discriminate"}
-                    row.verdict = NOT_DISCRIMINATING
-                rows.append(row)
-        rows += _pair_rows(registry, arm, base, by_arm, probes)
-        if "distinct_outputs" in registry:
-            gate = registry.get("distinct_outputs")
-            pairs = [(probes[pid], to_output(r)) for pid, r in stream.items() if r.ok and pid in probes]
-            rows.append(_row(arm, gate, _safe(gate, pairs), None, None))
-    store.replace_verdicts(session_id, rows)
-    return rows
+    """The result gates that judge PROBE's outputs: the probe's named gates in its order, then the rest that run on all."""
+    named = [registry.get(n) for n in probe.gates if n in registry and registry.get(n).kind == "result"]
+    rest = [g for g in registry.of_kind("result") if g.applies == "all" and g not in named]
+    return named + rest
 
 
 def tokens_complete(r: ResultRow) -> bool:
@@ -130,10 +131,14 @@ def tokens_complete(r: ResultRow) -> bool:
 
     Some engines withhold the logprobs of streamed chunks their tool parser
     swallows (seen on vLLM 0.26 for CUDA with the hermes parser: 14 of 32 ids
-    came back); such a stream cannot be diffed token by token.
+    came back); a server may also withhold logprobs altogether or report an
+    absurd usage. Such a result cannot be diffed token by token.
     """
     n = (r.usage or {}).get("completion_tokens")
-    return n is None or n == len(r.token_ids or [])
+    ids = r.token_ids or []
+    if not ids:
+        return False
+    return n is None or n == len(ids)
 
 
 def full_sequence(modes: dict[str, dict[int, ResultRow]], pid: int) -> ResultRow | None:
@@ -145,37 +150,231 @@ def full_sequence(modes: dict[str, dict[int, ResultRow]], pid: int) -> ResultRow
     return None
 
 
-def _pair_rows(registry: GateRegistry, arm: ArmRow, base: ArmRow | None,
-               by_arm: dict[int, dict[str, dict[int, ResultRow]]], probes: dict[int, Probe]) -> list[VerdictRow]:
-    if "token_diff" not in registry:
-        return []
-    gate = registry.get("token_diff")
-    rows = []
-    modes = by_arm[arm.id]
-    for pid, probe in probes.items():
-        stream = modes.get("stream", {}).get(pid)
-        if stream is not None and stream.ok and not tokens_complete(stream):
-            rows.append(VerdictRow(
-                arm_id=arm.id, result_id=stream.id, probe_id=pid, gate="stream_tokens", gate_version="judge",
-                verdict=WARN, details={"streamed": len(stream.token_ids or []),
-                                       "generated": (stream.usage or {}).get("completion_tokens")},
-                reason=(f"the stream carried {len(stream.token_ids or [])} of "
-                        f"{(stream.usage or {}).get('completion_tokens')} token ids (the engine withheld chunks); "
-                        "token diffs use the non-streamed response"),
-            ))
-        mine = full_sequence(modes, pid)
-        if mine is None:
-            continue
-        if base is not None and arm is not base:
-            ref = full_sequence(by_arm[base.id], pid)
-            if ref is not None:
-                res = _safe(gate, to_output(mine), to_output(ref), probe)
-                res.details = {**res.details, "compared": [mine.mode, ref.mode]}
-                rows.append(_row(arm, gate, res, mine, pid))
-        for name, mode in PAIR_MODES.items():
-            other = modes.get(mode, {}).get(pid)
-            if other is None or other is mine or not other.ok or not tokens_complete(other):
+def comparable_text(r: ResultRow) -> str:
+    """What a result says, as one string: reasoning, content and tool calls."""
+    calls = [[(c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments")]
+             for c in r.tool_calls or [] if isinstance(c, dict)]
+    return repr([getattr(r, "reasoning", None) or "", r.text or "", calls])
+
+
+def text_divergence(mine: ResultRow, ref: ResultRow, ref_label: str) -> GateResult:
+    """Compare two results by text where token ids cannot be diffed."""
+    a, b = comparable_text(mine), comparable_text(ref)
+    why = ("no complete token-id sequence on " + ", ".join(
+        side for side, r in (("this arm", mine), (ref_label, ref)) if not tokens_complete(r)))
+    if a == b:
+        return GateResult(PASS, f"texts equal ({why}): no token diff was made", {"kind": "text_equal", "by": "text"})
+    at = next((i for i, (x, y) in enumerate(zip(mine.text or "", ref.text or "")) if x != y),
+              min(len(mine.text or ""), len(ref.text or "")))
+    return GateResult(FAIL, f"the text differs from {ref_label}'s at character {at} ({why})", {
+        "kind": "text_diverged", "by": "text", "char_position": at,
+        "spec_text": (mine.text or "")[max(0, at - 40): at + 80], "base_text": (ref.text or "")[max(0, at - 40): at + 80],
+    })
+
+
+class _Judge:
+    """One judging pass over one session."""
+
+    def __init__(self, store: Any, session_id: int, registry: GateRegistry):
+        self.store, self.registry = store, registry
+        self.arms = store.arms(session_id)
+        self.roles = stored_roles([(a.name, a.launch) for a in self.arms])
+        self.probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
+        self.by_arm = {a.id: results_by_mode(store, a.id) for a in self.arms}
+        self.base = next((a for a in self.arms if self.roles[a.name] == BASE), None)
+        self.base_failed: set[tuple[int, str]] = set()
+        self.rows: list[VerdictRow] = []
+
+    def base_result(self, pid: int) -> ResultRow | None:
+        """Base's usable streamed result for a probe, if any."""
+        if self.base is None:
+            return None
+        r = self.by_arm[self.base.id].get("stream", {}).get(pid)
+        return r if r is not None and r.ok else None
+
+    def no_base_why(self, pid: int) -> str:
+        """Why a probe has no base result to judge against."""
+        if self.base is None:
+            return "no base arm: no token diff was made and nothing can be discriminated"
+        r = self.by_arm[self.base.id].get("stream", {}).get(pid)
+        if r is None:
+            return f"the base arm ({self.base.name}, {self.base.status}) has no result for this probe"
+        return f"the base arm's request failed ({r.error}): nothing to diff against"
+
+    def run(self) -> list[VerdictRow]:
+        """Every verdict of the session, base's first (the discriminator rule needs them)."""
+        ordered = ([self.base] if self.base else []) + [a for a in self.arms if a is not self.base]
+        for arm in ordered:
+            stream = self.by_arm[arm.id].get("stream", {})
+            if stream:
+                self.stream_token_rows(arm, stream)
+                self.result_rows(arm, stream)
+                if arm is not self.base:
+                    self.pair_rows(arm)
+                self.self_pair_rows(arm)
+                self.arm_rows(arm, stream)
+            self.timed_rows(arm)
+        return self.rows
+
+    def stream_token_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+        """WARN where a stream carried fewer token ids than the engine says it generated."""
+        for pid, r in stream.items():
+            if not r.ok or tokens_complete(r) or pid not in self.probes:
                 continue
-            res = _safe(gate, to_output(other), to_output(mine), probe)
-            rows.append(_row(arm, gate, res, other, pid, name=name))
+            got, said = len(r.token_ids or []), (r.usage or {}).get("completion_tokens")
+            self.rows.append(VerdictRow(
+                arm_id=arm.id, result_id=r.id, probe_id=pid, gate="stream_tokens", gate_version="judge",
+                verdict=WARN, details={"streamed": got, "generated": said, "assigned_by": "judge"},
+                reason=(f"the stream carried {got} of {said if said is not None else 'an unknown number of'} token ids "
+                        "(the engine withheld them); token diffs use the non-streamed response, or the text"),
+            ))
+
+    def result_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+        for pid, probe in self.probes.items():
+            r = stream.get(pid)
+            if r is None or not r.ok:
+                continue
+            out = to_output(r)
+            unjudged = arm is not self.base and self.base_result(pid) is None
+            for gate in result_gates(self.registry, probe):
+                row = _row(arm, gate, _safe(gate, out, probe), r, pid)
+                if arm is self.base:
+                    if gate.correctness and row.verdict == FAIL:
+                        self.base_failed.add((pid, gate.name))
+                elif unjudged:
+                    row = _override(row, UNJUDGED, self.no_base_why(pid))
+                elif gate.correctness and (pid, gate.name) in self.base_failed:
+                    row = _override(row, NOT_DISCRIMINATING,
+                                    "the base arm fails this gate too: the probe does not discriminate")
+                self.rows.append(row)
+
+    def pair_rows(self, arm: ArmRow) -> None:
+        modes = self.by_arm[arm.id]
+        for gate in self.registry.of_kind("pair"):
+            for pid, probe in self.probes.items():
+                stream = modes.get("stream", {}).get(pid)
+                if stream is None or not stream.ok:
+                    continue
+                if self.base_result(pid) is None:
+                    self.rows.append(_judged(arm, gate, UNJUDGED, self.no_base_why(pid), stream, pid))
+                    continue
+                if gate.sequences:
+                    self.rows.append(self.sequence_row(arm, gate, probe, pid))
+                else:
+                    ref = self.base_result(pid)
+                    assert ref is not None
+                    self.rows.append(_row(arm, gate, _safe(gate, to_output(stream), to_output(ref), probe), stream, pid))
+
+    def sequence_row(self, arm: ArmRow, gate: Gate, probe: Probe, pid: int) -> VerdictRow:
+        """Spec vs base on complete token sequences, or on texts where ids are missing."""
+        assert self.base is not None
+        mine = full_sequence(self.by_arm[arm.id], pid)
+        ref = full_sequence(self.by_arm[self.base.id], pid)
+        if mine is not None and ref is not None:
+            res = _safe(gate, to_output(mine), to_output(ref), probe)
+            res.details = {**res.details, "compared": [mine.mode, ref.mode]}
+            return self.checked(_row(arm, gate, res, mine, pid))
+        a = mine or self.by_arm[arm.id]["stream"][pid]
+        b = ref or self.base_result(pid)
+        assert b is not None
+        res = text_divergence(a, b, "base")
+        if res.verdict == PASS:
+            return _judged(arm, gate, UNJUDGED, f"no token diff was made: {res.reason}", a, pid, res.details)
+        return _row(arm, gate, res, a, pid)
+
+    @staticmethod
+    def checked(row: VerdictRow) -> VerdictRow:
+        """A sequence diff whose reference contradicts its own greedy choice cannot judge the arm."""
+        if (row.details or {}).get("kind") == "base_not_greedy":
+            return _override(row, UNJUDGED, row.reason)
+        return row
+
+    def self_pair_rows(self, arm: ArmRow) -> None:
+        """Non-streamed and in-batch outputs against the arm's own streamed one."""
+        modes = self.by_arm[arm.id]
+        for gate in self.registry.of_kind("pair"):
+            if not gate.sequences:
+                continue
+            for pid, probe in self.probes.items():
+                mine = full_sequence(modes, pid)
+                stream = modes.get("stream", {}).get(pid)
+                for mode, label in SELF_PAIRS.items():
+                    other = modes.get(mode, {}).get(pid)
+                    if other is None or not other.ok or other is mine:
+                        continue
+                    name = f"{gate.name}:{label}"
+                    if mine is not None and tokens_complete(other):
+                        res = _safe(gate, to_output(other), to_output(mine), probe)
+                        self.rows.append(self.checked(_row(arm, gate, res, other, pid, name=name)))
+                    elif stream is not None and stream.ok and other is not stream:
+                        res = text_divergence(other, stream, "the streamed output")
+                        self.rows.append(_row(arm, gate, res, other, pid, name=name))
+
+    def timed_rows(self, arm: ArmRow) -> None:
+        """Every timed output against the reference output of its prompt, one verdict per probe and level.
+
+        The reference is base's streamed output (the arm's own for base).
+        Timed requests carry no logprobs, so they are compared by text (and
+        by token ids where both sides have them). A difference is a FAIL when
+        base's own timed outputs at that level all equal its reference (the
+        engine is batch-invariant there, so the difference is the arm's);
+        otherwise a WARN: base itself varies at that concurrency.
+        """
+        gates = [g for g in self.registry.of_kind("pair") if g.sequences]
+        if not gates or self.base is None:
+            return
+        gate = gates[0]
+        mine, base_timed = timed_by_level(self.store, arm.id), timed_by_level(self.store, self.base.id)
+        for level, per_probe in sorted(mine.items()):
+            for pid, results in per_probe.items():
+                ref = self.base_result(pid)
+                done = [r for r in results if r.ok]
+                if ref is None or not done:
+                    continue
+                differ = [r for r in done if not _same_output(r, ref)]
+                base_differ = [r for r in base_timed.get(level, {}).get(pid, []) if r.ok and not _same_output(r, ref)]
+                details: dict[str, Any] = {"concurrency": level, "outputs": len(done), "identical": len(done) - len(differ),
+                                           "base_varies": len(base_differ), "by": "text"}
+                what = "its streamed output" if arm is self.base else "base's output"
+                if not differ:
+                    res = GateResult(PASS, f"c={level}: {len(done)} of {len(done)} timed outputs equal {what}", details)
+                else:
+                    first = text_divergence(differ[0], ref, "base").details
+                    details.update(first={k: first.get(k) for k in ("char_position", "spec_text", "base_text")})
+                    if arm is self.base or base_differ:
+                        verdict = WARN
+                        why = ("the engine is not batch-invariant here" if arm is self.base else
+                               f"base's own timed outputs differ too ({len(base_differ)}): not attributable to this arm")
+                    else:
+                        verdict, why = FAIL, "base's own timed outputs at this level all equal its reference"
+                    res = GateResult(verdict, f"c={level}: {len(differ)} of {len(done)} timed outputs differ from "
+                                              f"{what} ({why})", details)
+                self.rows.append(_row(arm, gate, res, None, pid, name=f"{gate.name}:c{level}"))
+
+    def arm_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+        pairs = [(self.probes[pid], to_output(r)) for pid, r in stream.items() if r.ok and pid in self.probes]
+        for gate in self.registry.of_kind("arm"):
+            row = _row(arm, gate, _safe(gate, pairs), None, None)
+            if gate.invalidates and row.verdict == FAIL:
+                row = _override(row, INVALID, f"{gate.name} failed: this arm's measurements cannot be trusted")
+            self.rows.append(row)
+
+
+def _same_output(r: ResultRow, ref: ResultRow) -> bool:
+    if tokens_complete(r) and tokens_complete(ref):
+        return list(r.token_ids or []) == list(ref.token_ids or [])
+    return comparable_text(r) == comparable_text(ref)
+
+
+def session_registry(store: Any, session_id: int) -> GateRegistry:
+    """The gates a session is judged with: built-ins plus its stored ``--gates-dir`` folders."""
+    options = store.session(session_id).options or {}
+    return registry_for((options.get("plan") or {}).get("gates_dirs") or ())
+
+
+def judge_session(store: Any, session_id: int, registry: GateRegistry | None = None) -> list[VerdictRow]:
+    """(Re)compute and store every verdict of a session."""
+    registry = registry or session_registry(store, session_id)
+    rows = _Judge(store, session_id, registry).run()
+    store.replace_verdicts(session_id, rows)
     return rows

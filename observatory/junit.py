@@ -7,7 +7,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from observatory.verdict import INVALID_CODES
+from observatory.roles import JUDGED_AGAINST_BASE
+from observatory.verdict import INVALID_CODES, arm_role, decide
 
 # Characters XML 1.0 cannot carry at all (model output may hold any of them).
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -38,16 +39,21 @@ def junit_xml(data: dict[str, Any]) -> str:
             msg = "; ".join(f"{v['code']}: {v['detail']}" for v in bad) or f"{arm['status']}: {arm.get('reason')}"
             err = ET.SubElement(case, "error", message=_clean(msg, 500), type="INVALID")
             err.text = _clean((arm.get("log_tail") or msg)[-4000:], 4000)
-        if not arm["is_spec"] and not arm.get("copy_of"):
+        if arm_role(arm) not in JUDGED_AGAINST_BASE:
             continue
         for r in arm["results"]:
             counts["tests"] += 1
             case = _case(suite, f"arm.{arm['name']}", r["probe"])
             verdicts = {g: v for g, v in r["verdicts"].items()}
             failed = {g: v for g, v in verdicts.items() if v["verdict"] == "FAIL"}
+            unjudged = {g: v for g, v in verdicts.items() if v["verdict"] in ("UNJUDGED", "INVALID")}
             if not r["ok"]:
                 counts["errors"] += 1
                 ET.SubElement(case, "error", message=_clean(r["error"], 500), type="REQUEST")
+            elif unjudged and not failed:
+                counts["errors"] += 1
+                ET.SubElement(case, "error", type="UNJUDGED", message=_clean(
+                    "; ".join(f"{g}: {v['reason']}" for g, v in unjudged.items()), 500))
             elif failed:
                 counts["failures"] += 1
                 f = ET.SubElement(case, "failure", message=_clean("; ".join(f"{g}: {v['reason']}" for g, v in failed.items()), 500),
@@ -58,6 +64,15 @@ def junit_xml(data: dict[str, Any]) -> str:
                 ET.SubElement(case, "skipped", message="not discriminating: the base arm fails this probe too")
             out = ET.SubElement(case, "system-out")
             out.text = _clean(r["preview"], 200)
+    # The session verdict itself, from the one policy (the gate's exit code says the same).
+    verdict = decide(data)
+    counts["tests"] += 1
+    case = _case(suite, "session", f"verdict {verdict.verdict}")
+    if verdict.verdict in ("FAIL", "INVALID"):
+        counts["failures" if verdict.verdict == "FAIL" else "errors"] += 1
+        el = ET.SubElement(case, "failure" if verdict.verdict == "FAIL" else "error", type=verdict.verdict,
+                           message=_clean(verdict.why, 500))
+        el.text = _clean("\n".join(verdict.texts()), 8000)
     for k, v in counts.items():
         suite.set(k, str(v))
     return ET.tostring(root, encoding="unicode", xml_declaration=True)

@@ -10,11 +10,9 @@ Model output is untrusted (STYLE.md point 10): the Jinja environment
 autoescapes with StrictUndefined, and ``|safe`` is used only on ``*_html``
 values built here with `markupsafe.escape` + `Markup`.
 
-The banner states the session verdict of `observatory.verdict` (the nightly
-gate's): FAIL if a speculating arm (or an A/A copy) fails a probe; else
-INVALID if an arm's figures cannot be trusted (INVALID, CONFOUNDED, CRASHED,
-HUNG, not ok); else WARN or PASS. Each reason links to its result; NOTEs
-(LOW_N, non-discriminating probes, an unfinished session) do not change it.
+The banner states the session verdict of `observatory.verdict.decide` (the
+nightly gate's), each reason linked to its result; NOTEs (LOW_N,
+non-discriminating probes) do not change it.
 
 ``render_cross(a, b, out)`` puts two sessions side by side under a loud banner
 (DESIGN.md mistake 6) and computes no speedup across them unless asked to.
@@ -32,12 +30,10 @@ from markupsafe import Markup
 
 from observatory import charts
 from observatory.figures import vs_base
-from observatory.judge import NOT_DISCRIMINATING as NOT_DISCR
 from observatory.paths import TEMPLATES_DIR
 from observatory.report_data import preview
-from observatory.verdict import INVALID_CODES, session_verdict
+from observatory.verdict import INVALID_CODES, arm_role, decide
 
-LEVELS = ["FAIL", "INVALID", "WARN", "NOTE"]
 # gate -> (reference label, compared label (None: the arm's name), what is compared)
 DIFF_GATES = {
     "token_diff": ("base", None, "spec vs base"),
@@ -96,15 +92,20 @@ def _g(d: Any, *path: str) -> Any:
     return d
 
 
-def arm_role(a: dict[str, Any]) -> str:
-    """base, A/A copy, or the speculative config in words."""
+def role_words(a: dict[str, Any]) -> str:
+    """The arm's role in words: base, A/A copy, or the speculative config."""
     spec = a.get("speculative_config")
-    role = "base (no speculation)" if not a.get("is_spec") else (
-        f"{spec.get('method', 'spec')} k={spec.get('num_speculative_tokens', '?')}" if isinstance(spec, dict)
-        else "speculating")
-    if a.get("copy_of"):
-        return f"A/A copy of {a['copy_of']}" + (f" · {role}" if a.get("is_spec") else " (no speculation)")
-    return role
+    role = arm_role(a)
+    config = (f"{spec.get('method', 'spec')} k={spec.get('num_speculative_tokens', '?')}" if isinstance(spec, dict)
+              else "speculating")
+    if role == "base":
+        return "base (no speculation)"
+    if role == "aa_copy":
+        return f"A/A copy of {a.get('copy_of')} (no speculation)"
+    if role == "variant":
+        return "variant (no speculation), diffed against base"
+    words = config + (" · injected fault" if role == "fault" else "")
+    return f"copy of {a['copy_of']} · {words}" if a.get("copy_of") else words
 
 
 def arm_view(a: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +117,7 @@ def arm_view(a: dict[str, Any]) -> dict[str, Any]:
     codes = [v.get("code", "?") for v in a.get("validity") or []]
     levels = sorted(_g(spd, "throughput") or {}, key=int)
     return {
-        "name": a["name"], "role": arm_role(a), "status": a.get("status"),
+        "name": a["name"], "role": role_words(a), "status": a.get("status"),
         "reason": a.get("reason"), "is_spec": bool(a.get("is_spec")),
         "engine_version": a.get("engine_version"), "validity": a.get("validity") or [],
         "bad": any(c in INVALID_CODES for c in codes), "log_tail": a.get("log_tail"),
@@ -171,57 +172,20 @@ def diff_views(data: dict[str, Any], only: tuple[int, int] | None = None) -> lis
 
 
 def overall(data: dict[str, Any]) -> dict[str, Any]:
-    """The verdict banner: the session verdict (as the nightly gate states it), each reason linked, and notes.
+    """The verdict banner: the session verdict of `observatory.verdict.decide`, each reason linked to its result.
 
-    The verdict itself comes from `observatory.verdict.session_verdict`, so the
-    report and the gate's exit status never disagree; the items here follow
-    the same policy (their worst level is that verdict) and add NOTEs that do
-    not change it.
+    The report renders the one verdict policy, so the banner, the gate's exit
+    status, JUnit and ``show --json`` never disagree.
     """
-    reasons: list[dict[str, Any]] = []
-
-    def add(level: str, text: str, href: str | None = None) -> None:
-        reasons.append({"level": level, "text": text, "href": href})
-
-    s = data["session"]
-    if s.get("status") != "complete":
-        add("NOTE", f"session {s.get('status')}: {s.get('reason') or 'not finished'}")
-    if not any(not a.get("is_spec") and not a.get("copy_of") for a in data["arms"]):
-        add("NOTE", "no base arm: nothing to diff the speculating arms against")
+    v = decide(data)
     pidx = {p["name"]: i for i, p in enumerate(data["probes"])}
-    not_discr: set[str] = set()
-    for ai, a in enumerate(data["arms"]):
-        codes = [v.get("code") for v in a.get("validity") or []]
-        for v in a.get("validity") or []:
-            add("INVALID" if v.get("code") in INVALID_CODES else "NOTE", f"arm {a['name']}: {v.get('code')}: "
-                f"{v.get('detail')}")
-        if a.get("status") != "ok" and not any(c in INVALID_CODES for c in codes):
-            add("INVALID", f"arm {a['name']}: {a.get('status')} {a.get('reason') or ''}".strip())
-        if not a.get("is_spec") and not a.get("copy_of"):
-            continue  # the base arm's failures make probes non-discriminating, not failures
-        aa = " (A/A control: the engine's own non-determinism)" if a.get("copy_of") and not a.get("is_spec") else ""
-        for r in a["results"]:
-            href = result_href(ai, pidx.get(r["probe"], -1))
-            if not r["ok"]:
-                add("INVALID", f"{a['name']} / {r['probe']}: request failed: {r.get('error')}", href)
-                continue
-            not_discr.update([r["probe"]] if r["verdict"] == NOT_DISCR else [])
-            for g, v in r["verdicts"].items():
-                if v["verdict"] in ("FAIL", "WARN"):
-                    add(v["verdict"], f"{a['name']} / {r['probe']}: {g}: {v['reason']}{aa}", href)
-        cells = [r["verdict"] for r in a["results"] if r["verdict"]]
-        if a.get("is_spec") and cells and all(c == NOT_DISCR for c in cells):
-            add("NOTE", f"arm {a['name']}: no probe discriminates (the base arm fails every one): "
-                        "this session tests nothing about speculation")
-    if not_discr:
-        add("NOTE", f"not discriminating (the base arm fails them too): {', '.join(sorted(not_discr))}")
-    reasons.sort(key=lambda x: LEVELS.index(x["level"]))
-    verdict = session_verdict(data)[0]
-    why = {"FAIL": "a speculating arm or an A/A copy fails a probe",
-           "INVALID": "nothing failed, but a measurement cannot be trusted",
-           "WARN": "nothing failed, but some outputs need a look",
-           "PASS": "every speculating arm passes every discriminating probe, and every arm is valid"}
-    return {"verdict": verdict, "why": why[verdict], "reasons": reasons}
+    aidx = {a["name"]: i for i, a in enumerate(data["arms"])}
+    reasons = []
+    for r in v.reasons:
+        href = (result_href(aidx[r.arm], pidx[r.probe])
+                if r.arm in aidx and r.probe in pidx else None)
+        reasons.append({"level": r.level, "text": r.text, "href": href})
+    return {"verdict": v.verdict, "why": v.why, "reasons": reasons}
 
 
 def matrix(data: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
@@ -320,7 +284,7 @@ def token_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _base(data: dict[str, Any]) -> dict[str, Any] | None:
-    return next((a for a in data["arms"] if not a.get("is_spec") and not a.get("copy_of")), None)
+    return next((a for a in data["arms"] if arm_role(a) == "base"), None)
 
 
 def cross_speedups(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:

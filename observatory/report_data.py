@@ -4,7 +4,9 @@ the HTML report and the nightly gate all read (one path for the data).
 Stable keys scripts rely on (issue 2)::
 
     {"session": {"id", "started_at", "host", "gpu", "status", ...},
-     "arms": [{"name", "status", "reason", "launch", "engine_version",
+     "verdict": {"verdict": "PASS"|"WARN"|"FAIL"|"INVALID", "why", "exit_code",
+                 "reasons": [{"level", "text", "arm", "probe", "gate", "code"}]},
+     "arms": [{"name", "role", "status", "reason", "launch", "engine_version",
                "counters": {"drafts", "draft_tokens", "accepted", "accepted_per_pos"},
                "results": [{"probe", "prompt", "text", "token_ids", "finish_reason",
                             "verdicts": {GATE: {"verdict", "reason", "details"}}}]}]}
@@ -18,12 +20,14 @@ from datetime import datetime
 from typing import Any
 
 from observatory.db import ArmRow, ResultRow, SessionRow
-from observatory.judge import NOT_DISCRIMINATING
+from observatory.judge import NOT_DISCRIMINATING, UNJUDGED
+from observatory.roles import stored_roles
 from observatory.store import Store
+from observatory.verdict import decide
 
 PREVIEW_CHARS = 80
 # Worst first: the cell verdict of a probe x arm is its worst gate verdict.
-SEVERITY = ["FAIL", "INVALID", "WARN", NOT_DISCRIMINATING, "PASS", "SKIP"]
+SEVERITY = ["FAIL", "INVALID", UNJUDGED, "WARN", NOT_DISCRIMINATING, "PASS", "SKIP"]
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -67,7 +71,7 @@ def _prompt(defn: dict[str, Any]) -> Any:
 
 def result_dict(r: ResultRow, probe: Any, verdicts: dict[str, Any]) -> dict[str, Any]:
     """One judged result."""
-    cell = worst([v["verdict"] for g, v in verdicts.items() if not g.startswith("token_diff:")])
+    cell = worst([v["verdict"] for g, v in verdicts.items() if ":" not in g])
     return {
         "probe": probe.name, "category": probe.category, "prompt": _prompt(probe.definition),
         "probe_hash": probe.content_hash, "params": probe.params,
@@ -80,7 +84,7 @@ def result_dict(r: ResultRow, probe: Any, verdicts: dict[str, Any]) -> dict[str,
     }
 
 
-def arm_dict(store: Store, a: ArmRow, probes: list[Any]) -> dict[str, Any]:
+def arm_dict(store: Store, a: ArmRow, probes: list[Any], role: str | None = None) -> dict[str, Any]:
     """One arm with its results in probe order."""
     verdicts: dict[int | None, dict[str, Any]] = {}
     arm_verdicts: dict[str, Any] = {}
@@ -96,7 +100,8 @@ def arm_dict(store: Store, a: ArmRow, probes: list[Any]) -> dict[str, Any]:
     counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": []}
     counters.update(a.counters or {})
     return {
-        "name": a.name, "position": a.position, "status": a.status, "reason": a.reason,
+        "name": a.name, "role": role or launch.get("role"), "position": a.position, "status": a.status,
+        "reason": a.reason,
         "launch": launch, "speculative_config": launch.get("speculative_config"),
         "is_spec": launch.get("speculative_config") is not None, "copy_of": launch.get("copy_of"),
         "engine_version": a.engine_version, "model": a.model, "log_path": a.log_path,
@@ -110,11 +115,15 @@ def build(store: Store, session_id: int | None = None) -> dict[str, Any]:
     """The whole session as a dict."""
     s = store.session(session_id)
     probes = store.probes(s.id)
-    arms = [arm_dict(store, a, probes) for a in store.arms(s.id)]
-    return {
+    rows = store.arms(s.id)
+    roles = stored_roles([(a.name, a.launch) for a in rows])
+    arms = [arm_dict(store, a, probes, roles[a.name]) for a in rows]
+    data = {
         "session": session_dict(s),
         "probes": [{"name": p.name, "category": p.category, "hash": p.content_hash,
                     "prompt": _prompt(p.definition), "definition": p.definition, "params": p.params}
                    for p in probes],
         "arms": arms,
     }
+    data["verdict"] = decide(data).to_dict()
+    return data

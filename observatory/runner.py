@@ -33,6 +33,7 @@ from observatory.gpus import plan_waves
 from observatory.machine import describe
 from observatory.measure import ArmCrashed, ArmRun
 from observatory.probes import Probe
+from observatory.roles import assign_roles
 from observatory.server import (
     EngineProcess,
     EngineSettings,
@@ -244,6 +245,7 @@ class Runner:
             "engine_args": arm.engine_args, "fault": arm.fault, "copy_of": arm.copy_of, "url": arm.url,
             "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
             "timing": self.opts.timing if concurrent_with else "alone",
+            "role": assign_roles(self.opts.arms)[arm.name],
         }
         values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
                       launch=launch, started_at=utcnow(), reason=None, log_tail=None)

@@ -16,11 +16,13 @@ from rich.text import Text
 
 from observatory.arms import Arm
 from observatory.probes import Probe
+from observatory.roles import JUDGED_AGAINST_BASE
+from observatory.verdict import arm_role, decide
 
 STYLE = {
     "PASS": "green", "WARN": "yellow", "FAIL": "bold red", "NOT_DISCRIMINATING": "magenta",
     "INVALID": "bold magenta", "SKIP": "dim", "ok": "green", "failed": "bold red", "crashed": "bold red",
-    "hung": "bold red", "interrupted": "yellow", "pending": "dim",
+    "hung": "bold red", "interrupted": "yellow", "pending": "dim", "UNJUDGED": "bold magenta",
 }
 SHORT = {"NOT_DISCRIMINATING": "NOT_DISCR"}
 
@@ -82,10 +84,45 @@ class RichReporter:
             self._step_task = None
 
 
+def _count(v: Any) -> str:
+    return "not reported" if v is None else str(v)
+
+
 def verdict_text(v: str | None) -> Text:
     """A styled verdict."""
     v = v or "-"
     return Text(SHORT.get(v, v), style=STYLE.get(v, ""))
+
+
+def _num(v: Any, fmt: str = "{:.2f}") -> str:
+    return "not measurable" if v is None else fmt.format(v)
+
+
+def arm_headline(a: dict[str, Any]) -> str:
+    """One line per arm judged against base: token-identical n/N, alpha, tau, S with its CI."""
+    diffs = [r["verdicts"].get("token_diff") for r in a["results"] if r.get("ok")]
+    made = [d for d in diffs if d and d.get("verdict") not in ("UNJUDGED", None)]
+    same = sum(1 for d in made if (d.get("details") or {}).get("kind") == "identical")
+    acc = a.get("acceptance") or {}
+    vs = a.get("vs_base") or {}
+    ci = vs.get("ci")
+    s_text = _num(vs.get("S")) + (f" (95% CI {ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+    return (f"token-identical {same}/{len(made)}" + (f" ({len(diffs) - len(made)} not diffed)" if len(diffs) > len(made) else "")
+            + f" · alpha {_num(acc.get('alpha'), '{:.3f}')} · tau {_num(acc.get('tau'))} · S {s_text}")
+
+
+def print_verdict(data: dict[str, Any], console: Console) -> None:
+    """The session verdict, its first reasons, and each judged arm's headline."""
+    v = decide(data)
+    console.print(Text(f"Verdict: {v.verdict}", style=STYLE.get(v.verdict, "bold")), Text(f" — {v.why}"))
+    shown = [r for r in v.reasons if r.level != "NOTE"]
+    for r in shown[:10]:
+        console.print(Text(f"  {r.level}: {r.text}"[:300], style=STYLE.get(r.level, "")))
+    if len(shown) > 10:
+        console.print(Text(f"  ... and {len(shown) - 10} more (see the report)", style="dim"))
+    for a in data["arms"]:
+        if arm_role(a) in JUDGED_AGAINST_BASE:
+            console.print(Text(f"  {a['name']}: ", style="cyan"), Text(arm_headline(a)))
 
 
 def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
@@ -109,19 +146,21 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
         arms.add_row(
             Text(a["name"]), Text(a["status"], style=STYLE.get(a["status"], "")),
             Text(a.get("engine_version") or "-"),
-            str(c.get("drafts", 0)) if a["is_spec"] else "-",
-            str(c.get("accepted", 0)) if a["is_spec"] else "-",
+            _count(c.get("drafts")) if a["is_spec"] else "-",
+            _count(c.get("accepted")) if a["is_spec"] else "-",
             Text("; ".join(notes)[:200]),
         )
     console.print(arms)
+    print_verdict(data, console)
     matrix = Table(title="Probe x arm (verdict, first 80 characters)", show_lines=True)
     matrix.add_column("probe")
     for a in data["arms"]:
         matrix.add_column(Text(a["name"]))
+    results = [{x["probe"]: x for x in a["results"]} for a in data["arms"]]
     for p in data["probes"]:
         row: list[Any] = [Text(p["name"])]
-        for a in data["arms"]:
-            r = next((x for x in a["results"] if x["probe"] == p["name"]), None)
+        for by_probe in results:
+            r = by_probe.get(p["name"])
             if r is None:
                 row.append(Text("-", style="dim"))
                 continue

@@ -32,7 +32,7 @@ def test_failing_spec_arm_exits_1(tmp_path: Path) -> None:
     assert (out / "report" / "index.html").is_file() and (out / "session.json").is_file()
     doc = xml.dom.minidom.parse(str(out / "junit.xml"))
     failures = [c for c in doc.getElementsByTagName("testcase") if c.getElementsByTagName("failure")]
-    assert {c.getAttribute("name") for c in failures} == {"one", "two"}
+    assert {c.getAttribute("name") for c in failures} == {"one", "two", "verdict FAIL"}
 
 
 def test_invalid_arm_exits_2(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_invalid_arm_exits_2(tmp_path: Path) -> None:
     assert code == 2
     doc = xml.dom.minidom.parse(str(out / "junit.xml"))
     errors = [c for c in doc.getElementsByTagName("testcase") if c.getElementsByTagName("error")]
-    assert [c.getAttribute("classname") for c in errors] == ["arm.mtp1"]
+    assert [c.getAttribute("classname") for c in errors] == ["arm.mtp1", "session"]
     assert "HUNG" in (out / "report" / "index.html").read_text()
 
 

@@ -14,6 +14,7 @@ from observatory.paths import GATES_DIR
 
 BUILT_INS = {
     # name: (kind, correctness)
+    "answers": ("arm", False),
     "content": ("result", True),
     "degeneracy": ("result", True),
     "distinct_outputs": ("arm", False),
@@ -124,6 +125,6 @@ def test_version_follows_the_file_content(tmp_path: Path) -> None:
 
 def test_unknown_gate_name_lists_the_known_ones() -> None:
     with pytest.raises(
-        ObservatoryError, match="No gate named 'nope'. Known gates: content, degeneracy"
+        ObservatoryError, match="No gate named 'nope'. Known gates: answers, content, degeneracy"
     ):
         load_gates().get("nope")

@@ -41,9 +41,10 @@ def test_gates_list_table() -> None:
     result = invoke(gates, ["list"])
     assert result.exit_code == 0
     lines = result.output.splitlines()
-    assert lines[0].split() == ["NAME", "KIND", "CORRECTNESS", "VERSION", "DESCRIPTION"]
+    assert lines[0].split() == ["NAME", "KIND", "PURPOSE", "VERSION", "DESCRIPTION"]
     names = [line.split()[0] for line in lines[1:]]
     assert names == [
+        "answers",
         "content",
         "degeneracy",
         "distinct_outputs",
@@ -52,13 +53,13 @@ def test_gates_list_table() -> None:
         "tool_calls",
     ]
     token_diff = next(line for line in lines if line.startswith("token_diff"))
-    assert token_diff.split()[1:3] == ["pair", "no"]
+    assert token_diff.split()[1:3] == ["pair", "correctness"]
 
 
 def test_gates_list_json() -> None:
     rows = [json.loads(line) for line in invoke(gates, ["list", "--json"]).output.splitlines()]
     by_name = {r["name"]: r for r in rows}
-    assert set(by_name["degeneracy"]) == {"name", "kind", "correctness", "version", "description"}
+    assert set(by_name["degeneracy"]) == {"name", "kind", "correctness", "purpose", "applies", "version", "path", "description"}
     assert (by_name["degeneracy"]["kind"], by_name["degeneracy"]["correctness"]) == ("result", True)
 
 

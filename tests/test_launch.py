@@ -132,5 +132,6 @@ def test_validity_codes() -> None:
     codes = validity(extra, base, _acc(500), {})
     assert [v["code"] for v in codes] == ["CONFOUNDED"] and "--enforce-eager" in codes[0]["detail"]
     assert validity(quiet, base, _acc(500), {}) == []
-    same = validity(quiet, base, _acc(500), {"distinct_outputs": "FAIL"})
+    same = validity(quiet, base, _acc(500), {"distinct_outputs": (
+        "INVALID", "distinct_outputs failed: identical outputs for different prompts: the prompt did not take effect")})
     assert [v["code"] for v in same] == ["INVALID"] and "prompt did not take effect" in same[0]["detail"]

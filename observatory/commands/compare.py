@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from observatory.errors import ObservatoryError
+from observatory.gates import registry_for
 from observatory.plan import plan_compare
 from observatory.report_data import build
 from observatory.runner import Interrupted, Runner
@@ -54,6 +56,8 @@ def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, 
         click.option("--engine", default="vllm", show_default=True,
                      help="Engine of URL arms: vllm, sglang or llama.cpp (what /metrics and the version mean)."),
         click.option("--quiet", is_flag=True, help="No progress output."),
+        click.option("--gates-dir", "gates_dirs", multiple=True, type=click.Path(file_okay=False),
+                     help="A folder of your own gate files (*.py), run beside the built-in gates; repeatable."),
     ]
     for o in reversed(opts):
         probe = o(lambda: None)
@@ -97,7 +101,9 @@ def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, i
             raise ObservatoryError(f"Session {resume} has no stored plan to resume from.")
         stored["api_key"] = kw.get("api_key")
         kw = stored
-    opts = plan_compare(**kw, command=redact_argv(sys.argv))
+    kw["gates_dirs"] = [str(Path(d).resolve()) for d in kw.get("gates_dirs") or ()]
+    registry_for(kw["gates_dirs"])  # a bad gate file is a setup error, found before anything launches
+    opts = plan_compare(**{k: v for k, v in kw.items() if k != "gates_dirs"}, command=redact_argv(sys.argv))
     opts.plan = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items() if k not in _NOT_STORED}
     runner = Runner(store, opts)
     if resume is not None:

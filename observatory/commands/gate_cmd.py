@@ -13,7 +13,7 @@ from observatory.junit import write_junit
 from observatory.report import render_session
 from observatory.report_data import build
 from observatory.terminal import print_summary
-from observatory.verdict import EXIT, session_verdict
+from observatory.verdict import EXIT, decide
 
 
 @click.command(name="gate")
@@ -37,11 +37,14 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: A
     if json_file:
         Path(json_file).write_text(json.dumps(data, ensure_ascii=False, default=str), encoding="utf-8")
     print_summary(data)
-    verdict, reasons = session_verdict(data)
-    if interrupted:
+    v = decide(data)
+    verdict, reasons = v.verdict, v.texts()
+    if interrupted and verdict != "INVALID":
         verdict, reasons = "INVALID", ["the session was interrupted", *reasons]
     click.echo(f"gate: {verdict}", err=True)
     for r in reasons[:20]:
         click.echo(f"  - {r}", err=True)
+    if len(reasons) > 20:
+        click.echo(f"  ... and {len(reasons) - 20} more (see the report)", err=True)
     click.echo(f"report: {Path(report_dir) / 'index.html'}", err=True)
     return EXIT[verdict]

@@ -22,7 +22,7 @@ import click
 import numpy as np
 
 from observatory.errors import ObservatoryError
-from observatory.gates import Gate, GateRegistry, default_registry
+from observatory.gates import Gate, GateRegistry, default_registry, registry_for
 
 PERCENTILES = (10, 25, 50, 75, 90)
 
@@ -130,11 +130,14 @@ def gates() -> None:
 
 @gates.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per gate.")
-def gates_list(as_json: bool) -> None:
-    """Show every gate: name, kind, correctness, version, description.
+@click.option("--gates-dir", "gates_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Also list the gate files (*.py) of this folder. Repeatable.")
+def gates_list(as_json: bool, gates_dirs: tuple[str, ...]) -> None:
+    """Show every gate: name, kind, purpose, version, description.
 
     \b
     observatory gates list
+    observatory gates list --gates-dir my_gates/
     observatory gates list --json | jq -r .name
     """
     rows = [
@@ -142,21 +145,23 @@ def gates_list(as_json: bool) -> None:
             "name": g.name,
             "kind": g.kind,
             "correctness": g.correctness,
+            "purpose": g.purpose,
+            "applies": g.applies if g.kind == "result" else None,
             "version": g.version,
+            "path": g.path,
             "description": g.description,
         }
-        for g in default_registry()
+        for g in registry_for(gates_dirs)
     ]
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
         return
     width = max(len(r["name"]) for r in rows)
-    click.echo(f"{'NAME':<{width}}  KIND    CORRECTNESS  VERSION       DESCRIPTION")
+    click.echo(f"{'NAME':<{width}}  KIND    PURPOSE      VERSION       DESCRIPTION")
     for r in rows:
-        flag = "yes" if r["correctness"] else "no"
         click.echo(
-            f"{r['name']:<{width}}  {r['kind']:<6}  {flag:<11}  {r['version']:<12}  {r['description']}"
+            f"{r['name']:<{width}}  {r['kind']:<6}  {r['purpose']:<11}  {r['version']:<12}  {r['description']}"
         )
 
 

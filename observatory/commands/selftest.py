@@ -24,42 +24,47 @@ from rich.text import Text
 from observatory.arms import FAULTS
 from observatory.commands.compare import compare_options, run_compare
 from observatory.report_data import build
+from observatory.roles import AA_COPY, FAULT, SPEC
+from observatory.verdict import SessionVerdict, arm_role, decide
 
 DEFAULT_ARM = "mtp1"
 DEFAULT_SUITE = "selftest"
 
 
-def _failures(arm: dict[str, Any]) -> list[str]:
-    """'probe: gate FAIL' for every FAIL verdict of a control arm."""
-    return [f"{r['probe']}: {g} {v['verdict']}" for r in arm["results"]
-            for g, v in r["verdicts"].items() if v["verdict"] == "FAIL"]
+def _failures(arm: dict[str, Any], verdict: SessionVerdict) -> list[str]:
+    """What makes a control arm unclean: its FAIL and INVALID reasons in the session verdict."""
+    return [r.text for r in verdict.reasons if r.arm == arm["name"] and r.level in ("FAIL", "INVALID")]
 
 
 def selftest_findings(data: dict[str, Any]) -> dict[str, Any]:
-    """Per fault arm: the gates that failed it; the A/A control's cleanliness.
+    """Per fault arm: the gates that failed it; the A/A control's and the clean spec arm's cleanliness.
 
     A fault counts as caught by FAIL verdicts only: probes the base arm fails
-    are NOT_DISCRIMINATING for the fault arm and do not count.
+    are NOT_DISCRIMINATING for the fault arm and do not count. Roles come from
+    the session (`observatory.roles`); cleanliness from the one verdict policy.
     """
+    verdict = decide(data)
     findings: dict[str, Any] = {"faults": {}, "aa": None, "clean": None}
     for arm in data["arms"]:
-        fault = (arm["launch"] or {}).get("fault")
-        if arm.get("is_spec") and not fault and not arm.get("copy_of"):
-            c = arm["counters"]
-            bad = _failures(arm)
+        role = arm_role(arm)
+        c = arm["counters"]
+        if role == SPEC and not arm.get("copy_of"):
+            bad = _failures(arm, verdict)
+            drafted, accepted = c.get("draft_tokens"), c.get("accepted")
             findings["clean"] = {"arm": arm["name"], "status": arm["status"], "failures": bad,
-                                 "clean": arm["status"] == "ok" and not bad, "draft_tokens": c["draft_tokens"],
-                                 "rejected": c["draft_tokens"] - c["accepted"]}
-        elif fault:
+                                 "clean": arm["status"] == "ok" and not bad, "draft_tokens": drafted,
+                                 "rejected": drafted - accepted if drafted is not None and accepted is not None
+                                 else None}
+        elif role == FAULT:
             gates: dict[str, int] = {}
             for r in arm["results"]:
                 for g, v in r["verdicts"].items():
                     if v["verdict"] == "FAIL":
                         gates[g] = gates.get(g, 0) + 1
-            findings["faults"][fault] = {"arm": arm["name"], "status": arm["status"], "caught_by": gates,
-                                         "drafts": arm["counters"]["drafts"]}
-        elif arm.get("copy_of"):
-            bad = _failures(arm)
+            findings["faults"][(arm["launch"] or {}).get("fault")] = {
+                "arm": arm["name"], "status": arm["status"], "caught_by": gates, "drafts": c.get("drafts")}
+        elif role == AA_COPY:
+            bad = _failures(arm, verdict)
             findings["aa"] = {"arm": arm["name"], "status": arm["status"], "failures": bad,
                               "clean": arm["status"] == "ok" and not bad}
     return findings

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
+from observatory.db import SessionRow
 from observatory.evaluate import evaluate
+from observatory.gates import registry_for
 from observatory.report_data import build
 from observatory.store import Store
 from observatory.terminal import print_summary
@@ -55,13 +58,24 @@ def show(session_id: int | None, db: str | None, as_json: bool) -> None:
 @click.command(name="judge")
 @click.argument("session_id", type=int, required=False)
 @db_option
-def judge(session_id: int | None, db: str | None) -> None:
+@click.option("--gates-dir", "gates_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Also run the gate files (*.py) of this folder; remembered for the session. Repeatable.")
+def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...]) -> None:
     """Re-judge a stored session with the current gates and recompute its figures.
 
     \b
     observatory judge 12
+    observatory judge 12 --gates-dir my_gates/
     """
     store = Store(db, create=False)
     s = store.session(session_id)
+    if gates_dirs:
+        options = dict(s.options or {})
+        plan = dict(options.get("plan") or {})
+        known = list(plan.get("gates_dirs") or [])
+        plan["gates_dirs"] = known + [d for d in (str(Path(x).resolve()) for x in gates_dirs) if d not in known]
+        registry_for(plan["gates_dirs"])
+        options["plan"] = plan
+        store.update(SessionRow, s.id, options=options)
     n = evaluate(store, s.id)
     click.echo(f"session {s.id}: {n} verdicts; figures recomputed")

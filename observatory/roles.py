@@ -1,0 +1,77 @@
+"""Arm roles: what each arm of a session is for, decided once.
+
+Every reader (judge, figures, verdict, report, JUnit, selftest) asks an arm
+for its role instead of re-deriving "which arm is base" from its launch:
+
+- ``base``: the reference every other arm is diffed against, the first arm
+  that does not speculate and is not a copy;
+- ``aa_copy``: a copy of the base arm (the A/A control: the engine's own
+  non-determinism, the session's noise floor);
+- ``spec``: an arm that speculates (copies of spec arms included);
+- ``fault``: a speculating arm launched with an injected fault (selftest);
+- ``variant``: any other non-speculating arm (e.g. a differently launched
+  base from an arms file), diffed against base like a spec arm.
+
+The role is assigned when the session is planned (`assign_roles`) and stored
+in each arm's launch dict; `role_of` reads it back, and for sessions stored
+before roles existed applies the same rule to the stored launch dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+BASE = "base"
+AA_COPY = "aa_copy"
+SPEC = "spec"
+FAULT = "fault"
+VARIANT = "variant"
+ROLES = (BASE, AA_COPY, SPEC, FAULT, VARIANT)
+# roles whose outputs are judged against base (everything but base itself)
+JUDGED_AGAINST_BASE = (AA_COPY, SPEC, FAULT, VARIANT)
+SPECULATING = (SPEC, FAULT)
+
+
+def _roles(facts: Sequence[tuple[str, bool, bool, str | None]]) -> list[str]:
+    """Roles for (name, speculates, has a fault, copy of) tuples in run order."""
+    base_name = next((name for name, spec, _, copy_of in facts if not spec and copy_of is None), None)
+    out = []
+    for name, spec, fault, copy_of in facts:
+        if spec:
+            out.append(FAULT if fault else SPEC)
+        elif name == base_name:
+            out.append(BASE)
+        elif copy_of is not None and copy_of == base_name:
+            out.append(AA_COPY)
+        else:
+            out.append(VARIANT)
+    return out
+
+
+def assign_roles(arms: Sequence[Any]) -> dict[str, str]:
+    """Arm name -> role for planned `observatory.arms.Arm` objects, in run order."""
+    facts = [(a.name, a.speculative_config is not None, bool(a.fault), a.copy_of) for a in arms]
+    return dict(zip([f[0] for f in facts], _roles(facts)))
+
+
+def _launch_facts(name: str, launch: dict[str, Any]) -> tuple[str, bool, bool, str | None]:
+    return name, launch.get("speculative_config") is not None, bool(launch.get("fault")), launch.get("copy_of")
+
+
+def stored_roles(arms: Sequence[tuple[str, dict[str, Any] | None]]) -> dict[str, str]:
+    """Arm name -> role for stored (name, launch) pairs: the stored role, else the same rule."""
+    facts = [_launch_facts(name, launch or {}) for name, launch in arms]
+    derived = dict(zip([f[0] for f in facts], _roles(facts)))
+    return {name: (launch or {}).get("role") or derived[name] for name, launch in arms}
+
+
+def role_of(arm: Any, arms: Sequence[Any]) -> str:
+    """The role of stored arm ARM (an ArmRow) among the session's ARMS."""
+    return stored_roles([(a.name, a.launch) for a in arms])[arm.name]
+
+
+def base_arm(arms: Sequence[Any]) -> Any | None:
+    """The stored arm whose role is base, or None when the session has none."""
+    roles = stored_roles([(a.name, a.launch) for a in arms])
+    return next((a for a in arms if roles[a.name] == BASE), None)
