@@ -261,7 +261,10 @@ def _load_module(path: Path) -> Any:
     if spec is None or spec.loader is None:  # pragma: no cover
         raise ObservatoryError(f"Cannot load gate file {path}.")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # a user's gate file is input: any error in it is a setup error naming it
+        raise ObservatoryError(f"Gate file {path} failed to load: {type(e).__name__}: {e}") from None
     return module
 
 

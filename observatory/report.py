@@ -120,6 +120,7 @@ def arm_view(a: dict[str, Any]) -> dict[str, Any]:
         "name": a["name"], "role": role_words(a), "status": a.get("status"),
         "reason": a.get("reason"), "is_spec": bool(a.get("is_spec")),
         "engine_version": a.get("engine_version"), "validity": a.get("validity") or [],
+        "arm_gates": sorted((g, v.get("verdict"), v.get("reason")) for g, v in (a.get("arm_verdicts") or {}).items()),
         "bad": any(c in INVALID_CODES for c in codes), "log_tail": a.get("log_tail"),
         "log_path": a.get("log_path"), "show_log": a.get("status") not in ("ok", "pending"),
         "argv": shlex.join(_g(a, "launch", "argv") or []), "env": _g(a, "launch", "env") or {},
