@@ -107,8 +107,10 @@ def arm_headline(a: dict[str, Any]) -> str:
     vs = a.get("vs_base") or {}
     ci = vs.get("ci")
     s_text = _num(vs.get("S")) + (f" (95% CI {ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
-    return (f"token-identical {same}/{len(made)}" + (f" ({len(diffs) - len(made)} not diffed)" if len(diffs) > len(made) else "")
-            + f" · alpha {_num(acc.get('alpha'), '{:.3f}')} · tau {_num(acc.get('tau'))} · S {s_text}")
+    head = f"token-identical {same}/{len(made)}" + (f" ({len(diffs) - len(made)} not diffed)" if len(diffs) > len(made) else "")
+    if not a.get("is_spec"):
+        return head + " · no speculation"
+    return head + f" · alpha {_num(acc.get('alpha'), '{:.3f}')} · tau {_num(acc.get('tau'))} · S {s_text}"
 
 
 def print_verdict(data: dict[str, Any], console: Console) -> None:
@@ -122,7 +124,7 @@ def print_verdict(data: dict[str, Any], console: Console) -> None:
         console.print(Text(f"  ... and {len(shown) - 10} more (see the report)", style="dim"))
     for a in data["arms"]:
         if arm_role(a) in JUDGED_AGAINST_BASE:
-            console.print(Text(f"  {a['name']}: ", style="cyan"), Text(arm_headline(a)))
+            console.print(Text(f"  {a['name']}:", style="cyan"), Text(arm_headline(a)))
 
 
 def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
