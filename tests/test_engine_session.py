@@ -215,4 +215,4 @@ def test_session_verdict_junit_and_report(session: dict[str, Any]) -> None:
     doc = xml.dom.minidom.parseString(junit_xml(data))
     cases = doc.getElementsByTagName("testcase")
     n_probes = len(data["probes"])
-    assert len(cases) == 4 + 3 * n_probes  # validity per arm + probes of base#2, mtp1, mtp2
+    assert len(cases) == 4 + 3 * n_probes + 1  # validity per arm + probes of base#2, mtp1, mtp2 + the session verdict
