@@ -19,6 +19,7 @@ BUILT_INS = {
     "degeneracy": ("result", True),
     "distinct_outputs": ("arm", False),
     "expect": ("result", True),
+    "special_tokens": ("pair", False),
     "token_diff": ("pair", False),
     "tool_calls": ("result", True),
 }

@@ -49,6 +49,7 @@ def test_gates_list_table() -> None:
         "degeneracy",
         "distinct_outputs",
         "expect",
+        "special_tokens",
         "token_diff",
         "tool_calls",
     ]
