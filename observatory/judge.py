@@ -32,6 +32,7 @@ Verdicts the judge itself assigns (DESIGN.md section 2):
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from observatory.db import ArmRow, ResultRow, VerdictRow
@@ -150,11 +151,24 @@ def full_sequence(modes: dict[str, dict[int, ResultRow]], pid: int) -> ResultRow
     return None
 
 
+def _arguments(raw: Any) -> Any:
+    """Tool-call arguments as data (a stream and a body may space the same JSON differently)."""
+    try:
+        return json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return raw
+
+
 def comparable_text(r: ResultRow) -> str:
-    """What a result says, as one string: reasoning, content and tool calls."""
-    calls = [[(c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments")]
+    """What a result says, as one string: reasoning, content and tool calls (name and arguments as data).
+
+    Beside tool calls, the content is compared stripped: a parser may leave a
+    newline before a call in one mode and nothing in the other.
+    """
+    calls = [[(c.get("function") or {}).get("name"), _arguments((c.get("function") or {}).get("arguments"))]
              for c in r.tool_calls or [] if isinstance(c, dict)]
-    return repr([getattr(r, "reasoning", None) or "", r.text or "", calls])
+    text = (r.text or "").strip() if calls else (r.text or "")
+    return json.dumps([getattr(r, "reasoning", None) or "", text, calls], sort_keys=True, ensure_ascii=False)
 
 
 def text_divergence(mine: ResultRow, ref: ResultRow, ref_label: str) -> GateResult:
@@ -305,7 +319,13 @@ class _Judge:
                     name = f"{gate.name}:{label}"
                     if mine is not None and tokens_complete(other):
                         res = _safe(gate, to_output(other), to_output(mine), probe)
-                        self.rows.append(self.checked(_row(arm, gate, res, other, pid, name=name)))
+                        row = self.checked(_row(arm, gate, res, other, pid, name=name))
+                        if row.verdict == PASS and comparable_text(other) != comparable_text(mine):
+                            # Stream integrity: the same token ids must read as the same text and calls.
+                            row = _override(row, FAIL, "same token ids, different text or tool calls")
+                            row.reason = (f"{label} and {mine.mode} outputs have the same token ids but different "
+                                          "text or tool calls: the stream (or the detokeniser) assembled them wrong")
+                        self.rows.append(row)
                     elif stream is not None and stream.ok and other is not stream:
                         res = text_divergence(other, stream, "the streamed output")
                         self.rows.append(_row(arm, gate, res, other, pid, name=name))

@@ -197,3 +197,23 @@ def test_spec_stub_without_counters_is_not_a_pass(tmp_path: Path) -> None:
         code, data, _ = _gate(tmp_path, f"base={base.url},mtp1={spec.url}")
     assert code == 2
     assert "speculation" in _texts(data)
+
+
+def test_stream_that_drops_a_word_fails_stream_integrity(tmp_path: Path) -> None:
+    """Issue 15 item 6: same token ids streamed and not, but the streamed text lost a word: FAIL."""
+
+    def dropping(request: dict[str, Any], in_flight: int) -> Answer:
+        text = "the brown fox" if request.get("stream") else "the quick brown fox"
+        return Answer(text=text, token_ids=[5, 6, 7, 8])
+
+    suite = tmp_path / "s.toml"
+    suite.write_text(SUITE)
+    with AnswerStub(fixed("the quick brown fox", [5, 6, 7, 8])) as base, AnswerStub(dropping) as spec:
+        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={base.url},base={spec.url}", "--suite", str(suite),
+                                     "--db", str(tmp_path / "i.db"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(CliRunner().invoke(cli, ["show", "--db", str(tmp_path / "i.db"), "--json"]).output)
+    copy = next(a for a in data["arms"] if a["name"] == "base#2")
+    v = copy["results"][0]["verdicts"]["token_diff:nonstream"]
+    assert v["verdict"] == "FAIL" and "same token ids but different text" in v["reason"]
+    assert data["verdict"]["verdict"] == "FAIL"
