@@ -18,7 +18,7 @@ import httpx
 import openai
 
 from observatory.errors import ObservatoryError
-from observatory.metrics import SpecCounters
+from observatory.metrics import SpecCounters, not_reported
 from observatory.probes import Probe
 
 TOP_LOGPROBS = 10
@@ -153,15 +153,14 @@ class EngineClient:
         return self._model
 
     def counters(self) -> SpecCounters:
-        """Current cumulative spec-decode counters from GET /metrics (zero when the engine has none)."""
+        """Current cumulative spec-decode counters from GET /metrics (None fields: not reported)."""
         try:
             r = self._http.get(f"{self.base_url}/metrics", timeout=30.0)
             r.raise_for_status()
         except httpx.HTTPError as e:
             raise ObservatoryError(f"{self.base_url}/metrics failed: {e}") from None
         found = self.adapter.counters_from_metrics(r.text)
-        return SpecCounters(found.drafts, found.draft_tokens, found.accepted, list(found.accepted_per_pos)) \
-            if found is not None else SpecCounters()
+        return found.plain() if found is not None else not_reported()
 
     def detokenize(self, token_ids: list[int]) -> list[str]:
         """Each token's text, via the server's /detokenize."""
