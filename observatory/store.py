@@ -49,8 +49,9 @@ def storable(value: Any) -> Any:
 class Store:
     """Typed access to one observatory database."""
 
-    def __init__(self, db: str | None = None, engine: Engine | None = None, create: bool = True):
-        self.engine = engine or open_engine(db, create=create)
+    def __init__(self, db: str | None = None, engine: Engine | None = None, create: bool = True,
+                 write: bool = False):
+        self.engine = engine or open_engine(db, create=create, write=write)
         self._sessions = session_factory(self.engine)
 
     def close(self) -> None:

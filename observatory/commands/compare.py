@@ -63,6 +63,8 @@ def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, 
     return f
 
 
+INVALID_EXIT = 2
+
 # Never stored: a key for URL arms is passed to the servers only.
 _NOT_STORED = ("api_key",)
 
@@ -85,13 +87,21 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, int | None, bool]:
-    """Plan, run and judge one session (or resume one); returns (store, session id, interrupted)."""
+def run_compare(kw: dict[str, Any], resume: int | None = None,
+                before_run: Callable[[], None] | None = None) -> tuple[Store, int | None, bool]:
+    """Plan, run and judge one session (or resume one); returns (store, session id, interrupted).
+
+    Everything is validated before the database is opened for writing, so a
+    compare that fails validation leaves no database behind (issue 19 item 4).
+    BEFORE_RUN (e.g. `gate` checking its output paths) runs once the plan is
+    valid and before the database is written or any arm launches.
+    """
     quiet = kw.pop("quiet")
     db = kw.pop("db")
     kw["diffs"] = not kw.pop("no_diffs")
-    store = Store(db)
+    store: Store | None = None
     if resume is not None:
+        store = Store(db, create=False, write=True)
         stored = dict(store.session(resume).options.get("plan") or {})
         if not stored:
             raise ObservatoryError(f"Session {resume} has no stored plan to resume from.")
@@ -99,6 +109,10 @@ def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, i
         kw = stored
     opts = plan_compare(**kw, command=redact_argv(sys.argv))
     opts.plan = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items() if k not in _NOT_STORED}
+    if before_run is not None:
+        before_run()
+    if store is None:
+        store = Store(db, write=True)
     runner = Runner(store, opts)
     if resume is not None:
         runner.attach(resume)
@@ -118,6 +132,11 @@ def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, i
     return store, session_id, False
 
 
+def produced_results(data: dict[str, Any]) -> bool:
+    """Whether any arm of a built session produced at least one answer (a result without error)."""
+    return any(r.get("ok") for a in data["arms"] for r in a.get("results", []))
+
+
 @click.command(name="compare")
 @compare_options
 @click.option("--resume", type=int, metavar="SESSION",
@@ -135,4 +154,10 @@ def compare(resume: int | None, **kw: Any) -> None:
     store, session_id, interrupted = run_compare(kw, resume)
     if interrupted:
         sys.exit(130)
-    print_summary(build(store, session_id))
+    data = build(store, session_id)
+    print_summary(data)
+    if not produced_results(data):
+        # Issue 19 item 10: every arm failed, so nothing was measured (exit 2, an invalid measurement).
+        click.echo(f"compare: no arm produced a result; session {session_id} measured nothing "
+                   f"(`observatory show {session_id}` has each arm's reason).", err=True)
+        sys.exit(INVALID_EXIT)

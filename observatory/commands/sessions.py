@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from observatory.evaluate import evaluate
+from observatory.jsonout import to_json
 from observatory.report_data import build
 from observatory.store import Store
 from observatory.terminal import print_summary
@@ -47,7 +46,7 @@ def show(session_id: int | None, db: str | None, as_json: bool) -> None:
     """
     data = build(Store(db, create=False), session_id)
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        click.echo(to_json(data))
     else:
         print_summary(data)
 
@@ -61,7 +60,7 @@ def judge(session_id: int | None, db: str | None) -> None:
     \b
     observatory judge 12
     """
-    store = Store(db, create=False)
+    store = Store(db, create=False, write=True)
     s = store.session(session_id)
     n = evaluate(store, s.id)
     click.echo(f"session {s.id}: {n} verdicts; figures recomputed")
