@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import click
 
 from observatory.errors import ObservatoryError
 from observatory.plan import plan_compare
+from observatory.redact import redact_text, remember, remember_url
 from observatory.report_data import build
-from observatory.runner import Interrupted, Runner
+from observatory.runner import Interrupted, Reporter, Runner
 from observatory.store import Store
 from observatory.terminal import RichReporter, print_summary
 
@@ -99,6 +100,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     quiet = kw.pop("quiet")
     db = kw.pop("db")
     kw["diffs"] = not kw.pop("no_diffs")
+    remember(kw.get("api_key"))  # masked wherever it would be stored or shown (issue 19 item 5)
     store: Store | None = None
     if resume is not None:
         store = Store(db, create=False, write=True)
@@ -108,6 +110,8 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         stored["api_key"] = kw.get("api_key")
         kw = stored
     opts = plan_compare(**kw, command=redact_argv(sys.argv))
+    for arm in opts.arms:
+        remember_url(arm.url)
     opts.plan = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items() if k not in _NOT_STORED}
     if before_run is not None:
         before_run()
@@ -124,12 +128,23 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
             runner.run(session_id)
         else:
             with RichReporter() as rep:
-                runner.reporter = rep
+                runner.reporter = cast(Reporter, RedactingReporter(rep))
                 runner.run(session_id)
     except (Interrupted, KeyboardInterrupt):
         click.echo(f"Interrupted: servers stopped; session {session_id} stored as interrupted.", err=True)
         return store, session_id, True
     return store, session_id, False
+
+
+class RedactingReporter:
+    """A reporter whose text arguments are redacted before they are printed (URLs, keys)."""
+
+    def __init__(self, inner: Reporter):
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        fn = getattr(self.inner, name)
+        return lambda *args: fn(*(redact_text(a) if isinstance(a, str) else a for a in args))
 
 
 def produced_results(data: dict[str, Any]) -> bool:
