@@ -55,7 +55,7 @@ class SessionRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    # running | complete | interrupted | failed
+    # running | complete | interrupted | failed (shown as "abandoned": running, but its lease is dead)
     status: Mapped[str] = mapped_column(String(32), default="running")
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     host: Mapped[str] = mapped_column(String(255), default="")
@@ -69,6 +69,10 @@ class SessionRow(Base):
     command: Mapped[list[str]] = mapped_column(JSON, default=list)
     options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     suite: Mapped[str] = mapped_column(String(255), default="")
+    # the lease of the process running the session (`observatory.lease`): who, where, last refreshed
+    lease_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lease_host: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    lease_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 
 
 class ArmRow(Base):

@@ -10,12 +10,13 @@ import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Column, delete, select
-from sqlalchemy.engine import Engine
+from sqlalchemy import Column, delete, select, update
+from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.orm import Session
 
+from observatory import lease
 from observatory.db import (
     ArmRow,
     MeasurementRow,
@@ -91,6 +92,12 @@ def _clean_row(row: Any) -> Any:
     return row
 
 
+def _shown(row: SessionRow) -> SessionRow:
+    """ROW (detached) with the status to show: a running session whose lease is dead is "abandoned"."""
+    row.status = lease.shown_status(row)
+    return row
+
+
 class Store:
     """Typed access to one observatory database."""
 
@@ -146,6 +153,43 @@ class Store:
             s.execute(delete(ResultRow).where(ResultRow.arm_id == arm_id))
             s.execute(delete(MeasurementRow).where(MeasurementRow.arm_id == arm_id))
 
+    def check_not_running(self, session_id: int) -> SessionRow:
+        """SESSION_ID's row, or an error if another live process holds its lease."""
+        row = self.session(session_id)
+        if row.status == "running" and (row.lease_pid, row.lease_host) != lease.holder():
+            raise ObservatoryError(
+                f"Session {session_id} is still running ({lease.describe(row)}); wait for it to finish or "
+                "stop that process before `compare --resume`."
+            )
+        return row
+
+    def take_lease(self, session_id: int) -> None:
+        """Hold SESSION_ID's lease for this process and mark it running; refuse a session still run elsewhere.
+
+        A compare-and-set on the lease values read, so of two processes resuming
+        one session at once exactly one wins (issue 19 item 6).
+        """
+        row = self.check_not_running(session_id)
+        pid, host = lease.holder()
+        same = [getattr(SessionRow, k).is_(None) if getattr(row, k) is None
+                else getattr(SessionRow, k) == getattr(row, k) for k in ("lease_pid", "lease_host", "lease_at")]
+        with self.tx() as s:
+            taken = cast(CursorResult[Any], s.execute(
+                update(SessionRow).where(SessionRow.id == session_id, *same).values(
+                    lease_pid=pid, lease_host=host, lease_at=utcnow(), status="running", finished_at=None,
+                    reason=None)
+            )).rowcount
+        if taken != 1:
+            raise ObservatoryError(f"Session {session_id} was taken over by another process just now; "
+                                   "`observatory sessions` shows its state.")
+
+    def refresh_lease(self, session_id: int) -> None:
+        """Mark this process's lease on SESSION_ID as alive now."""
+        pid, host = lease.holder()
+        with self.tx() as s:
+            s.execute(update(SessionRow).where(SessionRow.id == session_id, SessionRow.lease_pid == pid,
+                                               SessionRow.lease_host == host).values(lease_at=utcnow()))
+
     def finish_session(self, session_id: int, status: str, reason: str | None = None) -> None:
         """Mark the session finished with STATUS."""
         self.update(SessionRow, session_id, status=status, reason=reason, finished_at=utcnow())
@@ -161,16 +205,16 @@ class Store:
                         "No sessions in this database yet. Run `observatory compare` first, "
                         "or point --db / OBSERVATORY_DB at another database."
                     )
-                return row
+                return _shown(row)
             row = s.get(SessionRow, session_id)
             if row is None:
                 raise ObservatoryError(f"No session {session_id}. Run `observatory sessions` to list them.")
-            return row
+            return _shown(row)
 
     def sessions(self, limit: int = 50) -> list[SessionRow]:
         """The latest sessions, newest first."""
         with self._sessions() as s:
-            return list(s.scalars(select(SessionRow).order_by(SessionRow.id.desc()).limit(limit)))
+            return [_shown(r) for r in s.scalars(select(SessionRow).order_by(SessionRow.id.desc()).limit(limit))]
 
     def arms(self, session_id: int) -> list[ArmRow]:
         """A session's arms in run order."""

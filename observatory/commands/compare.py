@@ -104,7 +104,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     store: Store | None = None
     if resume is not None:
         store = Store(db, create=False, write=True)
-        stored = dict(store.session(resume).options.get("plan") or {})
+        stored = dict(store.check_not_running(resume).options.get("plan") or {})
         if not stored:
             raise ObservatoryError(f"Session {resume} has no stored plan to resume from.")
         stored["api_key"] = kw.get("api_key")
