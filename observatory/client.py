@@ -9,6 +9,7 @@ API keys are passed through to the server only: never stored or logged.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 import httpx
 import openai
 
-from observatory.errors import ObservatoryError
+from observatory.errors import ObservatoryError, RequestTimeout
 from observatory.metrics import SpecCounters, not_reported
 from observatory.probes import Probe
 
@@ -112,6 +113,7 @@ class EngineClient:
 
         self.adapter = adapter_for(engine)
         self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), headers=self._headers)
         self.openai = make_openai_client(self.base_url, api_key, timeout)
@@ -213,7 +215,7 @@ class EngineClient:
             model=model, messages=probe.messages, stream=True,
             stream_options={"include_usage": True}, **params,
         )
-        for now, choice in _choices(s, t0, out):
+        for now, choice in _choices(s, t0, out, self.timeout):
             delta = choice.delta
             if delta is not None:
                 if delta.content:
@@ -264,7 +266,7 @@ class EngineClient:
                 stream_options={"include_usage": True}, **params,
             )
             parts = []
-            for now, choice in _choices(s, t0, out):
+            for now, choice in _choices(s, t0, out, self.timeout):
                 parts.append(choice.text or "")
                 _note_chunk(out, now, self._take_completion_logprobs(out, choice.logprobs), choice.finish_reason)
             out.text = "".join(parts)
@@ -294,11 +296,39 @@ def _note_chunk(out: Response, now: float, n_tokens: int, finish_reason: str | N
         out.finish_reason = finish_reason
 
 
-def _choices(stream: Any, t0: float, out: Response) -> Iterator[tuple[float, Any]]:
-    """(ms since the request started, first choice) of each streamed chunk; usage goes to OUT."""
-    for chunk in stream:
-        now = (time.perf_counter() - t0) * 1000.0
-        if chunk.usage:
-            out.usage = chunk.usage.model_dump()
-        if chunk.choices:
-            yield now, chunk.choices[0]
+def _choices(stream: Any, t0: float, out: Response, deadline_s: float | None = None) -> Iterator[tuple[float, Any]]:
+    """(ms since the request started, first choice) of each streamed chunk; usage goes to OUT.
+
+    The read timeout restarts with every byte, so a server dripping chunks (or
+    keep-alive comments) would hold a request forever: past DEADLINE_S from the
+    start the stream is closed and RequestTimeout raised (issue 19: hostile servers).
+    """
+    expired = threading.Event()
+    timer = None
+    if deadline_s is not None:
+        def expire() -> None:
+            expired.set()
+            stream.close()
+
+        timer = threading.Timer(max(deadline_s - (time.perf_counter() - t0), 0.0), expire)
+        timer.daemon = True
+        timer.start()
+    late = f"the stream did not finish within the request timeout ({deadline_s} s)"
+    try:
+        for chunk in stream:
+            if expired.is_set():
+                raise RequestTimeout(late)
+            now = (time.perf_counter() - t0) * 1000.0
+            if chunk.usage:
+                out.usage = chunk.usage.model_dump()
+            if chunk.choices:
+                yield now, chunk.choices[0]
+    except (openai.APIError, httpx.HTTPError, ValueError, RuntimeError):
+        if expired.is_set():
+            raise RequestTimeout(late) from None
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if expired.is_set():
+        raise RequestTimeout(late)

@@ -21,7 +21,8 @@ class StubServer:
     "hang" (never answers a completion), "malformed" (200 with a broken
     body), "hang_after:N" (answers N completions, then hangs everything,
     /health included), "echo_auth" (every completion fails with a 401 whose
-    body echoes the Authorization header).
+    body echoes the Authorization header), "drip" (streams a keep-alive
+    comment and a one-token chunk every 0.2 s, never finishing).
 
     Hostile extras: `metrics` are served by /metrics in turn (the last one
     repeated); `version`, `finish_reason` and `logprob` go into the answers as given.
@@ -58,6 +59,19 @@ class StubServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _drip(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
+                         "choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": None}]}
+                try:
+                    while not stub.stop_event.wait(0.2):
+                        self.wfile.write(b": keep-alive\n\n" + f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                except OSError:
+                    pass
+
             def _hang(self) -> None:
                 stub.stop_event.wait(120)
 
@@ -90,6 +104,8 @@ class StubServer:
                                       "type": "auth", "code": 401}}
                     return self._send(401, json.dumps(echo).encode())
                 time.sleep(stub.delay_s)
+                if stub.mode == "drip":
+                    return self._drip()
                 lp = stub.logprob
                 logprobs = {"content": [{"token": f"token_id:{stub.token}", "logprob": lp, "bytes": [111, 107],
                                          "top_logprobs": [{"token": f"token_id:{stub.token}", "logprob": lp, "bytes": []}]}]}

@@ -77,3 +77,19 @@ def test_engine_without_draft_counters_is_not_provable(tmp_path: Path) -> None:
     acc = mtp1["acceptance"]
     assert acc["tau"] is None and acc["histogram"] == []
     assert any("speculation not provable" in v["detail"] for v in mtp1["validity"])
+
+
+def test_drip_stream_is_hung_within_the_request_timeout(tmp_path: Path) -> None:
+    """Hostile servers: a stream that drips a token every 0.2 s forever restarted the read timeout with
+    every byte, so the gate never finished. Now the request timeout bounds the whole request."""
+    import time
+
+    with StubServer("ok", token=5) as base, StubServer("drip") as spec:
+        t0 = time.monotonic()
+        code, out, output = _gate(tmp_path, f"base={base.url},mtp1={spec.url}", "--request-timeout", "2")
+        took = time.monotonic() - t0
+    assert code == 2, output
+    data = json.loads((out / "session.json").read_text())
+    mtp1 = data["arms"][1]
+    assert mtp1["status"] == "hung" and "request timeout" in mtp1["reason"]
+    assert took < 30
