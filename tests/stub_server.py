@@ -25,11 +25,13 @@ class StubServer:
     comment and a one-token chunk every 0.2 s, never finishing).
 
     Hostile extras: `metrics` are served by /metrics in turn (the last one
-    repeated); `version`, `finish_reason` and `logprob` go into the answers as given.
+    repeated); `version`, `finish_reason` and `logprob` go into the answers as given;
+    `with_logprobs=False` withholds logprobs.
     """
 
     def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5, metrics: list[str] | None = None,
-                 version: str = "stub-0", finish_reason: str = "stop", logprob: float = 0.0):
+                 version: str = "stub-0", finish_reason: str = "stop", logprob: float = 0.0,
+                 with_logprobs: bool = True):
         self.mode = mode
         self.delay_s = delay_s
         self.token = token
@@ -38,6 +40,7 @@ class StubServer:
         self.version = version
         self.finish_reason = finish_reason
         self.logprob = logprob
+        self.with_logprobs = with_logprobs
         self.completions = 0
         self.authorizations: list[str] = []
         self.stop_event = threading.Event()
@@ -109,6 +112,8 @@ class StubServer:
                 lp = stub.logprob
                 logprobs = {"content": [{"token": f"token_id:{stub.token}", "logprob": lp, "bytes": [111, 107],
                                          "top_logprobs": [{"token": f"token_id:{stub.token}", "logprob": lp, "bytes": []}]}]}
+                if not stub.with_logprobs:
+                    logprobs = None
                 if request.get("stream"):
                     chunks = [
                         {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
@@ -126,7 +131,8 @@ class StubServer:
                     "choices": [{"index": 0, "finish_reason": stub.finish_reason,
                                  "message": {"role": "assistant", "content": "ok"},
                                  "logprobs": {"content": [{"token": "token_id:5", "logprob": 0.0,
-                                                           "bytes": [111, 107], "top_logprobs": []}]}}],
+                                                           "bytes": [111, 107], "top_logprobs": []}]}
+                                 if stub.with_logprobs else None}],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 }
                 return self._send(200, json.dumps(body).encode())

@@ -93,3 +93,17 @@ def test_drip_stream_is_hung_within_the_request_timeout(tmp_path: Path) -> None:
     mtp1 = data["arms"][1]
     assert mtp1["status"] == "hung" and "request timeout" in mtp1["reason"]
     assert took < 30
+
+
+def test_withheld_logprobs_long_fields_and_nan_logprobs_end_in_a_verdict(tmp_path: Path) -> None:
+    """Hostile servers: logprobs withheld, a NaN logprob, a /version of 100 characters and a finish_reason
+    of 100: the gate finishes with a report and exit 1 or 2, never a traceback."""
+    with StubServer("ok", token=5, version="v" * 100, finish_reason="f" * 100) as base, \
+            StubServer("ok", token=5, with_logprobs=False) as spec, \
+            StubServer("ok", token=7, logprob=float("nan")) as spec2:
+        code, out, output = _gate(tmp_path, f"base={base.url},mtp1={spec.url},mtp2={spec2.url}")
+    assert code in (1, 2), output
+    assert "Traceback" not in output
+    data = json.loads((out / "session.json").read_text())
+    assert data["arms"][0]["engine_version"].endswith("[truncated]")
+    assert (out / "report" / "index.html").is_file()
