@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 MASK = "***"
-# scheme://USERINFO@ : everything between "//" and the last "@" before the host part
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s@]+)@")
+# Where a URL's userinfo ends: "@" ends it, the others end the authority without one.
+_AUTHORITY_END = re.compile(r"[/?#@\s]")
 # Shorter values would mask ordinary words; a real key is longer.
 MIN_SECRET_CHARS = 6
 
@@ -54,9 +54,32 @@ def forget_all() -> None:
     _known.clear()
 
 
+def _mask_url_userinfo(text: str) -> str:
+    """TEXT with the userinfo of every `scheme://userinfo@host` replaced by ***.
+
+    A scan from each "://" to the end of its authority: linear in the text,
+    which may be megabytes of untrusted model output (a backtracking regex
+    over a long run of letters would not be).
+    """
+    if "://" not in text or "@" not in text:
+        return text
+    parts: list[str] = []
+    done = 0
+    at = text.find("://")
+    while at != -1:
+        start = at + 3
+        end = _AUTHORITY_END.search(text, start)
+        if end is not None and text[end.start()] == "@" and end.start() > start:
+            parts += [text[done:start], MASK]
+            done = end.start()
+        at = text.find("://", end.start() if end is not None else len(text))
+    parts.append(text[done:])
+    return "".join(parts)
+
+
 def redact_text(text: str) -> str:
     """TEXT with URL credentials and every remembered key replaced by ***."""
-    out = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+    out = _mask_url_userinfo(text)
     for secret in sorted(_known, key=len, reverse=True):
         if secret in out:
             out = out.replace(secret, MASK)
