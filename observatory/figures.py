@@ -55,6 +55,9 @@ def acceptance(c: SpecCounters) -> dict[str, Any]:
                            "alpha": None, "tau": None, "per_position": [], "histogram": []}
     if c.problem is not None:
         return out
+    missing = [f for f in ("drafts", "draft_tokens", "accepted", "accepted_per_pos") if getattr(c, f) is None]
+    if missing:
+        out["not_reported"] = f"{', '.join(missing)}: not reported by this engine"
     if c.accepted is not None and c.draft_tokens:
         out["alpha"] = c.accepted / c.draft_tokens
     if not c.drafts or c.drafts <= 0:

@@ -281,6 +281,7 @@ def test_sglang_counts_are_not_reported_rather_than_zero() -> None:
     assert c is not None and (c.accepted, c.draft_tokens, c.accepted_per_pos) == (None, None, None)
     a = acceptance(c)
     assert a["tau"] is None and a["alpha"] is None and a["histogram"] == [] and a["per_position"] == []
+    assert a["not_reported"] == "draft_tokens, accepted, accepted_per_pos: not reported by this engine"
 
 
 def test_sglang_sglext_defaults_are_not_zero_acceptance() -> None:
