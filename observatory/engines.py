@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from observatory.errors import ObservatoryError
-from observatory.metrics import SpecCounters, counters_from, parse_spec_counters, read_counters
+from observatory.metrics import SPEC_FAMILIES, SpecCounters, counters_from, parse_spec_counters, read_counters
 
 FIELDS = frozenset({"drafts", "draft_tokens", "accepted", "accepted_per_pos"})
 
@@ -209,7 +209,7 @@ class LlamaCppAdapter:
 
     def counters_from_metrics(self, text: str) -> EngineCounters | None:
         """The vLLM-schema counters of PR #26389; None for builds without them."""
-        counts = read_counters(text, "llamacpp:spec_decode_", "llama.cpp")
+        counts = read_counters(text, "llamacpp:spec_decode_", "llama.cpp", only=SPEC_FAMILIES)
         if "num_drafts" not in counts.values and not counts.problems:
             return None
         return _engine(counters_from(counts, absent_is_zero=False))

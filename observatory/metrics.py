@@ -28,6 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 _PREFIX = "vllm:spec_decode_"
 COUNTS = ("drafts", "draft_tokens", "accepted")
+# The vLLM-schema counter families (names less prefix and _total); other families under the
+# prefix (e.g. vLLM v0's acceptance-rate gauges) are not counters and are not read.
+SPEC_FAMILIES = frozenset({"num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos"})
 # Prometheus family types a cumulative count may carry ("unknown": no TYPE line).
 _COUNTER_TYPES = frozenset({"counter", "unknown", "untyped"})
 
@@ -180,4 +183,4 @@ def counters_from(counts: PromCounts, absent_is_zero: bool) -> SpecCounters:
 
 def parse_spec_counters(text: str) -> SpecCounters:
     """The vLLM spec-decode counters in a Prometheus text (absent families: speculation off, zero)."""
-    return counters_from(read_counters(text, _PREFIX, "Engine"), absent_is_zero=True)
+    return counters_from(read_counters(text, _PREFIX, "Engine", only=SPEC_FAMILIES), absent_is_zero=True)

@@ -102,3 +102,10 @@ def test_not_reported_is_kept_apart_from_zero() -> None:
     assert SpecCounters.from_dict(d) == total
     # rows stored before this change lack keys: those were zeros
     assert SpecCounters.from_dict({}) == SpecCounters()
+
+
+def test_other_gauges_under_the_prefix_are_not_read() -> None:
+    """vLLM v0 exposed acceptance-rate gauges under the same prefix: not counters, not a problem either."""
+    text = REAL + ("# TYPE vllm:spec_decode_draft_acceptance_rate gauge\n"
+                   'vllm:spec_decode_draft_acceptance_rate{engine="0"} NaN\n')
+    assert parse_spec_counters(text) == SpecCounters(drafts=30, draft_tokens=60, accepted=41, accepted_per_pos=[25, 16])
