@@ -39,7 +39,8 @@ class ObservatoryGroup(click.Group):
             click.echo("Aborted.", err=True)
             sys.exit(130)
         except click.UsageError as e:
-            e.show()
+            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+            click.echo(f"Error: {_one_line(e.format_message())}{hint}", err=True)
             sys.exit(SETUP_ERROR)
         except click.ClickException as e:
             e.show()
@@ -55,6 +56,8 @@ class ObservatoryGroup(click.Group):
                 raise
             click.echo(f"Error: {_one_line(e)}", err=True)
             sys.exit(SETUP_ERROR)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # click's own: handled in main()
         except Exception as e:
             if os.environ.get("OBSERVATORY_RAISE_ERRORS") or "pytest" in sys.modules:
                 raise
@@ -63,7 +66,7 @@ class ObservatoryGroup(click.Group):
             sys.exit(INTERNAL_ERROR)
 
 
-def _one_line(e: BaseException) -> str:
+def _one_line(e: BaseException | str) -> str:
     """An error message as one line, credentials masked."""
     from observatory.redact import redact_text
 

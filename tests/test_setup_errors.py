@@ -113,3 +113,29 @@ def test_gate_report_over_a_foreign_directory_fails_before_any_arm(tmp_path: Pat
     assert r.exit_code == 3, r.output
     assert "not an observatory report" in _one_error_line(r.output)
     assert (mine / "index.html").read_text() == "my page"
+
+
+def test_usage_errors_are_one_line_exit_3() -> None:
+    """Issue 19 item 3: click's usage errors printed four lines (usage, hint, blank, error)."""
+    r = CliRunner().invoke(cli, ["compare", "--repeat", "abc"])
+    assert r.exit_code == 3
+    assert "--repeat" in _one_error_line(r.output)
+
+
+def test_unexpected_exception_is_one_line_outside_tests(tmp_path: Path) -> None:
+    """Never a traceback in CI: an unexpected exception (a bug) is one line, exit 2 (nothing measured
+    can be trusted). Run in a subprocess: under pytest such exceptions are re-raised on purpose."""
+    import subprocess
+    import sys
+
+    code = ("import sys, observatory.commands.sessions as s\n"
+            "from observatory.cli import cli\n"
+            "def boom(*a, **k): raise KeyError('surprise')\n"
+            "s.Store = boom\n"
+            "cli(['sessions'])\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OBSERVATORY_RAISE_ERRORS"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert _one_error_line(r.stderr).startswith("Error: internal error, KeyError")
