@@ -24,6 +24,7 @@ from observatory.probes import Probe
 
 TOP_LOGPROBS = 10
 SEED = 0
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 def make_openai_client(
@@ -124,10 +125,28 @@ class EngineClient:
         self._http.close()
         self.openai.close()
 
+    def _get(self, path: str, timeout_s: float) -> httpx.Response:
+        """GET PATH bounded as a whole by TIMEOUT_S (at most the request timeout) and by MAX_BODY_BYTES.
+
+        httpx's timeout restarts with every byte read: a server dripping a body
+        would otherwise hold the observatory forever (issue 19: hostile servers).
+        """
+        timeout_s = min(timeout_s, self.timeout)
+        deadline = time.monotonic() + timeout_s
+        with self._http.stream("GET", f"{self.base_url}{path}", timeout=timeout_s) as r:
+            body = bytearray()
+            for part in r.iter_bytes():
+                body += part
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"GET {path}: ReadTimeout, the body did not finish within {timeout_s} s")
+                if len(body) > MAX_BODY_BYTES:
+                    raise httpx.ReadError(f"GET {path}: the body is over {MAX_BODY_BYTES} bytes")
+            return httpx.Response(r.status_code, headers=r.headers, content=bytes(body), request=r.request)
+
     def health(self) -> bool:
         """GET /health answered 200."""
         try:
-            return self._http.get(f"{self.base_url}/health", timeout=5.0).status_code == 200
+            return self._get("/health", 5.0).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -136,7 +155,7 @@ class EngineClient:
         from observatory.engines import version_from
 
         try:
-            r = self._http.get(f"{self.base_url}{self.adapter.version_path()}", timeout=10.0)
+            r = self._get(self.adapter.version_path(), 10.0)
             if r.status_code == 200:
                 return version_from(self.adapter, r.json())
         except (httpx.HTTPError, ValueError):
@@ -147,7 +166,7 @@ class EngineClient:
         """The served model id (first of GET /v1/models)."""
         if self._model is None:
             try:
-                r = self._http.get(f"{self.base_url}/v1/models", timeout=30.0)
+                r = self._get("/v1/models", 30.0)
                 r.raise_for_status()
                 self._model = str(r.json()["data"][0]["id"])
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
@@ -157,7 +176,7 @@ class EngineClient:
     def counters(self) -> SpecCounters:
         """Current cumulative spec-decode counters from GET /metrics (None fields: not reported)."""
         try:
-            r = self._http.get(f"{self.base_url}/metrics", timeout=30.0)
+            r = self._get("/metrics", 30.0)
             r.raise_for_status()
         except httpx.HTTPError as e:
             raise ObservatoryError(f"{self.base_url}/metrics failed: {e}") from None

@@ -26,12 +26,13 @@ class StubServer:
 
     Hostile extras: `metrics` are served by /metrics in turn (the last one
     repeated); `version`, `finish_reason` and `logprob` go into the answers as given;
-    `with_logprobs=False` withholds logprobs.
+    `with_logprobs=False` withholds logprobs; `drip_metrics=True` makes /metrics drip
+    a comment line every 0.2 s, never finishing.
     """
 
     def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5, metrics: list[str] | None = None,
                  version: str = "stub-0", finish_reason: str = "stop", logprob: float = 0.0,
-                 with_logprobs: bool = True):
+                 with_logprobs: bool = True, drip_metrics: bool = False):
         self.mode = mode
         self.delay_s = delay_s
         self.token = token
@@ -41,6 +42,7 @@ class StubServer:
         self.finish_reason = finish_reason
         self.logprob = logprob
         self.with_logprobs = with_logprobs
+        self.drip_metrics = drip_metrics
         self.completions = 0
         self.authorizations: list[str] = []
         self.stop_event = threading.Event()
@@ -87,6 +89,17 @@ class StubServer:
                     return self._send(200, json.dumps({"version": stub.version}).encode())
                 if self.path == "/v1/models":
                     return self._send(200, b'{"data": [{"id": "stub-model"}]}')
+                if self.path == "/metrics" and stub.drip_metrics:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.end_headers()
+                    try:
+                        while not stub.stop_event.wait(0.2):
+                            self.wfile.write(b"# still writing\n")
+                            self.wfile.flush()
+                    except OSError:
+                        pass
+                    return None
                 if self.path == "/metrics":
                     text = stub.metrics[min(stub.metrics_reads, len(stub.metrics) - 1)]
                     stub.metrics_reads += 1

@@ -107,3 +107,20 @@ def test_withheld_logprobs_long_fields_and_nan_logprobs_end_in_a_verdict(tmp_pat
     data = json.loads((out / "session.json").read_text())
     assert data["arms"][0]["engine_version"].endswith("[truncated]")
     assert (out / "report" / "index.html").is_file()
+
+
+def test_dripping_metrics_end_the_arm_within_the_timeout(tmp_path: Path) -> None:
+    """Hostile servers: a /metrics body dripping forever restarted httpx's read timeout with every byte."""
+    import time
+
+    with StubServer("ok", token=5) as base, StubServer("ok", token=5, drip_metrics=True) as spec, \
+            StubServer("ok", token=5) as later:
+        t0 = time.monotonic()
+        code, out, output = _gate(tmp_path, f"base={base.url},mtp1={spec.url},mtp2={later.url}",
+                                  "--request-timeout", "2")
+        took = time.monotonic() - t0
+    assert code == 2, output
+    data = json.loads((out / "session.json").read_text())
+    assert data["arms"][1]["status"] in ("crashed", "hung") and "did not finish" in data["arms"][1]["reason"]
+    assert data["arms"][2]["status"] == "ok"  # the session went on
+    assert took < 60
