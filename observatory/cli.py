@@ -17,13 +17,16 @@ from observatory import __version__
 from observatory.errors import ObservatoryError
 
 SETUP_ERROR = 3
+# An unexpected exception: nothing measured can be trusted (the gate's INVALID), never a traceback.
+INTERNAL_ERROR = 2
 
 
 class ObservatoryGroup(click.Group):
     """A group that reports ObservatoryError and usage errors as one line and exits 3.
 
     Exit codes are a contract with CI (see `observatory gate`): 0 pass, 1 fail,
-    2 invalid measurement, 3 usage or setup error, 130 interrupted. Click's
+    2 invalid measurement (also an internal error), 3 usage or setup error,
+    130 interrupted. Click's
     own usage errors would exit 2, so they are mapped to 3 here.
     """
 
@@ -36,7 +39,8 @@ class ObservatoryGroup(click.Group):
             click.echo("Aborted.", err=True)
             sys.exit(130)
         except click.UsageError as e:
-            e.show()
+            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+            click.echo(f"Error: {_one_line(e.format_message())}{hint}", err=True)
             sys.exit(SETUP_ERROR)
         except click.ClickException as e:
             e.show()
@@ -50,8 +54,23 @@ class ObservatoryGroup(click.Group):
         except ObservatoryError as e:
             if os.environ.get("OBSERVATORY_RAISE_ERRORS"):
                 raise
-            click.echo(f"Error: {e}", err=True)
+            click.echo(f"Error: {_one_line(e)}", err=True)
             sys.exit(SETUP_ERROR)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # click's own: handled in main()
+        except Exception as e:
+            if os.environ.get("OBSERVATORY_RAISE_ERRORS") or "pytest" in sys.modules:
+                raise
+            click.echo(f"Error: internal error, {type(e).__name__}: {_one_line(e)} (this is a bug in observatory; "
+                       "rerun with OBSERVATORY_RAISE_ERRORS=1 for the traceback and report it)", err=True)
+            sys.exit(INTERNAL_ERROR)
+
+
+def _one_line(e: BaseException | str) -> str:
+    """An error message as one line, credentials masked."""
+    from observatory.redact import redact_text
+
+    return redact_text(" ".join(str(e).split()))
 
 
 @click.group(cls=ObservatoryGroup)

@@ -9,6 +9,7 @@ API keys are passed through to the server only: never stored or logged.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,12 +18,13 @@ from typing import Any
 import httpx
 import openai
 
-from observatory.errors import ObservatoryError
-from observatory.metrics import SpecCounters
+from observatory.errors import ObservatoryError, RequestTimeout
+from observatory.metrics import SpecCounters, not_reported
 from observatory.probes import Probe
 
 TOP_LOGPROBS = 10
 SEED = 0
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 def make_openai_client(
@@ -112,6 +114,7 @@ class EngineClient:
 
         self.adapter = adapter_for(engine)
         self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), headers=self._headers)
         self.openai = make_openai_client(self.base_url, api_key, timeout)
@@ -122,10 +125,28 @@ class EngineClient:
         self._http.close()
         self.openai.close()
 
+    def _get(self, path: str, timeout_s: float) -> httpx.Response:
+        """GET PATH bounded as a whole by TIMEOUT_S (at most the request timeout) and by MAX_BODY_BYTES.
+
+        httpx's timeout restarts with every byte read: a server dripping a body
+        would otherwise hold the observatory forever (issue 19: hostile servers).
+        """
+        timeout_s = min(timeout_s, self.timeout)
+        deadline = time.monotonic() + timeout_s
+        with self._http.stream("GET", f"{self.base_url}{path}", timeout=timeout_s) as r:
+            body = bytearray()
+            for part in r.iter_bytes():
+                body += part
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"GET {path}: ReadTimeout, the body did not finish within {timeout_s} s")
+                if len(body) > MAX_BODY_BYTES:
+                    raise httpx.ReadError(f"GET {path}: the body is over {MAX_BODY_BYTES} bytes")
+            return httpx.Response(r.status_code, headers=r.headers, content=bytes(body), request=r.request)
+
     def health(self) -> bool:
         """GET /health answered 200."""
         try:
-            return self._http.get(f"{self.base_url}/health", timeout=5.0).status_code == 200
+            return self._get("/health", 5.0).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -134,7 +155,7 @@ class EngineClient:
         from observatory.engines import version_from
 
         try:
-            r = self._http.get(f"{self.base_url}{self.adapter.version_path()}", timeout=10.0)
+            r = self._get(self.adapter.version_path(), 10.0)
             if r.status_code == 200:
                 return version_from(self.adapter, r.json())
         except (httpx.HTTPError, ValueError):
@@ -145,7 +166,7 @@ class EngineClient:
         """The served model id (first of GET /v1/models)."""
         if self._model is None:
             try:
-                r = self._http.get(f"{self.base_url}/v1/models", timeout=30.0)
+                r = self._get("/v1/models", 30.0)
                 r.raise_for_status()
                 self._model = str(r.json()["data"][0]["id"])
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
@@ -153,15 +174,14 @@ class EngineClient:
         return self._model
 
     def counters(self) -> SpecCounters:
-        """Current cumulative spec-decode counters from GET /metrics (zero when the engine has none)."""
+        """Current cumulative spec-decode counters from GET /metrics (None fields: not reported)."""
         try:
-            r = self._http.get(f"{self.base_url}/metrics", timeout=30.0)
+            r = self._get("/metrics", 30.0)
             r.raise_for_status()
         except httpx.HTTPError as e:
             raise ObservatoryError(f"{self.base_url}/metrics failed: {e}") from None
         found = self.adapter.counters_from_metrics(r.text)
-        return SpecCounters(found.drafts, found.draft_tokens, found.accepted, list(found.accepted_per_pos)) \
-            if found is not None else SpecCounters()
+        return found.plain() if found is not None else not_reported()
 
     def detokenize(self, token_ids: list[int]) -> list[str]:
         """Each token's text, via the server's /detokenize."""
@@ -214,7 +234,7 @@ class EngineClient:
             model=model, messages=probe.messages, stream=True,
             stream_options={"include_usage": True}, **params,
         )
-        for now, choice in _choices(s, t0, out):
+        for now, choice in _choices(s, t0, out, self.timeout):
             delta = choice.delta
             if delta is not None:
                 if delta.content:
@@ -265,7 +285,7 @@ class EngineClient:
                 stream_options={"include_usage": True}, **params,
             )
             parts = []
-            for now, choice in _choices(s, t0, out):
+            for now, choice in _choices(s, t0, out, self.timeout):
                 parts.append(choice.text or "")
                 _note_chunk(out, now, self._take_completion_logprobs(out, choice.logprobs), choice.finish_reason)
             out.text = "".join(parts)
@@ -295,11 +315,39 @@ def _note_chunk(out: Response, now: float, n_tokens: int, finish_reason: str | N
         out.finish_reason = finish_reason
 
 
-def _choices(stream: Any, t0: float, out: Response) -> Iterator[tuple[float, Any]]:
-    """(ms since the request started, first choice) of each streamed chunk; usage goes to OUT."""
-    for chunk in stream:
-        now = (time.perf_counter() - t0) * 1000.0
-        if chunk.usage:
-            out.usage = chunk.usage.model_dump()
-        if chunk.choices:
-            yield now, chunk.choices[0]
+def _choices(stream: Any, t0: float, out: Response, deadline_s: float | None = None) -> Iterator[tuple[float, Any]]:
+    """(ms since the request started, first choice) of each streamed chunk; usage goes to OUT.
+
+    The read timeout restarts with every byte, so a server dripping chunks (or
+    keep-alive comments) would hold a request forever: past DEADLINE_S from the
+    start the stream is closed and RequestTimeout raised (issue 19: hostile servers).
+    """
+    expired = threading.Event()
+    timer = None
+    if deadline_s is not None:
+        def expire() -> None:
+            expired.set()
+            stream.close()
+
+        timer = threading.Timer(max(deadline_s - (time.perf_counter() - t0), 0.0), expire)
+        timer.daemon = True
+        timer.start()
+    late = f"the stream did not finish within the request timeout ({deadline_s} s)"
+    try:
+        for chunk in stream:
+            if expired.is_set():
+                raise RequestTimeout(late)
+            now = (time.perf_counter() - t0) * 1000.0
+            if chunk.usage:
+                out.usage = chunk.usage.model_dump()
+            if chunk.choices:
+                yield now, chunk.choices[0]
+    except (openai.APIError, httpx.HTTPError, ValueError, RuntimeError):
+        if expired.is_set():
+            raise RequestTimeout(late) from None
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if expired.is_set():
+        raise RequestTimeout(late)

@@ -13,6 +13,7 @@ same schema (a test asserts it).
 from __future__ import annotations
 
 import os
+import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from sqlalchemy import (
     create_engine,
     event,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from observatory.errors import ObservatoryError
@@ -53,7 +55,7 @@ class SessionRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    # running | complete | interrupted | failed
+    # running | complete | interrupted | failed (shown as "abandoned": running, but its lease is dead)
     status: Mapped[str] = mapped_column(String(32), default="running")
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     host: Mapped[str] = mapped_column(String(255), default="")
@@ -67,6 +69,10 @@ class SessionRow(Base):
     command: Mapped[list[str]] = mapped_column(JSON, default=list)
     options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     suite: Mapped[str] = mapped_column(String(255), default="")
+    # the lease of the process running the session (`observatory.lease`): who, where, last refreshed
+    lease_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lease_host: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    lease_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 
 
 class ArmRow(Base):
@@ -187,33 +193,118 @@ def database_url(db: str | None = None) -> str:
     return f"sqlite:///{value}"
 
 
+def shown_url(url: str) -> str:
+    """URL as it may be printed: any password replaced by ***."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url.split("@")[-1] if "@" in url else url
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     # WAL + a busy timeout: two observatory runs can write one file at once.
-    cur.execute("PRAGMA journal_mode=WAL")
+    # A read-only database cannot switch journal mode; reading it still works.
+    try:
+        cur.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError:
+        pass
     cur.execute("PRAGMA busy_timeout=30000")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 
 
-def open_engine(db: str | None = None, create: bool = True) -> Engine:
-    """Open and migrate the database; with create=False a SQLite file that is
-    not there is an error (reading commands must not leave an empty database
-    behind, e.g. one named after a mistyped option: `--db --json`)."""
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_FIX = "Point --db / OBSERVATORY_DB at a SQLite file (it is created if missing) or a SQLAlchemy URL."
+
+
+def _check_sqlite_path(path: str, create: bool) -> None:
+    """The file is absent (and may be created), empty, or a SQLite database."""
+    p = Path(path)
+    if p.is_dir():
+        raise ObservatoryError(f"--db {path} is a directory, not a database file. {_FIX}")
+    if p.exists():
+        if not p.is_file():
+            raise ObservatoryError(f"--db {path} is not a regular file. {_FIX}")
+        try:
+            with p.open("rb") as f:
+                head = f.read(len(_SQLITE_HEADER))
+        except OSError as e:
+            raise ObservatoryError(f"--db {path} cannot be read ({e.strerror}). {_FIX}") from None
+        if head and head != _SQLITE_HEADER:
+            raise ObservatoryError(f"--db {path} is not a SQLite database (it holds something else). {_FIX}")
+        return
+    if not create:
+        raise ObservatoryError(
+            f"No database at {path}. Run `observatory compare` first, or point --db / OBSERVATORY_DB "
+            "at an existing file or URL."
+        )
+    if not p.parent.is_dir():
+        raise ObservatoryError(f"--db {path}: the directory {p.parent} does not exist. Create it first. {_FIX}")
+
+
+def _engine_for(url: str) -> Engine:
+    try:
+        return create_engine(url, future=True)
+    except NoSuchModuleError:
+        scheme = url.split("://", 1)[0]
+        raise ObservatoryError(
+            f"--db: unknown database scheme {scheme!r}. Use a SQLite file path, sqlite:///FILE or "
+            "postgresql+psycopg://user@host/db."
+        ) from None
+    except ArgumentError:
+        raise ObservatoryError(f"--db {shown_url(url)} is not a database URL. {_FIX}") from None
+    except ImportError as e:
+        raise ObservatoryError(
+            f"--db {shown_url(url)}: its database driver is not installed ({e}). For PostgreSQL use "
+            "postgresql+psycopg://user@host/db (psycopg 3)."
+        ) from None
+
+
+def open_engine(db: str | None = None, create: bool = True, write: bool = False) -> Engine:
+    """Open and migrate the database; every problem with it is one ObservatoryError.
+
+    With create=False a SQLite file that is not there is an error (reading
+    commands must not leave an empty database behind, e.g. one named after a
+    mistyped option: `--db --json`). With write=True a database that cannot
+    be written (read-only file, URI mode=ro, read-only role) is an error now,
+    before anything runs.
+    """
     from observatory.migrations import migrate
 
     url = database_url(db)
-    engine = create_engine(url, future=True)
+    engine = _engine_for(url)
     if engine.dialect.name == "sqlite":
         path = engine.url.database
-        if not create and path and path != ":memory:" and not Path(path).is_file():
-            raise ObservatoryError(
-                f"No database at {path}. Run `observatory compare` first, or point --db / OBSERVATORY_DB "
-                "at an existing file or URL."
-            )
+        if path and path != ":memory:" and not path.startswith("file:"):
+            _check_sqlite_path(path, create)
         event.listen(engine, "connect", _sqlite_pragmas)
-    migrate(engine)
+    try:
+        migrate(engine)
+        if write:
+            _check_writable(engine)
+    except DBAPIError as e:
+        engine.dispose()
+        raise ObservatoryError(f"--db {shown_url(url)}: {_db_problem(e)}. {_FIX}") from None
     return engine
+
+
+def _db_problem(e: DBAPIError) -> str:
+    """The driver's own message, first line, as a phrase."""
+    first = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e).splitlines()[0]
+    if "readonly" in first or "read-only" in first:
+        return f"the database is read-only ({first}) and this command must write to it (or migrate it)"
+    return f"cannot use this database ({first})"
+
+
+def _check_writable(engine: Engine) -> None:
+    """Write one row and roll it back: a read-only database fails here, not mid-session."""
+    from observatory.migrations import _migrations_table
+
+    with engine.connect() as conn:
+        with conn.begin() as tx:
+            conn.execute(_migrations_table.insert().values(name="__observatory_write_check__", applied_at=utcnow()))
+            tx.rollback()
 
 
 def session_factory(engine: Engine) -> sessionmaker:  # type: ignore[type-arg]

@@ -2,10 +2,11 @@
 
 Adapters map an engine's numbers onto SpecCounters (drafts = verify steps, draft_tokens =
 drafted tokens tested, accepted = accepted draft tokens, accepted_per_pos[j] = drafts whose
-first j+1 tokens were all accepted) and return EngineCounters: SpecCounters plus `known`,
-the fields the engine's numbers determine exactly. A field outside `known` is 0 / [] only
-as a placeholder and means *unknown*; rates() uses known fields only. Nothing is estimated.
-Statistics that are missing give None; present but malformed ones raise ObservatoryError.
+first j+1 tokens were all accepted) and return EngineCounters: SpecCounters plus the engine's
+own mean accept length. A field the engine does not report is None (`known` lists the others);
+figures.acceptance() is the one formula over them. Nothing is estimated. Per-request statistics
+that are missing give None; present but malformed ones raise ObservatoryError. /metrics goes
+through the one reader, metrics.read_counters.
 
 - vLLM: all four counters on /metrics; per request only with --per-request-spec-decode-metrics
   (PR #48915) in body["metrics"]["speculative_decoding"].
@@ -27,10 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from observatory.errors import ObservatoryError
-from observatory.metrics import SpecCounters, parse_spec_counters
+from observatory.metrics import SPEC_FAMILIES, SpecCounters, counters_from, parse_spec_counters, read_counters
 
 FIELDS = frozenset({"drafts", "draft_tokens", "accepted", "accepted_per_pos"})
 
@@ -42,49 +41,28 @@ _SG_HISTOGRAM = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 
 @dataclass
 class EngineCounters(SpecCounters):
-    """SpecCounters plus which fields are known and the engine's own mean accept length.
+    """SpecCounters plus the engine's own mean accept length.
 
     `reported_tau` is what the engine itself states as tokens per verify step (bonus
     included), kept for cross-checking only; it is dropped by sums and differences.
     """
 
-    known: frozenset[str] = FIELDS
     reported_tau: float | None = None
 
     def __sub__(self, other: SpecCounters) -> EngineCounters:
-        return _known_as(super().__sub__(other), self.known & _known(other))
+        return _engine(super().__sub__(other))
 
     def __add__(self, other: SpecCounters) -> EngineCounters:
-        return _known_as(super().__add__(other), self.known & _known(other))
+        return _engine(super().__add__(other))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, `known` as a sorted list."""
         return {**super().to_dict(), "known": sorted(self.known)}
 
 
-def _known(c: SpecCounters) -> frozenset[str]:
-    return getattr(c, "known", FIELDS)  # a plain SpecCounters is fully known
-
-
-def _known_as(c: SpecCounters, known: frozenset[str]) -> EngineCounters:
-    return EngineCounters(c.drafts, c.draft_tokens, c.accepted, list(c.accepted_per_pos), known)
-
-
-def rates(c: SpecCounters) -> dict[str, Any]:
-    """alpha = accepted/draft_tokens, tau = 1 + accepted/drafts, p_j = accepted_per_pos[j]/drafts.
-
-    Each is None unless every field it needs is known (and its denominator is positive).
-    """
-    k = _known(c)
-    by_tokens = {"accepted", "draft_tokens"} <= k and c.draft_tokens > 0
-    by_drafts = {"accepted", "drafts"} <= k and c.drafts > 0
-    return {
-        "alpha": c.accepted / c.draft_tokens if by_tokens else None,
-        "tau": 1.0 + c.accepted / c.drafts if by_drafts else None,
-        "per_position": [a / c.drafts for a in c.accepted_per_pos]
-        if by_drafts and "accepted_per_pos" in k else None,
-        "reported_tau": getattr(c, "reported_tau", None),
-    }
+def _engine(c: SpecCounters) -> EngineCounters:
+    return EngineCounters(c.drafts, c.draft_tokens, c.accepted,
+                          None if c.accepted_per_pos is None else list(c.accepted_per_pos), c.problem)
 
 
 def _obj(x: Any, where: str) -> Mapping[str, Any]:
@@ -107,7 +85,7 @@ def _count(d: Mapping[str, Any], keys: Iterable[str], where: str) -> int | None:
 def _build(where: str, drafts: int | None, drafted: int | None, accepted: int | None,
            histogram: Any = None, reported_tau: float | None = None) -> EngineCounters:
     """EngineCounters from what an engine gave; histogram[j] = drafts accepting exactly j tokens."""
-    per_pos: list[int] = []
+    per_pos: list[int] | None = None
     if histogram is not None and histogram != []:
         if not isinstance(histogram, list) or not all(type(n) is int and n >= 0 for n in histogram):
             raise ObservatoryError(f"{where}: acceptance histogram must be a list of counts, got {histogram!r}")
@@ -120,29 +98,7 @@ def _build(where: str, drafts: int | None, drafted: int | None, accepted: int | 
         per_pos = [sum(histogram[j + 1:]) for j in range(len(histogram) - 1)]
     if accepted is not None and drafted is not None and accepted > drafted:
         raise ObservatoryError(f"{where}: {accepted} accepted of only {drafted} drafted tokens")
-    values = {"drafts": drafts, "draft_tokens": drafted, "accepted": accepted}
-    known = {f for f, v in values.items() if v is not None} | ({"accepted_per_pos"} if per_pos else set())
-    return EngineCounters(drafts or 0, drafted or 0, accepted or 0, per_pos, frozenset(known), reported_tau)
-
-
-def _prom_sums(text: str, prefix: str, engine: str) -> dict[str, dict[int, float]]:
-    """{sample name less PREFIX and _total: {position (-1 if none): value summed over labels}}."""
-    try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as e:
-        raise ObservatoryError(f"{engine} /metrics is not valid Prometheus text: {e}") from None
-    out: dict[str, dict[int, float]] = {}
-    for fam in families:
-        for s in fam.samples:
-            if not s.name.startswith(prefix) or s.name.endswith("_created"):
-                continue
-            try:
-                pos = int(s.labels.get("position", -1))
-            except ValueError:
-                continue
-            by_pos = out.setdefault(s.name[len(prefix):].removesuffix("_total"), {})
-            by_pos[pos] = by_pos.get(pos, 0.0) + s.value
-    return out
+    return EngineCounters(drafts, drafted, accepted, per_pos or None, reported_tau=reported_tau)
 
 
 def _number(x: Any) -> float | None:
@@ -176,7 +132,7 @@ class VLLMAdapter:
 
     def counters_from_metrics(self, text: str) -> EngineCounters:
         """All four counters (zero when the families are absent: speculation off)."""
-        return _known_as(parse_spec_counters(text), FIELDS)
+        return _engine(parse_spec_counters(text))
 
     def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
         metrics = _obj(body, "vLLM response").get("metrics")
@@ -200,10 +156,14 @@ class SGLangAdapter:
 
     def counters_from_metrics(self, text: str) -> EngineCounters | None:
         """Drafts from sglang:spec_verify_calls_total (added at request finish); None before it existed."""
-        sums = _prom_sums(text, "sglang:", "SGLang")
-        if "spec_verify_calls" not in sums:
+        counts = read_counters(text, "sglang:", "SGLang", only=frozenset({"spec_verify_calls"}))
+        if counts.problems:
+            return EngineCounters(None, None, None, None, "; ".join(counts.problems))
+        if "spec_verify_calls" not in counts.values:
             return None
-        return EngineCounters(drafts=int(sum(sums["spec_verify_calls"].values())), known=frozenset({"drafts"}))
+        # accepted and drafted tokens are not on /metrics (only interval gauges): not reported
+        return EngineCounters(drafts=sum(counts.values["spec_verify_calls"].values()), draft_tokens=None,
+                              accepted=None, accepted_per_pos=None)
 
     def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
         body = _obj(body, "SGLang response")
@@ -229,8 +189,13 @@ class SGLangAdapter:
         if tau is None and type(completion) is int:
             tau = completion / drafts  # SGLang's own accept length (PR #3152), not used for `accepted`
         histogram = next((d[k] for k in _SG_HISTOGRAM if d.get(k) is not None), None)
-        return _build(where, drafts, _count(d, _SG_DRAFTED, where), _count(d, _SG_ACCEPTED, where),
-                      histogram, tau)
+        drafted, accepted = _count(d, _SG_DRAFTED, where), _count(d, _SG_ACCEPTED, where)
+        if drafted == 0 and not accepted:
+            # SGLang proposes verify_ct * (num_draft_tokens - 1) > 0 tokens whenever it verified;
+            # a 0 here is spec_tokens_details_from_meta_info's default for a field the
+            # engine did not fill (PR #33518): not reported, not zero.
+            drafted = accepted = None
+        return _build(where, drafts, drafted, accepted, histogram, tau)
 
 
 class LlamaCppAdapter:
@@ -244,13 +209,10 @@ class LlamaCppAdapter:
 
     def counters_from_metrics(self, text: str) -> EngineCounters | None:
         """The vLLM-schema counters of PR #26389; None for builds without them."""
-        sums = _prom_sums(text, "llamacpp:spec_decode_", "llama.cpp")
-        if "num_drafts" not in sums:
+        counts = read_counters(text, "llamacpp:spec_decode_", "llama.cpp", only=SPEC_FAMILIES)
+        if "num_drafts" not in counts.values and not counts.problems:
             return None
-        drafts, drafted, accepted = (int(sum(sums.get(k, {}).values()))
-                                     for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"))
-        per = {p: v for p, v in sums.get("num_accepted_tokens_per_pos", {}).items() if p >= 0}
-        return EngineCounters(drafts, drafted, accepted, [int(per.get(i, 0)) for i in range(max(per, default=-1) + 1)])
+        return _engine(counters_from(counts, absent_is_zero=False))
 
     def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
         timings = _obj(body, "llama.cpp response").get("timings")

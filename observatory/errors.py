@@ -11,3 +11,7 @@ class ProbeFileError(ObservatoryError):
 
 class ArmError(ObservatoryError):
     """An arm specification that cannot be launched."""
+
+
+class RequestTimeout(ObservatoryError):
+    """A request that did not finish within the request timeout (a server dripping tokens forever)."""

@@ -41,19 +41,35 @@ _IGNORED_ENV = {"OBSERVATORY_FAULT", "CUDA_VISIBLE_DEVICES"}
 
 
 def acceptance(c: SpecCounters) -> dict[str, Any]:
-    """alpha, tau, per-position acceptance and the accepted-per-draft histogram."""
+    """alpha, tau, per-position acceptance and the accepted-per-draft histogram.
+
+    The one acceptance formula. Each figure is None (lists empty) unless every
+    counter it needs was reported and usable: a counter the engine does not
+    report is None, never 0 (issue 13 item 8), and unusable counters (`problem`)
+    give no figures at all (issue 19 item 1).
+    """
+    per_pos = None if c.accepted_per_pos is None else list(c.accepted_per_pos)
     out: dict[str, Any] = {"drafts": c.drafts, "draft_tokens": c.draft_tokens, "accepted": c.accepted,
-                           "accepted_per_pos": list(c.accepted_per_pos),
+                           "accepted_per_pos": per_pos, "problem": c.problem,
+                           "reported_tau": getattr(c, "reported_tau", None),
                            "alpha": None, "tau": None, "per_position": [], "histogram": []}
-    if c.drafts <= 0:
+    if c.problem is not None:
         return out
-    out["alpha"] = c.accepted / c.draft_tokens if c.draft_tokens else None
-    out["tau"] = 1.0 + c.accepted / c.drafts
-    p = [a / c.drafts for a in c.accepted_per_pos]
-    out["per_position"] = p
-    # P(n = j): exactly j of the k drafted tokens accepted (prefix acceptance).
-    full = [1.0, *p, 0.0]
-    out["histogram"] = [full[j] - full[j + 1] for j in range(len(p) + 1)]
+    missing = [f for f in ("drafts", "draft_tokens", "accepted", "accepted_per_pos") if getattr(c, f) is None]
+    if missing:
+        out["not_reported"] = f"{', '.join(missing)}: not reported by this engine"
+    if c.accepted is not None and c.draft_tokens:
+        out["alpha"] = c.accepted / c.draft_tokens
+    if not c.drafts or c.drafts <= 0:
+        return out
+    if c.accepted is not None:
+        out["tau"] = 1.0 + c.accepted / c.drafts
+    if per_pos:
+        p = [a / c.drafts for a in per_pos]
+        out["per_position"] = p
+        # P(n = j): exactly j of the k drafted tokens accepted (prefix acceptance).
+        full = [1.0, *p, 0.0]
+        out["histogram"] = [full[j] - full[j + 1] for j in range(len(p) + 1)]
     return out
 
 
@@ -220,11 +236,17 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any],
         out.append({"code": "INVALID", "detail": f"arm {arm.status}: {arm.reason or ''}"})
     is_spec = launch.get("speculative_config") is not None
     ran = arm.status == "ok"
-    if ran and is_spec and not acc["drafts"]:
+    drafts = acc["drafts"]
+    if ran and acc.get("problem"):
+        out.append({"code": "INVALID", "detail": f"engine counters unusable: {acc['problem']}"})
+    elif ran and is_spec and drafts is None:
+        out.append({"code": "INVALID",
+                    "detail": "speculation not provable: the engine does not report draft counters"})
+    elif ran and is_spec and not drafts:
         out.append({"code": "INVALID", "detail": "speculation inactive: the draft counters did not move"})
-    if ran and not is_spec and acc["drafts"]:
-        out.append({"code": "INVALID", "detail": f"a non-speculating arm moved the draft counters ({acc['drafts']} drafts)"})
-    if ran and is_spec and 0 < acc["drafts"] < MIN_DRAFTS:
+    if ran and not is_spec and drafts:
+        out.append({"code": "INVALID", "detail": f"a non-speculating arm moved the draft counters ({drafts} drafts)"})
+    if ran and is_spec and drafts is not None and 0 < drafts < MIN_DRAFTS:
         out.append({"code": "LOW_N", "detail": f"{acc['drafts']} drafts < {MIN_DRAFTS}: acceptance figures are noisy"})
     for gate, (verdict, reason) in arm_verdicts.items():
         if verdict == "INVALID":  # an invalidating arm gate failed (observatory.judge)

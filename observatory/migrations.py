@@ -154,7 +154,15 @@ def m002_result_text_raw(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE results ADD COLUMN text_raw JSON"))
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_result_text_raw]
+def m003_session_lease(conn: Connection) -> None:
+    """A running session's lease: the runner's process id and host, and when it last refreshed it."""
+    conn.execute(text("ALTER TABLE sessions ADD COLUMN lease_pid INTEGER"))
+    conn.execute(text("ALTER TABLE sessions ADD COLUMN lease_host VARCHAR(255)"))
+    timestamp = "TIMESTAMP" if conn.dialect.name == "postgresql" else "DATETIME"
+    conn.execute(text(f"ALTER TABLE sessions ADD COLUMN lease_at {timestamp}"))
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_result_text_raw, m003_session_lease]
 
 _TRACKING = MetaData()
 _migrations_table = Table(

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from observatory import __version__
+from observatory import __version__, lease
 from observatory.arms import Arm
 from observatory.client import EngineClient, request_params
 from observatory.db import ArmRow, ProbeRow, SessionRow, utcnow
@@ -126,11 +126,12 @@ class Runner:
         """Store the session, its probes and its (pending) arms; return its id."""
         facts = describe()
         o = self.opts
+        pid, host = lease.holder()
         row = self.store.add(
             SessionRow(
                 host=facts["host"], machine=facts, gpu=", ".join(facts["gpus"]) or None,
                 observatory_version=__version__, model=o.settings.model, image=o.settings.image,
-                command=o.command, suite=o.suite,
+                command=o.command, suite=o.suite, lease_pid=pid, lease_host=host, lease_at=utcnow(),
                 options={"concurrency": o.concurrency, "repeat": o.repeat, "diffs": o.diffs, "plan": o.plan,
                          "engine": {k: v for k, v in vars(o.settings).items() if k != "env"}},
             )
@@ -153,7 +154,7 @@ class Runner:
                     "(the suite file was edited). Start a new session instead."
                 )
             self.probe_ids[p.name] = row.id
-        self.store.update(SessionRow, session_id, status="running", finished_at=None, reason=None)
+        self.store.take_lease(session_id)  # refuses a session another live process is running
 
     def run(self, session_id: int | None = None) -> int:
         """Run every arm, wave by wave; return the session id. Re-raises Interrupted after storing it."""
@@ -162,6 +163,7 @@ class Runner:
         self.reporter.session_started(session_id, self.opts.arms, self.opts.probes)
         old = _install_sigterm()
         status, reason = "complete", None
+        refresher = lease.Refresher(lambda: self.store.refresh_lease(session_id)).__enter__()
         try:
             existing = {a.name: a for a in self.store.arms(session_id)}
             waves = plan_waves(len(self.opts.arms), self.opts.gpu_count, self.opts.gpus_per_arm, self.opts.parallel_arms)
@@ -187,6 +189,7 @@ class Runner:
             try:
                 evaluate(self.store, session_id)
             finally:
+                refresher.__exit__()
                 self.store.finish_session(session_id, status, reason)
         return session_id
 

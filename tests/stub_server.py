@@ -1,7 +1,9 @@
 """A hand-made STUB of an OpenAI-compatible server, for faults a real engine cannot show on demand.
 
-Used only for: a server that hangs mid-request, and one that returns a
-malformed body. Everything else is tested against real vLLM.
+Used only for: a server that hangs mid-request, one that returns a malformed
+body, and hostile servers (NaN or decreasing /metrics, an echoed
+Authorization header, NaN logprobs, over-long /version and finish_reason).
+Everything else is tested against real vLLM.
 """
 
 from __future__ import annotations
@@ -18,13 +20,29 @@ class StubServer:
     mode: "ok" (answers every completion, streamed or not, after `delay_s`),
     "hang" (never answers a completion), "malformed" (200 with a broken
     body), "hang_after:N" (answers N completions, then hangs everything,
-    /health included).
+    /health included), "echo_auth" (every completion fails with a 401 whose
+    body echoes the Authorization header), "drip" (streams a keep-alive
+    comment and a one-token chunk every 0.2 s, never finishing).
+
+    Hostile extras: `metrics` are served by /metrics in turn (the last one
+    repeated); `version`, `finish_reason` and `logprob` go into the answers as given;
+    `with_logprobs=False` withholds logprobs; `drip_metrics=True` makes /metrics drip
+    a comment line every 0.2 s, never finishing.
     """
 
-    def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5):
+    def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5, metrics: list[str] | None = None,
+                 version: str = "stub-0", finish_reason: str = "stop", logprob: float = 0.0,
+                 with_logprobs: bool = True, drip_metrics: bool = False):
         self.mode = mode
         self.delay_s = delay_s
         self.token = token
+        self.metrics = metrics or ["vllm:num_requests_running 0\n"]
+        self.metrics_reads = 0
+        self.version = version
+        self.finish_reason = finish_reason
+        self.logprob = logprob
+        self.with_logprobs = with_logprobs
+        self.drip_metrics = drip_metrics
         self.completions = 0
         self.authorizations: list[str] = []
         self.stop_event = threading.Event()
@@ -46,6 +64,19 @@ class StubServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _drip(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
+                         "choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": None}]}
+                try:
+                    while not stub.stop_event.wait(0.2):
+                        self.wfile.write(b": keep-alive\n\n" + f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                except OSError:
+                    pass
+
             def _hang(self) -> None:
                 stub.stop_event.wait(120)
 
@@ -55,11 +86,24 @@ class StubServer:
                 if self.path == "/health":
                     return self._send(200, b"")
                 if self.path == "/version":
-                    return self._send(200, b'{"version": "stub-0"}')
+                    return self._send(200, json.dumps({"version": stub.version}).encode())
                 if self.path == "/v1/models":
                     return self._send(200, b'{"data": [{"id": "stub-model"}]}')
+                if self.path == "/metrics" and stub.drip_metrics:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.end_headers()
+                    try:
+                        while not stub.stop_event.wait(0.2):
+                            self.wfile.write(b"# still writing\n")
+                            self.wfile.flush()
+                    except OSError:
+                        pass
+                    return None
                 if self.path == "/metrics":
-                    return self._send(200, b"vllm:num_requests_running 0\n", "text/plain")
+                    text = stub.metrics[min(stub.metrics_reads, len(stub.metrics) - 1)]
+                    stub.metrics_reads += 1
+                    return self._send(200, text.encode(), "text/plain")
                 return self._send(404, b"{}")
 
             def do_POST(self) -> None:
@@ -71,16 +115,25 @@ class StubServer:
                 stub.completions += 1
                 if stub.mode == "malformed":
                     return self._send(200, b'{"id": "x", "choices": [{"message": ')
+                if stub.mode == "echo_auth":
+                    echo = {"error": {"message": f"bad key: {self.headers.get('Authorization', '')}",
+                                      "type": "auth", "code": 401}}
+                    return self._send(401, json.dumps(echo).encode())
                 time.sleep(stub.delay_s)
-                logprobs = {"content": [{"token": f"token_id:{stub.token}", "logprob": 0.0, "bytes": [111, 107],
-                                         "top_logprobs": [{"token": f"token_id:{stub.token}", "logprob": 0.0, "bytes": []}]}]}
+                if stub.mode == "drip":
+                    return self._drip()
+                lp = stub.logprob
+                logprobs = {"content": [{"token": f"token_id:{stub.token}", "logprob": lp, "bytes": [111, 107],
+                                         "top_logprobs": [{"token": f"token_id:{stub.token}", "logprob": lp, "bytes": []}]}]}
+                if not stub.with_logprobs:
+                    logprobs = None
                 if request.get("stream"):
                     chunks = [
                         {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
                          "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"},
                                       "logprobs": logprobs, "finish_reason": None}]},
                         {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
-                         "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                         "choices": [{"index": 0, "delta": {}, "finish_reason": stub.finish_reason}]},
                         {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
                          "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
                     ]
@@ -88,10 +141,11 @@ class StubServer:
                     return self._send(200, data.encode(), "text/event-stream")
                 body = {
                     "id": "c", "object": "chat.completion", "created": int(time.time()), "model": "stub-model",
-                    "choices": [{"index": 0, "finish_reason": "stop",
+                    "choices": [{"index": 0, "finish_reason": stub.finish_reason,
                                  "message": {"role": "assistant", "content": "ok"},
                                  "logprobs": {"content": [{"token": "token_id:5", "logprob": 0.0,
-                                                           "bytes": [111, 107], "top_logprobs": []}]}}],
+                                                           "bytes": [111, 107], "top_logprobs": []}]}
+                                 if stub.with_logprobs else None}],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 }
                 return self._send(200, json.dumps(body).encode())

@@ -16,7 +16,6 @@ from observatory.engines import (
     VLLMAdapter,
     adapter_for,
     counters_from_chunks,
-    rates,
     version_from,
 )
 from observatory.errors import ObservatoryError
@@ -30,11 +29,15 @@ def load(name: str) -> Any:
     return json.loads(text) if name.endswith(".json") else text
 
 
+def rates(c: EngineCounters) -> dict[str, Any]:
+    """figures.acceptance, the one formula (issue 14 item 6), with per_position None when unknown."""
+    a = acceptance(c)
+    return {**a, "per_position": a["per_position"] or None}
+
+
 def assert_matches_figures(c: EngineCounters) -> None:
-    """For fully known counters, rates() and figures.acceptance() agree."""
+    """Fully known counters."""
     assert c.known == FIELDS
-    a, r = acceptance(c), rates(c)
-    assert (r["alpha"], r["tau"], r["per_position"]) == (a["alpha"], a["tau"], a["per_position"])
 
 
 # ---------------------------------------------------------------- llama.cpp
@@ -45,11 +48,11 @@ def test_llamacpp_recorded_timings_pr12603() -> None:
     assert c is not None
     assert (c.draft_tokens, c.accepted) == (347, 65)
     assert c.known == {"draft_tokens", "accepted"}  # drafts are not reported per request
-    assert (c.drafts, c.accepted_per_pos) == (0, [])  # placeholders, not data
+    assert (c.drafts, c.accepted_per_pos) == (None, None)  # not reported, not zero
     r = rates(c)
     assert r["alpha"] == pytest.approx(65 / 347)
     assert r["tau"] is None and r["per_position"] is None and r["reported_tau"] is None
-    assert acceptance(c)["tau"] is None  # figures.acceptance never reads drafts=0 as data
+    assert acceptance(c)["histogram"] == []  # no P(n=0) = 1 made up from missing positions
 
 
 def test_llamacpp_last_stream_chunk_carries_the_timings() -> None:
@@ -108,8 +111,8 @@ def test_llamacpp_absent_or_wrong_shapes() -> None:
     with pytest.raises(ObservatoryError, match="must be a JSON object"):
         a.counters_from_response([])  # type: ignore[arg-type]
     assert a.counters_from_metrics("llamacpp:n_decode_total 125\nllamacpp:requests_processing 1\n") is None
-    with pytest.raises(ObservatoryError, match="not valid Prometheus text"):
-        a.counters_from_metrics('llamacpp:spec_decode_num_drafts_total{position="0" 3\n')
+    bad = a.counters_from_metrics('llamacpp:spec_decode_num_drafts_total{position="0" 3\n')
+    assert bad is not None and bad.problem is not None and "not valid Prometheus text" in bad.problem
 
 
 def test_llamacpp_metrics_names_without_total_suffix() -> None:
@@ -198,8 +201,8 @@ def test_sglang_absent_and_malformed() -> None:
     for sglext, match in bad:
         with pytest.raises(ObservatoryError, match=match):
             a.counters_from_response({"sglext": sglext})
-    with pytest.raises(ObservatoryError, match="not valid Prometheus text"):
-        a.counters_from_metrics("sglang:spec_verify_calls_total{model_name=\"m\" 43\n")
+    bad = a.counters_from_metrics("sglang:spec_verify_calls_total{model_name=\"m\" 43\n")
+    assert bad is not None and bad.problem is not None and "not valid Prometheus text" in bad.problem
 
 
 # ---------------------------------------------------------------- vLLM
@@ -239,8 +242,8 @@ def test_vllm_metrics_delegate_to_parse_spec_counters() -> None:
     c = VLLMAdapter().counters_from_metrics(text)
     assert c == EngineCounters(30, 60, 41, [25, 16])
     assert_matches_figures(c)
-    with pytest.raises(ObservatoryError, match="not valid Prometheus text"):
-        VLLMAdapter().counters_from_metrics('vllm:spec_decode_num_drafts_total{engine="0" 3\n')
+    bad = VLLMAdapter().counters_from_metrics('vllm:spec_decode_num_drafts_total{engine="0" 3\n')
+    assert bad.problem is not None and "not valid Prometheus text" in bad.problem
 
 
 # ---------------------------------------------------------------- common
@@ -264,8 +267,36 @@ def test_adapter_for_and_versions() -> None:
 
 def test_deltas_keep_only_fields_known_on_both_sides() -> None:
     full = EngineCounters(10, 20, 5, [4, 1])
-    partial = EngineCounters(drafts=3, known=frozenset({"drafts"}))
+    partial = EngineCounters(drafts=3, draft_tokens=None, accepted=None, accepted_per_pos=None)
     d = EngineCounters(30, 60, 41, [25, 16]) - full
     assert d == EngineCounters(20, 40, 36, [21, 15]) and d.known == FIELDS
     assert (full - partial).known == {"drafts"} and (partial + full).known == {"drafts"}
     assert (full + partial).to_dict()["known"] == ["drafts"]
+
+
+def test_sglang_counts_are_not_reported_rather_than_zero() -> None:
+    """Issue 13 item 8 / issue 14 item 6: SGLang's /metrics has the verify-call count only; the accepted
+    count was stored as 0 and the report printed tau = 1.0 and P(n=0) = 1."""
+    c = SGLangAdapter().counters_from_metrics(load("sglang_metrics_reconstructed.txt"))
+    assert c is not None and (c.accepted, c.draft_tokens, c.accepted_per_pos) == (None, None, None)
+    a = acceptance(c)
+    assert a["tau"] is None and a["alpha"] is None and a["histogram"] == [] and a["per_position"] == []
+    assert a["not_reported"] == "draft_tokens, accepted, accepted_per_pos: not reported by this engine"
+
+
+def test_sglang_sglext_defaults_are_not_zero_acceptance() -> None:
+    """Issue 14 item 6: spec_tokens_details_from_meta_info fills absent fields with 0 / [] (PR #33518);
+    a verify count with 0 proposed drafts is that default, not a measured zero acceptance."""
+    defaults = {"spec_verify_ct": 43, "spec_num_correct_drafts": 0, "spec_num_proposed_drafts": 0,
+                "spec_correct_drafts_histogram": [], "spec_accept_rate": 0.0, "spec_accept_length": 0.0}
+    c = SGLangAdapter().counters_from_response({"sglext": {"spec_tokens_details": defaults}})
+    assert c is not None and c.drafts == 43 and c.known == {"drafts"}
+    assert acceptance(c)["tau"] is None
+
+
+def test_sglang_metrics_ignore_its_gauges_but_not_a_nan_counter() -> None:
+    """Issue 19 item 1 through the SGLang adapter: the one reader flags a NaN verify counter."""
+    text = load("sglang_metrics_reconstructed.txt").replace('spec_verify_calls_total{model_name="default"} 43.0',
+                                                            'spec_verify_calls_total{model_name="default"} NaN')
+    c = SGLangAdapter().counters_from_metrics(text)
+    assert c is not None and c.problem is not None and "not a count" in c.problem

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from observatory.errors import ObservatoryError
 from observatory.metrics import SpecCounters, parse_spec_counters
 
 # Shape as vLLM 0.32 (CPU) exposes it, trimmed to the relevant families.
@@ -51,6 +50,62 @@ def test_delta_and_sum() -> None:
     assert SpecCounters.from_dict(d.to_dict()) == d
 
 
-def test_malformed_text_is_a_clear_error() -> None:
-    with pytest.raises(ObservatoryError, match="not valid Prometheus text"):
-        parse_spec_counters('vllm:spec_decode_num_drafts_total{engine="0" 3\n')
+def test_malformed_text_makes_the_counters_unusable() -> None:
+    c = parse_spec_counters('vllm:spec_decode_num_drafts_total{engine="0" 3\n')
+    assert c.problem is not None and "not valid Prometheus text" in c.problem
+    assert (c.drafts, c.draft_tokens, c.accepted, c.accepted_per_pos) == (None, None, None, None)
+
+
+def _counter(name: str, value: str, kind: str = "counter", labels: str = 'engine="0"') -> str:
+    return f"# TYPE vllm:spec_decode_{name} {kind}\nvllm:spec_decode_{name}_total{{{labels}}} {value}\n"
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        (REAL.replace("} 30.0", "} NaN", 1), "is not a count"),
+        (REAL.replace("} 60.0", "} +Inf", 1), "is not a count"),
+        (REAL.replace("} 41.0", "} -2000", 1), "is not a count"),
+        (REAL.replace("} 41.0", "} 40.5", 1), "is not a count"),
+        (REAL.replace("# TYPE vllm:spec_decode_num_drafts_total counter",
+                      "# TYPE vllm:spec_decode_num_drafts_total gauge"), "is a gauge, not a counter"),
+    ],
+    ids=["nan", "inf", "negative", "fractional", "gauge"],
+)
+def test_hostile_values_make_the_counters_unusable(text: str, match: str) -> None:
+    """Issue 19 item 1: NaN / Inf raised ValueError (traceback, session aborted); a negative counter
+    was stored as drafts -2000; a gauge was counted as drafts. Now: unusable, with the reason."""
+    c = parse_spec_counters(text)
+    assert c.problem is not None and match in c.problem
+    assert (c.drafts, c.draft_tokens, c.accepted) == (None, None, None)
+
+
+def test_a_decreasing_counter_makes_the_delta_unusable() -> None:
+    """Issue 19 item 1: a counter that goes down between two reads gave negative deltas that passed."""
+    before = SpecCounters(30, 60, 41, [25, 16])
+    after = SpecCounters(10, 60, 41, [25, 16])
+    d = after - before
+    assert d.problem is not None and "decreased" in d.problem and "drafts 30 -> 10" in d.problem
+    # the problem survives sums and storage
+    total = SpecCounters() + d + SpecCounters(1, 2, 1, [1, 0])
+    assert total.problem == d.problem
+    assert SpecCounters.from_dict(total.to_dict()).problem == d.problem
+
+
+def test_not_reported_is_kept_apart_from_zero() -> None:
+    """Issue 13 item 8: None (not reported) propagates through +, -, to_dict and from_dict."""
+    partial = SpecCounters(drafts=43, draft_tokens=None, accepted=None, accepted_per_pos=None)
+    total = SpecCounters() + partial
+    assert (total.drafts, total.draft_tokens, total.accepted, total.accepted_per_pos) == (43, None, None, None)
+    d = total.to_dict()
+    assert d["accepted"] is None and d["accepted_per_pos"] is None
+    assert SpecCounters.from_dict(d) == total
+    # rows stored before this change lack keys: those were zeros
+    assert SpecCounters.from_dict({}) == SpecCounters()
+
+
+def test_other_gauges_under_the_prefix_are_not_read() -> None:
+    """vLLM v0 exposed acceptance-rate gauges under the same prefix: not counters, not a problem either."""
+    text = REAL + ("# TYPE vllm:spec_decode_draft_acceptance_rate gauge\n"
+                   'vllm:spec_decode_draft_acceptance_rate{engine="0"} NaN\n')
+    assert parse_spec_counters(text) == SpecCounters(drafts=30, draft_tokens=60, accepted=41, accepted_per_pos=[25, 16])

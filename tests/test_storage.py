@@ -132,3 +132,33 @@ def _check_nothing_lost(store: Store) -> None:
         assert n_results == n_sessions * 2 * n_probes
     for sess in store.sessions():
         assert build(store, sess.id)["session"]["status"] == "complete"
+
+
+def test_hostile_values_store_alike_on_both_backends(tmp_path: Path, pg_url: str) -> None:
+    """Issue 19 item 2: PostgreSQL aborted on a NaN logprob, a /version over 64 characters and a
+    finish_reason over 32 that SQLite accepted; one session's data must not depend on the backend."""
+    long_version = "v" * 100
+    long_finish = "stop_because_the_server_felt_like_it_" * 3
+    stored = []
+    for url in (str(tmp_path / "h.db"), pg_url):
+        with Store(url) as store:
+            s = store.add(SessionRow(host="h", machine={"x": float("nan")}, command=[], options={}, suite="s"))
+            probe = store.add(ProbeRow(session_id=s.id, position=0, name="p", category="c", content_hash="h",
+                                       definition={}, params={}))
+            arm = store.add(ArmRow(session_id=s.id, position=0, name="base", status="ok", launch={}))
+            store.update(ArmRow, arm.id, engine_version=long_version)
+            r = store.add(ResultRow(arm_id=arm.id, probe_id=probe.id, text="t", token_ids=[1, 2],
+                                    top_logprobs=[[[1, float("nan")], [3, -1.0]], [[2, float("-inf")]]],
+                                    finish_reason=long_finish, ttft_ms=float("inf"), duration_ms=5.0,
+                                    usage={"completion_tokens": float("nan")}))
+            (row,) = store.results(arm.id)
+            (arm_row,) = store.arms(s.id)
+            stored.append((row.top_logprobs, row.finish_reason, row.ttft_ms, row.usage, arm_row.engine_version,
+                           store.session(s.id).machine))
+            assert r.id is not None
+    assert stored[0] == stored[1]
+    top, finish, ttft, usage, version, machine = stored[0]
+    assert top == [[[3, -1.0]], []]  # unusable logprobs dropped, never NaN
+    assert ttft is None and usage == {"completion_tokens": None} and machine == {"x": None}
+    assert len(finish) == 32 and finish.endswith("[truncated]") and finish.startswith("stop_because")
+    assert len(version) == 64 and version.endswith("[truncated]")

@@ -5,15 +5,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
 from observatory.errors import ObservatoryError
 from observatory.gates import registry_for
 from observatory.plan import plan_compare
+from observatory.redact import redact_text, remember, remember_url
 from observatory.report_data import build
-from observatory.runner import Interrupted, Runner
+from observatory.runner import Interrupted, Reporter, Runner
 from observatory.store import Store
 from observatory.terminal import RichReporter, print_summary
 
@@ -67,6 +68,8 @@ def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, 
     return f
 
 
+INVALID_EXIT = 2
+
 # Never stored: a key for URL arms is passed to the servers only.
 _NOT_STORED = ("api_key",)
 
@@ -89,14 +92,23 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, int | None, bool]:
-    """Plan, run and judge one session (or resume one); returns (store, session id, interrupted)."""
+def run_compare(kw: dict[str, Any], resume: int | None = None,
+                before_run: Callable[[], None] | None = None) -> tuple[Store, int | None, bool]:
+    """Plan, run and judge one session (or resume one); returns (store, session id, interrupted).
+
+    Everything is validated before the database is opened for writing, so a
+    compare that fails validation leaves no database behind (issue 19 item 4).
+    BEFORE_RUN (e.g. `gate` checking its output paths) runs once the plan is
+    valid and before the database is written or any arm launches.
+    """
     quiet = kw.pop("quiet")
     db = kw.pop("db")
     kw["diffs"] = not kw.pop("no_diffs")
-    store = Store(db)
+    remember(kw.get("api_key"))  # masked wherever it would be stored or shown (issue 19 item 5)
+    store: Store | None = None
     if resume is not None:
-        stored = dict(store.session(resume).options.get("plan") or {})
+        store = Store(db, create=False, write=True)
+        stored = dict(store.check_not_running(resume).options.get("plan") or {})
         if not stored:
             raise ObservatoryError(f"Session {resume} has no stored plan to resume from.")
         stored["api_key"] = kw.get("api_key")
@@ -104,7 +116,13 @@ def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, i
     kw["gates_dirs"] = [str(Path(d).resolve()) for d in kw.get("gates_dirs") or ()]
     registry_for(kw["gates_dirs"])  # a bad gate file is a setup error, found before anything launches
     opts = plan_compare(**{k: v for k, v in kw.items() if k != "gates_dirs"}, command=redact_argv(sys.argv))
+    for arm in opts.arms:
+        remember_url(arm.url)
     opts.plan = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items() if k not in _NOT_STORED}
+    if before_run is not None:
+        before_run()
+    if store is None:
+        store = Store(db, write=True)
     runner = Runner(store, opts)
     if resume is not None:
         runner.attach(resume)
@@ -116,12 +134,28 @@ def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, i
             runner.run(session_id)
         else:
             with RichReporter() as rep:
-                runner.reporter = rep
+                runner.reporter = cast(Reporter, RedactingReporter(rep))
                 runner.run(session_id)
     except (Interrupted, KeyboardInterrupt):
         click.echo(f"Interrupted: servers stopped; session {session_id} stored as interrupted.", err=True)
         return store, session_id, True
     return store, session_id, False
+
+
+class RedactingReporter:
+    """A reporter whose text arguments are redacted before they are printed (URLs, keys)."""
+
+    def __init__(self, inner: Reporter):
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        fn = getattr(self.inner, name)
+        return lambda *args: fn(*(redact_text(a) if isinstance(a, str) else a for a in args))
+
+
+def produced_results(data: dict[str, Any]) -> bool:
+    """Whether any arm of a built session produced at least one answer (a result without error)."""
+    return any(r.get("ok") for a in data["arms"] for r in a.get("results", []))
 
 
 @click.command(name="compare")
@@ -141,4 +175,10 @@ def compare(resume: int | None, **kw: Any) -> None:
     store, session_id, interrupted = run_compare(kw, resume)
     if interrupted:
         sys.exit(130)
-    print_summary(build(store, session_id))
+    data = build(store, session_id)
+    print_summary(data)
+    if not produced_results(data):
+        # Issue 19 item 10: every arm failed, so nothing was measured (exit 2, an invalid measurement).
+        click.echo(f"compare: no arm produced a result; session {session_id} measured nothing "
+                   f"(`observatory show {session_id}` has each arm's reason).", err=True)
+        sys.exit(INVALID_EXIT)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
 from observatory.commands.compare import compare_options, run_compare
-from observatory.junit import write_junit
+from observatory.jsonout import to_json
+from observatory.junit import junit_xml
+from observatory.outputs import OutputFile, ReportDir
 from observatory.report import render_session
 from observatory.report_data import build
 from observatory.terminal import print_summary
@@ -29,13 +30,22 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: A
     observatory gate --arms base,base,mtp1,mtp2 --report report/ --junit junit.xml
     observatory gate --image vllm/vllm-openai:nightly --model /models/m --arms base,mtp2 --report out/
     """
-    store, session_id, interrupted = run_compare(kw)
+    # Issue 19 item 3: every output is checked before any arm launches (exit 3), not after the session.
+    outputs: dict[str, Any] = {}
+
+    def check_outputs() -> None:
+        outputs["report"] = ReportDir(Path(report_dir), "--report")
+        outputs["junit"] = OutputFile(Path(junit_file), "--junit") if junit_file else None
+        outputs["json"] = OutputFile(Path(json_file), "--json") if json_file else None
+
+    store, session_id, interrupted = run_compare(kw, before_run=check_outputs)
+    report, junit, json_out = outputs["report"], outputs["junit"], outputs["json"]
     data = build(store, session_id)
-    render_session(data, Path(report_dir))
-    if junit_file:
-        write_junit(data, junit_file)
-    if json_file:
-        Path(json_file).write_text(json.dumps(data, ensure_ascii=False, default=str), encoding="utf-8")
+    index = report.write(lambda d: render_session(data, d))
+    if junit is not None:
+        junit.write_text(junit_xml(data))
+    if json_out is not None:
+        json_out.write_text(to_json(data))
     print_summary(data)
     v = decide(data)
     verdict, reasons = v.verdict, v.texts()
@@ -46,5 +56,5 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: A
         click.echo(f"  - {r}", err=True)
     if len(reasons) > 20:
         click.echo(f"  ... and {len(reasons) - 20} more (see the report)", err=True)
-    click.echo(f"report: {Path(report_dir) / 'index.html'}", err=True)
+    click.echo(f"report: {index}", err=True)
     return EXIT[verdict]

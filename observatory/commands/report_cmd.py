@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -17,6 +16,8 @@ from observatory.history import (
     print_history,
     render_history,
 )
+from observatory.jsonout import to_json
+from observatory.outputs import ReportDir
 from observatory.report import render_cross, render_session
 from observatory.report_data import build
 from observatory.store import Store
@@ -31,7 +32,8 @@ def _out_dir(out: str) -> Path:
 
 @click.command(name="report")
 @click.argument("session_id", type=int, required=False)
-@click.option("--out", required=True, help="Directory to write (index.html, results/); created if missing.")
+@click.option("--out", required=True,
+              help="Directory to write (index.html, results/): new, empty, or an earlier report (replaced whole).")
 @db_option
 @click.option("--vs", "vs_id", type=int, default=None,
               help="Place another session's arms side by side (flagged: sessions are not comparable).")
@@ -41,7 +43,9 @@ def report(session_id: int | None, out: str, db: str | None, vs_id: int | None, 
     """Write a static HTML report of a session (the latest when none is named).
 
     The directory opens offline (file:// or a CI artifact): no scripts, no
-    external resources. Model output is escaped everywhere.
+    external resources. Model output is escaped everywhere. An existing
+    --out must be empty or hold an earlier observatory report, which is
+    replaced whole; links are never followed.
 
     \b
     observatory report --out report/
@@ -51,16 +55,17 @@ def report(session_id: int | None, out: str, db: str | None, vs_id: int | None, 
     """
     if allow_cross_session and vs_id is None:
         raise ObservatoryError("--allow-cross-session only applies with --vs OTHER_SESSION.")
-    path = _out_dir(out)
+    target = ReportDir(Path(out), "--out")
     store = Store(db, create=False)
     data = build(store, session_id)
     if vs_id is None:
-        index = render_session(data, path)
+        index = target.write(lambda d: render_session(data, d))
     else:
         if vs_id == data["session"]["id"]:
             raise ObservatoryError(f"--vs {vs_id} is the report's own session; name another session "
                                    "(`observatory sessions` lists them).")
-        index = render_cross(data, build(store, vs_id), path, allow_cross_session)
+        other = build(store, vs_id)
+        index = target.write(lambda d: render_cross(data, other, d, allow_cross_session))
     click.echo(f"wrote {index}")
 
 
@@ -98,6 +103,6 @@ def history(db: str | None, model: str | None, arm: str | None, limit: int, acce
         if not as_json:
             click.echo(f"wrote {path}")
     if as_json:
-        click.echo(json.dumps(history_json(points, alerts), ensure_ascii=False, default=str))
+        click.echo(to_json(history_json(points, alerts)))
     else:
         print_history(points, alerts)

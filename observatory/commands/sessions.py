@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -10,6 +9,7 @@ import click
 from observatory.db import SessionRow
 from observatory.evaluate import evaluate
 from observatory.gates import registry_for
+from observatory.jsonout import to_json
 from observatory.report_data import build
 from observatory.store import Store
 from observatory.terminal import print_summary
@@ -50,7 +50,7 @@ def show(session_id: int | None, db: str | None, as_json: bool) -> None:
     """
     data = build(Store(db, create=False), session_id)
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        click.echo(to_json(data))
     else:
         print_summary(data)
 
@@ -67,7 +67,7 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...]) -
     observatory judge 12
     observatory judge 12 --gates-dir my_gates/
     """
-    store = Store(db, create=False)
+    store = Store(db, create=False, write=True)
     s = store.session(session_id)
     if gates_dirs:
         options = dict(s.options or {})
