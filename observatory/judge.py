@@ -38,6 +38,7 @@ def to_output(r: ResultRow) -> Output:
         finish_reason=r.finish_reason,
         tool_calls=r.tool_calls,
         content=r.content,
+        reasoning=r.reasoning,
     )
 
 
