@@ -13,17 +13,17 @@ kinds of request:
   holds ``completion_tokens`` and ``chunks`` entries are ``[ms, None]``.
 
 Both are plain httpx requests read by the lean SSE reader of
-`observatory.sse` (msgspec into dicts); the openai SDK's typed objects cost
-4-5x more CPU per token than the stream they parse. ``--request-timeout`` is a
-deadline for the whole request: a server that drips bytes is cut off at it
-and the Response's ``error_kind`` is "timeout" (the runner marks the arm HUNG).
+`observatory.sse` (msgspec into dicts) over the socket reader of
+`observatory.wire`; the openai SDK's typed objects cost 4-5x more CPU per
+token than the stream they parse, and httpx's transport about as much again.
+``--request-timeout`` is a deadline for the whole request: a server that
+drips bytes is cut off at it and the Response's ``error_kind`` is "timeout"
+(the runner marks the arm HUNG).
 API keys are passed through to the server only: never stored or logged.
 """
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,7 +35,8 @@ import msgspec
 from observatory.errors import ObservatoryError
 from observatory.metrics import SpecCounters
 from observatory.probes import Probe
-from observatory.sse import DeadlineExceeded, MalformedStream, ServerError, decode_json, events
+from observatory.sse import MalformedStream, ServerError, decode_json, events
+from observatory.wire import DeadlineExceeded, Pool, WireError
 
 TOP_LOGPROBS = 10
 SEED = 0
@@ -145,25 +146,6 @@ class _Failed(Exception):
         self.kind = kind
 
 
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)  # wakes a read blocked in another thread
-    except OSError:
-        pass
-
-
-def _watchdog(resp: httpx.Response, deadline: float) -> threading.Timer | None:
-    """Cut RESP's connection at DEADLINE (a server that goes silent mid-body cannot outlast it)."""
-    stream = resp.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None
-    if sock is None:
-        return None
-    timer = threading.Timer(max(deadline - time.perf_counter(), 0.0), _shutdown, (sock,))
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
 class EngineClient:
     """Talks to one running arm: probes, health, version, metrics."""
 
@@ -178,12 +160,14 @@ class EngineClient:
         self._http = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
                                   headers=self._headers, limits=httpx.Limits(max_connections=None,
                                                                              max_keepalive_connections=256))
+        self._wire = Pool(self.base_url, self._headers)
         self._model: str | None = None
         self._separator: int | bool | None = False  # False: not looked up yet; None: the server has none
 
     def close(self) -> None:
-        """Release the connection pool."""
+        """Release the connection pools."""
         self._http.close()
+        self._wire.close()
 
     def health(self) -> bool:
         """GET /health answered 200."""
@@ -299,12 +283,8 @@ class EngineClient:
             out = Response(error=str(e), error_kind=e.kind)
         except DeadlineExceeded:
             out = Response(error=self._timeout_text(), error_kind="timeout")
-        except httpx.TimeoutException as e:
-            out = Response(error=f"{type(e).__name__}: {e}", error_kind="timeout")
-        except httpx.HTTPError as e:
-            late = time.perf_counter() > deadline  # the watchdog cut the connection
-            out = Response(error=self._timeout_text() if late else f"{type(e).__name__}: {e}",
-                           error_kind="timeout" if late else "connect")
+        except WireError as e:
+            out = Response(error=f"{type(e).__name__}: {e}", error_kind=e.kind)
         except ServerError as e:
             out = Response(error=str(e), error_kind="http")
         except ObservatoryError as e:
@@ -331,28 +311,19 @@ class EngineClient:
     def _request(self, path: str, body: dict[str, Any], stream: bool, t0: float, deadline: float,
                  out: Response, timed: bool) -> None:
         chat = "messages" in body
-        with self._http.stream("POST", f"{self.base_url}{path}", content=_encode(body),
-                               headers={"Content-Type": "application/json"}) as resp:
-            timer = _watchdog(resp, deadline)
-            try:
-                if resp.status_code >= 400:
-                    text = resp.read().decode("utf-8", errors="replace")
-                    raise _Failed("http", f"HTTP {resp.status_code} from {path}: {text[:500]}")
-                if not stream:
-                    obj = decode_json(b"".join(_until(resp.iter_bytes(), deadline)))
-                    _take_whole(out, obj, chat)
-                    return
-                (_read_chat if chat else _read_completion)(out, events(resp.iter_bytes(), t0, deadline), timed)
-            finally:
-                if timer is not None:
-                    timer.cancel()
-
-
-def _until(pieces: Iterable[bytes], deadline: float) -> Iterable[bytes]:
-    for piece in pieces:
-        if time.perf_counter() > deadline:
-            raise DeadlineExceeded()
-        yield piece
+        resp = self._wire.post(path, _encode(body), deadline)
+        try:
+            if resp.status >= 400:
+                text = resp.read().decode("utf-8", errors="replace")
+                raise _Failed("http", f"HTTP {resp.status} from {path}: {text[:500]}")
+            if not stream:
+                _take_whole(out, decode_json(resp.read()), chat)
+                return
+            pieces = resp.body()
+            (_read_chat if chat else _read_completion)(out, events(pieces, t0), timed)
+            resp.finish(pieces)
+        finally:
+            resp.close()
 
 
 def _take_whole(out: Response, obj: Any, chat: bool) -> None:
