@@ -133,7 +133,7 @@ class WireResponse:
         c = self._conn
         buf = c.buf
         while True:
-            out = []
+            out: list[bytes] = []
             pos = 0
             while True:  # every whole chunk in the buffer
                 eol = buf.find(b"\r\n", pos)
