@@ -2,9 +2,10 @@
 
 A result's top logprobs are, per generated position, ``[[token_id, logprob],
 ...]``: stored as JSON that was about 280 bytes a position (top-10), 80% of a
-session's database. `PackedLogprobs` stores them as one JSON object of three
-base64 strings (pair counts per position, token ids, logprobs) and hands
-every reader the same ``[[token_id, logprob], ...]`` lists back.
+session's database. `PackedLogprobs` stores them as one JSON object of
+base64 strings (token ids, logprobs, and the pair count of each position, or
+``=KxN`` when all N positions have K) and hands every reader the same
+``[[token_id, logprob], ...]`` lists back.
 
 Nothing is lost: ids take the smallest unsigned width that holds them, and
 logprobs are packed as float32 only when every value survives the round trip
@@ -57,7 +58,10 @@ def pack(rows: list[Any]) -> dict[str, Any] | list[Any]:
         return rows  # not [id, logprob] pairs of numbers: stored as given
     if any(isinstance(t, bool) or not isinstance(t, int) for t in ids) or min(ids, default=0) < 0:
         return rows
-    return {"packed": FORMAT, "counts": count_code + _b64(packed_counts), "ids": id_code + _b64(packed_ids),
+    uniform = len(set(counts)) == 1
+    return {"packed": FORMAT,
+            "counts": f"={counts[0]}x{len(counts)}" if uniform else count_code + _b64(packed_counts),
+            "ids": id_code + _b64(packed_ids),
             "logprobs": lp_code + _b64(packed_lps)}
 
 
@@ -65,7 +69,12 @@ def unpack(value: Any) -> Any:
     """The packed object -> [[[id, logprob], ...], ...]; anything else (old rows) as it is."""
     if not isinstance(value, dict) or value.get("packed") != FORMAT:
         return value
-    counts = _unb64(value["counts"][0], value["counts"][1:])
+    c = value["counts"]
+    if c.startswith("="):  # every position has the same number of pairs: "=KxN"
+        k, n = c[1:].split("x")
+        counts: Any = [int(k)] * int(n)
+    else:
+        counts = _unb64(c[0], c[1:])
     ids = _unb64(value["ids"][0], value["ids"][1:]).tolist()
     lps = _unb64(value["logprobs"][0], value["logprobs"][1:]).tolist()
     out: list[list[list[Any]]] = []
