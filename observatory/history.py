@@ -103,10 +103,6 @@ def session_points(data: dict[str, Any], arm: str | None = None) -> list[Point]:
             for x in arm_summaries(data) if arm is None or x["arm"] == arm]
 
 
-_FIELDS = ("position", "arm", "model", "engine_version", "image", "suite_hash", "status", "validity", "trusted",
-           "alpha", "tau", "S", "S_lo", "S_hi", "spread", "ttft_ms", "verdicts", "failing")
-
-
 def load_points(store: Store, model: str | None = None, arm: str | None = None, limit: int = 100) -> list[Point]:
     """Points of the latest LIMIT sessions whose model contains MODEL (case-insensitive), oldest first.
 
@@ -114,9 +110,9 @@ def load_points(store: Store, model: str | None = None, arm: str | None = None, 
     sessions judged before summaries existed.
     """
     points = []
-    for row, s in read_summaries(store, model, arm, limit):
-        verdict = row.session_verdict if row.verdict_status == s.status else None
-        points.append(_point({f: getattr(row, f) for f in _FIELDS}, s.id, _iso(s.started_at), s.host, verdict))
+    for x in read_summaries(store, model, arm, limit):
+        verdict = x["session_verdict"] if x["verdict_status"] == x["session_status"] else None
+        points.append(_point(x, x["session_id"], _iso(x["started_at"]), x["host"], verdict))
     return points
 
 

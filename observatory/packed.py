@@ -77,10 +77,14 @@ def unpack(value: Any) -> Any:
         counts = _unb64(c[0], c[1:])
     ids = _unb64(value["ids"][0], value["ids"][1:]).tolist()
     lps = _unb64(value["logprobs"][0], value["logprobs"][1:]).tolist()
+    pairs = list(map(list, zip(ids, lps)))
+    if c.startswith("="):
+        k = counts[0] if counts else 0
+        return [pairs[i:i + k] for i in range(0, k * len(counts), k)] if k else [[] for _ in counts]
     out: list[list[list[Any]]] = []
     i = 0
     for n in counts:
-        out.append([[ids[j], lps[j]] for j in range(i, i + n)])
+        out.append(pairs[i:i + n])
         i += n
     return out
 

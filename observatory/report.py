@@ -31,7 +31,6 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from observatory import charts
-from observatory.figures import vs_base
 from observatory.judge import NOT_DISCRIMINATING as NOT_DISCR
 from observatory.paths import TEMPLATES_DIR
 from observatory.report_data import preview
@@ -341,6 +340,8 @@ def _base(data: dict[str, Any]) -> dict[str, Any] | None:
 
 def cross_speedups(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """Speedups of each session's spec arms over the OTHER session's base (flagged cross-session)."""
+    from observatory.figures import vs_base  # here: numpy costs 0.3 s at start-up of every report
+
     out = []
     for spec_s, base_s in ((a, b), (b, a)):
         base = _base(base_s)

@@ -6,7 +6,6 @@ import json
 
 import click
 
-from observatory.evaluate import evaluate
 from observatory.report_data import build
 from observatory.store import Store
 from observatory.terminal import print_summary
@@ -61,6 +60,8 @@ def judge(session_id: int | None, db: str | None) -> None:
     \b
     observatory judge 12
     """
+    from observatory.evaluate import evaluate  # here: it pulls in numpy, which reading commands never need
+
     store = Store(db, create=False)
     s = store.session(session_id)
     n = evaluate(store, s.id)
