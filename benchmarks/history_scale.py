@@ -7,7 +7,8 @@ arms, probes, streamed results (packed as the store now writes them),
 verdicts and measurements, copied with fresh ids. Timed per N:
 
 - ``history``: `observatory history --limit N` as a fresh process (start-up
-  included), with the summaries written as `evaluate` writes them;
+  included), with the summaries written as `evaluate` writes them, printing
+  the table (``history s``) or JSON (``--json s``);
 - ``history, first run on an old database``: the same with no summaries, so
   the first run builds them all (once);
 - ``report``: `observatory report LAST --out DIR` as a fresh process;
@@ -120,12 +121,13 @@ def main(argv: list[str] | None = None) -> None:
     from observatory.history import find_alerts, load_points
     from observatory.store import Store
 
-    print(f"{'sessions':>8} {'db MB':>7} {'history s':>9} {'first run s':>11} {'report s':>8} "
+    print(f"{'sessions':>8} {'db MB':>7} {'history s':>9} {'--json s':>8} {'first run s':>11} {'report s':>8} "
           f"{'points ms':>9} {'alerts ms':>9}")
     for n in (int(x) for x in a.sizes.split(",")):
         db = work / f"s{n}.db"
         replicate(src, db, n)
-        hist = cli("history", "--db", str(db), "--limit", str(n), "--json")
+        hist = cli("history", "--db", str(db), "--limit", str(n))
+        hist_json = cli("history", "--db", str(db), "--limit", str(n), "--json")
         report = cli("report", str(n), "--db", str(db), "--out", str(work / f"r{n}"))
         t0 = time.perf_counter()
         points = load_points(Store(str(db), create=False), limit=n)
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         replicate(src, old, n, summaries=False)
         first = cli("history", "--db", str(old), "--limit", str(n), "--json")
         mb = db.stat().st_size / 1e6
-        print(f"{n:>8} {mb:>7.1f} {hist:>9.2f} {first:>11.2f} {report:>8.2f} {points_ms:>9.1f} {alerts_ms:>9.1f}")
+        print(f"{n:>8} {mb:>7.1f} {hist:>9.2f} {hist_json:>8.2f} {first:>11.2f} {report:>8.2f} {points_ms:>9.1f} {alerts_ms:>9.1f}")
         old.unlink()
 
 

@@ -190,13 +190,22 @@ def _verdict_text(counts: dict[str, int]) -> str:
     return " · ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "—"
 
 
+# Rows of the terminal table: rich lays out about 300 rows a second, and
+# thousands of rows on a terminal help nobody (--json and --out have them all).
+TABLE_ROWS = 200
+
+
 def print_history(points: list[Point], alerts: list[Alert], console: Console | None = None) -> None:
-    """A rich table of the points, then the alerts."""
+    """A rich table of the latest TABLE_ROWS points, then every alert."""
     console = console or Console()
-    table = Table(title="History (oldest first)")
+    shown = points[-TABLE_ROWS:]
+    title = "History (oldest first)" if len(shown) == len(points) else (
+        f"History (oldest first): the latest {len(shown)} of {len(points)} points; "
+        "all of them with --json or --out DIR")
+    table = Table(title=title)
     for col in ("session", "started", "model", "arm", "status", "α", "τ", "S [95% CI]", "verdicts", "notes"):
         table.add_column(col, no_wrap=col in ("session", "started", "α", "τ"))
-    for p in points:
+    for p in shown:
         ci = f" [{p.S_ci[0]:.2f}–{p.S_ci[1]:.2f}]" if p.S_ci else ""
         started = (p.started_at or "—")[:16].replace("T", " ")
         table.add_row(str(p.session), Text(started), Text(Path(p.model or "—").name), Text(p.arm),
