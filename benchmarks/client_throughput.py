@@ -42,6 +42,14 @@ def start_stub(rate: float) -> tuple[subprocess.Popen[str], str]:
     return proc, proc.stdout.readline().strip()
 
 
+def stop_stub(proc: subprocess.Popen[str]) -> None:
+    """Stop the stub and close its pipe."""
+    proc.terminate()
+    proc.wait(10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 def raw_tokens(http: httpx.Client, url: str, tokens: int) -> int:
     """One streamed request read the way vllm bench does: json.loads per SSE line; usage tokens."""
     body = {"model": "pacing-stub", "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens,
@@ -97,8 +105,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  {kind:5s} received {received:7.0f} tok/s = {received / offered:.1%} of offered"
                       f" (wall {wall:.2f} s, ideal {a.tokens / a.rate:.2f} s, {failed} failed)")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_stub(proc)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def detok_requests() -> None:
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from client_throughput import start_stub
+    from client_throughput import start_stub, stop_stub
 
     from observatory.client import EngineClient
     from observatory.probes import Probe
@@ -105,8 +105,7 @@ def detok_requests() -> None:
         print(f"completion probe, {len(r.token_ids)} tokens: {len(r.token_texts)} token texts in "
               f"{took * 1000:.0f} ms")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_stub(proc)
 
 
 if __name__ == "__main__":
