@@ -10,6 +10,8 @@ small pool. Every socket read waits at most until the request's deadline, so
 server that drips a byte a second cannot extend it.
 
 httpx still serves everything else (/health, /metrics, /v1/models, ...).
+Probe requests go straight to the arm's host: HTTP(S)_PROXY settings are not
+applied to them (serving engines are reached directly, as vllm bench does).
 """
 
 from __future__ import annotations
