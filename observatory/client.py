@@ -225,6 +225,8 @@ class EngineClient:
                 ids = (got or {}).get("tokens") or []
                 if len(ids) == 1 and isinstance(ids[0], int):
                     self._separator = ids[0]
+                elif ids and isinstance(ids[-1], int) and self._detokenize_one(ids[-1]) == _SEPARATOR:
+                    self._separator = ids[-1]  # SentencePiece puts a space token first
             except (httpx.HTTPError, ValueError, ObservatoryError, AttributeError):
                 pass
         return self._separator  # type: ignore[return-value]

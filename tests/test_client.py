@@ -189,6 +189,20 @@ def test_completion_tokens_are_detokenised_in_one_request() -> None:
     assert paths.count("/detokenize") == 2 and paths.count("/tokenize") == 1
 
 
+def test_a_separator_after_a_space_token_is_found() -> None:
+    """SentencePiece tokenizers put a space token before the separator: its last token is tried alone."""
+    import json
+
+    scripts: dict[str, Any] = {"/v1/completions": _completion, "/detokenize": _detok,
+                               "/tokenize": lambda req: whole(json.dumps({"tokens": [40, 31]}).encode())}
+    with SseStub(scripts) as stub:
+        client = EngineClient(stub.url, timeout=10)
+        r = client.run(TEXT)
+        client.close()
+    assert r.token_texts == ["A", "B", "C"]
+    assert [p for p, _ in stub.posts].count("/detokenize") == 2  # the separator check, then the output
+
+
 def test_detokenise_falls_back_to_one_request_per_token_without_a_separator() -> None:
     import json
 
@@ -199,7 +213,7 @@ def test_detokenise_falls_back_to_one_request_per_token_without_a_separator() ->
         r = client.run(TEXT)
         client.close()
     assert r.token_texts == ["A", "B", "C"]
-    assert [p for p, _ in stub.posts].count("/detokenize") == 3
+    assert [p for p, _ in stub.posts].count("/detokenize") == 1 + 3  # the separator check, then each token
 
 
 def test_sse_events_split_anywhere_with_comments_and_multiline_data() -> None:
