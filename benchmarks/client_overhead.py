@@ -3,8 +3,8 @@
 
 `EngineClient.run` is fed a canned vLLM chat stream (role chunk, TOKENS token
 chunks each with top-10 logprobs as the observatory requests them, finish and
-usage chunks) through an in-process httpx transport, so what is timed is the
-client alone: request build, SSE and JSON parsing, the openai SDK's models,
+usage chunks) through a local HTTP server in a thread, so what is timed is the
+client alone: request build, SSE and JSON parsing (observatory.wire, observatory.sse),
 the observatory's token bookkeeping. For scale, the same bytes are also parsed
 the way `vllm bench serve` does (`json.loads` of each SSE message).
 
@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
-
-from observatory.client import TOP_LOGPROBS, EngineClient, make_openai_client
+from observatory.client import TOP_LOGPROBS, EngineClient
 from observatory.probes import Probe
 
 
@@ -48,19 +48,38 @@ def stream_body(tokens: int) -> bytes:
     return "".join(parts).encode()
 
 
+class _Canned(ThreadingHTTPServer):
+    daemon_threads = True
+    body = b""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, data: bytes, ctype: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._send(b'{"data": [{"id": "m"}]}', "application/json")
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._send(self.server.body, "text/event-stream")  # type: ignore[attr-defined]
+
+
 def mocked_client(body: bytes) -> EngineClient:
-    """An EngineClient whose HTTP goes to an in-process transport answering BODY."""
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/models"):
-            return httpx.Response(200, json={"data": [{"id": "m"}]})
-        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
-
-    client = EngineClient("http://mock")
-    client._http.close()
-    client._http = httpx.Client(transport=httpx.MockTransport(handler))
-    client.openai = make_openai_client("http://mock", None, 60.0, http_client=client._http)
-    return client
+    """An EngineClient talking to an in-process HTTP server that answers every POST with BODY."""
+    server = _Canned(("127.0.0.1", 0), _Handler)
+    server.body = body
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return EngineClient(f"http://127.0.0.1:{server.server_address[1]}")
 
 
 def main() -> None:
@@ -76,9 +95,9 @@ def main() -> None:
         raise SystemExit(f"mocked stream not parsed: {first.error}, {len(first.token_ids)} tokens")
     cpu, ttft, dur = [], [], []
     for _ in range(a.runs):
-        c0 = time.process_time()
+        c0 = time.thread_time()
         r = client.run(probe)
-        cpu.append((time.process_time() - c0) * 1000.0)
+        cpu.append((time.thread_time() - c0) * 1000.0)
         ttft.append(float(r.ttft_ms or 0.0))
         dur.append(float(r.duration_ms or 0.0))
     client.close()

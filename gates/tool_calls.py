@@ -23,11 +23,10 @@ for ``tool_choice: "none"``). FAIL when:
 not a verdict.
 """
 
+import functools
 import json
 import re
 from typing import Any
-
-import jsonschema
 
 from observatory.errors import ObservatoryError
 from observatory.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
@@ -37,23 +36,44 @@ _CALL_MARKERS = ("<tool_call", "[TOOL_CALLS]", "<function=")
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
-def _schemas(probe: Probe) -> dict[str, Any]:
-    """Tool name -> a validator for its parameters; raises on an invalid schema."""
+class _BadSchema(Exception):
+    def __init__(self, name: str, msg: str):
+        super().__init__(msg)
+        self.name, self.msg = name, msg
+
+
+@functools.lru_cache(maxsize=256)
+def _validators(tools_json: str) -> dict[str, Any]:
+    """Tool name -> a validator, for the tools in TOOLS_JSON; validated once per distinct tool list.
+
+    Checking a schema costs milliseconds and a session judges each tool probe
+    on every arm and pass, so validated schemas are cached (keyed on the
+    tools' canonical JSON, so a changed probe is validated again).
+    """
+    import jsonschema  # imported here: it costs 0.1 s at start-up, and most commands never judge
+
     validators: dict[str, Any] = {}
-    for tool in probe.tools or []:
-        fn: dict[str, Any] = tool.get("function") or {}
+    for tool in json.loads(tools_json) or []:
+        fn: dict[str, Any] = (tool.get("function") if isinstance(tool, dict) else None) or {}
         name, schema = str(fn.get("name")), fn.get("parameters", {})
         try:
             cls = jsonschema.validators.validator_for(schema)
             cls.check_schema(schema)
         except (jsonschema.SchemaError, TypeError, AttributeError) as e:
-            msg = getattr(e, "message", str(e))
-            raise ObservatoryError(
-                f"Probe {probe.name!r}{' in ' + probe.source if probe.source else ''}: "
-                f"tool {name!r} has an invalid parameters schema: {msg}"
-            ) from None
+            raise _BadSchema(name, getattr(e, "message", str(e))) from None
         validators[name] = cls(schema)
     return validators
+
+
+def _schemas(probe: Probe) -> dict[str, Any]:
+    """Tool name -> a validator for its parameters; raises on an invalid schema."""
+    try:
+        return _validators(json.dumps(probe.tools or [], sort_keys=True, default=str))
+    except _BadSchema as e:
+        raise ObservatoryError(
+            f"Probe {probe.name!r}{' in ' + probe.source if probe.source else ''}: "
+            f"tool {e.name!r} has an invalid parameters schema: {e.msg}"
+        ) from None
 
 
 def call_left_in_text(content: str | None) -> str | None:
@@ -99,7 +119,9 @@ def _check_call(i: int, call: Any, validators: dict[str, Any]) -> tuple[str | No
         return name, f"call {i} ({name}): arguments are not valid JSON ({e.msg} at char {e.pos})"
     if not isinstance(parsed, dict):
         return name, f"call {i} ({name}): arguments are JSON but not an object"
-    error = jsonschema.exceptions.best_match(validators[name].iter_errors(parsed))
+    from jsonschema.exceptions import best_match
+
+    error = best_match(validators[name].iter_errors(parsed))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
         return name, f"call {i} ({name}): arguments violate the schema at {where}: {error.message}"

@@ -3,10 +3,15 @@
 Domain code raises ObservatoryError; this module turns it into one clean
 error line (exit 3, the gate's "usage or setup error") in one place.
 Unexpected exceptions re-raise under pytest or with OBSERVATORY_RAISE_ERRORS.
+
+Commands are imported when they run, not when the CLI starts (`COMMANDS`):
+importing all of them pulled in SQLAlchemy, numpy, jinja2 and the HTTP
+stack, 2-3 s before `observatory --version` could answer.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Any
@@ -19,6 +24,20 @@ from observatory.errors import ObservatoryError
 SETUP_ERROR = 3
 # An unexpected exception: nothing measured can be trusted (the gate's INVALID), never a traceback.
 INTERNAL_ERROR = 2
+
+# name -> (module, attribute): each command is imported when it is looked up.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "compare": ("observatory.commands.compare", "compare"),
+    "sessions": ("observatory.commands.sessions", "sessions"),
+    "show": ("observatory.commands.sessions", "show"),
+    "judge": ("observatory.commands.sessions", "judge"),
+    "gate": ("observatory.commands.gate_cmd", "gate"),
+    "selftest": ("observatory.commands.selftest", "selftest"),
+    "report": ("observatory.commands.report_cmd", "report"),
+    "history": ("observatory.commands.report_cmd", "history"),
+    "gates": ("observatory.commands.gates_cmd", "gates"),
+    "calibrate": ("observatory.commands.gates_cmd", "calibrate"),
+}
 
 
 class ObservatoryGroup(click.Group):
@@ -46,6 +65,17 @@ class ObservatoryGroup(click.Group):
             e.show()
             sys.exit(e.exit_code)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name, without importing any command."""
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command, imported now if it is one of COMMANDS."""
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, attr = COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command, converting domain errors to clean messages."""
@@ -84,32 +114,6 @@ def cli() -> None:
     observatory report --out report/
     """
 
-
-def _mount() -> None:
-    from observatory.commands import compare, sessions
-
-    cli.add_command(compare.compare)
-    cli.add_command(sessions.sessions)
-    cli.add_command(sessions.show)
-    cli.add_command(sessions.judge)
-    from observatory.commands import gate_cmd, selftest
-
-    cli.add_command(gate_cmd.gate)
-    cli.add_command(selftest.selftest)
-    from observatory.commands import report_cmd
-
-    cli.add_command(report_cmd.report)
-    cli.add_command(report_cmd.history)
-    try:
-        from observatory.commands import gates_cmd
-    except ImportError:  # pragma: no cover - during development only
-        return
-    cli.add_command(gates_cmd.gates)
-    if hasattr(gates_cmd, "calibrate"):
-        cli.add_command(gates_cmd.calibrate)
-
-
-_mount()
 
 if __name__ == "__main__":  # python -m observatory.cli
     cli()

@@ -1,50 +1,51 @@
 """The client side of one arm: OpenAI-compatible requests, timed, with token ids.
 
-`make_openai_client` is the one place an `openai.OpenAI` is built. Every
-probe request is greedy (temperature 0, fixed seed), asks for top-k logprobs
-with tokens returned as ``token_id:N`` (vLLM's ``return_tokens_as_token_ids``),
-and is normally streamed so TTFT and the chunk timeline are measured.
+`EngineClient` is the one place requests to a serving engine are built. Two
+kinds of request:
+
+- `run(probe)`: a correctness pass. Greedy (temperature 0, fixed seed), top-k
+  logprobs with tokens returned as ``token_id:N`` (vLLM's
+  ``return_tokens_as_token_ids``), normally streamed so TTFT and the chunk
+  timeline are measured.
+- `run_timed(probe)`: a timed pass. It asks for what ``vllm bench serve``
+  asks for (no logprobs, ``stream_options.include_usage``) so the figures
+  measure the server, not us: the Response carries no token ids, ``usage``
+  holds ``completion_tokens`` and ``chunks`` entries are ``[ms, None]``.
+
+Both are plain httpx requests read by the lean SSE reader of
+`observatory.sse` (msgspec into dicts) over the socket reader of
+`observatory.wire`; the openai SDK's typed objects cost 4-5x more CPU per
+token than the stream they parse, and httpx's transport about as much again.
+``--request-timeout`` is a deadline for the whole request: a server that
+drips bytes is cut off at it and the Response's ``error_kind`` is "timeout"
+(the runner marks the arm HUNG).
 API keys are passed through to the server only: never stored or logged.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import openai
+import msgspec
 
-from observatory.errors import ObservatoryError, RequestTimeout
+from observatory.errors import ObservatoryError
 from observatory.metrics import SpecCounters, not_reported
 from observatory.probes import Probe
+from observatory.sse import MalformedStream, ServerError, decode_json, events
+from observatory.wire import DeadlineExceeded, Pool, WireError
 
 TOP_LOGPROBS = 10
 SEED = 0
+# Response.error_kind values
 MAX_BODY_BYTES = 64 * 1024 * 1024
-
-
-def make_openai_client(
-    base_url: str,
-    api_key: str | None = None,
-    timeout: float = 300.0,
-    http_client: Any = None,
-) -> openai.OpenAI:
-    """The one factory for OpenAI clients (dummy key when the server needs none).
-
-    `http_client` is injectable (tests); it must be the HTTP client class the
-    installed openai package expects, so by default openai builds its own.
-    """
-    return openai.OpenAI(
-        base_url=f"{base_url}/v1",
-        api_key=api_key or "observatory-no-key",
-        timeout=timeout,
-        max_retries=0,
-        http_client=http_client,
-    )
+ERROR_KINDS = ("timeout", "connect", "http", "malformed")
+_encode = msgspec.json.Encoder().encode
+# A rare one-byte text used to split one /detokenize answer into per-token texts.
+_SEPARATOR = "\x1f"
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Response:
 
     text: str = ""
     content: str | None = None
+    # the thinking a reasoning parser split off (vLLM ``reasoning_content`` / ``reasoning``)
+    reasoning: str | None = None
     token_ids: list[int] = field(default_factory=list)
     token_texts: list[str] = field(default_factory=list)
     top_logprobs: list[list[list[float]]] = field(default_factory=list)
@@ -61,13 +64,24 @@ class Response:
     usage: dict[str, Any] = field(default_factory=dict)
     ttft_ms: float | None = None
     duration_ms: float | None = None
-    chunks: list[list[float]] = field(default_factory=list)
+    # [[ms since request start, tokens in the chunk or None when unknown (timed passes)], ...]
+    chunks: list[list[Any]] = field(default_factory=list)
     error: str | None = None
+    # one of ERROR_KINDS when error is set: timeout | connect | http | malformed
+    error_kind: str | None = None
 
     @property
     def ok(self) -> bool:
         """Whether the request completed without a transport or server error."""
         return self.error is None
+
+    @property
+    def completion_tokens(self) -> int | None:
+        """Tokens generated: the server's usage count, else the token ids received, else None (unknown)."""
+        n = self.usage.get("completion_tokens") if isinstance(self.usage, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool):
+            return n
+        return len(self.token_ids) if self.token_ids else None
 
 
 def parse_token_id(token: str) -> int:
@@ -88,7 +102,7 @@ def _bytes_text(b: list[int] | None, fallback: str) -> str:
 
 
 def request_params(probe: Probe) -> dict[str, Any]:
-    """The exact sampling parameters sent for PROBE (stored with the probe)."""
+    """The exact sampling parameters a correctness pass sends for PROBE (stored with the probe)."""
     params: dict[str, Any] = {
         "temperature": 0.0,
         "seed": SEED,
@@ -105,6 +119,34 @@ def request_params(probe: Probe) -> dict[str, Any]:
     return params
 
 
+def timed_params(probe: Probe) -> dict[str, Any]:
+    """The parameters a timed pass sends: the correctness pass's minus logprobs (as `vllm bench serve`)."""
+    return {k: v for k, v in request_params(probe).items() if k not in ("logprobs", "top_logprobs", "extra_body")}
+
+
+def request_body(probe: Probe, model: str, params: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """The JSON body for PROBE: PARAMS (``extra_body`` merged in), the prompt, and streaming with usage."""
+    body: dict[str, Any] = {"model": model}
+    body.update((k, v) for k, v in params.items() if k != "extra_body")
+    body.update(params.get("extra_body") or {})
+    if probe.kind == "chat":
+        body["messages"] = probe.messages
+    else:
+        body["prompt"] = probe.prompt or ""
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+class _Failed(Exception):
+    """A request that failed, with its Response.error_kind."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
 class EngineClient:
     """Talks to one running arm: probes, health, version, metrics."""
 
@@ -114,16 +156,19 @@ class EngineClient:
 
         self.adapter = adapter_for(engine)
         self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
+        self.timeout = float(timeout)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), headers=self._headers)
-        self.openai = make_openai_client(self.base_url, api_key, timeout)
+        self._http = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
+                                  headers=self._headers, limits=httpx.Limits(max_connections=None,
+                                                                             max_keepalive_connections=256))
+        self._wire = Pool(self.base_url, self._headers)
         self._model: str | None = None
+        self._separator: int | bool | None = False  # False: not looked up yet; None: the server has none
 
     def close(self) -> None:
         """Release the connection pools."""
         self._http.close()
-        self.openai.close()
+        self._wire.close()
 
     def _get(self, path: str, timeout_s: float) -> httpx.Response:
         """GET PATH bounded as a whole by TIMEOUT_S (at most the request timeout) and by MAX_BODY_BYTES.
@@ -183,171 +228,238 @@ class EngineClient:
         found = self.adapter.counters_from_metrics(r.text)
         return found.plain() if found is not None else not_reported()
 
-    def detokenize(self, token_ids: list[int]) -> list[str]:
-        """Each token's text, via the server's /detokenize."""
-        out = []
-        for t in token_ids:
+    # -- detokenising ----------------------------------------------------
+    def _post_json(self, path: str, body: dict[str, Any]) -> Any:
+        r = self._http.post(f"{self.base_url}{path}", json=body, timeout=10.0)
+        return r.json() if r.status_code == 200 else None
+
+    def _separator_id(self) -> int | None:
+        """The token id of a one-byte separator text, looked up once (None: the server has none)."""
+        if self._separator is False:
+            self._separator = None
             try:
-                r = self._http.post(
-                    f"{self.base_url}/detokenize", json={"model": self.model(), "tokens": [t]}, timeout=10.0
-                )
-                out.append(str(r.json().get("prompt", "")) if r.status_code == 200 else "")
+                got = self._post_json("/tokenize", {"model": self.model(), "prompt": _SEPARATOR,
+                                                    "add_special_tokens": False})
+                ids = (got or {}).get("tokens") or []
+                if len(ids) == 1 and isinstance(ids[0], int):
+                    self._separator = ids[0]
+                elif ids and isinstance(ids[-1], int) and self._detokenize_one(ids[-1]) == _SEPARATOR:
+                    self._separator = ids[-1]  # SentencePiece puts a space token first
+            except (httpx.HTTPError, ValueError, ObservatoryError, AttributeError):
+                pass
+        return self._separator  # type: ignore[return-value]
+
+    def detokenize(self, token_ids: list[int]) -> list[str]:
+        """Each token's text, in one /detokenize request for the whole output.
+
+        The ids go out interleaved with a separator token (a one-byte text
+        looked up once with /tokenize) and the answer is split on it. Where the
+        server's tokenizer has no such token, or a token's text contains the
+        separator, each token is detokenised alone (one request per token).
+        """
+        if not token_ids:
+            return []
+        sep = self._separator_id()
+        if sep is not None:
+            spaced: list[int] = []
+            for t in token_ids:
+                spaced += (t, sep)
+            try:
+                got = self._post_json("/detokenize", {"model": self.model(), "tokens": spaced})
+                parts = str((got or {}).get("prompt", "")).split(_SEPARATOR)
+                if got is not None and len(parts) == len(token_ids) + 1 and parts[-1] == "":
+                    return parts[:-1]
             except (httpx.HTTPError, ValueError):
-                out.append("")
-        return out
+                pass
+        return [self._detokenize_one(t) for t in token_ids]
 
-    def run(self, probe: Probe, stream: bool = True) -> Response:
-        """Send PROBE once; never raises for server/transport errors (stored instead)."""
-        params = request_params(probe)
-        t0 = time.perf_counter()
+    def _detokenize_one(self, token_id: int) -> str:
         try:
-            if probe.kind == "chat":
-                resp = self._chat(probe, params, stream, t0)
-            else:
-                resp = self._completion(probe, params, stream, t0)
-        except (openai.APIError, httpx.HTTPError, ObservatoryError) as e:
-            resp = Response(error=f"{type(e).__name__}: {e}")
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            got = self._post_json("/detokenize", {"model": self.model(), "tokens": [token_id]})
+            return str(got.get("prompt", "")) if isinstance(got, dict) else ""
+        except (httpx.HTTPError, ValueError):
+            return ""
+
+    # -- probes ------------------------------------------------------------
+    def run(self, probe: Probe, stream: bool = True) -> Response:
+        """Send PROBE once with full logprobs; never raises for server/transport errors (stored instead)."""
+        return self._run(probe, request_params(probe), stream, timed=False)
+
+    def run_timed(self, probe: Probe) -> Response:
+        """Send PROBE once as a timed pass: streamed, no logprobs, usage counted by the server."""
+        return self._run(probe, timed_params(probe), True, timed=True)
+
+    def _run(self, probe: Probe, params: dict[str, Any], stream: bool, timed: bool) -> Response:
+        t0 = time.perf_counter()
+        deadline = t0 + self.timeout
+        out = Response()
+        try:
+            body = request_body(probe, self._served_model(), params, stream)
+            path = "/v1/chat/completions" if probe.kind == "chat" else "/v1/completions"
+            self._request(path, body, stream, t0, deadline, out, timed)
+            if probe.kind != "chat" and not timed:
+                out.token_texts = self.detokenize(out.token_ids)
+        except _Failed as e:
+            out = Response(error=str(e), error_kind=e.kind)
+        except DeadlineExceeded:
+            out = Response(error=self._timeout_text(), error_kind="timeout")
+        except WireError as e:
+            out = Response(error=f"{type(e).__name__}: {e}", error_kind=e.kind)
+        except ServerError as e:
+            out = Response(error=str(e), error_kind="http")
+        except ObservatoryError as e:
+            out = Response(error=f"{type(e).__name__}: {e}", error_kind="malformed")
+        except (MalformedStream, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             # a body that is not what the API promises (malformed JSON, missing fields)
-            resp = Response(error=f"malformed response: {type(e).__name__}: {e}")
-        if resp.error is None and resp.finish_reason is None:
-            resp.error = "malformed response: the server ended without a finish_reason"
-        resp.duration_ms = (time.perf_counter() - t0) * 1000.0
-        return resp
+            out = Response(error=f"malformed response: {type(e).__name__}: {e}", error_kind="malformed")
+        if out.error is None and out.finish_reason is None:
+            out.error = "malformed response: the server ended without a finish_reason"
+            out.error_kind = "malformed"
+        out.duration_ms = (time.perf_counter() - t0) * 1000.0
+        return out
 
-    def _chat(self, probe: Probe, params: dict[str, Any], stream: bool, t0: float) -> Response:
-        model = self.model()
-        if not stream:
-            r = self.openai.chat.completions.create(model=model, messages=probe.messages, **params)  # type: ignore[arg-type,call-overload]
-            choice = r.choices[0]
-            out = Response(content=choice.message.content, finish_reason=choice.finish_reason)
-            out.text = choice.message.content or ""
-            if choice.message.tool_calls:
-                out.tool_calls = [tc.model_dump() for tc in choice.message.tool_calls]
-            self._take_chat_logprobs(out, choice.logprobs)
-            out.usage = r.usage.model_dump() if r.usage else {}
-            return out
-        out = Response()
-        content_parts: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        s = self.openai.chat.completions.create(  # type: ignore[call-overload]
-            model=model, messages=probe.messages, stream=True,
-            stream_options={"include_usage": True}, **params,
-        )
-        for now, choice in _choices(s, t0, out, self.timeout):
-            delta = choice.delta
-            if delta is not None:
-                if delta.content:
-                    content_parts.append(delta.content)
-                for tc in delta.tool_calls or []:
-                    slot = calls.setdefault(
-                        tc.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-                    )
-                    if tc.id:
-                        slot["id"] = tc.id
-                    if tc.function is not None:
-                        if tc.function.name:
-                            slot["function"]["name"] += tc.function.name
-                        if tc.function.arguments:
-                            slot["function"]["arguments"] += tc.function.arguments
-            _note_chunk(out, now, self._take_chat_logprobs(out, choice.logprobs), choice.finish_reason)
-        out.content = "".join(content_parts) if content_parts or not calls else None
+    def _served_model(self) -> str:
+        try:
+            return self.model()
+        except ObservatoryError as e:
+            raise _Failed("timeout" if "Timeout" in str(e) else "connect", f"{type(e).__name__}: {e}") from None
+
+    def _timeout_text(self) -> str:
+        return (f"Timeout: no complete response within the {self.timeout:g} s request timeout "
+                "(--request-timeout)")
+
+    def _request(self, path: str, body: dict[str, Any], stream: bool, t0: float, deadline: float,
+                 out: Response, timed: bool) -> None:
+        chat = "messages" in body
+        resp = self._wire.post(path, _encode(body), deadline)
+        try:
+            if resp.status >= 400:
+                text = resp.read().decode("utf-8", errors="replace")
+                raise _Failed("http", f"HTTP {resp.status} from {path}: {text[:500]}")
+            if not stream:
+                _take_whole(out, decode_json(resp.read()), chat)
+                return
+            pieces = resp.body()
+            (_read_chat if chat else _read_completion)(out, events(pieces, t0), timed)
+            resp.finish(pieces)
+        finally:
+            resp.close()
+
+
+def _take_whole(out: Response, obj: Any, chat: bool) -> None:
+    """A non-streamed answer."""
+    choice = obj["choices"][0]
+    out.usage = obj.get("usage") or {}
+    out.finish_reason = choice.get("finish_reason")
+    if chat:
+        msg = choice.get("message") or {}
+        out.content = msg.get("content")
         out.text = out.content or ""
-        if calls:
-            out.tool_calls = [calls[i] for i in sorted(calls)]
-        return out
-
-    @staticmethod
-    def _take_chat_logprobs(out: Response, logprobs: Any) -> int:
-        if logprobs is None or not logprobs.content:
-            return 0
-        for item in logprobs.content:
-            out.token_ids.append(parse_token_id(item.token))
-            out.token_texts.append(_bytes_text(item.bytes, ""))
-            out.top_logprobs.append(
-                [[parse_token_id(t.token), float(t.logprob)] for t in (item.top_logprobs or [])]
-            )
-        return len(logprobs.content)
-
-    def _completion(self, probe: Probe, params: dict[str, Any], stream: bool, t0: float) -> Response:
-        model = self.model()
-        out = Response()
-        if not stream:
-            r = self.openai.completions.create(model=model, prompt=probe.prompt or "", **params)
-            choice = r.choices[0]
-            out.text = choice.text
-            out.finish_reason = choice.finish_reason
-            self._take_completion_logprobs(out, choice.logprobs)
-            out.usage = r.usage.model_dump() if r.usage else {}
-        else:
-            s = self.openai.completions.create(
-                model=model, prompt=probe.prompt or "", stream=True,
-                stream_options={"include_usage": True}, **params,
-            )
-            parts = []
-            for now, choice in _choices(s, t0, out, self.timeout):
-                parts.append(choice.text or "")
-                _note_chunk(out, now, self._take_completion_logprobs(out, choice.logprobs), choice.finish_reason)
-            out.text = "".join(parts)
+        out.reasoning = msg.get("reasoning_content") or msg.get("reasoning") or None
+        if msg.get("tool_calls"):
+            out.tool_calls = list(msg["tool_calls"])
+        _take_chat_logprobs(out, choice.get("logprobs"))
+    else:
+        out.text = choice.get("text") or ""
         out.content = out.text
-        out.token_texts = self.detokenize(out.token_ids)
-        return out
-
-    @staticmethod
-    def _take_completion_logprobs(out: Response, logprobs: Any) -> int:
-        if logprobs is None or not logprobs.tokens:
-            return 0
-        tops = logprobs.top_logprobs or [None] * len(logprobs.tokens)
-        for tok, top in zip(logprobs.tokens, tops):
-            out.token_ids.append(parse_token_id(tok))
-            pairs = sorted(((parse_token_id(k), float(v)) for k, v in (top or {}).items()), key=lambda p: -p[1])
-            out.top_logprobs.append([[t, lp] for t, lp in pairs])
-        return len(logprobs.tokens)
+        _take_completion_logprobs(out, choice.get("logprobs"))
 
 
-def _note_chunk(out: Response, now: float, n_tokens: int, finish_reason: str | None) -> None:
-    """Time a streamed chunk that carried N_TOKENS (the first one is the TTFT)."""
-    if n_tokens:
-        out.chunks.append([round(now, 3), n_tokens])
-        if out.ttft_ms is None:
-            out.ttft_ms = now
-    if finish_reason:
-        out.finish_reason = finish_reason
+def _note_chunk(out: Response, ms: float, n_tokens: int | None) -> None:
+    """Time a streamed chunk that carried N_TOKENS (None: unknown; the first one is the TTFT)."""
+    out.chunks.append([round(ms, 3), n_tokens])
+    if out.ttft_ms is None:
+        out.ttft_ms = ms
 
 
-def _choices(stream: Any, t0: float, out: Response, deadline_s: float | None = None) -> Iterator[tuple[float, Any]]:
-    """(ms since the request started, first choice) of each streamed chunk; usage goes to OUT.
+def _read_chat(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], timed: bool) -> None:
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for ms, obj in stream:
+        if obj.get("usage"):
+            out.usage = obj["usage"]
+        choices = obj.get("choices")
+        if not choices:
+            continue
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        carried = False
+        if delta.get("content"):
+            content.append(delta["content"])
+            carried = True
+        think = delta.get("reasoning_content") or delta.get("reasoning")
+        if think:
+            reasoning.append(think)
+            carried = True
+        for tc in delta.get("tool_calls") or ():
+            carried = True
+            slot = calls.setdefault(tc.get("index", 0),
+                                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+            if tc.get("id"):
+                slot["id"] = tc["id"]
+            fn = tc.get("function") or {}
+            slot["function"]["name"] += fn.get("name") or ""
+            slot["function"]["arguments"] += fn.get("arguments") or ""
+        if timed:
+            if carried:
+                _note_chunk(out, ms, None)
+        else:
+            n = _take_chat_logprobs(out, choice.get("logprobs"))
+            if n:
+                _note_chunk(out, ms, n)
+        if choice.get("finish_reason"):
+            out.finish_reason = choice["finish_reason"]
+    out.content = "".join(content) if content or not calls else None
+    out.text = out.content or ""
+    out.reasoning = "".join(reasoning) or None
+    if calls:
+        out.tool_calls = [calls[i] for i in sorted(calls)]
 
-    The read timeout restarts with every byte, so a server dripping chunks (or
-    keep-alive comments) would hold a request forever: past DEADLINE_S from the
-    start the stream is closed and RequestTimeout raised (issue 19: hostile servers).
-    """
-    expired = threading.Event()
-    timer = None
-    if deadline_s is not None:
-        def expire() -> None:
-            expired.set()
-            stream.close()
 
-        timer = threading.Timer(max(deadline_s - (time.perf_counter() - t0), 0.0), expire)
-        timer.daemon = True
-        timer.start()
-    late = f"the stream did not finish within the request timeout ({deadline_s} s)"
-    try:
-        for chunk in stream:
-            if expired.is_set():
-                raise RequestTimeout(late)
-            now = (time.perf_counter() - t0) * 1000.0
-            if chunk.usage:
-                out.usage = chunk.usage.model_dump()
-            if chunk.choices:
-                yield now, chunk.choices[0]
-    except (openai.APIError, httpx.HTTPError, ValueError, RuntimeError):
-        if expired.is_set():
-            raise RequestTimeout(late) from None
-        raise
-    finally:
-        if timer is not None:
-            timer.cancel()
-    if expired.is_set():
-        raise RequestTimeout(late)
+def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], timed: bool) -> None:
+    parts: list[str] = []
+    for ms, obj in stream:
+        if obj.get("usage"):
+            out.usage = obj["usage"]
+        choices = obj.get("choices")
+        if not choices:
+            continue
+        choice = choices[0]
+        text = choice.get("text") or ""
+        parts.append(text)
+        if timed:
+            if text:
+                _note_chunk(out, ms, None)
+        else:
+            n = _take_completion_logprobs(out, choice.get("logprobs"))
+            if n:
+                _note_chunk(out, ms, n)
+        if choice.get("finish_reason"):
+            out.finish_reason = choice["finish_reason"]
+    out.text = "".join(parts)
+    out.content = out.text
+
+
+def _take_chat_logprobs(out: Response, logprobs: Any) -> int:
+    items = (logprobs or {}).get("content") if isinstance(logprobs, dict) else None
+    if not items:
+        return 0
+    for item in items:
+        out.token_ids.append(parse_token_id(item["token"]))
+        out.token_texts.append(_bytes_text(item.get("bytes"), ""))
+        out.top_logprobs.append([[parse_token_id(t["token"]), float(t["logprob"])]
+                                 for t in item.get("top_logprobs") or ()])
+    return len(items)
+
+
+def _take_completion_logprobs(out: Response, logprobs: Any) -> int:
+    tokens = (logprobs or {}).get("tokens") if isinstance(logprobs, dict) else None
+    if not tokens:
+        return 0
+    tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+    for tok, top in zip(tokens, tops):
+        out.token_ids.append(parse_token_id(tok))
+        pairs = sorted(((parse_token_id(k), float(v)) for k, v in (top or {}).items()), key=lambda p: -p[1])
+        out.top_logprobs.append([[t, lp] for t, lp in pairs])
+    return len(tokens)

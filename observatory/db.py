@@ -35,6 +35,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from observatory.errors import ObservatoryError
+from observatory.packed import PackedLogprobs
 
 DEFAULT_DB = "runs.db"
 
@@ -137,10 +138,12 @@ class ResultRow(Base):
     # made storable (lone surrogates, NUL): see `observatory.store.storable`.
     text_raw: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
     content: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # the thinking a reasoning parser split off (vLLM reasoning_content); None when none was sent
+    reasoning: Mapped[str | None] = mapped_column(Text, nullable=True)
     token_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
     token_texts: Mapped[list[str]] = mapped_column(JSON, default=list)
-    # per position: [[token_id, logprob], ...] best first
-    top_logprobs: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # per position: [[token_id, logprob], ...] best first (stored packed: observatory.packed)
+    top_logprobs: Mapped[list[Any]] = mapped_column(PackedLogprobs, default=list)
     tool_calls: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
@@ -182,6 +185,40 @@ class MeasurementRow(Base):
     completion_tokens: Mapped[int] = mapped_column(Integer)
     wall_s: Mapped[float] = mapped_column(Float)
     counters_delta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class SummaryRow(Base):
+    """One arm of one judged session, in the few figures history reads (written by `evaluate`)."""
+
+    __tablename__ = "summaries"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id"), index=True)
+    arm_id: Mapped[int] = mapped_column(ForeignKey("arms.id"), unique=True)
+    position: Mapped[int] = mapped_column(Integer)
+    arm: Mapped[str] = mapped_column(String(255), index=True)
+    model: Mapped[str | None] = mapped_column(Text, nullable=True)
+    engine_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    image: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # hash of the session's probe content hashes: same probes, same hash
+    suite_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    validity: Mapped[list[str]] = mapped_column(JSON, default=list)
+    trusted: Mapped[bool] = mapped_column(Boolean)
+    alpha: Mapped[float | None] = mapped_column(Float, nullable=True)
+    tau: Mapped[float | None] = mapped_column(Float, nullable=True)
+    S: Mapped[float | None] = mapped_column(Float, nullable=True)
+    S_lo: Mapped[float | None] = mapped_column(Float, nullable=True)
+    S_hi: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the session's A/A throughput spread (noise floor), None without an A/A control
+    spread: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ttft_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # {verdict: count} over the arm's judged probes, and the probes that FAIL
+    verdicts: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
+    failing: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # the session verdict (observatory.verdict) and the session status it assumed
+    session_verdict: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    verdict_status: Mapped[str | None] = mapped_column(String(32), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 

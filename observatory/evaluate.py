@@ -1,4 +1,4 @@
-"""Judge a stored session, then derive its figures: the store -> judge step in one call."""
+"""Judge a stored session, then derive its figures and summaries: the store -> judge step in one call."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ from typing import Any
 
 from observatory.figures import compute_figures
 from observatory.judge import judge_session
+from observatory.summaries import write_summaries
 
 
 def evaluate(store: Any, session_id: int) -> int:
-    """Re-judge every result and recompute every arm's figures; returns the verdict count."""
+    """Re-judge every result, recompute every arm's figures and its history summary; returns the verdict count."""
     rows = judge_session(store, session_id)
     compute_figures(store, session_id)
+    write_summaries(store, session_id)
     return len(rows)

@@ -73,13 +73,19 @@ def acceptance(c: SpecCounters) -> dict[str, Any]:
     return out
 
 
+def _tokens(r: ResultRow) -> int:
+    """Tokens a result generated: its token ids, or (timed passes carry none) the server's usage count."""
+    n = (r.usage or {}).get("completion_tokens") if not r.token_ids else None
+    return len(r.token_ids or []) or (n if isinstance(n, int) else 0)
+
+
 def _decode_rate(r: ResultRow) -> tuple[float, int, float] | None:
     """(decode tok/s, tokens after the first, seconds after the first token) of one result.
 
     Like `vllm bench serve`'s TPOT: (end - first token) over (tokens - 1), which
     holds however the server groups tokens into chunks.
     """
-    n = len(r.token_ids or [])
+    n = _tokens(r)
     if n < 2 or r.ttft_ms is None or r.duration_ms is None:
         return None
     secs = (float(r.duration_ms) - float(r.ttft_ms)) / 1000.0
@@ -93,6 +99,8 @@ def _itl(results: list[ResultRow]) -> list[float]:
     for r in results:
         ch = r.chunks or []
         for (t0, _), (t1, n) in itertools.pairwise(ch):
+            if n is None:  # a timed pass's chunk: its token count is unknown
+                continue
             gaps.extend([(float(t1) - float(t0)) / max(int(n), 1)] * max(int(n), 1))
     return gaps
 
@@ -109,8 +117,8 @@ def speed(single: list[ResultRow], measurements: list[Any]) -> dict[str, Any]:
     tokens = sum(t for _, t, _ in rates)
     secs = sum(s for _, _, s in rates)
     # End to end: all tokens over the whole request time (TTFT included).
-    e2e = [[len(r.token_ids), float(r.duration_ms) / 1000.0] for r in single
-           if r.token_ids and r.duration_ms and r.duration_ms > 0]
+    e2e = [[_tokens(r), float(r.duration_ms) / 1000.0] for r in single
+           if _tokens(r) and r.duration_ms and r.duration_ms > 0]
     e2e_tokens = sum(t for t, _ in e2e)
     e2e_secs = sum(s for _, s in e2e)
     by_level: dict[int, list[float]] = defaultdict(list)

@@ -1,6 +1,7 @@
 """History across sessions: acceptance, speedup and verdicts per session and arm, with regression alerts.
 
-Each (session, arm) becomes one `Point`, read from `report_data.build()`.
+Each (session, arm) becomes one `Point`, read from the per-arm summaries
+stored when the session was judged (`observatory.summaries`).
 A point is compared with the previous *comparable* point: same model, same
 arm name, same suite content (the hash of its probes' content hashes), and
 trusted (the arm ran ok and has no INVALID/CONFOUNDED/CRASHED/HUNG validity).
@@ -19,9 +20,8 @@ absolute tok/s is never compared across sessions (DESIGN.md mistake 6).
 
 from __future__ import annotations
 
-import hashlib
-from collections import Counter
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,8 @@ from rich.text import Text
 
 from observatory import charts
 from observatory.report import environment
-from observatory.report_data import build
 from observatory.store import Store
-from observatory.verdict import INVALID_CODES
+from observatory.summaries import arm_summaries, read_summaries
 
 DEFAULT_ACCEPTANCE_TOLERANCE = 0.05
 
@@ -59,6 +58,11 @@ class Point:
     verdicts: dict[str, int]
     failing: list[str]
     notes: list[str] = field(default_factory=list)
+    ttft_ms: float | None = None
+    engine_version: str | None = None
+    image: str | None = None
+    # the session's verdict (the nightly gate's); None while the session still runs
+    session_verdict: str | None = None
 
 
 @dataclass
@@ -78,41 +82,37 @@ class Alert:
     message: str
 
 
-def suite_hash(data: dict[str, Any]) -> str:
-    """A hash of the session's probe content hashes (same probes, same hash)."""
-    joined = ",".join(sorted(p["hash"] for p in data["probes"]))
-    return hashlib.sha256(joined.encode()).hexdigest()[:12]
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat(timespec="seconds") + "Z" if t else None
+
+
+def _point(x: dict[str, Any], session: int, started_at: str | None, host: str | None,
+           verdict: str | None) -> Point:
+    ci = [x["S_lo"], x["S_hi"]] if x["S_lo"] is not None and x["S_hi"] is not None else None
+    return Point(session=session, started_at=started_at, model=x["model"], host=host, suite_hash=x["suite_hash"],
+                 arm=x["arm"], status=x["status"], validity=list(x["validity"] or []), trusted=bool(x["trusted"]),
+                 alpha=x["alpha"], tau=x["tau"], S=x["S"], S_ci=ci, spread=x["spread"],
+                 verdicts=dict(x["verdicts"] or {}), failing=list(x["failing"] or []), ttft_ms=x["ttft_ms"],
+                 engine_version=x["engine_version"], image=x["image"], session_verdict=verdict)
 
 
 def session_points(data: dict[str, Any], arm: str | None = None) -> list[Point]:
-    """The points of one session (optionally only arm ARM)."""
+    """The points of one `report_data.build` dict (optionally only arm ARM)."""
     s = data["session"]
-    spread = next((a["noise_floor"].get("throughput_spread") for a in data["arms"] if a.get("noise_floor")), None)
-    out = []
-    for a in data["arms"]:
-        if arm is not None and a["name"] != arm:
-            continue
-        codes = [v.get("code", "?") for v in a.get("validity") or []]
-        acc, vs = a.get("acceptance") or {}, a.get("vs_base") or {}
-        cells = [r["verdict"] for r in a["results"] if r["verdict"]]
-        out.append(Point(
-            session=s["id"], started_at=s.get("started_at"), model=s.get("model"), host=s.get("host"),
-            suite_hash=suite_hash(data), arm=a["name"], status=a.get("status"), validity=codes,
-            trusted=a.get("status") == "ok" and not any(c in INVALID_CODES for c in codes),
-            alpha=acc.get("alpha"), tau=acc.get("tau"), S=vs.get("S"), S_ci=vs.get("ci"), spread=spread,
-            verdicts=dict(Counter(cells)), failing=sorted(r["probe"] for r in a["results"] if r["verdict"] == "FAIL"),
-        ))
-    return out
+    return [_point(x, s["id"], s.get("started_at"), s.get("host"), None)
+            for x in arm_summaries(data) if arm is None or x["arm"] == arm]
 
 
 def load_points(store: Store, model: str | None = None, arm: str | None = None, limit: int = 100) -> list[Point]:
-    """Points of the latest LIMIT sessions, oldest first; MODEL matches as a case-insensitive substring."""
-    points: list[Point] = []
-    for s in reversed(store.sessions(limit)):
-        data = build(store, s.id)
-        if model and model.lower() not in (data["session"]["model"] or "").lower():
-            continue
-        points += session_points(data, arm)
+    """Points of the latest LIMIT sessions whose model contains MODEL (case-insensitive), oldest first.
+
+    Read from the stored summaries (`observatory.summaries`), built once for
+    sessions judged before summaries existed.
+    """
+    points = []
+    for x in read_summaries(store, model, arm, limit):
+        verdict = x["session_verdict"] if x["verdict_status"] == x["session_status"] else None
+        points.append(_point(x, x["session_id"], _iso(x["started_at"]), x["host"], verdict))
     return points
 
 
@@ -158,19 +158,27 @@ def compare(p: Point, prev: Point, acceptance_tolerance: float) -> list[Alert]:
 
 
 def find_alerts(points: list[Point], acceptance_tolerance: float = DEFAULT_ACCEPTANCE_TOLERANCE) -> list[Alert]:
-    """Compare every point with the previous comparable one (POINTS oldest first); adds notes saying why not."""
+    """Compare every point with the previous comparable one (POINTS oldest first); adds notes saying why not.
+
+    One pass: the latest trusted point per (model, arm) and per (model, arm,
+    suite) is kept in a dict as the points go by.
+    """
     alerts: list[Alert] = []
-    for i, p in enumerate(points):
+    last: dict[tuple[str | None, str], Point] = {}
+    last_same_suite: dict[tuple[str | None, str, str], Point] = {}
+    for p in points:
         if not p.trusted:
             p.notes.append(f"not compared: {p.status}{' ' + ','.join(p.validity) if p.validity else ''}")
             continue
-        earlier = [q for q in points[:i] if q.model == p.model and q.arm == p.arm and q.trusted]
-        same = [q for q in earlier if q.suite_hash == p.suite_hash]
-        if not same:
-            p.notes.append(f"suite changed since session {earlier[-1].session}: not compared" if earlier
+        key = (p.model, p.arm)
+        earlier = last.get(key)
+        same = last_same_suite.get((*key, p.suite_hash))
+        last[key] = last_same_suite[(*key, p.suite_hash)] = p
+        if same is None:
+            p.notes.append(f"suite changed since session {earlier.session}: not compared" if earlier
                            else "first comparable session")
             continue
-        alerts += compare(p, same[-1], acceptance_tolerance)
+        alerts += compare(p, same, acceptance_tolerance)
     return alerts
 
 
@@ -182,13 +190,22 @@ def _verdict_text(counts: dict[str, int]) -> str:
     return " · ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "—"
 
 
+# Rows of the terminal table: rich lays out about 300 rows a second, and
+# thousands of rows on a terminal help nobody (--json and --out have them all).
+TABLE_ROWS = 200
+
+
 def print_history(points: list[Point], alerts: list[Alert], console: Console | None = None) -> None:
-    """A rich table of the points, then the alerts."""
+    """A rich table of the latest TABLE_ROWS points, then every alert."""
     console = console or Console()
-    table = Table(title="History (oldest first)")
+    shown = points[-TABLE_ROWS:]
+    title = "History (oldest first)" if len(shown) == len(points) else (
+        f"History (oldest first): the latest {len(shown)} of {len(points)} points; "
+        "all of them with --json or --out DIR")
+    table = Table(title=title)
     for col in ("session", "started", "model", "arm", "status", "α", "τ", "S [95% CI]", "verdicts", "notes"):
         table.add_column(col, no_wrap=col in ("session", "started", "α", "τ"))
-    for p in points:
+    for p in shown:
         ci = f" [{p.S_ci[0]:.2f}–{p.S_ci[1]:.2f}]" if p.S_ci else ""
         started = (p.started_at or "—")[:16].replace("T", " ")
         table.add_row(str(p.session), Text(started), Text(Path(p.model or "—").name), Text(p.arm),

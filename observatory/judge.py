@@ -56,7 +56,7 @@ def to_output(r: ResultRow) -> Output:
         finish_reason=r.finish_reason,
         tool_calls=r.tool_calls,
         content=r.content,
-        reasoning=getattr(r, "reasoning", None),
+        reasoning=r.reasoning,
     )
 
 

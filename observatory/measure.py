@@ -101,6 +101,7 @@ class ArmRun:
         return self.runner.store.add(ResultRow(
             arm_id=self.arm_id, probe_id=self.runner.probe_ids[probe.name], mode=mode, repeat=repeat,
             ok=resp.ok, error=storable(resp.error), text=text, content=storable(resp.content),
+            reasoning=storable(resp.reasoning),
             text_raw=[ord(c) for c in resp.text] if text != resp.text else None,
             token_ids=resp.token_ids, token_texts=storable(resp.token_texts), top_logprobs=resp.top_logprobs,
             tool_calls=storable(resp.tool_calls), finish_reason=resp.finish_reason, usage=storable(resp.usage),
@@ -156,7 +157,7 @@ class ArmRun:
                 before = self.counters()
                 t0 = time.perf_counter()
                 with ThreadPoolExecutor(max_workers=level) as ex:
-                    resps = list(ex.map(lambda p: client.run(p, stream=True), work))
+                    resps = list(ex.map(client.run_timed, work))
                 wall = time.perf_counter() - t0
                 delta = self.counters() - before
                 for probe, resp in zip(work, resps):
@@ -164,6 +165,6 @@ class ArmRun:
                     self.check_alive(resp)
                 self.runner.store.add(MeasurementRow(
                     arm_id=self.arm_id, concurrency=level, repeat=rep, requests=len(work),
-                    completion_tokens=sum(len(r.token_ids) for r in resps), wall_s=wall,
+                    completion_tokens=sum(r.completion_tokens or 0 for r in resps), wall_s=wall,
                     counters_delta=delta.to_dict(),
                 ))

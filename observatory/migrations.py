@@ -162,7 +162,43 @@ def m003_session_lease(conn: Connection) -> None:
     conn.execute(text(f"ALTER TABLE sessions ADD COLUMN lease_at {timestamp}"))
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_result_text_raw, m003_session_lease]
+def m004_reasoning_and_summaries(conn: Connection) -> None:
+    """A result's reasoning text; per-arm summaries that history reads instead of whole sessions."""
+    conn.execute(text("ALTER TABLE results ADD COLUMN reasoning TEXT"))
+    md = MetaData()
+    md.reflect(conn, only=["sessions", "arms"])
+    Table(
+        "summaries",
+        md,
+        _id(),
+        Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False, index=True),
+        Column("arm_id", Integer, ForeignKey("arms.id"), nullable=False, unique=True),
+        Column("position", Integer, nullable=False),
+        Column("arm", String(255), nullable=False, index=True),
+        Column("model", Text),
+        Column("engine_version", String(64)),
+        Column("image", Text),
+        Column("suite_hash", String(64), nullable=False),
+        Column("status", String(32)),
+        Column("validity", JSON, nullable=False),
+        Column("trusted", Boolean, nullable=False),
+        Column("alpha", Float),
+        Column("tau", Float),
+        Column("S", Float),
+        Column("S_lo", Float),
+        Column("S_hi", Float),
+        Column("spread", Float),
+        Column("ttft_ms", Float),
+        Column("verdicts", JSON, nullable=False),
+        Column("failing", JSON, nullable=False),
+        Column("session_verdict", String(32)),
+        Column("verdict_status", String(32)),
+        Column("created_at", DateTime, nullable=False),
+    )
+    md.tables["summaries"].create(conn)
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries]
 
 _TRACKING = MetaData()
 _migrations_table = Table(

@@ -29,7 +29,6 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from observatory import charts
-from observatory.figures import vs_base
 from observatory.paths import TEMPLATES_DIR
 from observatory.report_data import preview
 from observatory.verdict import INVALID_CODES, arm_role, decide
@@ -144,14 +143,22 @@ def arm_view(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def diff_views(data: dict[str, Any], only: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-    """Every divergence of the session (or of one result): token_diff and its stream/batch variants."""
-    out = []
+    """Every divergence of the session (or of one result): token_diff and its stream/batch variants.
+
+    For every result's own list at once, use `diffs_by_result` (one pass).
+    """
+    if only is not None:
+        return diffs_by_result(data).get(only, [])
+    return [d for ds in diffs_by_result(data).values() for d in ds]
+
+
+def diffs_by_result(data: dict[str, Any]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    """(arm index, probe index) -> that result's divergences, in one pass over the session."""
+    pidx = {p["name"]: i for i, p in enumerate(data["probes"])}
+    out: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for ai, a in enumerate(data["arms"]):
-        pidx = {p["name"]: i for i, p in enumerate(data["probes"])}
         for r in a["results"]:
             pi = pidx.get(r["probe"], -1)
-            if only is not None and only != (ai, pi):
-                continue
             for gate, (ref, cand, label) in DIFF_GATES.items():
                 v = r["verdicts"].get(gate)
                 d = (v or {}).get("details") or {}
@@ -159,7 +166,7 @@ def diff_views(data: dict[str, Any], only: tuple[int, int] | None = None) -> lis
                     continue
                 if gate == "token_diff" and a.get("copy_of"):
                     label = "A/A control vs base"
-                out.append({
+                out.setdefault((ai, pi), []).append({
                     "arm": a["name"], "probe": r["probe"], "href": result_href(ai, pi), "gate": gate,
                     "label": label, "verdict": v["verdict"], "reason": v["reason"], "kind": d.get("kind"),
                     "position": d.get("position"), "margin": d.get("margin"),
@@ -192,10 +199,15 @@ def overall(data: dict[str, Any]) -> dict[str, Any]:
 def matrix(data: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
     """Probe rows, one cell per arm: worst verdict, 80-character preview, link, stream/batch flags."""
     rows = []
+    # each arm's first result per probe, indexed once (was a scan per cell)
+    by_probe: list[dict[str, dict[str, Any]]] = [{} for _ in data["arms"]]
+    for ai, a in enumerate(data["arms"]):
+        for x in a["results"]:
+            by_probe[ai].setdefault(x["probe"], x)
     for pi, p in enumerate(data["probes"]):
         cells: list[dict[str, Any] | None] = []
-        for ai, a in enumerate(data["arms"]):
-            r = next((x for x in a["results"] if x["probe"] == p["name"]), None)
+        for ai, _a in enumerate(data["arms"]):
+            r = by_probe[ai].get(p["name"])
             if r is None:
                 cells.append(None)
                 continue
@@ -259,11 +271,14 @@ def render_session(data: dict[str, Any], out: Path | str) -> Path:
     out = Path(out)
     env = environment()
     ctx = context(data)
+    pidx = {p["name"]: i for i, p in enumerate(data["probes"])}
+    diffs = diffs_by_result(data)
+    result_page = env.get_template("result.html")
     for ai, a in enumerate(data["arms"]):
         for r in a["results"]:
-            pi = next(i for i, p in enumerate(data["probes"]) if p["name"] == r["probe"])
-            page = env.get_template("result.html").render(
-                s=data["session"], arm=ctx["arms"][ai], r=r, diffs=diff_views(data, (ai, pi)),
+            pi = pidx[r["probe"]]
+            page = result_page.render(
+                s=data["session"], arm=ctx["arms"][ai], r=r, diffs=diffs.get((ai, pi), []),
                 tokens=token_rows(r), acc=_g(a, "acceptance", "by_probe", r["probe"]) or {}, root="../")
             _write(out / result_href(ai, pi), page)
     index = out / "index.html"
@@ -290,6 +305,8 @@ def _base(data: dict[str, Any]) -> dict[str, Any] | None:
 
 def cross_speedups(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """Speedups of each session's spec arms over the OTHER session's base (flagged cross-session)."""
+    from observatory.figures import vs_base  # here: numpy costs 0.3 s at start-up of every report
+
     out = []
     for spec_s, base_s in ((a, b), (b, a)):
         base = _base(base_s)
@@ -321,10 +338,12 @@ def render_cross(a: dict[str, Any], b: dict[str, Any], out: Path | str,
     names = list(dict.fromkeys([p["name"] for p in a["probes"]] + [p["name"] for p in b["probes"]]))
     hashes = [{p["name"]: p["hash"] for p in d["probes"]} for d in (a, b)]
     rows = []
+    # each side's matrix once, indexed by probe name (was recomputed per probe)
+    matrices = [{r["probe"]["name"]: r for r in matrix(data, side["prefix"])} for side, data in zip(sides, (a, b))]
     for name in names:
         cells: list[dict[str, Any] | None] = []
-        for side, data in zip(sides, (a, b)):
-            row = next((r for r in matrix(data, side["prefix"]) if r["probe"]["name"] == name), None)
+        for data, by_name in zip((a, b), matrices):
+            row = by_name.get(name)
             cells += row["cells"] if row else [None] * len(data["arms"])
         changed = name in hashes[0] and name in hashes[1] and hashes[0][name] != hashes[1][name]
         rows.append({"name": name, "changed": changed, "cells": cells})

@@ -14,7 +14,10 @@ from observatory.cli import cli
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     out = []
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         out.append((*prefix, name))
         if isinstance(cmd, click.Group):
             out += _commands(cmd, (*prefix, name))
@@ -26,7 +29,9 @@ def test_every_command_has_help_with_an_example(path: tuple[str, ...]) -> None:
     cmd: click.Command = cli
     for name in path:
         assert isinstance(cmd, click.Group)
-        cmd = cmd.commands[name]
+        found = cmd.get_command(click.Context(cmd), name)
+        assert found is not None
+        cmd = found
     assert cmd.help and len(cmd.help.strip()) > 10
     if not isinstance(cmd, click.Group):
         assert "\b" in cmd.help, f"{' '.join(path)} lacks a \\b example block"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -304,3 +305,29 @@ def test_offline_adapter_shape() -> None:
 def test_offline_adapter_rejects_bad_input(obj, message) -> None:
     with pytest.raises(ObservatoryError, match=re.escape(message)):
         GATE.offline(obj)
+
+
+@pytest.mark.parametrize(
+    ("top", "row"),
+    [
+        ([[[1, -0.1]], [[2, -0.2], [5, True]]], 1),
+        ([[[1, -0.1]], [[2, -0.2]], [[3, -0.1, 0.0]]], 2),
+        ([[[1, -0.1]], [[2.0, -0.2]]], 1),
+        ([[[1, -0.1]], [(2, -0.2)]], 1),
+        ([[[1, -0.1]], "x"], 1),
+        ([[[1, "-0.1"]]], 0),
+    ],
+    ids=["bool-logprob", "three-numbers", "float-id", "tuple-pair", "row-not-a-list", "string-logprob"],
+)
+def test_offline_input_check_names_the_bad_row(top: list[Any], row: int) -> None:
+    """Issue "A fast instrument" (smaller costs): the token-diff input check, now done at C speed,
+    still rejects every malformed pair and names its row."""
+    obj = {"base": {"token_ids": [1, 2, 3], "top_logprobs": top}, "spec": {"token_ids": [1, 2, 3]}}
+    with pytest.raises(ObservatoryError, match=re.escape(f"base.top_logprobs[{row}]")):
+        GATE.offline(obj)
+
+
+def test_offline_margin_with_integer_logprobs() -> None:
+    obj = {"base": {"token_ids": [1, 2], "top_logprobs": [[[1, 0]], [[2, -1], [7, -3]]]},
+           "spec": {"token_ids": [1, 7]}}
+    assert GATE.offline(obj)["margin"] == 2

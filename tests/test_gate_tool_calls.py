@@ -383,3 +383,23 @@ def test_invalid_schema_in_the_probe_is_an_error() -> None:
 def test_offline_rejects_bad_input(obj, message) -> None:
     with pytest.raises(ObservatoryError, match=message):
         GATE.offline(obj)
+
+
+def test_tool_schemas_are_validated_once_per_tool_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue "A fast instrument" (smaller costs): tool schemas were re-validated on every check."""
+    import jsonschema
+
+    checked: list[Any] = []
+    real = jsonschema.validators.validator_for
+    monkeypatch.setattr(jsonschema.validators, "validator_for",
+                        lambda schema, *a, **k: checked.append(schema) or real(schema, *a, **k))
+    GATE.check.__globals__["_validators"].cache_clear()
+    probe = Probe(name="w", category="tool_call", messages=[{"role": "user", "content": "weather?"}],
+                  tools=[WEATHER], expect={"tool_count": 1})
+    out = Output(text="", content=None, tool_calls=[call("get_weather", {"city": "Paris"})])
+    verdicts = [GATE.check(out, probe).verdict for _ in range(5)]
+    params = WEATHER["function"]["parameters"]  # type: ignore[index]
+    assert verdicts == ["PASS"] * 5 and checked.count(params) == 1
+    changed = Probe(name="w", category="tool_call", messages=[{"role": "user", "content": "weather?"}],
+                    tools=[WEATHER, TIME], expect={"tool_count": 1})
+    assert GATE.check(out, changed).verdict == "PASS" and checked.count(params) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,13 @@ from observatory.report_data import build
 from observatory.runner import Interrupted, Reporter, Runner
 from observatory.store import Store
 from observatory.terminal import RichReporter, print_summary
+
+
+def positive_seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """Click callback: a finite number of seconds above zero (0, negative, NaN or inf is a usage error)."""
+    if not math.isfinite(value) or value <= 0:
+        raise click.BadParameter(f"{value:g} is not a positive number of seconds; give e.g. 300.", ctx, param)
+    return value
 
 
 def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, ...] = ()) -> Any:
@@ -43,7 +51,8 @@ def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, 
         click.option("--health-timeout", type=float, default=900.0, show_default=True,
                      help="Seconds to wait for each engine's /health."),
         click.option("--request-timeout", type=float, default=300.0, show_default=True,
-                     help="Seconds before one request counts as hung."),
+                     callback=positive_seconds,
+                     help="Seconds one whole request may take before it counts as hung (a deadline)."),
         click.option("--log-dir", default="logs", show_default=True, help="Where engine logs go."),
         click.option("--api-key", envvar="OBSERVATORY_API_KEY",
                      help="Bearer key for URL arms (never stored)."),

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 
 from observatory.errors import ObservatoryError
 from observatory.gates import Gate, GateRegistry, default_registry, registry_for
@@ -63,6 +62,8 @@ def check_lines(g: Gate, lines: Iterable[str], source: str) -> list[dict[str, An
 
 def distribution(scores: list[float]) -> dict[str, Any]:
     """n, min, percentiles and max of SCORES (at least one)."""
+    import numpy as np  # imported here: `observatory gates list` must start fast
+
     pct = np.percentile(scores, PERCENTILES)
     return {
         "n": len(scores),

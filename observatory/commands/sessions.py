@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from observatory.db import SessionRow
-from observatory.evaluate import evaluate
 from observatory.gates import registry_for
 from observatory.jsonout import to_json
 from observatory.report_data import build
@@ -67,6 +66,8 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...]) -
     observatory judge 12
     observatory judge 12 --gates-dir my_gates/
     """
+    from observatory.evaluate import evaluate  # here: it pulls in numpy, which reading commands never need
+
     store = Store(db, create=False, write=True)
     s = store.session(session_id)
     if gates_dirs:

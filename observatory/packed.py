@@ -1,0 +1,104 @@
+"""Top logprobs stored compactly: packed arrays inside the JSON column, lists for every reader.
+
+A result's top logprobs are, per generated position, ``[[token_id, logprob],
+...]``: stored as JSON that was about 280 bytes a position (top-10), 80% of a
+session's database. `PackedLogprobs` stores them as one JSON object of
+base64 strings (token ids, logprobs, and the pair count of each position, or
+``=KxN`` when all N positions have K) and hands every reader the same
+``[[token_id, logprob], ...]`` lists back.
+
+Nothing is lost: ids take the smallest unsigned width that holds them, and
+logprobs are packed as float32 only when every value survives the round trip
+exactly (vLLM computes them in float32), else as float64. Rows written before
+packing (plain JSON lists) read unchanged. The column stays JSON, so no
+migration is needed and PostgreSQL keeps its JSON type.
+"""
+
+from __future__ import annotations
+
+import base64
+from array import array
+from typing import Any
+
+from sqlalchemy import JSON
+from sqlalchemy.types import TypeDecorator
+
+FORMAT = 1
+
+
+def _b64(a: array) -> str:  # type: ignore[type-arg]
+    return base64.b64encode(a.tobytes()).decode("ascii")
+
+
+def _unb64(code: str, s: str) -> array:  # type: ignore[type-arg]
+    a = array(code)
+    a.frombytes(base64.b64decode(s))
+    return a
+
+
+def pack(rows: list[Any]) -> dict[str, Any] | list[Any]:
+    """[[[id, logprob], ...], ...] -> the packed object (ROWS unchanged if they are not id/logprob pairs)."""
+    counts: list[int] = []
+    ids: list[int] = []
+    lps: list[float] = []
+    try:
+        for pos in rows:
+            counts.append(len(pos))
+            for t, lp in pos:
+                ids.append(t)
+                lps.append(lp)
+        id_code = "H" if not ids or max(ids) < 1 << 16 else "I" if max(ids) < 1 << 32 else "Q"
+        packed_ids = array(id_code, ids)
+        count_code = "H" if not counts or max(counts) < 1 << 16 else "I"
+        packed_counts = array(count_code, counts)
+        f32 = array("f", lps)
+        lp_code = "f" if f32.tolist() == lps else "d"
+        packed_lps = f32 if lp_code == "f" else array("d", lps)
+    except (TypeError, ValueError, OverflowError):
+        return rows  # not [id, logprob] pairs of numbers: stored as given
+    if any(isinstance(t, bool) or not isinstance(t, int) for t in ids) or min(ids, default=0) < 0:
+        return rows
+    uniform = len(set(counts)) == 1
+    return {"packed": FORMAT,
+            "counts": f"={counts[0]}x{len(counts)}" if uniform else count_code + _b64(packed_counts),
+            "ids": id_code + _b64(packed_ids),
+            "logprobs": lp_code + _b64(packed_lps)}
+
+
+def unpack(value: Any) -> Any:
+    """The packed object -> [[[id, logprob], ...], ...]; anything else (old rows) as it is."""
+    if not isinstance(value, dict) or value.get("packed") != FORMAT:
+        return value
+    c = value["counts"]
+    if c.startswith("="):  # every position has the same number of pairs: "=KxN"
+        k, n = c[1:].split("x")
+        counts: Any = [int(k)] * int(n)
+    else:
+        counts = _unb64(c[0], c[1:])
+    ids = _unb64(value["ids"][0], value["ids"][1:]).tolist()
+    lps = _unb64(value["logprobs"][0], value["logprobs"][1:]).tolist()
+    pairs = list(map(list, zip(ids, lps)))
+    if c.startswith("="):
+        k = counts[0] if counts else 0
+        return [pairs[i:i + k] for i in range(0, k * len(counts), k)] if k else [[] for _ in counts]
+    out: list[list[list[Any]]] = []
+    i = 0
+    for n in counts:
+        out.append(pairs[i:i + n])
+        i += n
+    return out
+
+
+class PackedLogprobs(TypeDecorator):  # type: ignore[type-arg]
+    """A JSON column whose top-logprob lists are stored packed (see the module docstring)."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        """Pack on the way in."""
+        return pack(value) if isinstance(value, list) and value else value
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        """Unpack on the way out."""
+        return unpack(value)

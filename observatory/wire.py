@@ -1,0 +1,277 @@
+"""A minimal HTTP/1.1 client for the probe requests: one POST, its body as the bytes arrive.
+
+Why not httpx here: at 64 streams its pure-Python HTTP parser (h11) and
+transport layers cost about 0.1 ms of CPU per streamed chunk, more than the
+rest of the client together, and the client is the instrument (issue "A fast
+instrument"). This reads the socket itself: a status line, headers, then a
+chunked, sized or close-delimited body, on keep-alive connections from a
+small pool. Every socket read waits at most until the request's deadline, so
+``--request-timeout`` bounds the whole request, headers included, and a
+server that drips a byte a second cannot extend it.
+
+httpx still serves everything else (/health, /metrics, /v1/models, ...).
+Probe requests go straight to the arm's host: HTTP(S)_PROXY settings are not
+applied to them (serving engines are reached directly, as vllm bench does).
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+_RECV = 65536
+
+
+class DeadlineExceeded(Exception):
+    """The request ran past its deadline (the whole request, not one read)."""
+
+
+class WireError(Exception):
+    """The connection failed or the server broke the HTTP protocol; `kind` is "connect" or "timeout"."""
+
+    def __init__(self, message: str, kind: str = "connect"):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class _Conn:
+    """One open connection and the bytes read past the last response."""
+
+    sock: socket.socket
+    buf: bytes = b""
+
+
+@dataclass
+class WireResponse:
+    """A response whose head has been read; iterate `body()` once, to its end."""
+
+    status: int
+    headers: dict[str, str]
+    _pool: Pool
+    _conn: _Conn
+    _deadline: float
+    _done: bool = field(default=False)
+    _released: bool = field(default=False)
+
+    def _recv(self) -> bytes:
+        left = self._deadline - time.perf_counter()
+        if left <= 0:
+            raise DeadlineExceeded()
+        self._conn.sock.settimeout(left)
+        try:
+            data = self._conn.sock.recv(_RECV)
+        except TimeoutError:
+            raise DeadlineExceeded() from None
+        except OSError as e:
+            raise WireError(f"connection lost mid-response: {e}") from None
+        return data
+
+    def body(self) -> Iterator[bytes]:
+        """The body's bytes as they arrive (transfer coding removed); the connection is reused after."""
+        try:
+            if "chunked" in self.headers.get("transfer-encoding", "").lower():
+                yield from self._chunked()
+            elif "content-length" in self.headers:
+                yield from self._sized(int(self.headers["content-length"]))
+            else:
+                yield from self._until_close()
+            self._done = True
+        finally:
+            self.close()
+
+    def finish(self, body: Iterator[bytes], grace_s: float = 0.05) -> None:
+        """Drain what is left of BODY (the chunked terminator after an SSE [DONE]) so the
+        connection can be reused; a server that does not end the body within GRACE_S
+        just loses the connection (the answer is already complete)."""
+        self._deadline = min(self._deadline, time.perf_counter() + grace_s)
+        try:
+            for _ in body:
+                pass
+        except (DeadlineExceeded, WireError):
+            self.close()
+
+    def read(self) -> bytes:
+        """The whole body."""
+        return b"".join(self.body())
+
+    def close(self) -> None:
+        """Give the connection back (whole response read, keep-alive) or close it."""
+        if self._released:
+            return
+        self._released = True
+        keep = self._done and self.headers.get("connection", "").lower() != "close"
+        self._pool.release(self._conn, keep)
+
+    def _sized(self, n: int) -> Iterator[bytes]:
+        c = self._conn
+        while True:
+            if c.buf:
+                take, c.buf = c.buf[:n], c.buf[n:]
+                n -= len(take)
+                yield take
+            if n <= 0:
+                return
+            data = self._recv()
+            if not data:
+                raise WireError("the server closed the connection before the whole body")
+            c.buf = data
+
+    def _until_close(self) -> Iterator[bytes]:
+        c = self._conn
+        if c.buf:
+            yield c.buf
+            c.buf = b""
+        while data := self._recv():
+            yield data
+        self.headers["connection"] = "close"
+
+    def _chunked(self) -> Iterator[bytes]:
+        c = self._conn
+        buf = c.buf
+        while True:
+            out: list[bytes] = []
+            pos = 0
+            while True:  # every whole chunk in the buffer
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                try:
+                    size = int(buf[pos:eol].split(b";", 1)[0], 16)
+                except ValueError:
+                    raise WireError(f"bad chunk size {buf[pos:eol][:40]!r}") from None
+                if size == 0:
+                    end = buf.find(b"\r\n\r\n", eol)  # optional trailers, then an empty line
+                    if end < 0 and buf[eol:eol + 4] != b"\r\n\r\n":
+                        break
+                    if out:
+                        yield b"".join(out)
+                    c.buf = buf[end + 4:]
+                    return
+                if len(buf) < eol + 2 + size + 2:
+                    break
+                out.append(buf[eol + 2:eol + 2 + size])
+                pos = eol + 2 + size + 2
+            buf = buf[pos:]
+            if out:
+                yield b"".join(out)
+            data = self._recv()
+            if not data:
+                raise WireError("the server closed the connection mid-stream")
+            buf += data
+
+
+class Pool:
+    """Keep-alive connections to one server (thread-safe)."""
+
+    def __init__(self, base_url: str, headers: dict[str, str] | None = None):
+        u = urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an http(s) URL: {base_url!r}")
+        self.tls = u.scheme == "https"
+        self.host = u.hostname
+        self.port = u.port or (443 if self.tls else 80)
+        self.prefix = u.path.rstrip("/")
+        host_header = u.netloc.rsplit("@", 1)[-1]
+        headers = dict(headers or {})
+        if u.username is not None:
+            # Credentials in the URL travel as HTTP Basic auth, as httpx and curl send them; they are
+            # this arm's own, so they take the place of a session-wide --api-key.
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            creds = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(creds).decode()
+        self._head = f"Host: {host_header}\r\nUser-Agent: observatory\r\nAccept: */*\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in headers.items())
+        self._idle: list[_Conn] = []
+        self._lock = threading.Lock()
+        self._ssl = ssl.create_default_context() if self.tls else None
+
+    def _connect(self, deadline: float) -> _Conn:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            raise DeadlineExceeded()
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=min(left, 10.0))
+        except TimeoutError:
+            raise DeadlineExceeded() if time.perf_counter() >= deadline else WireError(
+                f"ConnectTimeout: no connection to {self.host}:{self.port} within 10 s", "timeout") from None
+        except OSError as e:
+            raise WireError(f"cannot connect to {self.host}:{self.port}: {e}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._ssl is not None:
+            sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
+        return _Conn(sock)
+
+    def release(self, conn: _Conn, keep: bool) -> None:
+        """Back to the pool, or closed."""
+        if keep:
+            with self._lock:
+                self._idle.append(conn)
+        else:
+            try:
+                conn.sock.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            self.release(c, False)
+
+    def post(self, path: str, body: bytes, deadline: float) -> WireResponse:
+        """Send one POST of a JSON BODY and read the response head (a stale kept-alive connection is retried once)."""
+        request = (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Type: application/json\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        for attempt in (0, 1):
+            fresh = conn is None
+            if conn is None:
+                conn = self._connect(deadline)
+            resp = WireResponse(0, {}, self, conn, deadline)
+            try:
+                conn.sock.settimeout(max(deadline - time.perf_counter(), 0.001))
+                conn.sock.sendall(request)
+                head = self._head_of(resp)
+            except (WireError, OSError) as e:
+                self.release(conn, False)
+                if fresh or attempt:
+                    raise e if isinstance(e, WireError) else WireError(str(e)) from None
+                conn = None  # the server had closed the idle connection: once more on a new one
+                continue
+            except DeadlineExceeded:
+                self.release(conn, False)
+                raise
+            status, headers = head
+            resp.status, resp.headers = status, headers
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _head_of(resp: WireResponse) -> tuple[int, dict[str, str]]:
+        c = resp._conn
+        while b"\r\n\r\n" not in c.buf:
+            data = resp._recv()
+            if not data:
+                raise WireError("the server closed the connection before answering")
+            c.buf += data
+        head, c.buf = c.buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise WireError(f"not an HTTP response: {lines[0][:80]!r}")
+        headers = {}
+        for ln in lines[1:]:
+            k, _, v = ln.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        if parts[0] == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
+            headers["connection"] = "close"
+        return int(parts[1]), headers

@@ -1,0 +1,33 @@
+"""The instrument's speed benchmarks run (figures are recorded in benchmarks/README.md, never asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str) -> Any:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_client_throughput_against_the_pacing_stub(capsys: pytest.CaptureFixture[str]) -> None:
+    _load("client_throughput").main(["--streams", "2", "--rate", "2000", "--tokens", "20", "--repeats", "1"])
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "received" in ln]
+    assert [ln.split()[0] for ln in lines] == ["timed", "full", "raw"]
+    assert all("0 failed" in ln for ln in lines)
+
+
+def test_cli_startup_times_fresh_processes() -> None:
+    times = _load("cli_startup").time_command(["--version"], 1)
+    assert len(times) == 1 and times[0] > 0
