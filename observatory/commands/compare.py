@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
+from observatory.db import SessionRow
 from observatory.errors import ObservatoryError
+from observatory.perf_gates import parse_fail_on
 from observatory.plan import plan_compare
 from observatory.report_data import build
 from observatory.runner import Interrupted, Runner
@@ -53,6 +55,8 @@ def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, 
                      show_default=True, help="With --parallel-arms: time each arm alone, or as they ran (flagged)."),
         click.option("--engine", default="vllm", show_default=True,
                      help="Engine of URL arms: vllm, sglang or llama.cpp (what /metrics and the version mean)."),
+        click.option("--fail-on", help="Performance thresholds that FAIL (else breaches WARN), e.g. "
+                     "'speedup<1.0,ttft_ratio>3,acceptance<0.5'."),
         click.option("--quiet", is_flag=True, help="No progress output."),
     ]
     for o in reversed(opts):
@@ -105,6 +109,9 @@ def run_compare(kw: dict[str, Any], resume: int | None = None) -> tuple[Store, i
         session_id = resume
     else:
         session_id = runner.create_session()
+    # judge re-applies the thresholds from the session's options
+    options = dict(store.session(session_id).options or {})
+    store.update(SessionRow, session_id, options={**options, "fail_on": parse_fail_on(kw.get("fail_on"))})
     try:
         if quiet:
             runner.run(session_id)
@@ -131,6 +138,7 @@ def compare(resume: int | None, **kw: Any) -> None:
     observatory compare --model /models/qwen --arms base,mtp2
     observatory compare --arms base=http://10.0.0.5:8000,mtp2=http://10.0.0.5:8001
     observatory compare --resume 7
+    observatory compare --arms base,base,mtp2 --fail-on 'speedup<1.0,ttft_ratio>3,acceptance<0.5'
     """
     store, session_id, interrupted = run_compare(kw, resume)
     if interrupted:

@@ -28,6 +28,7 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: A
     \b
     observatory gate --arms base,base,mtp1,mtp2 --report report/ --junit junit.xml
     observatory gate --image vllm/vllm-openai:nightly --model /models/m --arms base,mtp2 --report out/
+    observatory gate --arms base,base,mtp2 --fail-on 'speedup<1.0,ttft_ratio>3' --report out/
     """
     store, session_id, interrupted = run_compare(kw)
     data = build(store, session_id)
