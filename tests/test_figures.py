@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from stub_server import StubServer
 
+from observatory.cli import cli
 from observatory.client import Response
 from observatory.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow
 from observatory.errors import ObservatoryError
@@ -338,3 +340,26 @@ def test_validity_without_session_arms_still_works() -> None:
     a = ArmRow(name="mtp1", status="ok", launch={"speculative_config": {"num_speculative_tokens": 1}})
     b = ArmRow(name="base", status="ok", launch={"speculative_config": None})
     assert validity(a, b, {"drafts": 500}, {}) == []
+
+
+def test_compare_checks_url_arms_and_stores_fail_on(tmp_path: Path) -> None:
+    """Issue items 13 and 15 end to end: URL arms whose servers differ in max_model_len are CONFOUNDED,
+    and --fail-on lands in the session's options and in each spec arm's performance checks.
+    Hand-made stub servers stand in for two servers someone else started."""
+    suite = tmp_path / "p.toml"
+    suite.write_text('[[probe]]\nname = "one"\ncategory = "prose_en"\n'
+                     'messages = [{ role = "user", content = "Say something." }]\nmax_tokens = 8\n')
+    db = tmp_path / "u.db"
+    with StubServer("ok", max_model_len=4096) as a, StubServer("ok", max_model_len=32768) as b:
+        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={a.url},mtp1={b.url}", "--suite", str(suite),
+                                     "--db", str(db), "--quiet", "--fail-on", "speedup<0.9"])
+    assert r.exit_code == 0, r.output
+    store = Store(str(db))
+    session = store.session()
+    assert session.options["fail_on"] == {"speedup": 0.9}
+    mtp1 = _arm(store, session.id, "mtp1")
+    codes = {v["code"]: v["detail"] for v in mtp1.validity}
+    assert "max_model_len: 4096 on base, 32768 here" in codes["CONFOUNDED"]
+    assert mtp1.launch["served"]["max_model_len"] == 32768 and mtp1.launch["host"]
+    speedup = _by_check(mtp1.figures["performance"])["speedup"]
+    assert speedup["threshold"] == 0.9
