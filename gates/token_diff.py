@@ -13,6 +13,13 @@ with ``margin_is_lower_bound: true`` and is never a near-tie. A margin that
 cannot be read (no top-k recorded there, or base's own token missing from its
 top-k) cannot clear a divergence either: FAIL, margin null.
 
+A negative margin (spec's token, or any other, scored above the token base
+itself emitted, in base's own top-k) is no near-tie: base's logprobs
+contradict its greedy choice, so base's logprobs or sampling are not what
+greedy implies. That is not the spec arm's fault and the pair cannot be
+judged: WARN, kind ``base_not_greedy`` (the verdict policy treats the pair as
+unjudgeable).
+
 The same comparison serves "streamed vs non-streamed" and "alone vs in a
 concurrent batch": call ``compare_outputs(candidate, reference)`` with the
 reference (the one whose top-k logprobs are used) as ``base``. Gate files are
@@ -39,6 +46,9 @@ from observatory.probes import Probe
 # (factor 1.28) sits in the middle until A/A sessions on bf16 engines, where
 # reductions reorder more, give divergences whose margins can be measured.
 NEAR_TIE_NATS = 0.25
+# Logprobs come back rounded (float32 and JSON), and vLLM computes them apart
+# from the argmax; a chosen token below another by less than this is a tie.
+GREEDY_TOLERANCE_NATS = 1e-5
 CONTEXT_TOKENS = 8  # shared tokens shown before the divergence
 CONTINUATION_TOKENS = 24  # tokens shown from the divergence on, per arm (at least 20)
 
@@ -145,6 +155,17 @@ def compare_outputs(spec: Output, base: Output, near_tie_nats: float = NEAR_TIE_
             details,
         )
     details.update(margin=round(margin, 6), margin_is_lower_bound=lower)
+    best, best_lp = max(top_k, key=lambda p: p[1])
+    if best_lp - dict(top_k)[chosen] > GREEDY_TOLERANCE_NATS:
+        details["kind"] = "base_not_greedy"
+        details["base_top_token_id"] = best
+        return GateResult(
+            WARN,
+            f"{where}: {labels}; base's own top-k ranks id {best} {best_lp - dict(top_k)[chosen]:.3f} nats above "
+            f"the token base emitted (margin {margin:.3f}): base's logprobs or sampling are not greedy, "
+            "so this pair cannot be judged",
+            details,
+        )
     if lower:
         return GateResult(
             FAIL,

@@ -73,17 +73,23 @@ CASES = [
     ),
     # A flat top-k gives a tiny lower bound: still never a near-tie.
     ([1, 2, 3, 4], [1, 2, 99, 4], [(3, -1.00), (4, -1.05)], "FAIL", "diverged", 2, 0.05, True),
-    # Base's chosen token is not first in its list: its own logprob is used.
+    # Base's chosen token is not first in its list: another token outranks
+    # what base emitted, so base was not greedy there (issue item 17).
     (
         [1, 2, 3, 4],
         [1, 2, 9, 4],
         [(7, -0.5), (3, -0.6), (9, -0.7)],
         "WARN",
-        "near_tie",
+        "base_not_greedy",
         2,
         0.1,
         False,
     ),
+    # Issue item 17: a negative margin (spec's token above base's own choice
+    # in base's top-k) is not a near-tie: base contradicts its greedy choice.
+    ([1, 2, 3, 4], [1, 2, 9, 4], [(9, -0.2), (3, -0.3)], "WARN", "base_not_greedy", 2, -0.1, False),
+    # ... but a difference within rounding is a tie, still a near-tie.
+    ([1, 2, 3, 4], [1, 2, 9, 4], [(9, -0.3 + 1e-7), (3, -0.3)], "WARN", "near_tie", 2, 0.0, False),
     # Exactly at the bound is still a near-tie (<=).
     (
         [1, 2, 3],
@@ -109,11 +115,14 @@ CASES = [
         "spec-token-outside-top-k",
         "outside-flat-top-k-still-fails",
         "chosen-not-first-in-list",
+        "negative-margin-base-not-greedy",
+        "negative-margin-within-rounding",
         "margin-equal-to-bound",
         "diverge-at-first-token",
     ],
 )
 def test_classification(base_ids, spec_ids, row, verdict, kind, position, margin, lower) -> None:
+    """Issue item 17 (base_not_greedy cases): a negative margin was once reported as a near-tie."""
     base = base_with(base_ids, position, row) if row else out(base_ids, flat_top(len(base_ids)))
     res = GATE.check(spec=out(spec_ids), base=base, probe=PROBE)
     assert res.verdict == verdict
