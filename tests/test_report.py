@@ -363,3 +363,14 @@ def test_commands_document_themselves(name: str) -> None:
     cmd = _cli().commands[name]
     assert cmd.help and "\b" in cmd.help
     assert CliRunner().invoke(_cli(), [name, "--help"]).exit_code == 0
+
+
+def test_reasoning_is_shown_escaped_on_the_result_page(data: dict[str, Any], tmp_path: Path) -> None:
+    """Issue item 14: the reasoning a reasoning parser split off is shown on the result page, escaped."""
+    d = copy.deepcopy(data)
+    r = next(r for r in d["arms"][3]["results"] if r["probe"] == "count")
+    r["reasoning"] = "thinking " + HOSTILE
+    render_session(d, tmp_path / "r")
+    page = (tmp_path / "r" / "results" / "3-0.html").read_text()
+    assert "reasoning (thinking" in page and "thinking " + HOSTILE_ESCAPED in page
+    assert HOSTILE not in page
