@@ -374,3 +374,15 @@ def test_reasoning_is_shown_escaped_on_the_result_page(data: dict[str, Any], tmp
     page = (tmp_path / "r" / "results" / "3-0.html").read_text()
     assert "reasoning (thinking" in page and "thinking " + HOSTILE_ESCAPED in page
     assert HOSTILE not in page
+
+
+def test_degeneracy_window_scores_on_the_result_page(data: dict[str, Any], tmp_path: Path) -> None:
+    """Issue item 18: the report shows the degeneracy score per window of a long output."""
+    d = copy.deepcopy(data)
+    r = next(r for r in d["arms"][3]["results"] if r["probe"] == "poem-zh")
+    r["verdicts"]["degeneracy"]["details"].update(windows=[[0, 0.81], [100, 0.12]], window_chars=500,
+                                                  window_stride=100, worst_window=[100, 600], tail_score=0.12)
+    render_session(d, tmp_path / "r")
+    page = next(p for p in (tmp_path / "r" / "results").glob("3-*.html") if "poem-zh" in p.read_text())
+    html = page.read_text()
+    assert "Degeneracy per window" in html and '<span class="bad" title="characters 100+">0.12</span>' in html
