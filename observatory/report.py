@@ -137,7 +137,12 @@ def arm_view(a: dict[str, Any]) -> dict[str, Any]:
         "requests": spd.get("requests"),
         "throughput": {lv: _g(spd, "throughput", lv, "tok_s") for lv in levels},
         "vs": {k: _g(vs, k) for k in ("S", "ci", "r", "c", "pays", "statement", "break_even_alpha",
-                                      "k1_check_S", "within_noise")} if isinstance(vs, dict) else None,
+                                      "within_noise", "cross_session")} if isinstance(vs, dict) else None,
+        "bursty": spd.get("bursty") if _g(spd, "bursty", "bursty") else None,
+        "token_source": spd.get("token_source"),
+        "by_concurrency": a.get("by_concurrency") or {},
+        "stream_tau": a.get("stream_tau"), "stream_counter_tau": a.get("stream_counter_tau"),
+        "performance": a.get("performance") or [],
     }
 
 

@@ -386,3 +386,17 @@ def test_degeneracy_window_scores_on_the_result_page(data: dict[str, Any], tmp_p
     page = next(p for p in (tmp_path / "r" / "results").glob("3-*.html") if "poem-zh" in p.read_text())
     html = page.read_text()
     assert "Degeneracy per window" in html and '<span class="bad" title="characters 100+">0.12</span>' in html
+
+
+def test_new_figures_are_shown(data: dict[str, Any], tmp_path: Path) -> None:
+    """Issue items 7, 11, 12, 15: bursty speed, per-level figures, cross-session S and performance checks."""
+    d = copy.deepcopy(data)
+    mtp1 = d["arms"][2]
+    mtp1["speed"]["bursty"] = {"share": 0.93, "tokens": 400, "bunched": 372, "allowed_per_chunk": 2, "bursty": True}
+    mtp1["vs_base"]["cross_session"] = "ran apart from the other arms (resumed?): host a vs b on base"
+    html = render_session(d, tmp_path / "r").read_text()
+    assert "BURSTY" in html and "93.0% of 400 tokens arrived bunched" in html
+    assert "Per concurrency level" in html and "S at this level" in html
+    assert "CROSS-SESSION" in html and "host a vs b on base" in html
+    assert "Performance checks" in html and "acceptance_floor" in html and "stream_tau" in html
+    assert "cross-check (1 + α)" not in html  # the k = 1 identity is gone (issue item 9)
