@@ -151,7 +151,7 @@ def judge_text(text: str) -> GateResult:
 
 @gate(
     "degeneracy",
-    "Repetition loops: distinct/total character 3-grams, whitespace removed, worst 500-character window, FAIL below 0.40.",
+    "Repetition loops: distinct/total char 3-grams, whitespace removed, per 500-char window; FAIL < 0.40.",
     kind="result",
     correctness=True,
 )

@@ -17,8 +17,9 @@ import httpx
 
 from observatory.machine import describe
 
-# (fact, where it lives: "launch" for launch["served"][fact], "row" for the arm row's attribute)
-SERVED_FACTS = (("model", "row"), ("engine_version", "row"), ("max_model_len", "launch"))
+# (fact, where it lives: "launch" for launch["served"][fact], "row" for the arm row's attribute);
+# root is the model path or repo the server loaded, behind the served name
+SERVED_FACTS = (("model", "row"), ("engine_version", "row"), ("max_model_len", "launch"), ("root", "launch"))
 
 
 def host_facts() -> dict[str, Any]:

@@ -118,13 +118,13 @@ def _decode(results: list[ResultRow]) -> tuple[float, float]:
     return tokens, secs
 
 
-def speed(single: list[ResultRow], timed: list[ResultRow], measurements: list[Any],
-          allowed: int | None) -> dict[str, Any]:
+def speed(single: list[ResultRow], timed: list[ResultRow] | None = None, measurements: list[Any] | None = None,
+          allowed: int | None = None) -> dict[str, Any]:
     """TTFT, ITL, single-stream and decode tok/s (None when bursty), throughput per concurrency.
 
     SINGLE are the concurrency-1 results the single-stream figures come from;
     TIMED all timed results (for the tokens of each measurement); ALLOWED the
-    most tokens one chunk may carry on this arm (None: unknown).
+    most tokens one chunk may carry on this arm (None: unknown, bunching not judged).
     """
     burst = bunching(single, allowed)
     bursty = bool(burst and burst["bursty"])
@@ -146,7 +146,7 @@ def speed(single: list[ResultRow], timed: list[ResultRow], measurements: list[An
         "bursty": burst,
         "samples": e2e,
         "token_count": token_count_check(single),
-        "throughput": throughput(timed, measurements),
+        "throughput": throughput(timed or [], measurements or []),
     }
 
 
