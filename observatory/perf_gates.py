@@ -14,7 +14,8 @@ Each check gives PASS, WARN, FAIL or SKIP with its reason, value and threshold:
 
 Without user thresholds (``--fail-on``) a breach is a WARN; with them, the
 checks the user named FAIL. A figure that cannot be measured (bursty stream,
-counters not reported, no base arm) is a SKIP saying why, never a PASS.
+counters not reported, no base arm, an arm that ran apart from base:
+CROSS_SESSION) is a SKIP saying why, never a PASS.
 """
 
 from __future__ import annotations
@@ -144,9 +145,17 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
     """Every performance check of one spec arm (the figures dict's "performance" list)."""
     spd, acc = fig["speed"], fig["acceptance"]
     bursty = bool((spd.get("bursty") or {}).get("bursty"))
+    apart = (fig.get("vs_base") or {}).get("cross_session")
+    if apart:
+        # not the same session in the sense that matters: no in-session speed comparison to judge
+        why = f"cross-session against base ({apart})"
+        against_base = [_entry("speedup", "SKIP", why, (fig.get("vs_base") or {}).get("S"), _threshold("speedup", fail_on)[0]),
+                        _entry("ttft_ratio", "SKIP", why, None, _threshold("ttft_ratio", fail_on)[0])]
+    else:
+        against_base = [speedup_check(fig.get("vs_base"), floor, fail_on),
+                        ttft_check(spd, base_fig["speed"] if base_fig else None, fail_on)]
     return [
-        speedup_check(fig.get("vs_base"), floor, fail_on),
-        ttft_check(spd, base_fig["speed"] if base_fig else None, fail_on),
+        *against_base,
         acceptance_check(acc, fig.get("by_concurrency") or {}, fail_on),
         stream_tau_check(fig.get("stream_tau"), fig.get("stream_counter_tau"), bursty),
         token_count_check(spd.get("token_count") or {}),

@@ -363,3 +363,14 @@ def test_compare_checks_url_arms_and_stores_fail_on(tmp_path: Path) -> None:
     assert mtp1.launch["served"]["max_model_len"] == 32768 and mtp1.launch["host"]
     speedup = _by_check(mtp1.figures["performance"])["speedup"]
     assert speedup["threshold"] == 0.9
+
+
+def test_cross_session_speed_is_not_judged(store: Store) -> None:
+    """Issue items 12 and 15: a resumed arm's S against base is not a same-session figure: SKIP, not PASS/FAIL."""
+    sid = _session(store, [{"name": "base", "rate": 100, "ttft": 40.0},
+                           {"name": "mtp1", "k": 1, "rate": 25, "ttft": 400.0, "host": "other-box"}],
+                   options={"fail_on": {"speedup": 1.0}})
+    compute_figures(store, sid)
+    perf = _by_check(_arm(store, sid, "mtp1").figures["performance"])
+    assert perf["speedup"]["verdict"] == "SKIP" and "cross-session" in perf["speedup"]["reason"]
+    assert perf["ttft_ratio"]["verdict"] == "SKIP"
