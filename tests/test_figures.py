@@ -22,7 +22,7 @@ from observatory.figures import compute_figures, validity
 from observatory.measure import _completion_tokens
 from observatory.perf_gates import parse_fail_on, performance, stream_tau_check
 from observatory.probes import Probe
-from observatory.server_facts import served_facts
+from observatory.server_facts import cache_config, served_facts
 from observatory.speed import bunching, speed, stream_tau
 from observatory.store import Store
 
@@ -374,3 +374,30 @@ def test_cross_session_speed_is_not_judged(store: Store) -> None:
     perf = _by_check(_arm(store, sid, "mtp1").figures["performance"])
     assert perf["speedup"]["verdict"] == "SKIP" and "cross-session" in perf["speedup"]["reason"]
     assert perf["ttft_ratio"]["verdict"] == "SKIP"
+
+
+VLLM_CACHE_INFO = """# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="%s",engine="0",gpu_memory_utilization="0.9",num_gpu_blocks="%d"} 1.0
+"""
+
+
+def test_cache_config_from_metrics() -> None:
+    """Issue item 13: vLLM's cache settings as /metrics publishes them; block counts left out."""
+    assert cache_config(VLLM_CACHE_INFO % ("True", 1000)) == {
+        "block_size": "16", "cache_dtype": "auto", "enable_prefix_caching": "True", "gpu_memory_utilization": "0.9"}
+    assert cache_config("vllm:num_requests_running 0\n") is None
+
+
+def test_url_arms_with_other_cache_settings_are_confounded(store: Store) -> None:
+    """Issue item 13: prefix caching on one URL arm only is a confound; block counts may differ."""
+    base = {"max_model_len": 4096, "cache_config": cache_config(VLLM_CACHE_INFO % ("False", 1000))}
+    spec = {"max_model_len": 4096, "cache_config": cache_config(VLLM_CACHE_INFO % ("True", 900))}
+    sid = _session(store, [{"name": "base", "rate": 50, "ttft": 40.0, "url": "http://a", "served": base},
+                           {"name": "mtp1", "k": 1, "rate": 60, "ttft": 40.0, "url": "http://b", "served": spec}])
+    codes = _codes(store, sid, "mtp1")
+    assert codes["CONFOUNDED"].endswith("cache enable_prefix_caching: 'False' on base, 'True' here")
+    same = {**spec, "cache_config": cache_config(VLLM_CACHE_INFO % ("False", 900))}
+    sid2 = _session(store, [{"name": "base", "rate": 50, "ttft": 40.0, "url": "http://a", "served": base},
+                            {"name": "mtp1", "k": 1, "rate": 60, "ttft": 40.0, "url": "http://b", "served": same}])
+    assert "CONFOUNDED" not in _codes(store, sid2, "mtp1")
