@@ -9,8 +9,13 @@ Each check gives PASS, WARN, FAIL or SKIP with its reason, value and threshold:
 - ``acceptance_floor``: alpha below the floor, the arm's and each
   concurrency level's (acceptance can collapse under concurrency alone).
 - ``stream_tau``: tokens per streamed chunk against tau from the counters
-  (catches counters that lie or count the wrong thing). WARN only.
-- ``token_count``: streamed ids against ``usage.completion_tokens``. WARN only.
+  (catches counters that lie or count the wrong thing). WARN only; value is
+  the stream's tau, threshold the counters' tau; the allowed gap is three
+  standard errors of the chunk sizes plus 5% of tau. The first chunk (the
+  prefill's token) and the last (a step a stop may cut) of each response are
+  left out, so a truthful engine gives the same tau both ways.
+- ``token_count``: streamed ids against ``usage.completion_tokens``. WARN
+  only; value is the ids' total, threshold the usage total.
 
 Without user thresholds (``--fail-on``) a breach is a WARN; with them, the
 checks the user named FAIL. A figure that cannot be measured (bursty stream,
