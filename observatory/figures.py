@@ -241,7 +241,7 @@ def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any
     acc["by_probe"] = by_probe
     timed = [r for r in store.results(a.id, "timed") if r.ok]
     single = [r for r in timed if r.concurrency == 1]
-    spd = speed(single or stream, timed, measurements, _allowed_per_chunk(a))
+    spd = speed(single or stream, timed, measurements, _allowed_per_chunk(a), streamed=stream)
     ttft = ttft_by_level(timed)
     levels = {str(k): {"alpha": acceptance(v)["alpha"], "tau": acceptance(v)["tau"], "drafts": acceptance(v)["drafts"],
                        "ttft_ms": ttft.get(str(k)), "tok_s": (spd["throughput"].get(str(k)) or {}).get("tok_s"),

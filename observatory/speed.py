@@ -118,15 +118,24 @@ def _decode(results: list[ResultRow]) -> tuple[float, float]:
     return tokens, secs
 
 
+def _counted(results: list[ResultRow]) -> list[ResultRow]:
+    """The results whose every chunk carries its token count."""
+    return [r for r in results if _chunks(r) and all(c is not None for _, c in _chunks(r))]
+
+
 def speed(single: list[ResultRow], timed: list[ResultRow] | None = None, measurements: list[Any] | None = None,
-          allowed: int | None = None) -> dict[str, Any]:
+          allowed: int | None = None, streamed: list[ResultRow] | None = None) -> dict[str, Any]:
     """TTFT, ITL, single-stream and decode tok/s (None when bursty), throughput per concurrency.
 
     SINGLE are the concurrency-1 results the single-stream figures come from;
     TIMED all timed results (for the tokens of each measurement); ALLOWED the
-    most tokens one chunk may carry on this arm (None: unknown, bunching not judged).
+    most tokens one chunk may carry on this arm (None: unknown, bunching not judged);
+    STREAMED the arm's streamed correctness results (per-chunk counts for the bunching).
     """
-    burst = bunching(single, allowed)
+    # Bunching is judged on per-chunk counts where there are any (the streamed
+    # correctness results keep them when timed requests ask for no logprobs);
+    # else on tokens per chunk of SINGLE.
+    burst = bunching(_counted(single) or _counted(streamed or []) or single, allowed)
     bursty = bool(burst and burst["bursty"])
     ttft = [float(r.ttft_ms) for r in single if r.ttft_ms is not None]
     itl = [] if bursty else _itl(single)

@@ -401,3 +401,13 @@ def test_url_arms_with_other_cache_settings_are_confounded(store: Store) -> None
     sid2 = _session(store, [{"name": "base", "rate": 50, "ttft": 40.0, "url": "http://a", "served": base},
                             {"name": "mtp1", "k": 1, "rate": 60, "ttft": 40.0, "url": "http://b", "served": same}])
     assert "CONFOUNDED" not in _codes(store, sid2, "mtp1")
+
+
+def test_bunching_is_judged_on_counted_chunks_when_timed_ones_have_none() -> None:
+    """Issue item 7: timed requests without logprobs have [ms, null] chunks; the streamed results'
+    per-chunk counts decide whether the arm is bursty."""
+    timed = res([[50.0 + i, None] for i in range(50)], usage=100)  # 2 tokens per chunk on average
+    bursty_stream = res([[50.0, 1], [60.0, 99]], usage=100, ids=100, mode="stream")
+    steady_stream = res(steady(100), usage=100, ids=100, mode="stream")
+    assert speed([timed], [timed], [], allowed=1, streamed=[bursty_stream])["bursty"]["bursty"]
+    assert not speed([timed], [timed], [], allowed=1, streamed=[steady_stream])["bursty"]["bursty"]
