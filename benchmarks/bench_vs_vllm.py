@@ -84,12 +84,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bench-plain", action="store_true",
                    help="let vllm bench send its own plain requests (no logprobs, no seed) "
                         "instead of the observatory's sampling parameters")
+    p.add_argument("--timed", action="store_true",
+                   help="the observatory side sends its timed requests (EngineClient.run_timed: no logprobs, "
+                        "as vllm bench serve asks); implies --bench-plain")
     p.add_argument("--tokenizer", default=None, help="tokenizer for vllm bench (default: the served model)")
     p.add_argument("--api-key", default=None, help="API key of the server (passed to both sides)")
     p.add_argument("--out", default=None, help="JSON result file (default: bench_vs_vllm.json in the work dir)")
     p.add_argument("--work-dir", default=None,
                    help="where the dataset, vllm bench results and engine log go (default: a temp dir)")
     args = p.parse_args(argv)
+    if args.timed:
+        args.bench_plain = True
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
     if args.max_tokens is not None and args.max_tokens < 2:
@@ -541,27 +546,29 @@ def token_match(names: list[str], repeats: list[dict[str, Any]]) -> dict[str, An
 # ---------------------------------------------------------------- observatory side
 
 
-def observatory_request(client: Any, probe: Any) -> dict[str, Any]:
-    """One probe as `observatory compare` measures it: streamed through `EngineClient.run`.
+def observatory_request(client: Any, probe: Any, timed: bool = False) -> dict[str, Any]:
+    """One probe as `observatory compare` measures it: streamed through `EngineClient.run` (or `run_timed`).
 
     Spec counters are read around it as the runner does (outside the timed
     request); client CPU is `time.process_time` around `EngineClient.run` only.
     """
     before = _counters(client)
     c0, w0 = time.process_time(), time.perf_counter()
-    resp = client.run(probe, stream=True)
+    resp = client.run_timed(probe) if timed else client.run(probe, stream=True)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     after = _counters(client)
     if not resp.ok:
         raise RuntimeError(f"observatory request for {probe.name} failed: {resp.error}")
     usage_n = (resp.usage or {}).get("completion_tokens")
-    if usage_n is not None and usage_n != len(resp.token_ids):
+    if not timed and usage_n is not None and usage_n != len(resp.token_ids):
         raise RuntimeError(f"{probe.name}: {len(resp.token_ids)} logprob tokens but usage says {usage_n}")
+    if timed and not isinstance(usage_n, int):
+        raise RuntimeError(f"{probe.name}: the timed request came back without usage.completion_tokens")
     delta = after - before if before is not None and after is not None else None
-    return {"tokens": len(resp.token_ids), "ttft_ms": resp.ttft_ms, "duration_ms": resp.duration_ms,
+    return {"tokens": usage_n if timed else len(resp.token_ids), "ttft_ms": resp.ttft_ms, "duration_ms": resp.duration_ms,
             "text": resp.content if resp.content is not None else resp.text,
             "cpu_s": cpu, "wall_s": wall,
-            "drafts": delta.drafts if delta else 0, "accepted": delta.accepted if delta else 0}
+            "drafts": (delta.drafts or 0) if delta else 0, "accepted": (delta.accepted or 0) if delta else 0}
 
 
 def observatory_side(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -759,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
                         warm = client.run(unit[0], stream=True)
                         if not warm.ok:
                             raise RuntimeError(f"observatory warm-up request failed: {warm.error}")
-                        obs_records += [observatory_request(client, pr) for pr in unit]
+                        obs_records += [observatory_request(client, pr, args.timed) for pr in unit]
                         continue
                     fname = f"vllm-bench-{i}-{j}.json"
                     bargs = vllm_bench_args(base_url=url, dataset=datasets[j], num_prompts=len(unit),

@@ -1,6 +1,6 @@
 """Content gates: non-empty output with a preview, and distinct outputs across prompts.
 
-DESIGN.md section 2, mistake 5: a reasoning model spent its whole budget on the
+docs/design.md section 2, mistake 5: a reasoning model spent its whole budget on the
 same ``<think> Here's a thinking process:`` preamble for two unrelated prompts
 and a hash check called it coincidence; an 80-character preview shows it at
 once.
@@ -12,6 +12,12 @@ closed thinking block followed by an empty answer. Everything up to the last
 prompt, so the output may hold only the closing tag). ``details.preview`` is
 the first 80 Unicode characters of the text, raw (the report escapes it);
 for a pure tool call, a rendering ``[tool call] name(arguments)`` instead.
+
+With a reasoning parser (vLLM's ``--reasoning-parser``) the thinking arrives
+apart, as ``Output.reasoning``: reasoning present with an empty or
+whitespace-only answer and no tool calls FAILs "thinking only, no answer";
+``details.reasoning_preview`` holds its first 80 characters, and the preview
+of an output with no answer shows the reasoning, marked ``[thinking]``.
 
 ``distinct_outputs`` (one arm) FAILs when probes with different prompts got the
 same output (same stripped text and the same tool names and arguments): the
@@ -55,10 +61,12 @@ def _calls_text(calls: list[Any]) -> str:
 
 
 def preview(output: Output) -> str:
-    """First PREVIEW_CHARS characters of OUTPUT's text, or of its tool calls when it has no text."""
+    """First PREVIEW_CHARS characters of OUTPUT's text, else of its tool calls, else of its reasoning."""
     text = output.text or output.content or ""
     if not text.strip() and output.tool_calls:
         text = _calls_text(output.tool_calls)
+    elif not text.strip() and (output.reasoning or "").strip():
+        text = "[thinking] " + (output.reasoning or "").strip()
     return text[:PREVIEW_CHARS]
 
 
@@ -74,13 +82,18 @@ def check(output: Output, probe: Probe) -> GateResult:
     text = output.text or output.content or ""
     calls = output.tool_calls or []
     state, answer = split_thinking(text)
+    reasoning = output.reasoning or ""
     details = {
         "preview": preview(output),
         "chars": len(text),
         "thinking": state,
         "tool_calls": len(calls),
+        "reasoning_chars": len(reasoning) if output.reasoning is not None else None,
+        "reasoning_preview": reasoning[:PREVIEW_CHARS] if output.reasoning is not None else None,
     }
     if not calls:
+        if reasoning.strip() and not answer.strip():
+            return GateResult(FAIL, f"thinking only, no answer ({len(reasoning)} characters of reasoning)", details)
         if not text:
             return GateResult(FAIL, "empty output", details)
         if not text.strip():
@@ -143,17 +156,19 @@ def check_distinct(outputs: list[tuple[Probe, Output]]) -> GateResult:
 
 
 def _output_arg(obj: dict[str, Any], where: str) -> Output:
-    text, calls = obj.get("text", ""), obj.get("tool_calls")
+    text, calls, reasoning = obj.get("text", ""), obj.get("tool_calls"), obj.get("reasoning")
     if not isinstance(text, str):
         raise ObservatoryError(f'{where}"text" must be a string')
     if calls is not None and not isinstance(calls, list):
         raise ObservatoryError(f'{where}"tool_calls" must be a list of OpenAI tool calls or null')
-    return Output(text=text, content=text, tool_calls=calls)
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise ObservatoryError(f'{where}"reasoning" must be a string or null')
+    return Output(text=text, content=text, tool_calls=calls, reasoning=reasoning)
 
 
 @offline("content")
 def check_offline(obj: dict[str, Any]) -> dict[str, Any]:
-    """``{"text": "...", "tool_calls": [...]?}`` -> verdict, reason, preview."""
+    """``{"text": "...", "tool_calls": [...]?, "reasoning": "..."?}`` -> verdict, reason, preview."""
     result = check(_output_arg(obj, ""), Probe(name="offline", category="prose_en", prompt=""))
     return {"verdict": result.verdict, "reason": result.reason, **result.details}
 

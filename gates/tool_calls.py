@@ -1,6 +1,6 @@
 """Tool-call gate: parsed, known, schema-valid calls, as many as the probe expects.
 
-Issue 4 / DESIGN.md section 1: under a broken spec backend, 0 of 3 tool calls
+Issue 4 / docs/design.md section 1: under a broken spec backend, 0 of 3 tool calls
 came out. Applies to chat probes that offer tools (SKIP otherwise, and SKIP
 for ``tool_choice: "none"``). FAIL when:
 

@@ -170,7 +170,7 @@ class EngineClient:
         self._http.close()
         self._wire.close()
 
-    def _get(self, path: str, timeout_s: float) -> httpx.Response:
+    def fetch(self, path: str, timeout_s: float) -> httpx.Response:
         """GET PATH bounded as a whole by TIMEOUT_S (at most the request timeout) and by MAX_BODY_BYTES.
 
         httpx's timeout restarts with every byte read: a server dripping a body
@@ -191,7 +191,7 @@ class EngineClient:
     def health(self) -> bool:
         """GET /health answered 200."""
         try:
-            return self._get("/health", 5.0).status_code == 200
+            return self.fetch("/health", 5.0).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -200,7 +200,7 @@ class EngineClient:
         from observatory.engines import version_from
 
         try:
-            r = self._get(self.adapter.version_path(), 10.0)
+            r = self.fetch(self.adapter.version_path(), 10.0)
             if r.status_code == 200:
                 return version_from(self.adapter, r.json())
         except (httpx.HTTPError, ValueError):
@@ -211,7 +211,7 @@ class EngineClient:
         """The served model id (first of GET /v1/models)."""
         if self._model is None:
             try:
-                r = self._get("/v1/models", 30.0)
+                r = self.fetch("/v1/models", 30.0)
                 r.raise_for_status()
                 self._model = str(r.json()["data"][0]["id"])
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
@@ -221,7 +221,7 @@ class EngineClient:
     def counters(self) -> SpecCounters:
         """Current cumulative spec-decode counters from GET /metrics (None fields: not reported)."""
         try:
-            r = self._get("/metrics", 30.0)
+            r = self.fetch("/metrics", 30.0)
             r.raise_for_status()
         except httpx.HTTPError as e:
             raise ObservatoryError(f"{self.base_url}/metrics failed: {e}") from None

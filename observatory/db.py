@@ -1,6 +1,6 @@
 """Storage: SQLAlchemy 2.0 models and the one place that opens a database.
 
-Everything needed to re-judge a run is stored (DESIGN.md section 5): the full
+Everything needed to re-judge a run is stored (docs/design.md section 5): the full
 prompt and request parameters (`ProbeRow.definition`), the arm's launch
 config (`ArmRow.launch`), token ids, top logprobs, text, timings and counter
 deltas (`ResultRow`), and gate verdicts with their details (`VerdictRow`).

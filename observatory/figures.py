@@ -1,4 +1,4 @@
-"""Acceptance, speed, the cost of a spec step, and arm validity (DESIGN.md sections 2 and 4).
+"""Acceptance, speed, the cost of a spec step, and arm validity (docs/design.md sections 2 and 4).
 
 All figures derive from stored rows, so they can be recomputed at any time:
 
@@ -7,31 +7,40 @@ All figures derive from stored rows, so they can be recomputed at any time:
   arm's totals):
   alpha = accepted / draft_tokens, tau = 1 + accepted / drafts,
   p_j = accepted_at_pos_j / drafts, P(n = j) = p_j - p_(j+1), P(n = 0) = 1 - p_1;
-- speed from the timed single-stream runs (warm-up excluded): TTFT,
-  inter-token latency (median, p90, from the chunk timeline), single-stream
-  tok/s end to end (tokens / request time), decode-only tok/s
-  ((tokens - 1) / (request time - TTFT), as `vllm bench serve` computes TPOT),
+- speed (observatory/speed.py) from the timed single-stream runs (warm-up
+  excluded), tokens from ``usage.completion_tokens``: TTFT, inter-token
+  latency, end-to-end and decode tok/s (not measurable on a bursty stream),
   and aggregate throughput per concurrency level;
+- per concurrency level: alpha and tau (the counter deltas of its timed
+  batches), median TTFT, throughput and S against base at the same level;
 - against the base arm of the same session: S = single-stream tok/s(spec) /
   single-stream tok/s(base) (end to end: a TTFT bought for decode speed counts),
   r = tau / S (one spec step in base steps), c = r - 1, pays while tau > r;
-  for k = 1 the cross-check S = (1 + alpha) / (1 + c); a bootstrap CI on S;
+  for k = 1 the break-even alpha > c; a bootstrap CI on S;
+- the performance checks of each spec arm (observatory/perf_gates.py):
+  speedup, TTFT ratio, acceptance floor, tau from the stream against tau from
+  the counters, ids against usage;
 - the A/A noise floor from copies of the base arm;
-- validity codes: INVALID, CONFOUNDED, LOW_N, CRASHED, HUNG.
+- validity codes: INVALID, CONFOUNDED, LOW_N, CRASHED, HUNG, CROSS_SESSION (an arm
+  that ran apart from base: resumed later or elsewhere), UNCHECKED (what a URL
+  arm's server does not expose to compare), CONCURRENT.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
-from observatory.db import ArmRow, ResultRow
+from observatory.db import ArmRow
 from observatory.judge import base_reference
 from observatory.metrics import SpecCounters
+from observatory.perf_gates import performance
+from observatory.server_facts import served_differences
+from observatory.session_parts import cross_session
+from observatory.speed import speed, stream_tau, ttft_by_level
 
 MIN_DRAFTS = 200
 BOOTSTRAP_SAMPLES = 2000
@@ -73,69 +82,6 @@ def acceptance(c: SpecCounters) -> dict[str, Any]:
     return out
 
 
-def _tokens(r: ResultRow) -> int:
-    """Tokens a result generated: its token ids, or (timed passes carry none) the server's usage count."""
-    n = (r.usage or {}).get("completion_tokens") if not r.token_ids else None
-    return len(r.token_ids or []) or (n if isinstance(n, int) else 0)
-
-
-def _decode_rate(r: ResultRow) -> tuple[float, int, float] | None:
-    """(decode tok/s, tokens after the first, seconds after the first token) of one result.
-
-    Like `vllm bench serve`'s TPOT: (end - first token) over (tokens - 1), which
-    holds however the server groups tokens into chunks.
-    """
-    n = _tokens(r)
-    if n < 2 or r.ttft_ms is None or r.duration_ms is None:
-        return None
-    secs = (float(r.duration_ms) - float(r.ttft_ms)) / 1000.0
-    if secs <= 0:
-        return None
-    return (n - 1) / secs, n - 1, secs
-
-
-def _itl(results: list[ResultRow]) -> list[float]:
-    gaps = []
-    for r in results:
-        ch = r.chunks or []
-        for (t0, _), (t1, n) in itertools.pairwise(ch):
-            if n is None:  # a timed pass's chunk: its token count is unknown
-                continue
-            gaps.extend([(float(t1) - float(t0)) / max(int(n), 1)] * max(int(n), 1))
-    return gaps
-
-
-def _pct(xs: list[float], q: float) -> float | None:
-    return float(np.percentile(xs, q)) if xs else None
-
-
-def speed(single: list[ResultRow], measurements: list[Any]) -> dict[str, Any]:
-    """TTFT, ITL, single-stream decode tok/s and throughput per concurrency."""
-    rates = [x for x in (_decode_rate(r) for r in single) if x]
-    ttft = [float(r.ttft_ms) for r in single if r.ttft_ms is not None]
-    itl = _itl(single)
-    tokens = sum(t for _, t, _ in rates)
-    secs = sum(s for _, _, s in rates)
-    # End to end: all tokens over the whole request time (TTFT included).
-    e2e = [[_tokens(r), float(r.duration_ms) / 1000.0] for r in single
-           if _tokens(r) and r.duration_ms and r.duration_ms > 0]
-    e2e_tokens = sum(t for t, _ in e2e)
-    e2e_secs = sum(s for _, s in e2e)
-    by_level: dict[int, list[float]] = defaultdict(list)
-    for m in measurements:
-        if m.wall_s > 0:
-            by_level[int(m.concurrency)].append(m.completion_tokens / m.wall_s)
-    return {
-        "requests": len(single),
-        "ttft_ms": {"median": _pct(ttft, 50), "p90": _pct(ttft, 90)},
-        "itl_ms": {"median": _pct(itl, 50), "p90": _pct(itl, 90)},
-        "single_stream_tok_s": e2e_tokens / e2e_secs if e2e_secs > 0 else None,
-        "decode_tok_s": tokens / secs if secs > 0 else None,
-        "samples": e2e,
-        "throughput": {str(k): {"tok_s": float(np.mean(v)), "repeats": len(v)} for k, v in sorted(by_level.items())},
-    }
-
-
 def _bootstrap_ratio(spec: list[list[float]], base: list[list[float]], seed: int = 0) -> list[float] | None:
     """95% CI of tok/s(spec)/tok/s(base), resampling [tokens, seconds] requests of each arm."""
     if len(spec) < 2 or len(base) < 2:
@@ -152,9 +98,9 @@ def _bootstrap_ratio(spec: list[list[float]], base: list[list[float]], seed: int
 
 
 def vs_base(acc: dict[str, Any], spd: dict[str, Any], base_spd: dict[str, Any], k: int | None) -> dict[str, Any]:
-    """S, r, c, break-even and the k=1 cross-check against the base arm."""
+    """S, r, c and the break-even against the base arm (S from the end-to-end single-stream rates)."""
     out: dict[str, Any] = {"S": None, "r": None, "c": None, "ci": None, "pays": None, "statement": None,
-                           "break_even_alpha": None, "k1_check_S": None}
+                           "break_even_alpha": None}
     sb, ss = base_spd.get("single_stream_tok_s"), spd.get("single_stream_tok_s")
     if not sb or not ss:
         return out
@@ -168,9 +114,9 @@ def vs_base(acc: dict[str, Any], spd: dict[str, Any], base_spd: dict[str, Any], 
     out.update(r=r, c=r - 1.0, pays=tau > r)
     out["statement"] = (f"one spec step costs {r:.2f} base steps; accepting tau = {tau:.2f} tokens per step "
                         f"{'pays' if tau > r else 'does not pay'} (needs tau > r)")
-    if k == 1 and acc.get("alpha") is not None:
+    if k == 1:
+        # S = (1 + alpha) / (1 + c) for k = 1: speculation pays while alpha > c.
         out["break_even_alpha"] = r - 1.0
-        out["k1_check_S"] = (1.0 + acc["alpha"]) / r
     return out
 
 
@@ -217,7 +163,7 @@ def _flags(argv: list[str]) -> dict[str, Any]:
 
 
 def cudagraph_gap(arm: ArmRow) -> str | None:
-    """A CUDA-graph capture list that leaves out batch size 1 (DESIGN.md mistake 7)."""
+    """A CUDA-graph capture list that leaves out batch size 1 (docs/design.md mistake 7)."""
     flags = _flags((arm.launch or {}).get("argv", []))
     sizes: Any = None
     if "--cuda-graph-sizes" in flags:
@@ -233,9 +179,9 @@ def cudagraph_gap(arm: ArmRow) -> str | None:
     return None
 
 
-def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any],
-             arm_verdicts: dict[str, tuple[str, str]]) -> list[dict[str, str]]:
-    """Why this arm's figures cannot be trusted, if they cannot."""
+def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts: dict[str, tuple[str, str]],
+             arms: list[ArmRow] | None = None) -> list[dict[str, str]]:
+    """Why this arm's figures cannot be trusted, if they cannot (ARMS: the session's, for CROSS_SESSION)."""
     out = []
     launch = arm.launch or {}
     if arm.status in ("crashed", "hung"):
@@ -263,6 +209,16 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any],
         diffs = launch_differences(arm, base)
         if diffs:
             out.append({"code": "CONFOUNDED", "detail": "differs from base in more than speculation: " + "; ".join(diffs)})
+        if launch.get("url") or (base.launch or {}).get("url"):
+            served, unchecked = served_differences(arm, base)
+            if served:
+                out.append({"code": "CONFOUNDED", "detail": "the servers differ in more than speculation: "
+                            + "; ".join(served)})
+            out.append({"code": "UNCHECKED", "detail": "not compared with base (URL arm): launch flags and "
+                        "environment" + "".join(f", {u} (not reported)" for u in unchecked)})
+        apart = cross_session(arm, base, arms or [])
+        if apart:
+            out.append({"code": "CROSS_SESSION", "detail": apart + ": figures against base are cross-session"})
     if launch.get("timing") == "concurrent" and launch.get("concurrent_with"):
         out.append({"code": "CONCURRENT", "detail": "timed while " + ", ".join(launch["concurrent_with"])
                     + " ran on the same host: throughput figures are not comparable (use --timing sequential)"})
@@ -272,51 +228,83 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any],
     return out
 
 
+def _allowed_per_chunk(arm: ArmRow) -> int | None:
+    """Most tokens one streamed chunk may carry: 1 without speculation, k + 1 with it (None: k unknown)."""
+    spec = (arm.launch or {}).get("speculative_config")
+    if spec is None:
+        return 1
+    k = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    return k + 1 if isinstance(k, int) and k > 0 else None
+
+
+def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any]:
+    """Acceptance (overall, per category, per probe, per concurrency level) and speed of one arm."""
+    stream = [r for r in store.results(a.id, "stream") if r.ok]
+    total = SpecCounters()
+    by_cat: dict[str, SpecCounters] = defaultdict(SpecCounters)
+    by_probe: dict[str, Any] = {}
+    for r in stream:
+        d = SpecCounters.from_dict(r.counters_delta)
+        total = total + d
+        cat = probes[r.probe_id].category if r.probe_id in probes else "?"
+        by_cat[cat] = by_cat[cat] + d
+        by_probe[probes[r.probe_id].name] = acceptance(d)
+    measurements = store.measurements(a.id)
+    timed_total = SpecCounters()
+    by_level: dict[int, SpecCounters] = defaultdict(SpecCounters)
+    for m in measurements:
+        d = SpecCounters.from_dict(m.counters_delta)
+        timed_total = timed_total + d
+        by_level[int(m.concurrency)] = by_level[int(m.concurrency)] + d
+    # The arm's figures count every measured request: the streamed probes
+    # (read one by one) and the timed runs (read around each batch).
+    acc = acceptance(total + timed_total)
+    acc["from"] = {"stream": total.to_dict(), "timed": timed_total.to_dict()}
+    acc["by_category"] = {k: acceptance(v) for k, v in sorted(by_cat.items())}
+    acc["by_probe"] = by_probe
+    timed = [r for r in store.results(a.id, "timed") if r.ok]
+    single = [r for r in timed if r.concurrency == 1]
+    spd = speed(single or stream, timed, measurements, _allowed_per_chunk(a), streamed=stream)
+    ttft = ttft_by_level(timed)
+    levels = {str(k): {"alpha": acceptance(v)["alpha"], "tau": acceptance(v)["tau"], "drafts": acceptance(v)["drafts"],
+                       "ttft_ms": ttft.get(str(k)), "tok_s": (spd["throughput"].get(str(k)) or {}).get("tok_s"),
+                       "S": None} for k, v in sorted(by_level.items())}
+    fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels}
+    if (a.launch or {}).get("speculative_config") is not None:
+        fig["stream_tau"] = stream_tau(stream)
+        fig["stream_counter_tau"] = acceptance(total)["tau"]
+    return fig
+
+
 def compute_figures(store: Any, session_id: int) -> dict[int, dict[str, Any]]:
-    """Compute and store figures and validity for every arm of a session."""
+    """Compute and store figures, performance checks and validity for every arm of a session."""
     arms = store.arms(session_id)
     probes = {p.id: p for p in store.probes(session_id)}
+    fail_on = dict((store.session(session_id).options or {}).get("fail_on") or {})
     base = base_reference(arms)
-    per_arm: dict[int, dict[str, Any]] = {}
-    for a in arms:
-        stream = [r for r in store.results(a.id, "stream") if r.ok]
-        total = SpecCounters()
-        by_cat: dict[str, SpecCounters] = defaultdict(SpecCounters)
-        by_probe: dict[str, Any] = {}
-        for r in stream:
-            d = SpecCounters.from_dict(r.counters_delta)
-            total = total + d
-            cat = probes[r.probe_id].category if r.probe_id in probes else "?"
-            by_cat[cat] = by_cat[cat] + d
-            by_probe[probes[r.probe_id].name] = acceptance(d)
-        measurements = store.measurements(a.id)
-        timed_total = SpecCounters()
-        for m in measurements:
-            timed_total = timed_total + SpecCounters.from_dict(m.counters_delta)
-        # The arm's figures count every measured request: the streamed probes
-        # (read one by one) and the timed runs (read around each batch).
-        acc = acceptance(total + timed_total)
-        acc["from"] = {"stream": total.to_dict(), "timed": timed_total.to_dict()}
-        acc["by_category"] = {k: acceptance(v) for k, v in sorted(by_cat.items())}
-        acc["by_probe"] = by_probe
-        timed = [r for r in store.results(a.id, "timed") if r.ok and r.concurrency == 1]
-        spd = speed(timed or stream, measurements)
-        per_arm[a.id] = {"acceptance": acc, "speed": spd}
+    per_arm = {a.id: _arm_figures(store, a, probes) for a in arms}
     base_fig = per_arm.get(base.id) if base else None
     copies = [a for a in arms if base and (a.launch or {}).get("copy_of") == base.name]
     floor = noise_floor(store, base, copies, per_arm) if base else None
     for a in arms:
         fig = per_arm[a.id]
         spec = (a.launch or {}).get("speculative_config")
+        apart = cross_session(a, base, arms) if base is not None else None
         if spec is not None and base_fig is not None:
             k = spec.get("num_speculative_tokens")
             vb = vs_base(fig["acceptance"], fig["speed"], base_fig["speed"], k if isinstance(k, int) else None)
             if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:
                 vb["within_noise"] = abs(vb["S"] - 1.0) <= floor["throughput_spread"]
+            vb["cross_session"] = apart
             fig["vs_base"] = vb
+            for level, row in fig["by_concurrency"].items():
+                b = (base_fig["by_concurrency"].get(level) or {}).get("tok_s")
+                row["S"] = row["tok_s"] / b if row["tok_s"] and b else None
+        if spec is not None:
+            fig["performance"] = performance(fig, base_fig, floor, fail_on)
         fig["noise_floor"] = floor
         arm_verdicts = {v.gate: (v.verdict, v.reason) for v in store.verdicts(a.id) if v.probe_id is None}
-        store.update(ArmRow, a.id, figures=fig, validity=validity(a, base, fig["acceptance"], arm_verdicts))
+        store.update(ArmRow, a.id, figures=fig, validity=validity(a, base, fig["acceptance"], arm_verdicts, arms))
     return per_arm
 
 

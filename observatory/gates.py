@@ -21,7 +21,7 @@ Metadata, given to ``@gate`` and read by the judge, the verdict policy and
 the report (no reader checks a gate by name):
 
 - ``correctness=True``: a FAIL on the *base* arm makes the probe
-  NOT_DISCRIMINATING for the other arms (DESIGN.md section 2, mistake 1);
+  NOT_DISCRIMINATING for the other arms (docs/design.md section 2, mistake 1);
 - ``applies`` (result gates): ``"all"`` runs on every probe (the default,
   so a gate dropped into ``--gates-dir`` runs without editing the suite),
   ``"named"`` only on probes whose ``gates`` list names it;

@@ -15,7 +15,7 @@ A figure that moves beyond its tolerance raises an alert:
 - verdicts: a probe that newly FAILs (and one that no longer does).
 
 S is a same-session ratio, so comparing it across sessions is legitimate;
-absolute tok/s is never compared across sessions (DESIGN.md mistake 6).
+absolute tok/s is never compared across sessions (docs/design.md mistake 6).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ apart by their role (`observatory.roles`). Verdict rows per arm:
 - arm gates on all of the arm's streamed outputs (no probe); an arm gate
   with ``invalidates=True`` that fails is stored as INVALID.
 
-Verdicts the judge itself assigns (DESIGN.md section 2):
+Verdicts the judge itself assigns (docs/design.md section 2):
 
 - NOT_DISCRIMINATING: a correctness gate that fails on the base arm makes
   that probe non-discriminating for every other arm (mistake 1);

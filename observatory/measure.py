@@ -165,6 +165,12 @@ class ArmRun:
                     self.check_alive(resp)
                 self.runner.store.add(MeasurementRow(
                     arm_id=self.arm_id, concurrency=level, repeat=rep, requests=len(work),
-                    completion_tokens=sum(r.completion_tokens or 0 for r in resps), wall_s=wall,
+                    completion_tokens=sum(_completion_tokens(r) for r in resps), wall_s=wall,
                     counters_delta=delta.to_dict(),
                 ))
+
+
+def _completion_tokens(resp: Response) -> int:
+    """The server's usage.completion_tokens; the streamed ids only when it reported no usage."""
+    n = (resp.usage or {}).get("completion_tokens")
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) else len(resp.token_ids)

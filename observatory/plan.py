@@ -20,6 +20,7 @@ from observatory.engines import adapter_for
 from observatory.errors import ObservatoryError
 from observatory.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.paths import DEFAULT_MODEL_DIR
+from observatory.perf_gates import parse_fail_on
 from observatory.probes import load_probe_file, resolve_suite
 from observatory.runner import CompareOptions
 from observatory.server import EngineSettings
@@ -96,8 +97,10 @@ def plan_compare(
     timing: str = "sequential",
     engine: str = "vllm",
     command: list[str] | None = None,
+    fail_on: str | None = None,
 ) -> CompareOptions:
     """Validate everything and return the options of one compare session."""
+    parse_fail_on(fail_on)  # validates the thresholds before anything launches
     arm_list = parse_arms(arms, arms_file, speculative_config)
     adapter_for(engine)  # validates the name
     if engine.lower() != "vllm" and any(a.url is None for a in arm_list):

@@ -53,7 +53,7 @@ CATEGORIES = (
 )
 
 # A recitation's healthy answer is repetitive by design, so degeneracy does
-# not apply to it (DESIGN.md, issue 4); nor to counting/sequence outputs,
+# not apply to it (docs/design.md, section 3); nor to counting/sequence outputs,
 # whose 3-grams repeat digits legitimately.
 DEFAULT_GATES: dict[str, list[str]] = {
     "recitation": ["content", "expect"],

@@ -6,7 +6,7 @@ so arm names never become file names) with the full output of each result.
 There are no external resources: CSS is inline, charts are inline SVG drawn by
 `observatory.charts`, and there is no JavaScript at all.
 
-Model output is untrusted (STYLE.md point 10): the Jinja environment
+Model output is untrusted (see docs/design.md, section 5): the Jinja environment
 autoescapes with StrictUndefined, and ``|safe`` is used only on ``*_html``
 values built here with `markupsafe.escape` + `Markup`.
 
@@ -15,7 +15,7 @@ nightly gate's), each reason linked to its result; NOTEs (LOW_N,
 non-discriminating probes) do not change it.
 
 ``render_cross(a, b, out)`` puts two sessions side by side under a loud banner
-(DESIGN.md mistake 6) and computes no speedup across them unless asked to.
+(docs/design.md mistake 6) and computes no speedup across them unless asked to.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ DIFF_GATES = {
     "token_diff:nonstream": ("streamed", "non-streamed", "non-streamed vs streamed"),
     "token_diff:batch": ("alone (streamed)", "in a concurrent batch", "batch vs alone"),
 }
-CROSS_BANNER = ("different sessions: not comparable; DESIGN mistake 6: same config gave "
+CROSS_BANNER = ("different sessions: not comparable (docs/design.md, mistake 6): the same configuration gave "
                 "17.97 vs 9.71 tok/s in two sessions")
 
 
@@ -138,7 +138,12 @@ def arm_view(a: dict[str, Any]) -> dict[str, Any]:
         "requests": spd.get("requests"),
         "throughput": {lv: _g(spd, "throughput", lv, "tok_s") for lv in levels},
         "vs": {k: _g(vs, k) for k in ("S", "ci", "r", "c", "pays", "statement", "break_even_alpha",
-                                      "k1_check_S", "within_noise")} if isinstance(vs, dict) else None,
+                                      "within_noise", "cross_session")} if isinstance(vs, dict) else None,
+        "bursty": spd.get("bursty") if _g(spd, "bursty", "bursty") else None,
+        "token_source": spd.get("token_source"),
+        "by_concurrency": a.get("by_concurrency") or {},
+        "stream_tau": a.get("stream_tau"), "stream_counter_tau": a.get("stream_counter_tau"),
+        "performance": a.get("performance") or [],
     }
 
 

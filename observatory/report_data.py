@@ -75,7 +75,7 @@ def result_dict(r: ResultRow, probe: Any, verdicts: dict[str, Any]) -> dict[str,
     return {
         "probe": probe.name, "category": probe.category, "prompt": _prompt(probe.definition),
         "probe_hash": probe.content_hash, "params": probe.params,
-        "ok": r.ok, "error": r.error, "text": r.text, "content": r.content,
+        "ok": r.ok, "error": r.error, "text": r.text, "content": r.content, "reasoning": r.reasoning,
         "preview": preview(r.text if r.text or not r.tool_calls else tool_calls_text(r.tool_calls)),
         "token_ids": r.token_ids, "token_texts": r.token_texts, "top_logprobs": r.top_logprobs,
         "tool_calls": r.tool_calls, "finish_reason": r.finish_reason, "usage": r.usage,

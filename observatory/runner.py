@@ -43,6 +43,7 @@ from observatory.server import (
     free_port,
     speculative_config_for,
 )
+from observatory.server_facts import host_facts, served_facts
 from observatory.store import Store
 
 
@@ -247,7 +248,7 @@ class Runner:
             "speculative_config": speculative_config_for(arm, s),
             "engine_args": arm.engine_args, "fault": arm.fault, "copy_of": arm.copy_of, "url": arm.url,
             "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
-            "timing": self.opts.timing if concurrent_with else "alone",
+            "timing": self.opts.timing if concurrent_with else "alone", **host_facts(),
             "role": assign_roles(self.opts.arms)[arm.name],
         }
         values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
@@ -273,7 +274,8 @@ class Runner:
             else:
                 r.proc, r.client, ready_s = self._launch(r, session_id)
             version = r.client.version()
-            self.store.update(ArmRow, r.arm_id, status="running", ready_at=utcnow(),
+            r.extra["launch"]["served"] = served_facts(r.client)
+            self.store.update(ArmRow, r.arm_id, status="running", ready_at=utcnow(), launch=dict(r.extra["launch"]),
                               engine_version=version, model=r.client.model())
             self.reporter.arm_ready(arm, ready_s, version)
         except EngineStartError as e:

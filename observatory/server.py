@@ -2,7 +2,7 @@
 
 Each arm's engine runs in its own process group on a free loopback port,
 logging to a file. Readiness comes from the server (GET /health, bounded);
-liveness from the process handle we hold (DESIGN.md mistake 8): a child that
+liveness from the process handle we hold (docs/design.md mistake 8): a child that
 exits while we wait is a failed start, a child still loading is not dead.
 Stopping is terminate -> wait -> kill, on the whole group, always in
 ``finally``.

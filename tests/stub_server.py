@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class StubServer:
     """Serves /health, /version, /v1/models, /metrics; chat completions per `mode`.
 
+    max_model_len: what /v1/models reports (absent when None).
     mode: "ok" (answers every completion, streamed or not, after `delay_s`),
     "hang" (never answers a completion), "malformed" (200 with a broken
     body), "hang_after:N" (answers N completions, then hangs everything,
@@ -32,8 +33,9 @@ class StubServer:
 
     def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5, metrics: list[str] | None = None,
                  version: str = "stub-0", finish_reason: str = "stop", logprob: float = 0.0,
-                 with_logprobs: bool = True, drip_metrics: bool = False):
+                 with_logprobs: bool = True, drip_metrics: bool = False, max_model_len: int | None = None):
         self.mode = mode
+        self.max_model_len = max_model_len
         self.delay_s = delay_s
         self.token = token
         self.metrics = metrics or ["vllm:num_requests_running 0\n"]
@@ -88,7 +90,10 @@ class StubServer:
                 if self.path == "/version":
                     return self._send(200, json.dumps({"version": stub.version}).encode())
                 if self.path == "/v1/models":
-                    return self._send(200, b'{"data": [{"id": "stub-model"}]}')
+                    model: dict[str, object] = {"id": "stub-model"}
+                    if stub.max_model_len is not None:
+                        model["max_model_len"] = stub.max_model_len
+                    return self._send(200, json.dumps({"data": [model]}).encode())
                 if self.path == "/metrics" and stub.drip_metrics:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/plain")

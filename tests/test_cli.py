@@ -48,8 +48,10 @@ def test_every_command_has_help_with_an_example(path: tuple[str, ...]) -> None:
         (["--suite", "nope"], "No probe suite 'nope'"),
         (["--concurrency", "1,x"], "--concurrency"),
         (["--engine-python", "/nonexistent/python"], "does not exist"),
+        (["--fail-on", "speedup>1"], "--fail-on: cannot read 'speedup>1'"),
     ],
-    ids=["unknown-arm", "bad-spec-json", "missing-model", "unknown-suite", "bad-concurrency", "no-interpreter"],
+    ids=["unknown-arm", "bad-spec-json", "missing-model", "unknown-suite", "bad-concurrency", "no-interpreter",
+         "bad-fail-on"],
 )
 def test_bad_input_is_one_line_and_launches_nothing(args: list[str], message: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["compare", "--log-dir", str(tmp_path / "logs"), *args])

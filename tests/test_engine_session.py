@@ -79,7 +79,7 @@ def test_summary_table_shows_previews(session: dict[str, Any]) -> None:
 
 
 def test_speculation_ran_only_on_spec_arms(session: dict[str, Any]) -> None:
-    """DESIGN.md mistake 9: prove speculation ran (and did not run on base)."""
+    """docs/design.md mistake 9: prove speculation ran (and did not run on base)."""
     for name, k in (("mtp1", 1), ("mtp2", 2)):
         c = _arm(session, name)["counters"]
         assert c["drafts"] > 0 and c["draft_tokens"] == k * c["drafts"]

@@ -1,4 +1,4 @@
-"""content and distinct_outputs gates (issue 4; DESIGN.md mistake 5)."""
+"""content and distinct_outputs gates (issue 4; docs/design.md mistake 5)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_good_content_passes(output: Output, thinking: str) -> None:
 
 
 def test_thinking_preamble_is_visible_in_the_preview() -> None:
-    """DESIGN.md mistake 5: the preview showed the same thinking preamble for unrelated prompts."""
+    """docs/design.md mistake 5: the preview showed the same thinking preamble for unrelated prompts."""
     res = CONTENT.check(Output(text=THINK_LOOP), PROBE)
     assert res.details["preview"] == THINK_LOOP[:80]
     assert res.details["preview"].startswith("<think> Here's a thinking process:")
@@ -132,7 +132,7 @@ def chat(name: str, prompt: str) -> Probe:
 
 
 def test_identical_outputs_for_different_prompts_fail() -> None:
-    """DESIGN.md mistake 5: two unrelated prompts, the same 200-token thinking preamble."""
+    """docs/design.md mistake 5: two unrelated prompts, the same 200-token thinking preamble."""
     outputs = [
         (chat("recite-cat", "Recite 'The cat sat on the mat' four times."), Output(text=LONG)),
         (chat("primes-10", "List the first ten primes."), Output(text=LONG)),
@@ -215,3 +215,38 @@ def test_distinct_offline_adapter() -> None:
     assert (res["verdict"], res["groups"][0]["probes"]) == ("FAIL", ["p1", "p2"])
     with pytest.raises(ObservatoryError, match=r'outputs\[0\]: "prompt" must be'):
         DISTINCT.offline({"outputs": [{"probe": "p1", "text": LONG}]})
+
+
+# --- reasoning split off by a reasoning parser (issue item 14) ---
+
+REASONING = "Here's a thinking process:\n\n1. **Analyze the request:** The user wants the capital of France."
+
+
+@pytest.mark.parametrize("answer", ["", "  \n", None], ids=["empty", "whitespace", "content-null"])
+def test_reasoning_without_answer_fails(answer: str | None) -> None:
+    """Issue item 14: vLLM's --reasoning-parser moves thinking into reasoning_content; thinking
+    with no answer was judged only on the (empty) content."""
+    res = CONTENT.check(output=Output(text=answer or "", content=answer, reasoning=REASONING), probe=PROBE)
+    assert res.verdict == "FAIL"
+    assert res.reason == f"thinking only, no answer ({len(REASONING)} characters of reasoning)"
+    assert res.details["reasoning_preview"] == REASONING[:80]
+    assert res.details["preview"] == ("[thinking] " + REASONING)[:80]
+
+
+def test_reasoning_with_answer_or_tool_call_passes() -> None:
+    """Issue item 14 (control): reasoning followed by an answer, or by a tool call, is fine."""
+    ok = CONTENT.check(output=Output(text="Paris.", content="Paris.", reasoning=REASONING), probe=PROBE)
+    assert ok.verdict == "PASS" and ok.details["reasoning_chars"] == len(REASONING)
+    assert ok.details["preview"] == "Paris."
+    call = CONTENT.check(output=Output(text="", content=None, tool_calls=[CALL], reasoning=REASONING), probe=PROBE)
+    assert call.verdict == "PASS"
+    plain = CONTENT.check(output=Output(text="Paris."), probe=PROBE)
+    assert plain.details["reasoning_chars"] is None
+
+
+def test_offline_adapter_takes_reasoning() -> None:
+    """Issue item 14: `gates check content` judges the reasoning field too."""
+    res = CONTENT.offline({"text": "", "reasoning": REASONING})
+    assert (res["verdict"], res["reason"]) == ("FAIL", f"thinking only, no answer ({len(REASONING)} characters of reasoning)")
+    with pytest.raises(ObservatoryError, match='"reasoning" must be a string'):
+        CONTENT.offline({"text": "x", "reasoning": 3})

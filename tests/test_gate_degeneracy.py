@@ -1,6 +1,8 @@
-"""degeneracy gate: character 3-grams after removing all whitespace (issue 4; DESIGN.md mistake 4)."""
+"""degeneracy gate: character 3-grams after removing all whitespace (issue 4; docs/design.md mistake 4)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -83,7 +85,7 @@ def test_degenerate_outputs_fail(text: str) -> None:
 
 
 def test_chinese_loop_that_whitespace_splitting_called_healthy() -> None:
-    """DESIGN.md mistake 4: whitespace splitting scored this Chinese loop 1/1 = 1.00."""
+    """docs/design.md mistake 4: whitespace splitting scored this Chinese loop 1/1 = 1.00."""
     text = "答案是四十二。" * 30
     words = text.split()
     assert len(set(words)) / len(words) == 1.0  # the old measure: perfectly "healthy"
@@ -225,3 +227,69 @@ def test_offline_adapter_shape() -> None:
     assert res["score"] == pytest.approx(151 / 158, abs=1e-4)
     bad = GATE.offline({"text": "5, " * 50})
     assert (bad["verdict"], bad["score"]) == ("FAIL", pytest.approx(2 / 98, abs=1e-4))
+
+
+# --- long outputs: windows (issue item 18) ---
+
+PROSE_DIR = Path(__file__).parent / "fixtures" / "prose"
+LICENSE = (PROSE_DIR / "python-license.txt").read_text(encoding="utf-8")
+ZH_TUTOR = (PROSE_DIR / "vimtutor-zh_cn.txt").read_text(encoding="utf-8")
+WINDOW_CHARS = HELPERS["WINDOW_CHARS"]
+
+
+def _prefix(text: str, chars: int) -> str:
+    """The shortest prefix of TEXT holding CHARS non-whitespace characters."""
+    seen = 0
+    for i, c in enumerate(text):
+        seen += not c.isspace()
+        if seen >= chars:
+            return text[: i + 1]
+    return text
+
+
+@pytest.mark.parametrize("chars", [3200, 6500, 11000], ids=["3200", "6500", "whole-licence"])
+def test_long_healthy_english_prose_passes(chars: int) -> None:
+    """Issue item 18: the whole-text ratio called 6,500 characters of English prose degenerate (0.32)."""
+    text = _prefix(LICENSE, chars)
+    distinct, total = HELPERS["trigram_counts"](HELPERS["squeeze"](text))
+    res = GATE.check(output=Output(text=text), probe=PROBE)
+    assert res.verdict == "PASS", res.reason
+    assert len(res.details["windows"]) > 1 and res.details["score"] >= 0.40
+    if chars >= 6500:
+        assert distinct / total < 0.40  # what the whole-text score said
+
+
+def test_long_healthy_chinese_prose_passes() -> None:
+    """Issue item 18: a long Chinese text (Vim's tutor) passes window by window."""
+    res = GATE.check(output=Output(text=ZH_TUTOR), probe=PROBE)
+    assert res.verdict == "PASS", res.reason
+
+
+@pytest.mark.parametrize("unit", ["The answer is 42. ", "然后按下回车键。", "1. **Analyze the request:** "],
+                         ids=["en-sentence", "zh-sentence", "think-numbered"])
+def test_loop_at_the_end_of_a_long_healthy_answer_fails(unit: str) -> None:
+    """Issue item 18 (negative control): a loop at the tail is no longer diluted by a healthy start."""
+    healthy = _prefix(LICENSE, 6000)
+    text = healthy + unit * (600 // len(unit.replace(" ", "")) + 1)  # a loop longer than one window
+    res = GATE.check(output=Output(text=text), probe=PROBE)
+    assert res.verdict == "FAIL", res.reason
+    assert res.details["worst_window"][0] >= 6000  # inside the loop, which starts after 6,000 characters
+    assert res.details["tail_score"] < 0.40
+    assert res.details["windows"][0][1] >= 0.40  # the healthy start, scored on its own
+
+
+def test_short_text_keeps_the_whole_text_score() -> None:
+    """Issue item 18: up to one window, the score is the whole-text ratio, as calibrated."""
+    text = _prefix(LICENSE, WINDOW_CHARS)
+    distinct, total = HELPERS["trigram_counts"](HELPERS["squeeze"](text))
+    res = GATE.check(output=Output(text=text), probe=PROBE)
+    assert res.details["score"] == pytest.approx(distinct / total, abs=1e-4)
+    assert res.details["windows"] == [[0, pytest.approx(distinct / total, abs=1e-3)]]
+
+
+def test_offline_adapter_reports_window_scores() -> None:
+    """Issue item 18: `gates check degeneracy` prints the window scores too."""
+    res = GATE.offline({"text": _prefix(LICENSE, 2000)})
+    assert res["verdict"] == "PASS"
+    assert res["window_chars"] == WINDOW_CHARS and len(res["windows"]) >= 4
+    assert res["score"] == pytest.approx(min(w for _, w in res["windows"]), abs=1e-3)

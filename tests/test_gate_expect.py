@@ -88,7 +88,7 @@ def test_verdicts(text: str, expect: dict, verdict: str, fragment: str) -> None:
 
 
 def test_base_wrong_answer_is_a_correctness_failure() -> None:
-    """DESIGN.md mistake 1: 12345*6789 failed on the base arm too; expect is a correctness gate
+    """docs/design.md mistake 1: 12345*6789 failed on the base arm too; expect is a correctness gate
     so the judge marks such a probe NOT_DISCRIMINATING instead of failing the spec arm."""
     assert GATE.correctness is True
     res = GATE.check(Output(text="8380905"), probe(exact="83810205"))

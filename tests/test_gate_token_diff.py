@@ -1,4 +1,4 @@
-"""token_diff gate: spec vs base full token-id sequences (issue 4; DESIGN.md mistakes 2 and 3)."""
+"""token_diff gate: spec vs base full token-id sequences (issue 4; docs/design.md mistakes 2 and 3)."""
 
 from __future__ import annotations
 
@@ -74,17 +74,23 @@ CASES = [
     ),
     # A flat top-k gives a tiny lower bound: still never a near-tie.
     ([1, 2, 3, 4], [1, 2, 99, 4], [(3, -1.00), (4, -1.05)], "FAIL", "diverged", 2, 0.05, True),
-    # Base's chosen token is not first in its list: its own logprob is used.
+    # Base's chosen token is not first in its list: another token outranks
+    # what base emitted, so base was not greedy there (issue item 17).
     (
         [1, 2, 3, 4],
         [1, 2, 9, 4],
         [(7, -0.5), (3, -0.6), (9, -0.7)],
         "WARN",
-        "near_tie",
+        "base_not_greedy",
         2,
         0.1,
         False,
     ),
+    # Issue item 17: a negative margin (spec's token above base's own choice
+    # in base's top-k) is not a near-tie: base contradicts its greedy choice.
+    ([1, 2, 3, 4], [1, 2, 9, 4], [(9, -0.2), (3, -0.3)], "WARN", "base_not_greedy", 2, -0.1, False),
+    # ... but a difference within rounding is a tie, still a near-tie.
+    ([1, 2, 3, 4], [1, 2, 9, 4], [(9, -0.3 + 1e-7), (3, -0.3)], "WARN", "near_tie", 2, 0.0, False),
     # Exactly at the bound is still a near-tie (<=).
     (
         [1, 2, 3],
@@ -110,11 +116,14 @@ CASES = [
         "spec-token-outside-top-k",
         "outside-flat-top-k-still-fails",
         "chosen-not-first-in-list",
+        "negative-margin-base-not-greedy",
+        "negative-margin-within-rounding",
         "margin-equal-to-bound",
         "diverge-at-first-token",
     ],
 )
 def test_classification(base_ids, spec_ids, row, verdict, kind, position, margin, lower) -> None:
+    """Issue item 17 (base_not_greedy cases): a negative margin was once reported as a near-tie."""
     base = base_with(base_ids, position, row) if row else out(base_ids, flat_top(len(base_ids)))
     res = GATE.check(spec=out(spec_ids), base=base, probe=PROBE)
     assert res.verdict == verdict
@@ -143,7 +152,7 @@ def test_length_mismatch_with_equal_prefix(base_ids, spec_ids, longer, position)
 
 
 def test_ghost_duplicated_token_is_a_hard_divergence() -> None:
-    """DESIGN.md section 1: a self-produced token emitted twice ("ghost" tokens).
+    """docs/design.md section 1: a self-produced token emitted twice ("ghost" tokens).
 
     The first divergence is the duplicate; base never considered repeating it.
     """
@@ -162,7 +171,7 @@ def test_ghost_duplicated_token_is_a_hard_divergence() -> None:
 
 
 def test_continuations_show_at_least_20_tokens_each_side_decoded() -> None:
-    """DESIGN.md mistake 2: report both continuations from the first divergence."""
+    """docs/design.md mistake 2: report both continuations from the first divergence."""
     base_ids = list(range(100, 160))
     spec_ids = base_ids[:10] + list(range(500, 550))
     base = base_with(base_ids, 10, [(110, -0.01), (500, -6.0)])

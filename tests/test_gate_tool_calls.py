@@ -276,7 +276,7 @@ def test_offline_verdicts(resp, expect, tool_choice, verdict, fragment) -> None:
 
 
 def test_spec_arm_emitting_no_calls_fails() -> None:
-    """Issue 4 / DESIGN.md section 1: with k>=2 the broken backend made 0 of 3 tool calls."""
+    """Issue 4 / docs/design.md section 1: with k>=2 the broken backend made 0 of 3 tool calls."""
     probe = Probe(
         name="weather-and-time",
         category="tool_call",

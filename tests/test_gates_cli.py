@@ -169,7 +169,7 @@ def test_calibrate_degeneracy_separates(tmp_path: Path) -> None:
 
 
 def test_calibrate_degeneracy_reports_overlap(tmp_path: Path) -> None:
-    """A threshold that does not separate the two sets must say so (DESIGN.md mistake 13)."""
+    """A threshold that does not separate the two sets must say so (docs/design.md mistake 13)."""
     healthy = jsonl(tmp_path / "ok.jsonl", [{"text": t} for t in HEALTHY[:2] + [DEGENERATE[0]]])
     degenerate = jsonl(tmp_path / "bad.jsonl", [{"text": t} for t in DEGENERATE[1:] + [HEALTHY[2]]])
     result = invoke(

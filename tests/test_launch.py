@@ -91,7 +91,7 @@ def _row(name: str, argv: list[str], env: dict[str, str] | None = None) -> ArmRo
 
 
 def test_confounds_are_listed() -> None:
-    """Issue 5: arms may differ only in speculation (DESIGN.md mistake 7)."""
+    """Issue 5: arms may differ only in speculation (docs/design.md mistake 7)."""
     base = _row("base", _argv("base"))
     same = _row("mtp1", _argv("mtp1"))
     assert launch_differences(same, base) == []
@@ -106,7 +106,7 @@ def test_confounds_are_listed() -> None:
 
 
 def test_cudagraph_sizes_without_batch_one() -> None:
-    """DESIGN.md mistake 7: capture sizes [2,4,8,16] leave single-stream base runs uncaptured."""
+    """docs/design.md mistake 7: capture sizes [2,4,8,16] leave single-stream base runs uncaptured."""
     gap = cudagraph_gap(_row("base", _argv("base", extra_args=["--compilation-config", '{"cudagraph_capture_sizes": [2, 4, 8, 16]}'])))
     assert gap and "leave out batch size 1" in gap
     assert cudagraph_gap(_row("base", _argv("base", extra_args=["--cuda-graph-sizes", "1,2,4"]))) is None

@@ -1,4 +1,4 @@
-"""ruff and mypy over the package, as STYLE.md asks of CI (run through pytest so .ci/run stays one command)."""
+"""ruff and mypy over the package, as the project asks of CI (run through pytest so .ci/run stays one command)."""
 
 from __future__ import annotations
 

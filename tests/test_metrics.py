@@ -1,4 +1,4 @@
-"""Spec counters from real vLLM /metrics text (issue 2, DESIGN.md mistake 9)."""
+"""Spec counters from real vLLM /metrics text (issue 2, docs/design.md mistake 9)."""
 
 from __future__ import annotations
 

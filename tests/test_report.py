@@ -63,6 +63,16 @@ def _vocab() -> dict[str, int]:
     return {w: 100 + i for i, w in enumerate(words)}
 
 
+def _chunk_sizes(n: int, tau: float) -> list[int]:
+    """N tokens in chunks of mean size TAU (one chunk per engine step, as a spec arm streams)."""
+    sizes: list[int] = []
+    i = 0
+    while sum(sizes) < n:
+        sizes.append(min(int((i + 1) * tau) - int(i * tau), n - sum(sizes)))
+        i += 1
+    return sizes
+
+
 def _result(arm_id: int, probe_id: int, probe: str, tokens: list[str], mode: str, rate: float,
             ttft: float, margin_at: tuple[int, str, float] | None, counters: dict[str, Any]) -> ResultRow:
     vocab = _vocab()
@@ -75,13 +85,17 @@ def _result(arm_id: int, probe_id: int, probe: str, tokens: list[str], mode: str
     calls = [{"id": "call_1", "type": "function",
               "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}] if probe == "weather" else None
     step = 1000.0 / rate
+    tau = 1 + counters["accepted"] / counters["drafts"] if counters.get("drafts") else 1.0
+    chunks, at = [], 0
+    for size in _chunk_sizes(len(ids), tau):
+        chunks.append([round(ttft + step * at, 3), size])
+        at += size
     return ResultRow(arm_id=arm_id, probe_id=probe_id, mode=mode, ok=True, text=text,
                      content=None if calls else text, token_ids=ids, token_texts=tokens, top_logprobs=top,
                      tool_calls=calls, finish_reason="tool_calls" if calls else "stop",
                      usage={"completion_tokens": len(ids), "prompt_tokens": 20},
                      ttft_ms=ttft, duration_ms=ttft + step * (len(ids) - 1),
-                     chunks=[[round(ttft + step * i, 3), 1] for i in range(len(ids))],
-                     counters_delta=counters)
+                     chunks=chunks, counters_delta=counters)
 
 
 def make_session(store: Store, arms: tuple[str, ...] = ("base", "base#2", "mtp1", "mtp2"), accept: float = 0.7,
@@ -210,7 +224,7 @@ def test_stream_and_batch_divergences_are_shown(store: Store, tmp_path: Path) ->
 
 
 def test_hostile_output_is_escaped_everywhere(data: dict[str, Any], tmp_path: Path) -> None:
-    """STYLE.md point 10: a completion containing markup comes out as text."""
+    """A completion containing markup comes out as text."""
     render_session(data, tmp_path / "r")
     pages = _pages(tmp_path / "r")
     echo = pages["results/2-3.html"]  # mtp1 / echo: full text, tokens, prompt
@@ -363,3 +377,40 @@ def test_commands_document_themselves(name: str) -> None:
     cmd = _cli().commands[name]
     assert cmd.help and "\b" in cmd.help
     assert CliRunner().invoke(_cli(), [name, "--help"]).exit_code == 0
+
+
+def test_reasoning_is_shown_escaped_on_the_result_page(data: dict[str, Any], tmp_path: Path) -> None:
+    """Issue item 14: the reasoning a reasoning parser split off is shown on the result page, escaped."""
+    d = copy.deepcopy(data)
+    r = next(r for r in d["arms"][3]["results"] if r["probe"] == "count")
+    r["reasoning"] = "thinking " + HOSTILE
+    render_session(d, tmp_path / "r")
+    page = (tmp_path / "r" / "results" / "3-0.html").read_text()
+    assert "reasoning (thinking" in page and "thinking " + HOSTILE_ESCAPED in page
+    assert HOSTILE not in page
+
+
+def test_degeneracy_window_scores_on_the_result_page(data: dict[str, Any], tmp_path: Path) -> None:
+    """Issue item 18: the report shows the degeneracy score per window of a long output."""
+    d = copy.deepcopy(data)
+    r = next(r for r in d["arms"][3]["results"] if r["probe"] == "poem-zh")
+    r["verdicts"]["degeneracy"]["details"].update(windows=[[0, 0.81], [100, 0.12]], window_chars=500,
+                                                  window_stride=100, worst_window=[100, 600], tail_score=0.12)
+    render_session(d, tmp_path / "r")
+    page = next(p for p in (tmp_path / "r" / "results").glob("3-*.html") if "poem-zh" in p.read_text())
+    html = page.read_text()
+    assert "Degeneracy per window" in html and '<span class="bad" title="characters 100+">0.12</span>' in html
+
+
+def test_new_figures_are_shown(data: dict[str, Any], tmp_path: Path) -> None:
+    """Issue items 7, 11, 12, 15: bursty speed, per-level figures, cross-session S and performance checks."""
+    d = copy.deepcopy(data)
+    mtp1 = d["arms"][2]
+    mtp1["speed"]["bursty"] = {"share": 0.93, "tokens": 400, "bunched": 372, "allowed_per_chunk": 2, "bursty": True}
+    mtp1["vs_base"]["cross_session"] = "ran apart from the other arms (resumed?): host a vs b on base"
+    html = render_session(d, tmp_path / "r").read_text()
+    assert "BURSTY" in html and "93.0% of 400 tokens arrived bunched" in html
+    assert "Per concurrency level" in html and "S at this level" in html
+    assert "CROSS-SESSION" in html and "host a vs b on base" in html
+    assert "Performance checks" in html and "acceptance_floor" in html and "stream_tau" in html
+    assert "cross-check (1 + α)" not in html  # the k = 1 identity is gone (issue item 9)

@@ -102,7 +102,7 @@ def test_hostile_output_is_inert_text_in_the_live_dom(report: Path, tmp_path: Pa
 
 
 def test_the_dom_check_trips_on_unescaped_markup(report: Path, tmp_path: Path) -> None:
-    """Negative control (DESIGN.md mistake 13): the same check on a page with raw markup fails."""
+    """Negative control (docs/design.md mistake 13): the same check on a page with raw markup fails."""
     bad = tmp_path / "bad.html"
     bad.write_text("<html><body><p>x</p><img src=x onerror=\"document.body.setAttribute('data-pwned', '1')\">"
                    "</body></html>")

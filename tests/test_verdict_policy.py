@@ -192,7 +192,7 @@ def test_clean_session_passes_and_json_carries_the_verdict(tmp_path: Path) -> No
 
 
 def test_spec_stub_without_counters_is_not_a_pass(tmp_path: Path) -> None:
-    """A spec arm whose draft counters never move proved nothing (DESIGN mistake 9): INVALID, not PASS."""
+    """A spec arm whose draft counters never move proved nothing (docs/design.md mistake 9): INVALID, not PASS."""
     with AnswerStub(fixed("hello there")) as base, AnswerStub(fixed("hello there")) as spec:
         code, data, _ = _gate(tmp_path, f"base={base.url},mtp1={spec.url}")
     assert code == 2

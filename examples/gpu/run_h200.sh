@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The observatory on one H200 with vLLM 0.26.0 for CUDA (the trimmed bundle of
-# ../shared/gpu/build-bundle.sh). From the repo root, on the device machine:
+# The observatory on one H200 with vLLM 0.26.0 for CUDA (the trimmed bundle made by
+# the workplace's GPU bundle script, see examples/h200/README.md). From the repo root, on the device machine:
 #   bash examples/gpu/run_h200.sh tiny     # base,base,mtp1,mtp2 on the embedded tiny model
 #   bash examples/gpu/run_h200.sh hybrid   # base,mtp1,mtp2 on a Qwen3.5-style hybrid, random weights
 # OBSERVATORY_DEFAULT_MODEL=DIR runs "tiny" on another checkpoint of the tiny model.

@@ -10,8 +10,10 @@ from typing import Any, cast
 
 import click
 
+from observatory.db import SessionRow
 from observatory.errors import ObservatoryError
 from observatory.gates import registry_for
+from observatory.perf_gates import parse_fail_on
 from observatory.plan import plan_compare
 from observatory.redact import redact_text, remember, remember_url
 from observatory.report_data import build
@@ -65,6 +67,8 @@ def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, 
                      show_default=True, help="With --parallel-arms: time each arm alone, or as they ran (flagged)."),
         click.option("--engine", default="vllm", show_default=True,
                      help="Engine of URL arms: vllm, sglang or llama.cpp (what /metrics and the version mean)."),
+        click.option("--fail-on", help="Performance thresholds that FAIL (else breaches WARN), e.g. "
+                     "'speedup<1.0,ttft_ratio>3,acceptance<0.5'."),
         click.option("--quiet", is_flag=True, help="No progress output."),
         click.option("--gates-dir", "gates_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="A folder of your own gate files (*.py), run beside the built-in gates; repeatable."),
@@ -138,6 +142,9 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         session_id = resume
     else:
         session_id = runner.create_session()
+    # judge re-applies the thresholds from the session's options
+    options = dict(store.session(session_id).options or {})
+    store.update(SessionRow, session_id, options={**options, "fail_on": parse_fail_on(kw.get("fail_on"))})
     try:
         if quiet:
             runner.run(session_id)
@@ -180,6 +187,7 @@ def compare(resume: int | None, **kw: Any) -> None:
     observatory compare --model /models/qwen --arms base,mtp2
     observatory compare --arms base=http://10.0.0.5:8000,mtp2=http://10.0.0.5:8001
     observatory compare --resume 7
+    observatory compare --arms base,base,mtp2 --fail-on 'speedup<1.0,ttft_ratio>3,acceptance<0.5'
     """
     store, session_id, interrupted = run_compare(kw, resume)
     if interrupted:

@@ -29,6 +29,7 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: A
     \b
     observatory gate --arms base,base,mtp1,mtp2 --report report/ --junit junit.xml
     observatory gate --image vllm/vllm-openai:nightly --model /models/m --arms base,mtp2 --report out/
+    observatory gate --arms base,base,mtp2 --fail-on 'speedup<1.0,ttft_ratio>3' --report out/
     """
     # Issue 19 item 3: every output is checked before any arm launches (exit 3), not after the session.
     outputs: dict[str, Any] = {}

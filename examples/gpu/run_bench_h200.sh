@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The observatory's timed client against `vllm bench serve` on one H200 (issue "A fast instrument"):
+# the same server, the same prompts, no logprobs on either side. From the repo root, on the device:
+#   bash examples/gpu/run_bench_h200.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source .gpu/activate.sh
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+ep=/tmp/ep/observatory-0.dist-info; mkdir -p $ep
+printf 'Metadata-Version: 2.1\nName: observatory\nVersion: 0.1.0\n' > $ep/METADATA
+printf '[vllm.general_plugins]\nobservatory_faults = observatory.faults:register\n' > $ep/entry_points.txt
+export PYTHONPATH=$PWD:/tmp/site:/tmp/ep:${PYTHONPATH:-}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+common=(--engine-arg=--attention-backend=TRITON_ATTN --engine-arg=--gpu-memory-utilization=0.2
+        --engine-arg=--enforce-eager)
+python3 benchmarks/bench_vs_vllm.py --timed --repeats 5 --out "$out/bench-timed.json" --work-dir /tmp/bench-timed "${common[@]}"
+python3 benchmarks/bench_vs_vllm.py --repeats 3 --out "$out/bench-logprobs.json" --work-dir /tmp/bench-lp "${common[@]}"
