@@ -75,9 +75,12 @@ def reap_orphans() -> list[str]:
 
 def spawn_watchdog(container: str, client_pid: int, token: str | None = None) -> subprocess.Popen[bytes]:
     """Start the watchdog that removes CONTAINER once the owner (this process by default) is gone."""
+    # this very package, whatever sys.path the owner was started with
+    path = os.pathsep.join(p for p in (str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")) if p)
     return subprocess.Popen(
         [sys.executable, "-m", "observatory.containers", token or owner_token(), container, str(client_pid)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": path},
         start_new_session=True,  # outlives a SIGKILL of the owner's process group
     )
 

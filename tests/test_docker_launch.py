@@ -7,6 +7,7 @@ containers are in tests/test_docker_engine.py.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from observatory.arms import parse_arms
-from observatory.containers import OWNER_LABEL, owner_alive, owner_token
+from observatory.containers import OWNER_LABEL, owner_alive, owner_token, spawn_watchdog
 from observatory.db import ArmRow
 from observatory.errors import ArmError
 from observatory.figures import launch_differences
@@ -158,3 +159,19 @@ def test_owner_token_names_a_live_process_and_not_a_reused_pid() -> None:
     pid, _, ticks = owner_token(os.getpid()).partition("-")
     assert not owner_alive(f"{pid}-{int(ticks) + 1}")  # same pid, another start time: another process
     assert not owner_alive("garbage")
+
+
+@pytest.mark.skipif(shutil.which("docker") is None, reason="needs the docker client")
+def test_watchdog_imports_this_package_whatever_the_owners_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 2: the watchdog must run even when the owner found observatory through its own sys.path.
+
+    It once died at import (ModuleNotFoundError: observatory.containers) when
+    the installed package was another checkout, and containers outlived a
+    SIGKILLed observatory. A dead owner and no such container: it must exit 0.
+    """
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dog = spawn_watchdog("observatory-test-no-such-container", gone.pid, token=f"{gone.pid}-0")
+    assert dog.wait(timeout=60) == 0
