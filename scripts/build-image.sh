@@ -40,8 +40,10 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
   [ "$(id -u)" = 0 ] || die "debootstrap needs root"
   root="$(mktemp -d)"
   trap 'rm -rf "$root"' EXIT
-  # python3 is 3.11 on bookworm: the same cp311 wheels as the host's.
-  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,libnuma1,libgomp1 \
+  # python3 is 3.11 on bookworm: the same cp311 wheels as the host's. g++ and
+  # the Python headers: vLLM's CPU backend compiles its model with torch's
+  # inductor at start ("InvalidCxxCompiler: No working C++ compiler found").
+  debootstrap --variant=minbase --include=python3,python3-venv,python3-dev,g++,ca-certificates,libnuma1,libgomp1 \
     bookworm "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 \
     || die "debootstrap failed; see $cache/debootstrap.log"
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*

@@ -3,7 +3,8 @@
 Needs a running Docker daemon (.ci/run starts one) and builds the image
 observatory/vllm-cpu:local once with scripts/build-image.sh (a no-op when the
 image of the same recipe exists; a cold build costs minutes, see the script).
-One real session, `base,mtp1` in containers, is run for this module; the
+One real session, `base,mtp1` in containers of the local image plus
+`mtp1@TONIGHT` (another image: item 3), is run for this module; the
 fault paths (crash, hang, Ctrl-C, SIGKILL of the observatory, a dead
 observatory's leftovers) stop each engine while it loads, so they cost
 seconds each. Every test ends with no container of ours left.
@@ -27,6 +28,8 @@ from observatory.containers import OWNER_LABEL, reap_orphans
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE = "observatory/vllm-cpu:local"
+# "tonight's image": the same content under another digest (a label added), for item 3
+TONIGHT = "observatory/vllm-cpu:test-tonight"
 
 pytestmark = pytest.mark.engine
 
@@ -78,7 +81,9 @@ def _gate(tmp: Path, *args: str) -> subprocess.Popen[str]:
 def session(image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One real gate session of base and mtp1, each in a container of the local image."""
     tmp = tmp_path_factory.mktemp("docker-session")
-    proc = _gate(tmp, "--arms", "base,mtp1")
+    subprocess.run(["docker", "build", "-q", "-t", TONIGHT, "-"], input=f"FROM {IMAGE}\nLABEL observatory.test=tonight\n",
+                   text=True, check=True, capture_output=True, timeout=300)
+    proc = _gate(tmp, "--arms", f"base,mtp1,mtp1@{TONIGHT}")
     out, _ = proc.communicate(timeout=1500)
     data: dict[str, Any] = json.loads((tmp / "session.json").read_text())
     data["_rc"], data["_out"], data["_dir"] = proc.returncode, out, tmp
@@ -89,12 +94,23 @@ def test_gate_session_runs_in_containers(session: dict[str, Any]) -> None:
     """Item 2: `gate --image IMAGE --arms base,mtp1` runs each arm as a container and passes."""
     assert session["_rc"] == 0, session["_out"]
     arms = {a["name"]: a for a in session["arms"]}
-    assert list(arms) == ["base", "mtp1"]
+    assert list(arms) == ["base", "mtp1", f"mtp1@{TONIGHT}"]
     for a in arms.values():
         argv = a["launch"]["argv"]
-        assert argv[:2] == ["docker", "run"] and IMAGE in argv and "--gpus" not in argv  # a CPU host
+        assert argv[:2] == ["docker", "run"] and "--gpus" not in argv  # a CPU host
         assert a["status"] == "ok" and not [v for v in a["validity"] if v["code"] == "CONFOUNDED"], a["validity"]
+    assert IMAGE in arms["mtp1"]["launch"]["argv"] and TONIGHT in arms[f"mtp1@{TONIGHT}"]["launch"]["argv"]
     assert arms["mtp1"]["acceptance"]["drafts"] > 0  # speculation ran inside the container
+
+
+def test_image_against_image_in_one_session(session: dict[str, Any]) -> None:
+    """Item 3: an arm of another image, asked for, is compared (token ids, acceptance, speedup), not CONFOUNDED."""
+    arms = {a["name"]: a for a in session["arms"]}
+    tonight, last = arms[f"mtp1@{TONIGHT}"], arms["mtp1"]
+    assert tonight["launch"]["image"]["asked"] is True and last["launch"]["image"]["asked"] is False
+    assert tonight["launch"]["image"]["digest"] != last["launch"]["image"]["digest"]
+    assert tonight["acceptance"]["drafts"] > 0 and tonight.get("vs_base")  # acceptance and speedup measured
+    assert tonight["results"] and all("token_diff" in r["verdicts"] for r in tonight["results"])  # token ids diffed
 
 
 def test_image_digest_and_engine_version_stored_and_shown(session: dict[str, Any]) -> None:
@@ -102,10 +118,11 @@ def test_image_digest_and_engine_version_stored_and_shown(session: dict[str, Any
     digest = subprocess.run(["docker", "image", "inspect", IMAGE, "--format", "{{.Id}}"],
                             capture_output=True, text=True, check=True).stdout.strip()
     html = (session["_dir"] / "report" / "index.html").read_text()
-    for a in session["arms"]:
+    for a in session["arms"][:2]:
         img = a["launch"]["image"]
         assert img["ref"] == IMAGE and img["digest"] == digest and img["asked"] is False
-        assert img["engine_version"] == "0.32.0" and a["engine_version"].startswith("0.32.0")
+    for a in session["arms"]:
+        assert a["launch"]["image"]["engine_version"] == "0.32.0" and a["engine_version"].startswith("0.32.0")
     assert digest[:19] in html and "vLLM inside: 0.32.0" in html
 
 
