@@ -10,7 +10,9 @@
   still says what it is, e.g. ``mtp2=http://10.0.0.5:8001``);
 
 optionally followed by ``+fault=NAME`` (launch with an injected fault, see
-`observatory.faults`). The same arm listed twice is an A/A control: the
+`observatory.faults`) and by ``@IMAGE`` (run this arm in that serving image,
+e.g. ``mtp2@observatory/vllm-cpu:local``; arms of two images in one session
+are compared image against image, see `observatory.images`). The same arm listed twice is an A/A control: the
 second copy is named ``NAME#2`` and records ``copy_of``.
 
 Arms file layout (unknown keys are errors)::
@@ -21,6 +23,7 @@ Arms file layout (unknown keys are errors)::
     env = { SOME_VAR = "1" }               # environment for this arm only
     fault = "ghost"                        # optional
     url = "http://127.0.0.1:8001"          # optional: don't launch
+    image = "vllm/vllm-openai:nightly"     # optional: run in this image
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from observatory.errors import ArmError
 from observatory.tomlfile import read_toml
 
 FAULTS = ("accept_all", "ghost", "drop_bonus")
-_ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url"}
+_ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "image"}
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 _PRESET_RE = re.compile(r"(mtp|ngram)([1-9][0-9]?)")
 
@@ -52,6 +55,7 @@ class Arm:
     url: str | None = None
     fault: str | None = None
     copy_of: str | None = None
+    image: str | None = None  # serving image named on the arm itself (ARM@IMAGE or the arms file)
 
     @property
     def is_spec(self) -> bool:
@@ -142,8 +146,11 @@ def load_arms_file(path: Path | str) -> dict[str, Arm]:
         url = raw.get("url")
         if url is not None:
             url = _check_url(url, where)
+        image = raw.get("image")
+        if image is not None:
+            image = _check_image(image, where, url)
         arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(engine_args),
-                         env=dict(env), url=url, fault=fault)
+                         env=dict(env), url=url, fault=fault, image=image)
     if not arms:
         raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
     return arms
@@ -189,6 +196,7 @@ def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | Non
         base = _resolve(name, defined, custom, allow_unknown=True)
         base.url = url
         return base
+    item, image = _split_image(item)
     name, *options = item.split("+")
     arm = _resolve(name, defined, custom, allow_unknown=False)
     for opt in options:
@@ -201,7 +209,28 @@ def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | Non
         arm.name = f"{arm.name}+fault={value}"
     if arm.fault and not arm.is_spec:
         raise ArmError(f"--arms item {item!r}: a fault needs a speculating arm (e.g. mtp1+fault={arm.fault})")
+    if image is not None:
+        arm.image = _check_image(image, f"--arms item {item}@{image!r}", arm.url)
+        arm.name = f"{arm.name}@{image}"
     return arm
+
+
+# -- serving images per arm (ARM@IMAGE) ---------------------------------------
+_IMAGE_RE = re.compile(r"[a-z0-9][a-z0-9._/:@\-]*")
+
+
+def _split_image(item: str) -> tuple[str, str | None]:
+    """'mtp2@IMG' -> ('mtp2', 'IMG'); an image reference may itself hold '@sha256:...'."""
+    head, at, image = item.partition("@")
+    return (head, image) if at else (item, None)
+
+
+def _check_image(image: Any, where: str, url: str | None) -> str:
+    if url is not None:
+        raise ArmError(f"{where}: an arm with a url is not launched, so it cannot name an image")
+    if not isinstance(image, str) or not _IMAGE_RE.fullmatch(image):
+        raise ArmError(f"{where}: {image!r} is not a docker image reference like observatory/vllm-cpu:local")
+    return image
 
 
 def _resolve(name: str, defined: dict[str, Arm], custom: dict[str, Any] | None, allow_unknown: bool) -> Arm:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from observatory.db import ArmRow
+from observatory.images import image_differences, split_docker_argv
 from observatory.judge import base_reference
 from observatory.metrics import SpecCounters
 from observatory.perf_gates import performance
@@ -125,8 +126,10 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     a, b = arm.launch or {}, base.launch or {}
     if a.get("url") or b.get("url"):
         return []
-    diffs = []
-    fa, fb = _flags(a.get("argv", [])), _flags(b.get("argv", []))
+    # docker hook (observatory.images): compare the engine's own flags, never
+    # docker's options; the images themselves by their rules
+    diffs = image_differences(a, b)
+    fa, fb = _flags(split_docker_argv(a.get("argv", []))[2]), _flags(split_docker_argv(b.get("argv", []))[2])
     for k in sorted(set(fa) | set(fb)):
         if k in _IGNORED_FLAGS or fa.get(k) == fb.get(k):
             continue

@@ -19,6 +19,7 @@ from observatory.arms import parse_arms
 from observatory.engines import adapter_for
 from observatory.errors import ObservatoryError
 from observatory.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
+from observatory.images import require_image
 from observatory.paths import DEFAULT_MODEL_DIR
 from observatory.perf_gates import parse_fail_on
 from observatory.probes import load_probe_file, resolve_suite
@@ -139,8 +140,11 @@ def plan_compare(
     if timing not in ("sequential", "concurrent"):
         raise ObservatoryError("--timing must be 'sequential' or 'concurrent'")
     plan_waves(len(arm_list), n_gpus, gpus_per_arm, parallel_arms)  # validates the GPU request
-    if image is None and any(a.url is None for a in arm_list):
+    if any(a.url is None and not (a.image or image) for a in arm_list):
         check_engine_python(settings.python)
+    refs = {ref for a in arm_list if a.url is None and (ref := a.image or image)}
+    for ref in sorted(refs):
+        require_image(ref)  # docker hook (observatory.images): a missing image is a setup error
     return CompareOptions(
         arms=arm_list, settings=settings, probes=probes, suite=str(resolve_suite(suite)),
         log_dir=Path(log_dir), api_key=api_key,

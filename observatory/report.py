@@ -29,6 +29,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from observatory import charts
+from observatory.images import arm_image
 from observatory.paths import TEMPLATES_DIR
 from observatory.report_data import preview
 from observatory.verdict import INVALID_CODES, arm_role, decide
@@ -124,6 +125,7 @@ def arm_view(a: dict[str, Any]) -> dict[str, Any]:
         "log_path": a.get("log_path"), "show_log": a.get("status") not in ("ok", "pending"),
         "argv": shlex.join(_g(a, "launch", "argv") or []), "env": _g(a, "launch", "env") or {},
         "url": _g(a, "launch", "url"), "fault": _g(a, "launch", "fault"),
+        "image": arm_image(a.get("launch") or {}),  # docker hook: ref, digest, engine inside
         "alpha": acc.get("alpha"), "tau": acc.get("tau"), "drafts": acc.get("drafts"),
         "draft_tokens": acc.get("draft_tokens"), "accepted": acc.get("accepted"),
         "by_category": acc.get("by_category") or {},

@@ -30,6 +30,7 @@ from observatory.db import ArmRow, ProbeRow, SessionRow, utcnow
 from observatory.errors import ObservatoryError
 from observatory.evaluate import evaluate
 from observatory.gpus import plan_waves
+from observatory.images import inspect_image
 from observatory.machine import describe
 from observatory.measure import ArmCrashed, ArmRun
 from observatory.probes import Probe
@@ -38,6 +39,7 @@ from observatory.server import (
     EngineProcess,
     EngineSettings,
     EngineStartError,
+    arm_image_ref,
     engine_argv,
     engine_env,
     free_port,
@@ -313,7 +315,10 @@ class Runner:
             env = engine_env(arm, s)
             if r.gpus is not None:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in r.gpus)
-            container = f"observatory-{session_id}-{safe}-{port}" if s.image else None
+            image = arm_image_ref(arm, s)  # docker hook (observatory.images): facts stored per arm
+            container = f"observatory-{session_id}-{safe}-{port}" if image else None
+            if image:
+                launch["image"] = {**inspect_image(image).to_dict(), "asked": arm.image is not None}
             argv = engine_argv(arm, s, port, env, r.gpus, container)
             self.reporter.arm_started(arm, f"starting engine on port {port} (log: {log_path})")
             proc = EngineProcess(argv, env, log_path, container)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from observatory import containers
 from observatory.arms import Arm
 from observatory.errors import ObservatoryError
 
@@ -89,27 +90,45 @@ def engine_args(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
 
 
 def engine_argv(arm: Arm, settings: EngineSettings, port: int, env: dict[str, str] | None = None,
-                gpus: list[int] | None = None, container: str | None = None) -> list[str]:
-    """The full command line that launches ARM."""
+                gpus: list[int] | None = None, container: str | None = None,
+                labels: dict[str, str] | None = None) -> list[str]:
+    """The full command line that launches ARM (in its image, if it has one)."""
     args = engine_args(arm, settings, port)
-    if settings.image:
-        mounts = [settings.model] if Path(settings.model).exists() else []
-        return docker_argv(settings.image, args, env or {}, gpus, container, mounts)
+    image = arm_image_ref(arm, settings)
+    if image:
+        mounts = [str(Path(settings.model).resolve())] if Path(settings.model).exists() else []
+        if mounts:  # the engine sees the model at the same absolute path
+            args[args.index("--model") + 1] = mounts[0]
+        if labels is None:  # owned by this process: see observatory.containers
+            labels = {containers.OWNER_LABEL: containers.owner_token()}
+        return docker_argv(image, args, env or {}, gpus, container, mounts, labels)
     return [settings.python, "-m", "vllm.entrypoints.openai.api_server", *args]
 
 
+def arm_image_ref(arm: Arm, settings: EngineSettings) -> str | None:
+    """The image ARM runs in: its own (ARM@IMG) or the session's --image; None to launch directly."""
+    return arm.image or settings.image
+
+
 def docker_argv(image: str, args: list[str], env: dict[str, str], gpus: list[int] | None,
-                container: str | None, mounts: list[str] | None = None) -> list[str]:
+                container: str | None, mounts: list[str] | None = None,
+                labels: dict[str, str] | None = None) -> list[str]:
     """`docker run` for a serving image whose entrypoint is vLLM's OpenAI server.
 
     Host networking (the engine binds 127.0.0.1:PORT as when launched
-    directly), the arm's GPUs only, the arm's environment overrides, and a
-    local model folder mounted read-only at its own path.
+    directly), the arm's GPUs only and no ``--gpus`` at all on a host without
+    GPUs (GPUS is None there), the arm's environment overrides, a local model
+    folder mounted read-only at its own path, an init process that forwards
+    signals to vLLM and reaps its workers, and labels (the owner, see
+    observatory.containers).
     """
-    device = "all" if gpus is None else "device=" + ",".join(str(g) for g in gpus)
-    argv = ["docker", "run", "--rm", "--network=host", "--ipc=host", "--gpus", device]
+    argv = ["docker", "run", "--rm", "--init", "--network=host", "--ipc=host"]
+    if gpus is not None:
+        argv += ["--gpus", "device=" + ",".join(str(g) for g in gpus)]
     if container:
         argv += ["--name", container]
+    for k, v in sorted((labels or {}).items()):
+        argv += ["--label", f"{k}={v}"]
     for path in mounts or []:  # a local model folder, read-only at the same path
         argv += ["-v", f"{path}:{path}:ro"]
     for k, v in sorted(env.items()):
@@ -140,9 +159,11 @@ class EngineProcess:
         self.argv = argv
         self.env = env
         self.log_path = log_path
-        # a docker container outlives its `docker run` client: removed by name on stop
+        # a docker container outlives its `docker run` client: removed by name on
+        # stop, and by a watchdog if the observatory dies first (observatory.containers)
         self.container = container
         self.proc: subprocess.Popen[bytes] | None = None
+        self.watchdog: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         """Launch the child; output goes to the log file."""
@@ -150,11 +171,16 @@ class EngineProcess:
             raise EngineStartError(f"Engine interpreter {self.argv[0]!r} not found.")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env}
+        if self.container:
+            containers.reap_orphans()
         with open(self.log_path, "ab") as log:
+            # the attached `docker run` client streams the container's output (its `docker logs`) here
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True,
             )
+        if self.container:
+            self.watchdog = containers.spawn_watchdog(self.container, self.proc.pid)
 
     @property
     def pid(self) -> int | None:
@@ -202,6 +228,9 @@ class EngineProcess:
         _signal_group(pgid, signal.SIGKILL)
         if self.container:
             subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, timeout=60, check=False)
+        if self.watchdog is not None:
+            self.watchdog.kill()
+            self.watchdog.wait()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover
