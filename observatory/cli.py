@@ -81,6 +81,9 @@ def _mount() -> None:
 
     cli.add_command(report_cmd.report)
     cli.add_command(report_cmd.history)
+    from observatory.commands import triage
+
+    cli.add_command(triage.triage)
     try:
         from observatory.commands import gates_cmd
     except ImportError:  # pragma: no cover - during development only
