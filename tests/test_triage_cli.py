@@ -193,3 +193,20 @@ def test_errors_are_one_line_that_says_what_to_do(args: list[str], message: str,
     assert r.exit_code == 3
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert launches == []
+
+
+def test_bundle_check_says_when_no_server_answers(tmp_path: Path, launches: list[dict[str, Any]]) -> None:
+    """Issue triage item 3: check.py exits 2 (not 0, not 1) when the server cannot be used."""
+    import subprocess
+    import sys
+
+    from observatory.server import free_port
+
+    sid = make_session(Store())
+    r = _invoke(["triage", str(sid), "--knob", "num_speculative_tokens", "--bundle", str(tmp_path / "b"),
+                 "--log-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    done = subprocess.run([sys.executable, str(tmp_path / "b" / "check.py"), "--url",
+                           f"http://127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "start the server with launch.sh first" in done.stderr
