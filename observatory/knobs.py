@@ -93,6 +93,16 @@ def current_value(knob: Knob, arm: Arm, settings: EngineSettings) -> Any:
         if value is None and knob.setting == "dtype":
             return model_dtype(settings.model)
         return value
+    args = list(settings.extra_args) + list(arm.engine_args)
+    for i in range(len(args) - 1, -1, -1):  # the last occurrence wins, as in argparse
+        a = args[i]
+        if kind == "flag" and a == key:
+            return True
+        if kind == "bool" and a in (f"--{key}", f"--no-{key}"):
+            return a == f"--{key}"
+        if kind == "arg" and (a == key or a.startswith(key + "=")):
+            raw = a.partition("=")[2] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+            return int(raw) if raw.isdigit() else raw
     return None
 
 

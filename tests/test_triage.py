@@ -178,3 +178,11 @@ def test_conditional_faults_fire_only_under_their_knob(fault: str, on: Any, off:
     assert step_faults(faults, *off) == frozenset()
     assert tracks_ghost(faults)
     assert step_faults(frozenset({"drop_bonus", fault}), *off) == {"drop_bonus"}
+
+
+def test_a_knob_the_session_already_set_is_not_tried_again() -> None:
+    """Issue triage item 5: no launch is spent on the value the session ran (--engine-arg=--enforce-eager)."""
+    s = EngineSettings(model="m", extra_args=["--enforce-eager", "--max-num-seqs", "1", "--no-enable-chunked-prefill"])
+    why = {k.name: not_applicable(k, _arm(), s, {"cpu"}) for k in knobs_for("vllm")}
+    assert why["enforce_eager"] == why["max_num_seqs"] == why["chunked_prefill"] == "no other value to try"
+    assert why["max_num_batched_tokens"] is None

@@ -58,7 +58,7 @@ def test_triage_names_k_for_a_k2_only_fault_and_its_bundle_reproduces(tmp_path: 
     db, logs = str(tmp_path / "runs.db"), str(tmp_path / "logs")
     r = CliRunner().invoke(cli, ["compare", "--arms", "base,mtp2g", "--arms-file", str(tmp_path / "arms.toml"),
                                  "--suite", str(tmp_path / "one.toml"), "--no-diffs", "--db", db, "--log-dir", logs,
-                                 "--quiet"], catch_exceptions=False)
+                                 "--engine-arg=--enforce-eager", "--quiet"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(cli, ["triage", "--db", db, "--log-dir", logs, "--knob", "num_speculative_tokens",
                                  "--bundle", str(tmp_path / "bundle"), "--json"], catch_exceptions=False)
