@@ -186,6 +186,9 @@ def _readme(target: Target, triage: dict[str, Any], omitted: list[str]) -> str:
     lines += ["", "## Reproduce", "", "```sh", "MODEL=/path/to/model PORT=8000 ./launch.sh &",
               "python check.py --url http://127.0.0.1:8000   # exit 1: reproduced, 0: output equals base", "```", "",
               "`curl.sh` sends the same requests by hand; `expected/` holds base's and the spec arm's token ids.", ""]
+    if "OBSERVATORY_FAULT" in launch_command(target)[1]:
+        lines += ["`launch.sh` sets `OBSERVATORY_FAULT`: this failure was injected on purpose by the observatory's "
+                  "fault plugin (a negative control), which must be installed in the engine's environment.", ""]
     if omitted:
         lines += [f"Environment variables left out (they look like secrets): {', '.join(omitted)}.", ""]
     return "\n".join(lines)
