@@ -12,6 +12,7 @@ two cores. Run alone: ``pytest -m engine tests/test_triage_engine.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,14 +23,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import requires_engine
 
-from observatory.arms import Arm
 from observatory.cli import cli
 from observatory.client import EngineClient
 from observatory.launch import launch
 from observatory.paths import DEFAULT_MODEL_DIR
-from observatory.server import EngineProcess, free_port
+from observatory.server import EngineProcess, EngineStartError, free_port
 from observatory.store import Store
-from observatory.triage_source import rebuild_settings
+from observatory.triage_source import rebuild_arm, rebuild_settings
 
 pytestmark = [pytest.mark.engine, requires_engine]
 
@@ -84,10 +84,16 @@ def test_triage_names_k_for_a_k2_only_fault_and_its_bundle_reproduces(tmp_path: 
         assert "REPRODUCED" in check.stdout
     finally:
         faulted.stop()
-    clean = Arm("mtp2", {"method": "mtp", "num_speculative_tokens": 2})
-    settings = rebuild_settings(Store(db).session())  # as the session ran its arms
-    with launch(clean, settings, None, tmp_path / "clean.log") as eng:
-        check = _check(bundle, eng.port)
+    store = Store(db)
+    faulted_row = next(a for a in store.arms(store.session().id) if a.name == "mtp2g")
+    # the same arm (its env, e.g. VLLM_CPU_KVCACHE_SPACE, and its engine flags) without the fault
+    clean = dataclasses.replace(rebuild_arm(faulted_row), fault=None)
+    settings = rebuild_settings(store.session())  # as the session ran its arms
+    try:
+        with launch(clean, settings, None, tmp_path / "clean.log") as eng:
+            check = _check(bundle, eng.port)
+    except EngineStartError as e:
+        pytest.fail(f"the clean server did not start: {e}\n{e.log_tail}")
     assert check.returncode == 0, check.stdout + check.stderr
     assert "equal to base" in check.stdout
 
