@@ -6,8 +6,9 @@ relaunches the arm as it ran and with k=1 and must name
 ``num_speculative_tokens`` as the knob that flips the failure. The bundle's
 ``launch.sh`` then starts a fresh faulted server, against which its
 ``check.py`` must report the failure (exit 1), and a clean spec server,
-against which it must pass (exit 0). Six engine starts, about 5 minutes on
-two cores. Run alone: ``pytest -m engine tests/test_triage_engine.py``.
+against which it must pass (exit 0). Six engine starts (eager, for a faster
+start): 7 minutes on two shared cores at load ~3 (15+ at load 8). Run alone:
+``pytest -m engine tests/test_triage_engine.py``.
 """
 
 from __future__ import annotations
