@@ -36,9 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from observatory.errors import ArmError
+from observatory.faults import FAULTS as FAULT_DESCRIPTIONS
 from observatory.tomlfile import read_toml
 
-FAULTS = ("accept_all", "ghost", "drop_bonus")
+# One list of fault names: the plugin's (observatory.faults), whichever a spec arm may take with +fault=NAME.
+FAULTS = tuple(FAULT_DESCRIPTIONS)
 _ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "image"}
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 _PRESET_RE = re.compile(r"(mtp|ngram)([1-9][0-9]?)")

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("observatory.commands.report_cmd", "history"),
     "gates": ("observatory.commands.gates_cmd", "gates"),
     "calibrate": ("observatory.commands.gates_cmd", "calibrate"),
+    "triage": ("observatory.commands.triage", "triage"),
 }
 
 

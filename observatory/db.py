@@ -347,3 +347,43 @@ def _check_writable(engine: Engine) -> None:
 def session_factory(engine: Engine) -> sessionmaker:  # type: ignore[type-arg]
     """ORM sessions that keep loaded attributes after commit."""
     return sessionmaker(engine, expire_on_commit=False)
+
+
+class TriageRow(Base):
+    """One `observatory triage` of a session's failing arm: which engine knob the failure depends on."""
+
+    __tablename__ = "triages"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id"), index=True)
+    arm: Mapped[str] = mapped_column(String(255))
+    # running | complete | interrupted | failed
+    status: Mapped[str] = mapped_column(String(32), default="running")
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    # [{"probe": name, "channel": "stream"|"nonstream"|"batch", "first_divergence": int|null}, ...]
+    probes: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # {"max_runs": n, "knobs": [...], "not_applicable": {knob: why}}
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # {"reproduced": bool|null, "flips": [...], "keeps": [...], "minimal": {...}|null, "not_tried": [...]}
+    outcome: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class TriageRunRow(Base):
+    """One relaunch of the arm under one set of knob changes, and what the failing probes did."""
+
+    __tablename__ = "triage_runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    triage_id: Mapped[int] = mapped_column(ForeignKey("triages.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    # {knob: value}; {} is the arm as the session ran it (the reproduction)
+    change: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # PASS | WARN | FAIL | INVALID (the engine did not start or a request failed)
+    verdict: Mapped[str] = mapped_column(String(32))
+    first_divergence: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    # per probe: {"probe", "verdict", "first_divergence", "margin", "token_ids"}; "argv", "engine_version"
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    duration_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

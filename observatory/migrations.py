@@ -198,7 +198,46 @@ def m004_reasoning_and_summaries(conn: Connection) -> None:
     md.tables["summaries"].create(conn)
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries]
+def m005_triage(conn: Connection) -> None:
+    """Triages of a session's failing arm and their runs (one per set of knob changes)."""
+    md = MetaData()
+    Table("sessions", md, _id())  # for the foreign key only; not created here
+    Table(
+        "triages",
+        md,
+        _id(),
+        Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False, index=True),
+        Column("arm", String(255), nullable=False),
+        Column("status", String(32), nullable=False),
+        Column("reason", Text),
+        Column("started_at", DateTime, nullable=False),
+        Column("finished_at", DateTime),
+        Column("probes", JSON, nullable=False),
+        Column("options", JSON, nullable=False),
+        Column("outcome", JSON, nullable=False),
+    )
+    Table(
+        "triage_runs",
+        md,
+        _id(),
+        Column("triage_id", Integer, ForeignKey("triages.id"), nullable=False, index=True),
+        Column("position", Integer, nullable=False),
+        Column("change", JSON, nullable=False),
+        Column("verdict", String(32), nullable=False),
+        Column("first_divergence", Integer),
+        Column("reason", Text, nullable=False),
+        Column("details", JSON, nullable=False),
+        Column("log_path", Text),
+        Column("duration_s", Float),
+        Column("created_at", DateTime, nullable=False),
+    )
+    md.tables["triages"].create(conn)
+    md.tables["triage_runs"].create(conn)
+
+
+MIGRATIONS: list[Migration] = [
+    m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries, m005_triage,
+]
 
 _TRACKING = MetaData()
 _migrations_table = Table(

@@ -23,6 +23,7 @@ from observatory.db import ArmRow, ResultRow, SessionRow
 from observatory.judge import NOT_DISCRIMINATING, UNJUDGED
 from observatory.roles import stored_roles
 from observatory.store import Store
+from observatory.triage_store import summaries as triage_summaries
 from observatory.verdict import decide
 
 PREVIEW_CHARS = 80
@@ -126,4 +127,5 @@ def build(store: Store, session_id: int | None = None) -> dict[str, Any]:
         "arms": arms,
     }
     data["verdict"] = decide(data).to_dict()
+    data["triages"] = triage_summaries(store, s.id)
     return data

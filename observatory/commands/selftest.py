@@ -21,13 +21,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from observatory.arms import FAULTS
 from observatory.commands.compare import compare_options, run_compare
 from observatory.report_data import build
 from observatory.roles import AA_COPY, FAULT, SPEC
 from observatory.verdict import SessionVerdict, arm_role, decide
 
 DEFAULT_ARM = "mtp1"
+# The faults selftest injects: the unconditional ones (the knob-conditional ghost_* faults are triage's).
+FAULTS = ("accept_all", "ghost", "drop_bonus")
 DEFAULT_SUITE = "selftest"
 
 

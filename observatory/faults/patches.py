@@ -95,7 +95,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
-from observatory.faults import transforms
+from observatory.faults import conditions, transforms
 
 logger = logging.getLogger("vllm.plugins.observatory_faults")
 
@@ -189,13 +189,19 @@ def rewrite_step_outputs(
     model_runner_output: Any,
     engine_core_outputs: Any,
     faults: frozenset[str],
+    track_ghost: bool = False,
 ) -> None:
-    """Apply ``ghost`` / ``drop_bonus`` to one step's client outputs, in place."""
+    """Apply ``ghost`` / ``drop_bonus`` to one step's client outputs, in place.
+
+    TRACK_GHOST keeps each request's last token even in steps where ``ghost``
+    is not in force (a conditional ghost, `observatory.faults.conditions`).
+    """
     spec_tokens = getattr(scheduler_output, "scheduled_spec_decode_tokens", None) or {}
     sampled = getattr(model_runner_output, "sampled_token_ids", None) or []
     req_index = getattr(model_runner_output, "req_id_to_index", None) or {}
     per_step = int(getattr(scheduler, "num_sampled_tokens_per_step", 1))
     ghost = "ghost" in faults
+    track = ghost or track_ghost
     last: dict[str, tuple[int, Any]] = scheduler.__dict__.setdefault(_STATE_ATTR, {})
 
     for out in _iter_outputs(engine_core_outputs):
@@ -224,7 +230,7 @@ def rewrite_step_outputs(
             if changed:
                 out.new_token_ids = tokens
                 out.new_logprobs = logprobs
-        if ghost:
+        if track:
             if out.finish_reason is not None:
                 last.pop(req_id, None)
             else:
@@ -232,7 +238,7 @@ def rewrite_step_outputs(
                     tokens[-1],
                     transforms.logprob_row(out.new_logprobs, len(tokens) - 1),
                 )
-    if ghost and len(last) > 2 * len(getattr(scheduler, "requests", ())) + 64:
+    if track and len(last) > 2 * len(getattr(scheduler, "requests", ())) + 64:
         live = getattr(scheduler, "requests", {})
         for req_id in [r for r in last if r not in live]:  # aborted requests
             del last[req_id]
@@ -247,7 +253,9 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
     @functools.wraps(orig)
     def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
         result = orig(self, scheduler_output, model_runner_output)
-        rewrite_step_outputs(self, scheduler_output, model_runner_output, result, faults)
+        now = conditions.step_faults(faults, self, scheduler_output)
+        rewrite_step_outputs(self, scheduler_output, model_runner_output, result, now,
+                             track_ghost=conditions.tracks_ghost(faults))
         return result
 
     setattr(update_from_output, _MARK, True)
@@ -262,7 +270,7 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
 TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], None]]] = {
     V1_SAMPLER: (frozenset({"accept_all"}), _patch_v1_sampler),
     V2_SAMPLER: (frozenset({"accept_all"}), _patch_v2_sampler),
-    SCHEDULER: (frozenset({"ghost", "drop_bonus"}), _patch_scheduler),
+    SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL}), _patch_scheduler),
 }
 
 
