@@ -28,3 +28,6 @@ fi
 # and break vLLM's import ("operator torchvision::nms does not exist").
 .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 .venv/bin/observatory --version
+# The serving-image tests need a Docker daemon (Debian's docker.io, started here when we may).
+[ "$extras" = "cpu,test" ] && bash scripts/start-docker.sh
+exit 0
