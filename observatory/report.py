@@ -221,6 +221,10 @@ def matrix(data: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
             flags = [{"text": f"{DIFF_GATES[g][1]} differs", "verdict": _g(r, "verdicts", g, "verdict")}
                      for g in ("token_diff:nonstream", "token_diff:batch")
                      if _g(r, "verdicts", g, "verdict") in ("FAIL", "WARN")]
+            # timed outputs, one verdict per concurrency level (token_diff:cN)
+            flags += [{"text": f"timed at c={g.split(':c', 1)[1]} differs", "verdict": v.get("verdict")}
+                      for g, v in sorted((r.get("verdicts") or {}).items())
+                      if ":c" in g and g.split(":c", 1)[1].isdigit() and v.get("verdict") in ("FAIL", "WARN")]
             calls = [f"→ {_g(c, 'function', 'name')}({_g(c, 'function', 'arguments')})"
                      for c in r.get("tool_calls") or [] if isinstance(c, dict)]
             shown = preview(" ".join(calls)) if calls and not r.get("text") else r["preview"]

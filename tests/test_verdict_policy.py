@@ -169,7 +169,7 @@ def test_divergence_only_under_concurrency_fails(tmp_path: Path) -> None:
 
     with AnswerStub(lambda r, n: Answer(text="right", token_ids=[5], delay_s=0.3)) as base, \
             AnswerStub(under_load) as spec:
-        code, data, _ = _gate(tmp_path, f"base={base.url},mtp1={spec.url}", "--concurrency", "1,4")
+        code, data, html = _gate(tmp_path, f"base={base.url},mtp1={spec.url}", "--concurrency", "1,4")
     assert code == 1
     mtp1 = next(a for a in data["arms"] if a["name"] == "mtp1")
     verdicts = mtp1["results"][0]["verdicts"]
@@ -178,6 +178,7 @@ def test_divergence_only_under_concurrency_fails(tmp_path: Path) -> None:
     assert verdicts["token_diff:c4"]["verdict"] == "FAIL"
     assert verdicts["token_diff:c4"]["details"]["concurrency"] == 4
     assert "token_diff:c4" in _texts(data)
+    assert "timed at c=4 differs" in html  # the per-level verdict shows in the probe x arm matrix
 
 
 def test_clean_session_passes_and_json_carries_the_verdict(tmp_path: Path) -> None:
