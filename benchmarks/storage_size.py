@@ -46,6 +46,7 @@ def restore(path: Path) -> None:
     from sqlalchemy.orm.attributes import flag_modified
 
     from observatory.db import ResultRow
+    from observatory.measure import REFERENCE_MODES
     from observatory.store import Store
 
     store = Store(str(path))
@@ -54,6 +55,8 @@ def restore(path: Path) -> None:
             if r.mode == "timed":
                 r.token_ids, r.top_logprobs, r.token_texts = [], [], []
                 r.chunks = [[ms, None] for ms, _ in r.chunks or []]
+            elif r.mode not in REFERENCE_MODES:  # warm-up and batch: compared only, never a reference
+                r.top_logprobs = []
             flag_modified(r, "top_logprobs")
     store.close()
 

@@ -26,6 +26,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from observatory.runner import Reporter, Runner
 
 
+REFERENCE_MODES = ("stream", "nonstream")
+
+
 class ArmCrashed(Exception):
     """The engine died or stopped answering mid-arm."""
 
@@ -103,7 +106,10 @@ class ArmRun:
             ok=resp.ok, error=storable(resp.error), text=text, content=storable(resp.content),
             reasoning=storable(resp.reasoning),
             text_raw=[ord(c) for c in resp.text] if text != resp.text else None,
-            token_ids=resp.token_ids, token_texts=storable(resp.token_texts), top_logprobs=resp.top_logprobs,
+            token_ids=resp.token_ids, token_texts=storable(resp.token_texts),
+            # Top-k logprobs are read only where a result can be a diff's reference (its margins):
+            # the streamed and non-streamed results. Warm-up and batch outputs are only ever compared.
+            top_logprobs=resp.top_logprobs if mode in REFERENCE_MODES else [],
             tool_calls=storable(resp.tool_calls), finish_reason=resp.finish_reason, usage=storable(resp.usage),
             ttft_ms=resp.ttft_ms, duration_ms=resp.duration_ms, chunks=resp.chunks,
             counters_delta=delta.to_dict() if delta else {}, concurrency=concurrency,
