@@ -116,13 +116,25 @@ def check_speculative_config(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
+def arms_file_fail_on(path: Path | str) -> str | None:
+    """The performance thresholds an arms file sets (top-level ``fail_on``), if any."""
+    data = read_toml(Path(path), ArmError, "arms file")
+    value = data.get("fail_on")
+    if value is not None and not isinstance(value, str):
+        raise ArmError(f"{path}: fail_on must be a string like 'speedup<1.0,ttft_ratio>3,acceptance<0.5'")
+    return value
+
+
 def load_arms_file(path: Path | str) -> dict[str, Arm]:
     """Named arms from a TOML file, loaded strictly."""
     path = Path(path)
     data = read_toml(path, ArmError, "arms file")
-    unknown = sorted(set(data) - {"arms"})
+    unknown = sorted(set(data) - {"arms", "fail_on"})
     if unknown:
-        raise ArmError(f"{path}: unknown top-level key {unknown[0]!r}; define arms as [arms.NAME] tables")
+        raise ArmError(f"{path}: unknown top-level key {unknown[0]!r}; define arms as [arms.NAME] tables "
+                       "(the only other key is fail_on)")
+    if not isinstance(data.get("fail_on", ""), str):
+        raise ArmError(f"{path}: fail_on must be a string like 'speedup<1.0,ttft_ratio>3,acceptance<0.5'")
     arms: dict[str, Arm] = {}
     for name, raw in (data.get("arms") or {}).items():
         where = f"{path}: arm {name!r}"

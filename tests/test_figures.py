@@ -413,3 +413,24 @@ def test_bunching_is_judged_on_counted_chunks_when_timed_ones_have_none() -> Non
     steady_stream = res(steady(100), usage=100, ids=100, mode="stream")
     assert speed([timed], [timed], [], allowed=1, streamed=[bursty_stream])["bursty"]["bursty"]
     assert not speed([timed], [timed], [], allowed=1, streamed=[steady_stream])["bursty"]["bursty"]
+
+
+def test_arms_file_sets_fail_on_and_the_flag_wins(tmp_path: Path) -> None:
+    """Issue 13 item 15: thresholds from the arms file (top-level fail_on); --fail-on overrides them.
+    Hand-made stub servers stand in for servers someone else started."""
+    suite = tmp_path / "p.toml"
+    suite.write_text('[[probe]]\nname = "one"\ncategory = "prose_en"\n'
+                     'messages = [{ role = "user", content = "Say something." }]\nmax_tokens = 8\n')
+    arms = tmp_path / "arms.toml"
+    arms.write_text('fail_on = "speedup<0.8,acceptance<0.3"\n[arms.fast]\nspeculative_config = '
+                    '{ method = "mtp", num_speculative_tokens = 1 }\n')
+    for extra, want in (([], {"speedup": 0.8, "acceptance": 0.3}), (["--fail-on", "speedup<0.5"], {"speedup": 0.5})):
+        db = tmp_path / f"a{len(extra)}.db"
+        with StubServer("ok") as a, StubServer("ok") as b:
+            r = CliRunner().invoke(cli, ["compare", "--arms", f"base={a.url},fast={b.url}", "--arms-file", str(arms),
+                                         "--suite", str(suite), "--db", str(db), "--quiet", *extra])
+        assert r.exit_code == 0, r.output
+        assert Store(str(db)).session().options["fail_on"] == want
+    arms.write_text("fail_on = 3\n")
+    r = CliRunner().invoke(cli, ["compare", "--arms", "base", "--arms-file", str(arms), "--db", str(tmp_path / "x.db")])
+    assert r.exit_code == 3 and "fail_on must be a string" in r.output

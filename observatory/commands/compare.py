@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import click
 
+from observatory.arms import arms_file_fail_on
 from observatory.db import SessionRow
 from observatory.errors import ObservatoryError
 from observatory.gates import registry_for
@@ -126,6 +127,8 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
             raise ObservatoryError(f"Session {resume} has no stored plan to resume from.")
         stored["api_key"] = kw.get("api_key")
         kw = stored
+    if not kw.get("fail_on") and kw.get("arms_file"):
+        kw["fail_on"] = arms_file_fail_on(kw["arms_file"])  # --fail-on wins over the arms file
     kw["gates_dirs"] = [str(Path(d).resolve()) for d in kw.get("gates_dirs") or ()]
     registry_for(kw["gates_dirs"])  # a bad gate file is a setup error, found before anything launches
     opts = plan_compare(**{k: v for k, v in kw.items() if k != "gates_dirs"}, command=redact_argv(sys.argv))
