@@ -42,7 +42,7 @@ def _nice_max(v: float) -> float:
     mag = 10 ** len(str(int(v)))
     for step in (0.1, 0.2, 0.25, 0.5, 1.0):
         if v <= mag * step:
-            return mag * step
+            return float(mag * step)
     return float(mag)
 
 

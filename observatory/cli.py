@@ -50,7 +50,7 @@ class ObservatoryGroup(click.Group):
     own usage errors would exit 2, so they are mapped to 3 here.
     """
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def main(self, *args: Any, **kwargs: Any) -> Any:
         """Run without click's standalone handling so exit codes stay ours."""
         kwargs["standalone_mode"] = False
         try:

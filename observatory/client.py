@@ -247,7 +247,7 @@ class EngineClient:
                     self._separator = ids[-1]  # SentencePiece puts a space token first
             except (httpx.HTTPError, ValueError, ObservatoryError, AttributeError):
                 pass
-        return self._separator  # type: ignore[return-value]
+        return self._separator
 
     def detokenize(self, token_ids: list[int]) -> list[str]:
         """Each token's text, in one /detokenize request for the whole output.

@@ -51,7 +51,7 @@ def plan_waves(n_arms: int, n_gpus: int, per_arm: int, parallel: bool) -> list[l
     if per_arm > n_gpus:
         raise ObservatoryError(f"--gpus-per-arm {per_arm} but this host has {n_gpus} GPU(s)")
     if not parallel:
-        return [[(i, list(range(per_arm)))] for i in range(n_arms)]  # type: ignore[misc]
+        return [[(i, list(range(per_arm)))] for i in range(n_arms)]
     slots = n_gpus // per_arm
     waves: list[list[tuple[int, list[int] | None]]] = []
     for start in range(0, n_arms, slots):

@@ -101,7 +101,7 @@ class ArmRun:
                      repeat: int = 0, concurrency: int = 1) -> ResultRow:
         """Write one response (made storable; the exact text kept as code points if needed)."""
         text = storable(resp.text)
-        return self.runner.store.add(ResultRow(
+        row: ResultRow = self.runner.store.add(ResultRow(
             arm_id=self.arm_id, probe_id=self.runner.probe_ids[probe.name], mode=mode, repeat=repeat,
             ok=resp.ok, error=storable(resp.error), text=text, content=storable(resp.content),
             reasoning=storable(resp.reasoning),
@@ -114,6 +114,7 @@ class ArmRun:
             ttft_ms=resp.ttft_ms, duration_ms=resp.duration_ms, chunks=resp.chunks,
             counters_delta=delta.to_dict() if delta else {}, concurrency=concurrency,
         ))
+        return row
 
     # -- phases --------------------------------------------------------
     def correctness(self) -> None:

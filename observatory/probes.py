@@ -33,6 +33,7 @@ import difflib
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,14 +206,15 @@ def _is_str_list(v: Any) -> bool:
 
 def _check_expect(path: Path, where: str, expect: dict[str, Any]) -> None:
     """Every expect field has its type now, not a judge-time error on the base arm (issue 19 item 8)."""
-    for key, ok, what in (
+    checks: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         ("exact", lambda v: isinstance(v, str), "a string"),
         ("regex", lambda v: isinstance(v, str), "a string"),
         ("contains", lambda v: _is_str_list(v) and len(v) > 0, "a non-empty list of strings"),
         ("tool_names", _is_str_list, "a list of strings"),
         ("tool_count", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
          "a non-negative integer"),
-    ):
+    )
+    for key, ok, what in checks:
         if key in expect and not ok(expect[key]):
             raise _fail(path, where, f"'expect.{key}' must be {what}; got {expect[key]!r}")
     if "regex" in expect:

@@ -135,7 +135,7 @@ class Store:
             obj = s.get(cls, row_id)
             if obj is None:  # pragma: no cover
                 raise ObservatoryError(f"{cls.__name__} {row_id} vanished from the database")
-            columns = cls.__table__.columns  # type: ignore[attr-defined]
+            columns = cls.__table__.columns
             for k, v in values.items():
                 setattr(obj, k, clean(columns[k], v))
 

@@ -29,3 +29,9 @@ def test_ruff() -> None:
 def test_mypy() -> None:
     r = subprocess.run([_tool("mypy"), "observatory"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_mypy_strict() -> None:
+    """Issue 14: the package type-checks under `mypy --strict` (the read model is checked, not hoped)."""
+    r = subprocess.run([_tool("mypy"), "--strict", "observatory"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -30,7 +30,8 @@ def positive_seconds(ctx: click.Context, param: click.Parameter, value: float) -
     return value
 
 
-def compare_options(f: Callable[..., Any] | None = None, *, exclude: tuple[str, ...] = ()) -> Any:
+def compare_options(f: Callable[..., Any] | None = None, *,
+                    exclude: tuple[str, ...] = ()) -> Callable[..., Any]:
     """The options shared by `compare`, `gate` and `selftest` (minus EXCLUDE, by option name)."""
     if f is None:
         return lambda g: compare_options(g, exclude=exclude)

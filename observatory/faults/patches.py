@@ -282,7 +282,8 @@ class _HookedLoader(importlib.abc.Loader):
         self._hook = hook
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)
+        module: ModuleType | None = self._loader.create_module(spec)
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
@@ -330,7 +331,7 @@ def _finder() -> _PostImportFinder:
     return f
 
 
-def _applier(name: str, patch: Callable, faults: frozenset[str]) -> Callable[[ModuleType], None]:
+def _applier(name: str, patch: Callable[..., Any], faults: frozenset[str]) -> Callable[[ModuleType], None]:
     def apply(module: ModuleType) -> None:
         patch(module, faults)
         logger.info("observatory fault %s: patched %s", ",".join(sorted(faults)), name)

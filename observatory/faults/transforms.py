@@ -11,6 +11,7 @@ torch is imported inside `accept_all_rows` only; the rest needs numpy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -87,7 +88,7 @@ def bonus_index(
     return num_generated - 1
 
 
-def _map_rows(logprobs: Any, fn) -> Any:
+def _map_rows(logprobs: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply `fn` to each per-position array field of a LogprobsLists-like tuple."""
     if logprobs is None:
         return None
