@@ -54,7 +54,7 @@ def test_engine_that_fails_to_start(tmp_path: Path) -> None:
     db = tmp_path / "f.db"
     r = CliRunner().invoke(cli, ["compare", "--arms", "mtp1", "--db", str(db), "--log-dir", str(tmp_path),
                                  "--engine-arg=--no-such-flag", *FAST], catch_exceptions=False)
-    assert r.exit_code == 0
+    assert r.exit_code == 2  # issue 19 item 12: no arm produced a result
     arm = _show(db)["arms"][0]
     assert arm["status"] == "failed" and "exited with status" in arm["reason"]
     assert "--no-such-flag" in arm["log_tail"]
