@@ -9,9 +9,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import requires_engine
 
-from observatory.arms import FAULTS
 from observatory.cli import cli
-from observatory.commands.selftest import selftest_findings
+from observatory.commands.selftest import FAULTS, selftest_findings
 from observatory.report_data import build
 from observatory.store import Store
 
