@@ -168,7 +168,7 @@ def comparable_text(r: ResultRow) -> str:
     calls = [[(c.get("function") or {}).get("name"), _arguments((c.get("function") or {}).get("arguments"))]
              for c in r.tool_calls or [] if isinstance(c, dict)]
     text = (r.text or "").strip() if calls else (r.text or "")
-    return json.dumps([getattr(r, "reasoning", None) or "", text, calls], sort_keys=True, ensure_ascii=False)
+    return json.dumps([r.reasoning or "", text, calls], sort_keys=True, ensure_ascii=False)
 
 
 def text_divergence(mine: ResultRow, ref: ResultRow, ref_label: str) -> GateResult:
