@@ -116,6 +116,12 @@ def request_params(probe: Probe) -> dict[str, Any]:
             params["tools"] = probe.tools
         if probe.tool_choice is not None:
             params["tool_choice"] = probe.tool_choice
+    extra = dict(probe.sampling)
+    if extra:  # a channel's probe: its parameters over the greedy defaults (vLLM's own names in extra_body)
+        for key in ("stop_token_ids", "ignore_eos", "min_tokens", "top_k"):
+            if key in extra:
+                params["extra_body"][key] = extra.pop(key)
+        params.update(extra)
     return params
 
 

@@ -193,7 +193,10 @@ class _Judge:
         self.store, self.registry = store, registry
         self.arms = store.arms(session_id)
         self.roles = stored_roles([(a.name, a.launch) for a in self.arms])
-        self.probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
+        self.session_id = session_id
+        self.all_probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
+        # the suite's probes; field channels judge their own (channel_rows)
+        self.probes = {pid: p for pid, p in self.all_probes.items() if not p.channel}
         self.by_arm = {a.id: results_by_mode(store, a.id) for a in self.arms}
         self.base = next((a for a in self.arms if self.roles[a.name] == BASE), None)
         self.base_failed: set[tuple[int, str]] = set()
@@ -228,7 +231,18 @@ class _Judge:
                 self.self_pair_rows(arm)
                 self.arm_rows(arm, stream)
             self.timed_rows(arm)
+        self.channel_rows()
         return self.rows
+
+    def channel_rows(self) -> None:
+        """Each field channel the session ran judges its own results (observatory.channels)."""
+        from observatory.channels import get
+        from observatory.channels.view import ChannelView
+
+        for name in (self.store.session(self.session_id).options or {}).get("channels") or []:
+            probes = {pid: p for pid, p in self.all_probes.items() if p.channel == name}
+            view = ChannelView(self.store, self.session_id, name, self.arms, self.roles, probes, self.registry)
+            self.rows.extend(get(name).judge(view))
 
     def stream_token_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
         """WARN where a stream carried fewer token ids than the engine says it generated."""

@@ -153,6 +153,19 @@ class ArmRun:
             self.store_result(probe, resp, "batch", concurrency=len(probes))
             self.check_alive(resp)
 
+    def channels(self) -> None:
+        """Each field channel's requests (observatory.channels), channel after channel."""
+        from observatory.channels import get  # the channel modules import this one
+
+        opts = self.runner.opts
+        for i, name in enumerate(opts.channels):
+            self.reporter.step(self.arm, f"channel {name}", i, len(opts.channels))
+            get(name).measure(self, opts.channel_probes.get(name, []))
+            if not self.live:
+                return
+        if opts.channels:
+            self.reporter.step(self.arm, "channels", len(opts.channels), len(opts.channels))
+
     def throughput(self) -> None:
         """Timed runs: at each concurrency level, `level` copies of every probe, `level` at a time."""
         assert self.client is not None

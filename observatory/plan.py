@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from observatory.arms import parse_arms
+from observatory.channels import plan_probes
+from observatory.channels import resolve as resolve_channels
 from observatory.engines import adapter_for
 from observatory.errors import ObservatoryError
 from observatory.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
@@ -99,6 +101,8 @@ def plan_compare(
     engine: str = "vllm",
     command: list[str] | None = None,
     fail_on: str | None = None,
+    profile: str | None = None,
+    channels: str | None = None,
 ) -> CompareOptions:
     """Validate everything and return the options of one compare session."""
     parse_fail_on(fail_on)  # validates the thresholds before anything launches
@@ -110,6 +114,8 @@ def plan_compare(
             "(NAME=http://...) of a server you started."
         )
     probes = load_probe_file(resolve_suite(suite))
+    channel_names = resolve_channels(profile, channels)
+    channel_probes = plan_probes(channel_names, probes)
     if model is None and all(a.url for a in arm_list):
         model_name, is_default = "(served by the URL arms)", False
     else:
@@ -151,4 +157,5 @@ def plan_compare(
         concurrency=parse_int_list(concurrency, "--concurrency"), repeat=repeat,
         request_timeout_s=request_timeout, diffs=diffs, command=command or [],
         gpu_count=n_gpus, gpus_per_arm=gpus_per_arm, parallel_arms=parallel_arms, timing=timing, engine=engine,
+        channels=channel_names, channel_probes=channel_probes,
     )

@@ -97,6 +97,12 @@ class Probe:
     tool_choice: str | dict[str, Any] | None = None
     expect: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    # Field channels (observatory.channels) make probes of their own: the channel's
+    # name, request parameters over the greedy defaults (stop, stop_token_ids,
+    # temperature, top_p, seed, ...) and what the channel needs to judge them.
+    channel: str = ""
+    sampling: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -112,12 +118,20 @@ class Probe:
         """Hash of everything that defines the probe (not its source path)."""
         d = self.to_dict()
         d.pop("source")
+        for key in ("channel", "sampling", "meta"):  # absent when empty: older sessions keep their hashes
+            if not d[key]:
+                d.pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Probe:
         """Rebuild a stored probe."""
         return cls(**d)
+
+    @property
+    def greedy(self) -> bool:
+        """Whether its requests decode greedily (temperature 0: the token diff applies)."""
+        return not self.sampling.get("temperature")
 
 
 def _fail(path: Path, where: str, msg: str) -> ProbeFileError:

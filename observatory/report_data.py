@@ -19,6 +19,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from observatory.channels import get as get_channel
+from observatory.channels import is_channel_gate
 from observatory.db import ArmRow, ResultRow, SessionRow
 from observatory.judge import NOT_DISCRIMINATING, UNJUDGED
 from observatory.roles import stored_roles
@@ -89,9 +91,12 @@ def arm_dict(store: Store, a: ArmRow, probes: list[Any], role: str | None = None
     """One arm with its results in probe order."""
     verdicts: dict[int | None, dict[str, Any]] = {}
     arm_verdicts: dict[str, Any] = {}
+    channel_verdicts: dict[str, Any] = {}
     for v in store.verdicts(a.id):
         entry = {"verdict": v.verdict, "reason": v.reason, "details": v.details, "gate_version": v.gate_version}
-        if v.probe_id is None:
+        if v.probe_id is None and is_channel_gate(v.gate):
+            channel_verdicts[v.gate] = entry
+        elif v.probe_id is None:
             arm_verdicts[v.gate] = entry
         else:
             verdicts.setdefault(v.probe_id, {})[v.gate] = entry
@@ -108,14 +113,36 @@ def arm_dict(store: Store, a: ArmRow, probes: list[Any], role: str | None = None
         "engine_version": a.engine_version, "model": a.model, "log_path": a.log_path,
         "log_tail": a.log_tail, "started_at": _iso(a.started_at), "ready_at": _iso(a.ready_at),
         "finished_at": _iso(a.finished_at), "counters": counters, "validity": a.validity or [],
-        "arm_verdicts": arm_verdicts, **(a.figures or {}), "results": results,
+        "arm_verdicts": arm_verdicts, "channel_verdicts": channel_verdicts, **(a.figures or {}), "results": results,
     }
+
+
+def channels_dict(store: Store, s: SessionRow, arms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The field channels the session ran: each with its probe count and every arm's verdicts."""
+    names = (s.options or {}).get("channels") or []
+    if not names:
+        return []
+    counts: dict[str, int] = {}
+    for p in store.probes(s.id):
+        ch = (p.definition or {}).get("channel")
+        if ch:
+            counts[ch] = counts.get(ch, 0) + 1
+    out = []
+    for name in names:
+        ch = get_channel(name)
+        out.append({
+            "name": name, "title": ch.title, "catches": ch.catches, "probes": counts.get(name, 0),
+            "arms": [{"arm": a["name"], "role": a["role"], "status": a["status"],
+                      "verdicts": {g: v for g, v in a["channel_verdicts"].items() if g.split(":", 1)[0] == name}}
+                     for a in arms],
+        })
+    return out
 
 
 def build(store: Store, session_id: int | None = None) -> dict[str, Any]:
     """The whole session as a dict."""
     s = store.session(session_id)
-    probes = store.probes(s.id)
+    probes = [p for p in store.probes(s.id) if not (p.definition or {}).get("channel")]
     rows = store.arms(s.id)
     roles = stored_roles([(a.name, a.launch) for a in rows])
     arms = [arm_dict(store, a, probes, roles[a.name]) for a in rows]
@@ -125,6 +152,7 @@ def build(store: Store, session_id: int | None = None) -> dict[str, Any]:
                     "prompt": _prompt(p.definition), "definition": p.definition, "params": p.params}
                    for p in probes],
         "arms": arms,
+        "channels": channels_dict(store, s, arms),
     }
     data["verdict"] = decide(data).to_dict()
     data["triages"] = triage_summaries(store, s.id)

@@ -109,6 +109,13 @@ class CompareOptions:
     timing: str = "sequential"
     # the plan_compare() arguments, stored so `compare --resume` can rebuild this
     plan: dict[str, Any] = field(default_factory=dict)
+    # field channels (observatory.channels) run after the correctness pass, in this order
+    channels: list[str] = field(default_factory=list)
+    channel_probes: dict[str, list[Probe]] = field(default_factory=dict)
+
+    def all_probes(self) -> list[Probe]:
+        """The suite's probes, then every channel's, in the order they are stored."""
+        return [*self.probes, *(p for name in self.channels for p in self.channel_probes.get(name, []))]
 
 
 def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
@@ -136,10 +143,11 @@ class Runner:
                 observatory_version=__version__, model=o.settings.model, image=o.settings.image,
                 command=o.command, suite=o.suite, lease_pid=pid, lease_host=host, lease_at=utcnow(),
                 options={"concurrency": o.concurrency, "repeat": o.repeat, "diffs": o.diffs, "plan": o.plan,
+                         "channels": list(o.channels),
                          "engine": {k: v for k, v in vars(o.settings).items() if k != "env"}},
             )
         )
-        for i, p in enumerate(o.probes):
+        for i, p in enumerate(o.all_probes()):
             pr = self.store.add(ProbeRow(session_id=row.id, position=i, name=p.name, category=p.category,
                                          content_hash=p.content_hash, definition=p.to_dict(),
                                          params=_jsonable_params(request_params(p))))
@@ -149,7 +157,7 @@ class Runner:
     def attach(self, session_id: int) -> None:
         """Continue a stored session (--resume): its probes must be the ones planned now."""
         stored = {p.name: p for p in self.store.probes(session_id)}
-        for p in self.opts.probes:
+        for p in self.opts.all_probes():
             row = stored.get(p.name)
             if row is None or row.content_hash != p.content_hash:
                 raise ObservatoryError(
@@ -212,6 +220,7 @@ class Runner:
             def start_and_check(r: ArmRun) -> None:
                 self._start(r, session_id)
                 self._phase(r, r.correctness)
+                self._phase(r, r.channels)
 
             self._each(runs, start_and_check)
             if self.opts.timing == "sequential" or len(runs) == 1:

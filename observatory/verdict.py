@@ -139,6 +139,11 @@ def _judged_arm_reasons(arm: dict[str, Any], add: Any) -> tuple[int, int, set[st
     for gate, v in (arm.get("arm_verdicts") or {}).items():
         if v.get("verdict") in ("FAIL", "WARN"):
             add(v["verdict"], f"{name}: {gate}: {v.get('reason')}", arm=name, gate=gate)
+    for gate, v in (arm.get("channel_verdicts") or {}).items():
+        level = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID"}.get(v.get("verdict"))
+        if level:
+            tag = f"{v['verdict']}: " if level == "INVALID" else ""
+            add(level, f"{name}: channel {gate}: {tag}{v.get('reason')}{aa}", arm=name, gate=gate, code="CHANNEL")
     for p in arm.get("performance") or []:
         if p.get("verdict") in ("FAIL", "WARN"):
             add(p["verdict"], f"{name}: {p.get('check')}: {p.get('reason')}", arm=name, gate=p.get("check"))
@@ -164,6 +169,10 @@ def decide(data: dict[str, Any]) -> SessionVerdict:
         _validity_reasons(arm, add)
         role = arm_role(arm)
         if role not in JUDGED_AGAINST_BASE:
+            for gate, v in (arm.get("channel_verdicts") or {}).items():
+                if v.get("verdict") in ("INVALID", UNJUDGED):  # the reference itself could not be measured
+                    add("INVALID", f"{arm['name']}: channel {gate}: {v.get('reason')}", arm=arm["name"], gate=gate,
+                        code="CHANNEL")
             continue  # base's own failures make probes non-discriminating, not failures
         j, d, nd = _judged_arm_reasons(arm, add)
         judged, discriminating, not_discr = judged + j, discriminating + d, not_discr | nd

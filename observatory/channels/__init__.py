@@ -1,0 +1,106 @@
+"""Field channels: ways of looking beyond one greedy request (docs/channels.md).
+
+The default suite sends each probe alone, greedy, to a fresh engine. The bugs
+that reached users mostly live elsewhere: in what one request leaves behind
+for the next, at a prompt length on a boundary, in a mixed batch, around a
+stop, at temperature > 0, in the counters. A channel is one such way of
+looking. It adds its own requests (its probes, made from the suite when the
+session is planned and stored with it), sends them to each live arm as one
+more phase between the correctness pass and the timed runs (results stored
+with ``mode`` = the channel's name), and judges them after the arms ran
+(verdict rows with no probe, named ``NAME`` or ``NAME:part``).
+
+A channel module defines one `Channel` and is listed in `_MODULES`; the
+``nightly`` profile runs every listed channel in that order, ``quick`` none.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from observatory.errors import ObservatoryError
+from observatory.probes import Probe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from observatory.channels.view import ChannelView
+    from observatory.db import VerdictRow
+    from observatory.measure import ArmRun
+
+# The channel modules, in the order the nightly profile runs them.
+_MODULES: tuple[str, ...] = ()
+
+PROFILES = ("quick", "nightly")
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One way of looking: the requests it adds, how a live arm gets them, how they are judged."""
+
+    name: str  # the result mode its requests are stored under, and its verdicts' gate name
+    title: str  # the report section's heading
+    catches: str  # one line: the class of field bug it exists for
+    plan: Callable[[list[Probe]], list[Probe]]  # its own probes, made from the suite's
+    measure: Callable[[ArmRun, list[Probe]], None]  # send them to one live arm, store the results
+    judge: Callable[[ChannelView], list[VerdictRow]]  # its verdicts for every arm, from the store
+    options: dict[str, Any] = field(default_factory=dict)  # documented knobs (for the report)
+
+
+_REGISTRY: dict[str, Channel] = {}
+
+
+def channels() -> dict[str, Channel]:
+    """Every channel, by name, in profile order."""
+    if not _REGISTRY:
+        for mod in _MODULES:
+            ch: Channel = importlib.import_module(f"observatory.channels.{mod}").CHANNEL
+            _REGISTRY[ch.name] = ch
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Channel:
+    """One channel by name; an unknown name is a usage error naming the known ones."""
+    known = channels()
+    if name not in known:
+        raise ObservatoryError(f"unknown channel {name!r} (known: {', '.join(known) or 'none'})")
+    return known[name]
+
+
+def is_channel_gate(gate: str) -> bool:
+    """Whether a verdict's gate name belongs to a channel (``NAME`` or ``NAME:part``)."""
+    return gate.split(":", 1)[0] in channels()
+
+
+def resolve(profile: str | None, names: Sequence[str] | str | None = None) -> list[str]:
+    """The channels a session runs: those named (comma list), else the profile's.
+
+    ``quick`` (the default) runs none: today's behaviour; ``nightly`` runs them all.
+    """
+    if names:
+        items = names.split(",") if isinstance(names, str) else list(names)
+        wanted = [n.strip() for n in items if n.strip()]
+        for n in wanted:
+            get(n)
+        return list(dict.fromkeys(wanted))
+    profile = profile or "quick"
+    if profile not in PROFILES:
+        raise ObservatoryError(f"--profile must be one of {', '.join(PROFILES)}; got {profile!r}")
+    return list(channels()) if profile == "nightly" else []
+
+
+def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Probe]]:
+    """Each channel's own probes, made from the suite (names are unique across the session)."""
+    out: dict[str, list[Probe]] = {}
+    taken = {p.name for p in suite}
+    for name in names:
+        probes = get(name).plan(suite)
+        for p in probes:
+            if p.name in taken:
+                raise ObservatoryError(f"channel {name}: probe name {p.name!r} is taken")
+            if p.channel != name:
+                raise ObservatoryError(f"channel {name}: probe {p.name!r} must carry channel={name!r}")
+            taken.add(p.name)
+        out[name] = probes
+    return out
