@@ -64,6 +64,22 @@ def junit_xml(data: dict[str, Any]) -> str:
                 ET.SubElement(case, "skipped", message="not discriminating: the base arm fails this probe too")
             out = ET.SubElement(case, "system-out")
             out.text = _clean(r["preview"], 200)
+    for ch in data.get("channels") or []:  # one testcase per field channel x arm judged against base
+        for a in ch["arms"]:
+            if a["role"] not in JUDGED_AGAINST_BASE and not any(
+                    v["verdict"] in ("INVALID", "UNJUDGED") for v in a["verdicts"].values()):
+                continue
+            counts["tests"] += 1
+            case = _case(suite, f"channel.{ch['name']}", a["arm"])
+            bad_ch = {g: v for g, v in a["verdicts"].items() if v["verdict"] in ("FAIL", "INVALID", "UNJUDGED")}
+            if bad_ch:
+                ch_failed = any(v["verdict"] == "FAIL" for v in bad_ch.values())
+                counts["failures" if ch_failed else "errors"] += 1
+                ET.SubElement(case, "failure" if ch_failed else "error", type="FAIL" if ch_failed else "INVALID",
+                              message=_clean("; ".join(f"{g}: {v['reason']}" for g, v in bad_ch.items()), 500))
+            elif not a["verdicts"]:
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=_clean(f"no verdict: arm {a['status']}", 200))
     # The session verdict itself, from the one policy (the gate's exit code says the same).
     verdict = decide(data)
     counts["tests"] += 1

@@ -172,3 +172,25 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
             row.append(cell)
         matrix.add_row(*row)
     console.print(matrix)
+    print_channels(data, console)
+
+
+def print_channels(data: dict[str, Any], console: Console) -> None:
+    """One line per field channel x arm: its verdicts and the worst one's reason."""
+    chans = data.get("channels") or []
+    if not chans:
+        return
+    table = Table(title="Field channels (docs/channels.md)", show_lines=False)
+    for col in ("channel", "arm", "verdict", "why"):
+        table.add_column(col)
+    for ch in chans:
+        for a in ch["arms"]:
+            vs = a["verdicts"]
+            if not vs:
+                table.add_row(Text(ch["name"]), Text(a["arm"]), Text("-", style="dim"), Text(f"no verdict ({a['status']})"))
+                continue
+            order = ["FAIL", "INVALID", "UNJUDGED", "WARN", "PASS"]
+            gate, v = min(vs.items(), key=lambda kv: order.index(kv[1]["verdict"]) if kv[1]["verdict"] in order else 9)
+            table.add_row(Text(ch["name"]), Text(a["arm"]), verdict_text(v["verdict"]),
+                          Text(f"{gate}: {v.get('reason') or ''}"[:160]))
+    console.print(table)

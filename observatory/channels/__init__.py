@@ -46,6 +46,7 @@ class Channel:
     measure: Callable[[ArmRun, list[Probe]], None]  # send them to one live arm, store the results
     judge: Callable[[ChannelView], list[VerdictRow]]  # its verdicts for every arm, from the store
     options: dict[str, Any] = field(default_factory=dict)  # documented knobs (for the report)
+    faults: tuple[str, ...] = ()  # the plugin faults it must catch (observatory.faults): selftest's controls
 
 
 _REGISTRY: dict[str, Channel] = {}
