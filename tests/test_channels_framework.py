@@ -143,3 +143,16 @@ def test_agreeing_arms_pass_the_channel(tmp_path: Path, echo: None) -> None:
     mtp1 = next(a for a in data["channels"][0]["arms"] if a["arm"] == "mtp1")
     assert mtp1["verdicts"]["echo"]["verdict"] == "PASS"
     assert not any(r.get("code") == "CHANNEL" for r in data["verdict"]["reasons"])
+
+
+def test_selftest_nightly_adds_each_channels_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 item 12: selftest's fault list is the suite's plus each channel's, each with the channel that must catch it."""
+    from dataclasses import replace
+
+    from observatory.commands.selftest import FAULTS, fault_plan
+
+    channels_mod.channels()
+    monkeypatch.setitem(channels_mod._REGISTRY, "echo", replace(ECHO, faults=("ghost_batch",)))
+    assert fault_plan("quick", None) == {f: None for f in FAULTS}
+    plan = fault_plan(None, "echo")
+    assert plan["ghost_batch"] == "echo" and all(plan[f] is None for f in FAULTS)
