@@ -51,11 +51,16 @@ def restore(path: Path) -> None:
 
     store = Store(str(path))
     with store.tx() as tx:
+        complete = {(r.arm_id, r.probe_id) for r in tx.query(ResultRow).filter_by(mode="stream").all()
+                    if r.ok and r.token_ids and r.top_logprobs
+                    and (r.usage or {}).get("completion_tokens") in (None, len(r.token_ids))}
         for r in tx.query(ResultRow).all():
             if r.mode == "timed":
                 r.token_ids, r.top_logprobs, r.token_texts = [], [], []
                 r.chunks = [[ms, None] for ms, _ in r.chunks or []]
             elif r.mode not in REFERENCE_MODES:  # warm-up and batch: compared only, never a reference
+                r.top_logprobs = []
+            elif r.mode == "nonstream" and (r.arm_id, r.probe_id) in complete:  # the stream is the reference
                 r.top_logprobs = []
             flag_modified(r, "top_logprobs")
     store.close()

@@ -35,7 +35,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from observatory.errors import ObservatoryError
-from observatory.packed import PackedLogprobs
+from observatory.packed import PackedChunks, PackedLogprobs
 
 DEFAULT_DB = "runs.db"
 
@@ -150,7 +150,7 @@ class ResultRow(Base):
     ttft_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     duration_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     # streamed chunks that carried tokens: [[ms since request start, tokens in chunk], ...]
-    chunks: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    chunks: Mapped[list[Any]] = mapped_column(PackedChunks, default=list)
     # spec counters moved by this request: {"drafts", "draft_tokens", "accepted", "accepted_per_pos"}
     counters_delta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     concurrency: Mapped[int] = mapped_column(Integer, default=1)

@@ -98,7 +98,7 @@ class ArmRun:
 
     # -- storage -------------------------------------------------------
     def store_result(self, probe: Probe, resp: Response, mode: str, delta: SpecCounters | None = None,
-                     repeat: int = 0, concurrency: int = 1) -> ResultRow:
+                     repeat: int = 0, concurrency: int = 1, keep_top: bool = True) -> ResultRow:
         """Write one response (made storable; the exact text kept as code points if needed)."""
         text = storable(resp.text)
         row: ResultRow = self.runner.store.add(ResultRow(
@@ -107,9 +107,10 @@ class ArmRun:
             reasoning=storable(resp.reasoning),
             text_raw=[ord(c) for c in resp.text] if text != resp.text else None,
             token_ids=resp.token_ids, token_texts=storable(resp.token_texts),
-            # Top-k logprobs are read only where a result can be a diff's reference (its margins):
-            # the streamed and non-streamed results. Warm-up and batch outputs are only ever compared.
-            top_logprobs=resp.top_logprobs if mode in REFERENCE_MODES else [],
+            # Top-k logprobs are kept only where a result can be a diff's reference (its margins):
+            # the streamed result, and the non-streamed one where the stream carried too few ids to be
+            # the reference (judge.full_sequence). Warm-up and batch outputs are only ever compared.
+            top_logprobs=resp.top_logprobs if mode in REFERENCE_MODES and keep_top else [],
             tool_calls=storable(resp.tool_calls), finish_reason=resp.finish_reason, usage=storable(resp.usage),
             ttft_ms=resp.ttft_ms, duration_ms=resp.duration_ms, chunks=resp.chunks,
             counters_delta=delta.to_dict() if delta else {}, concurrency=concurrency,
@@ -126,6 +127,7 @@ class ArmRun:
         self.store_result(probes[0], resp, "warmup")
         self.check_alive(resp)
         total = SpecCounters()
+        complete: set[str] = set()  # probes whose streamed result carries every id (the diff's reference)
         for i, probe in enumerate(probes):
             self.reporter.step(arm, "probes", i, len(probes))
             before = self.counters()
@@ -137,6 +139,8 @@ class ArmRun:
             delta = self.counters() - before
             total = total + delta
             self.store_result(probe, resp, "stream", delta)
+            if stream_is_reference(resp):
+                complete.add(probe.name)
         self.reporter.step(arm, "probes", len(probes), len(probes))
         self.runner.store.update(ArmRow, self.arm_id, counters=total.to_dict())
         if not self.runner.opts.diffs:
@@ -144,7 +148,7 @@ class ArmRun:
         for i, probe in enumerate(probes):
             self.reporter.step(arm, "non-streamed", i, len(probes))
             resp = client.run(probe, stream=False)
-            self.store_result(probe, resp, "nonstream")
+            self.store_result(probe, resp, "nonstream", keep_top=probe.name not in complete)
             self.check_alive(resp)
         self.reporter.step(arm, "concurrent batch", 0, 1)
         with ThreadPoolExecutor(max_workers=len(probes)) as ex:
@@ -188,6 +192,12 @@ class ArmRun:
                     completion_tokens=sum(_completion_tokens(r) for r in resps), wall_s=wall,
                     counters_delta=delta.to_dict(),
                 ))
+
+
+def stream_is_reference(resp: Response) -> bool:
+    """Whether a streamed response carries every generated id, so the judge diffs it (judge.tokens_complete)."""
+    n = (resp.usage or {}).get("completion_tokens")
+    return bool(resp.ok and resp.token_ids and resp.top_logprobs and (n is None or n == len(resp.token_ids)))
 
 
 def _completion_tokens(resp: Response) -> int:

@@ -102,3 +102,59 @@ class PackedLogprobs(TypeDecorator):  # type: ignore[type-arg]
     def process_result_value(self, value: Any, dialect: Any) -> Any:
         """Unpack on the way out."""
         return unpack(value)
+
+
+def pack_chunks(rows: list[Any]) -> dict[str, Any] | list[Any]:
+    """[[ms, tokens or None], ...] -> {"chunks": FORMAT, "ms": ..., "n": ...} (ROWS unchanged if not that shape).
+
+    ms are float64 (or float32 when every value survives the round trip);
+    the token counts are int16 with -1 for "not known", or ``=K`` / ``=None``
+    when every chunk has the same count. Nothing is lost.
+    """
+    try:
+        ms = [float(r[0]) for r in rows]
+        ns = [r[1] for r in rows]
+        if any(len(r) != 2 or isinstance(r[0], bool) or not isinstance(r[0], (int, float)) for r in rows):
+            return rows
+    except (TypeError, ValueError, IndexError):
+        return rows
+    if any(n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 1 << 15) for n in ns):
+        return rows
+    if any(isinstance(r[0], int) for r in rows):
+        return rows  # ints would read back as floats: keep them as given
+    f32 = array("f", ms)
+    ms_code = "f" if f32.tolist() == ms else "d"
+    packed_ms = f32 if ms_code == "f" else array("d", ms)
+    if len(set(ns)) == 1:
+        n_field = f"={ns[0]}"
+    else:
+        n_field = "h" + _b64(array("h", [-1 if n is None else n for n in ns]))
+    return {"chunks": FORMAT, "ms": ms_code + _b64(packed_ms), "n": n_field}
+
+
+def unpack_chunks(value: Any) -> Any:
+    """The packed object -> [[ms, tokens or None], ...]; anything else (old rows) as it is."""
+    if not isinstance(value, dict) or value.get("chunks") != FORMAT:
+        return value
+    ms = _unb64(value["ms"][0], value["ms"][1:]).tolist()
+    n = value["n"]
+    if n.startswith("="):
+        same = None if n[1:] == "None" else int(n[1:])
+        return [[m, same] for m in ms]
+    ns = _unb64(n[0], n[1:]).tolist()
+    return [[m, None if k < 0 else k] for m, k in zip(ms, ns)]
+
+
+class PackedChunks(TypeDecorator):  # type: ignore[type-arg]
+    """A JSON column whose chunk timelines are stored packed (`pack_chunks`)."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        """Pack on the way in."""
+        return pack_chunks(value) if isinstance(value, list) and value else value
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        """Unpack on the way out."""
+        return unpack_chunks(value)

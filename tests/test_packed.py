@@ -61,3 +61,22 @@ def test_rows_written_before_packing_still_read(tmp_path: Path) -> None:
                          ids=["not-pairs", "string-logprob", "negative-id", "bool-id"])
 def test_values_that_are_not_id_logprob_pairs_are_stored_as_given(odd: Any) -> None:
     assert pack(odd) == odd and unpack(odd) == odd
+
+
+def test_chunk_timelines_round_trip_exactly() -> None:
+    """Issue 20 item 5: chunk timelines are stored packed and read back unchanged (None counts kept as None)."""
+    from observatory.packed import pack_chunks, unpack_chunks
+
+    cases = [
+        [[12.345678901234, 1], [13.5, 3], [20.25, None]],
+        [[0.1, None], [0.30000000000000004, None]],
+        [[1.5, 2], [2.5, 2]],
+    ]
+    for rows in cases:
+        packed = pack_chunks(rows)
+        assert isinstance(packed, dict)
+        assert unpack_chunks(packed) == rows
+    odd = [[1, 2], [2.5, 3]]  # an int ms would read back as a float: stored as given
+    assert pack_chunks(odd) == odd
+    assert pack_chunks([[1.0, True]]) == [[1.0, True]]
+    assert unpack_chunks([[1.0, 2]]) == [[1.0, 2]]  # rows written before packing read unchanged
