@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The nightly profile (every field channel, docs/channels.md) on one H200 with vLLM 0.26.0 for CUDA
+# (the trimmed bundle, see examples/h200/README.md). From the repo root, on the device machine:
+#   bash examples/gpu/run_nightly_h200.sh tiny     # base,base,mtp1,mtp2 on the embedded tiny model
+#   bash examples/gpu/run_nightly_h200.sh hybrid   # base,mtp2 on the Qwen3.5-style hybrid, random weights
+# Results go to $OUT (or /tmp/out): nightly-*.db, reports, JUnit, engine logs, timings.txt.
+set -uo pipefail
+mode=${1:?tiny or hybrid}
+cd "$(dirname "$0")/../.."
+source .gpu/activate.sh
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+ep=/tmp/ep/observatory-0.dist-info; mkdir -p $ep
+printf 'Metadata-Version: 2.1\nName: observatory\nVersion: 0.1.0\n' > $ep/METADATA
+printf '[vllm.general_plugins]\nobservatory_faults = observatory.faults:register\n' > $ep/entry_points.txt
+export PYTHONPATH=$PWD:/tmp/site:/tmp/ep:${PYTHONPATH:-}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpus.txt"
+python3 -c "import vllm; print('vllm', vllm.__version__)"
+common=(--engine-arg=--attention-backend=TRITON_ATTN --spec-extra '{"attention_backend":"TRITON_ATTN"}'
+        --health-timeout 400 --log-dir "$out/logs" --profile nightly)
+timed() {  # label, then the command
+  local label=$1; shift
+  local t0; t0=$(date +%s.%N)
+  "$@"; local rc=$?
+  echo "$label rc=$rc wall_s=$(python3 -c "import time; print(round(time.time() - $t0, 1))")" | tee -a "$out/timings.txt"
+}
+case $mode in
+tiny)
+  timed nightly-tiny python3 -m observatory gate --arms base,base,mtp1,mtp2 --db "$out/nightly-tiny.db" \
+    --report "$out/nightly-tiny" --junit "$out/nightly-tiny.xml" "${common[@]}" \
+    --engine-arg=--gpu-memory-utilization=0.2 --engine-arg=--enforce-eager --concurrency 1,4 > "$out/nightly-tiny.txt" 2>&1
+  tail -40 "$out/nightly-tiny.txt"
+  ;;
+hybrid)
+  python3 examples/gpu/make_hybrid_config.py /tmp/hybrid --hidden 4096 --layers 32 \
+    --tokenizer-from "${TOKENIZER_FROM:-observatory/default_model}"
+  timed nightly-hybrid python3 -m observatory gate --arms base,mtp2 --model /tmp/hybrid --db "$out/nightly-hybrid.db" \
+    --report "$out/nightly-hybrid" --junit "$out/nightly-hybrid.xml" "${common[@]}" \
+    --dtype bfloat16 --max-model-len 2048 --engine-arg=--load-format=dummy --engine-arg=--language-model-only \
+    --engine-arg=--gdn-prefill-backend=triton --engine-arg=--gpu-memory-utilization=0.5 \
+    --engine-arg=--max-num-seqs=8 --concurrency 1 > "$out/nightly-hybrid.txt" 2>&1
+  tail -40 "$out/nightly-hybrid.txt"
+  ;;
+esac
