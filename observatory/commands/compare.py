@@ -11,6 +11,7 @@ from typing import Any, cast
 import click
 
 from observatory.arms import arms_file_fail_on
+from observatory.commands import INTERRUPTED_EXIT
 from observatory.db import SessionRow
 from observatory.errors import ObservatoryError
 from observatory.gates import registry_for
@@ -140,7 +141,14 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         before_run()
     if store is None:
         store = Store(db, write=True)
-    runner = Runner(store, opts)
+    from observatory.evaluate import evaluate  # here: the judge pulls in numpy, which --help never needs
+
+    judged: Store = store
+
+    def judge(sid: int) -> None:
+        evaluate(judged, sid)  # verdicts stored after every wave, as its arms finish
+
+    runner = Runner(store, opts, on_wave_done=judge)
     if resume is not None:
         runner.attach(resume)
         session_id = resume
@@ -150,12 +158,15 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     options = dict(store.session(session_id).options or {})
     store.update(SessionRow, session_id, options={**options, "fail_on": parse_fail_on(kw.get("fail_on"))})
     try:
-        if quiet:
-            runner.run(session_id)
-        else:
-            with RichReporter() as rep:
-                runner.reporter = cast(Reporter, RedactingReporter(rep))
+        try:
+            if quiet:
                 runner.run(session_id)
+            else:
+                with RichReporter() as rep:
+                    runner.reporter = cast(Reporter, RedactingReporter(rep))
+                    runner.run(session_id)
+        finally:
+            judge(session_id)  # the judge runs after the runner, however the run ended
     except (Interrupted, KeyboardInterrupt):
         click.echo(f"Interrupted: servers stopped; session {session_id} stored as interrupted.", err=True)
         return store, session_id, True
@@ -195,7 +206,7 @@ def compare(resume: int | None, **kw: Any) -> None:
     """
     store, session_id, interrupted = run_compare(kw, resume)
     if interrupted:
-        sys.exit(130)
+        sys.exit(INTERRUPTED_EXIT)
     data = build(store, session_id)
     print_summary(data)
     if not produced_results(data):

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from observatory.commands import INTERRUPTED_EXIT
 from observatory.commands.compare import compare_options, run_compare
 from observatory.report_data import build
 from observatory.roles import AA_COPY, FAULT, SPEC
@@ -86,7 +87,7 @@ def selftest(spec_arm: str, **kw: Any) -> int:
     kw.update(arms=",".join(arms), arms_file=None, speculative_config=None, suite=kw.get("suite") or DEFAULT_SUITE)
     store, session_id, interrupted = run_compare(kw)
     if interrupted:
-        return 130
+        return INTERRUPTED_EXIT
     findings = selftest_findings(build(store, session_id))
     console = Console()
     table = Table(title=f"selftest (session {session_id})")
