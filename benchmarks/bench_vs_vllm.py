@@ -568,16 +568,25 @@ def observatory_request(client: Any, probe: Any, timed: bool = False) -> dict[st
     return {"tokens": usage_n if timed else len(resp.token_ids), "ttft_ms": resp.ttft_ms, "duration_ms": resp.duration_ms,
             "text": resp.content if resp.content is not None else resp.text,
             "cpu_s": cpu, "wall_s": wall,
-            "drafts": (delta.drafts or 0) if delta else 0, "accepted": (delta.accepted or 0) if delta else 0}
+            # None: not reported (no /metrics, or the engine lacks the counter), never 0
+            "drafts": delta.drafts if delta else None, "accepted": delta.accepted if delta else None}
 
 
 def observatory_side(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The observatory's figures for one repeat from its request records (in probe order)."""
+    from observatory.figures import acceptance
+    from observatory.metrics import SpecCounters
+
+    def total(key: str) -> int | None:
+        values = [r.get(key) for r in records]
+        return None if any(v is None for v in values) else sum(values)  # one unknown makes the sum unknown
+
     fig = _figures(records)
-    drafts = sum(r["drafts"] for r in records)
+    counted = SpecCounters(drafts=total("drafts"), draft_tokens=None, accepted=total("accepted"),
+                           accepted_per_pos=None)
     return {"figures": fig, "metrics": side_metrics(fig), "texts": [r["text"] for r in records],
             "cpu_s": sum(r["cpu_s"] for r in records), "wall_s": sum(r["wall_s"] for r in records),
-            "n": len(records), "tau": 1.0 + sum(r["accepted"] for r in records) / drafts if drafts else None}
+            "n": len(records), "tau": acceptance(counted)["tau"]}  # the observatory's one acceptance formula
 
 
 def bench_side(results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -83,7 +83,8 @@ def arm_dict(store: Store, a: ArmRow, probes: list[Any], role: str | None = None
     stream = {r.probe_id: r for r in store.results(a.id, "stream")}
     results = [result_dict(stream[p.id], p, verdicts.get(p.id, {})) for p in probes if p.id in stream]
     launch = dict(a.launch or {})
-    counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": []}
+    # an arm whose counters were never read (it failed before its probes ran) has them unknown, not zero
+    counters: dict[str, Any] = {"drafts": None, "draft_tokens": None, "accepted": None, "accepted_per_pos": None}
     counters.update(a.counters or {})
     return {
         "name": a.name, "role": role or launch.get("role"), "position": a.position, "status": a.status,
