@@ -138,3 +138,23 @@ def test_launch_is_the_one_path() -> None:
 
     assert not imports("runner.py") & {"observatory.evaluate", "observatory.judge"}
     assert "observatory.runner" not in imports("measure.py")
+
+
+def test_check_alive_reads_the_error_kind_not_the_text(tmp_path: Path) -> None:
+    """Issue 14 item 5: a failed request is HUNG by its kind "timeout"; an HTTP error whose text happens to
+    say "Timeout" from a server that still answers /health is a per-request error (was marked HUNG)."""
+    from stub_server import StubServer
+
+    from observatory.client import EngineClient, Response
+    from observatory.measure import ArmCrashed, ArmRun
+    from observatory.runner import NullReporter
+
+    with StubServer("ok") as server, Store(str(tmp_path / "k.db"), write=True) as store:
+        run = ArmRun(Arm(name="base"), 1, store, {}, [], NullReporter(), client=EngineClient(server.url))
+        try:
+            run.check_alive(Response(error="HTTP 504 from /v1/completions: upstream ReadTimeout", error_kind="http"))
+            with pytest.raises(ArmCrashed) as e:
+                run.check_alive(Response(error="no complete response within 2 s", error_kind="timeout"))
+            assert e.value.status == "hung"
+        finally:
+            run.client.close()  # type: ignore[union-attr]
