@@ -568,16 +568,25 @@ def observatory_request(client: Any, probe: Any, timed: bool = False) -> dict[st
     return {"tokens": usage_n if timed else len(resp.token_ids), "ttft_ms": resp.ttft_ms, "duration_ms": resp.duration_ms,
             "text": resp.content if resp.content is not None else resp.text,
             "cpu_s": cpu, "wall_s": wall,
-            "drafts": (delta.drafts or 0) if delta else 0, "accepted": (delta.accepted or 0) if delta else 0}
+            # None: not reported (no /metrics, or the engine lacks the counter), never 0
+            "drafts": delta.drafts if delta else None, "accepted": delta.accepted if delta else None}
 
 
 def observatory_side(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The observatory's figures for one repeat from its request records (in probe order)."""
+    from observatory.figures import acceptance
+    from observatory.metrics import SpecCounters
+
+    def total(key: str) -> int | None:
+        values = [r.get(key) for r in records]
+        return None if any(v is None for v in values) else sum(values)  # one unknown makes the sum unknown
+
     fig = _figures(records)
-    drafts = sum(r["drafts"] for r in records)
+    counted = SpecCounters(drafts=total("drafts"), draft_tokens=None, accepted=total("accepted"),
+                           accepted_per_pos=None)
     return {"figures": fig, "metrics": side_metrics(fig), "texts": [r["text"] for r in records],
             "cpu_s": sum(r["cpu_s"] for r in records), "wall_s": sum(r["wall_s"] for r in records),
-            "n": len(records), "tau": 1.0 + sum(r["accepted"] for r in records) / drafts if drafts else None}
+            "n": len(records), "tau": acceptance(counted)["tau"]}  # the observatory's one acceptance formula
 
 
 def bench_side(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -621,15 +630,15 @@ class Engine:
 
     def __init__(self, args: argparse.Namespace, work: Path):
         self.args, self.work = args, work
-        self.proc: Any = None
+        self.engine: Any = None  # observatory.launch.RunningEngine once started here
         self.launch: dict[str, Any] = {}
 
     def start(self) -> str:
         """The base URL of a healthy server."""
         from observatory.arms import Arm
-        from observatory.client import EngineClient
+        from observatory.launch import launch
         from observatory.paths import DEFAULT_MODEL_DIR
-        from observatory.server import EngineProcess, EngineSettings, engine_argv, engine_env, free_port
+        from observatory.server import EngineProcess, EngineSettings
 
         a = self.args
         if a.url:
@@ -641,33 +650,27 @@ class Engine:
         spec = spec_config_from(a.spec_config)
         arm = Arm(name="spec" if spec else "base", speculative_config=spec)
         settings = EngineSettings(model=model, dtype=a.dtype, max_model_len=a.max_model_len,
-                                  extra_args=list(a.engine_arg),
+                                  extra_args=list(a.engine_arg), health_timeout_s=a.health_timeout,
                                   tool_parser=None if a.tool_parser in ("", "none") else a.tool_parser)
         if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             settings.env["VLLM_CPU_KVCACHE_SPACE"] = "1"
-        port = free_port()
-        argv = engine_argv(arm, settings, port)
-        env = engine_env(arm, settings)
         log = self.work / "engine.log"
-        self.launch = {"argv": argv, "env": env, "log": str(log)}
-        print(f"launching engine on port {port} (log: {log})", flush=True)
-        self.proc = EngineProcess(argv, env, log)
-        self.proc.start()
-        url = f"http://127.0.0.1:{port}"
-        probe_client = EngineClient(url)
-        try:
-            secs = self.proc.wait_ready(probe_client.health, a.health_timeout)
-        finally:
-            probe_client.close()
-        print(f"engine healthy after {secs:.0f} s", flush=True)
-        self.launch["ready_s"] = secs
-        return url
+
+        def started(proc: EngineProcess, port: int) -> None:
+            self.launch = {"argv": proc.argv, "env": proc.env, "log": str(log)}
+            print(f"launching engine on port {port} (log: {log})", flush=True)
+
+        # the observatory's own launch path (observatory.launch), so both sides measure the same engine
+        self.engine = launch(arm, settings, None, log, on_start=started)
+        print(f"engine healthy after {self.engine.ready_s:.0f} s", flush=True)
+        self.launch["ready_s"] = self.engine.ready_s
+        return self.engine.url
 
     def close(self) -> None:
         """Stop the launched engine's whole process group."""
-        if self.proc is not None:
-            self.proc.stop()
-            self.proc = None
+        if self.engine is not None:
+            self.engine.stop()
+            self.engine = None
 
 
 # ---------------------------------------------------------------- report

@@ -11,7 +11,7 @@ closed thinking block followed by an empty answer. Everything up to the last
 ``</think>`` counts as thinking (chat templates often open ``<think>`` in the
 prompt, so the output may hold only the closing tag). ``details.preview`` is
 the first 80 Unicode characters of the text, raw (the report escapes it);
-for a pure tool call, a rendering ``[tool call] name(arguments)`` instead.
+for a pure tool call, its one-line rendering ``→ name(arguments)`` instead.
 
 With a reasoning parser (vLLM's ``--reasoning-parser``) the thinking arrives
 apart, as ``Output.reasoning``: reasoning present with an empty or
@@ -33,9 +33,9 @@ from typing import Any
 
 from observatory.errors import ObservatoryError
 from observatory.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
+from observatory.previews import PREVIEW_CHARS, tool_calls_text
 from observatory.probes import Probe
 
-PREVIEW_CHARS = 80
 DISTINCT_MIN_CHARS = 20
 
 
@@ -51,20 +51,11 @@ def split_thinking(text: str) -> tuple[str, str]:
     return state, answer
 
 
-def _calls_text(calls: list[Any]) -> str:
-    parts = []
-    for call in calls:
-        fn = call.get("function") if isinstance(call, dict) else None
-        fn = fn if isinstance(fn, dict) else {}
-        parts.append(f"{fn.get('name')}({fn.get('arguments')})")
-    return "[tool call] " + "; ".join(parts)
-
-
 def preview(output: Output) -> str:
     """First PREVIEW_CHARS characters of OUTPUT's text, else of its tool calls, else of its reasoning."""
     text = output.text or output.content or ""
     if not text.strip() and output.tool_calls:
-        text = _calls_text(output.tool_calls)
+        text = tool_calls_text(output.tool_calls)
     elif not text.strip() and (output.reasoning or "").strip():
         text = "[thinking] " + (output.reasoning or "").strip()
     return text[:PREVIEW_CHARS]

@@ -145,6 +145,21 @@ def request_body(probe: Probe, model: str, params: dict[str, Any], stream: bool)
     return body
 
 
+class RequestFailed(ObservatoryError):
+    """A GET the observatory needed (/v1/models, /metrics) failed; `kind` is one of ERROR_KINDS."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _kind(e: httpx.HTTPError) -> str:
+    """The Response.error_kind of an httpx failure."""
+    if isinstance(e, httpx.TimeoutException):
+        return "timeout"
+    return "http" if isinstance(e, httpx.HTTPStatusError) else "connect"
+
+
 class _Failed(Exception):
     """A request that failed, with its Response.error_kind."""
 
@@ -220,8 +235,10 @@ class EngineClient:
                 r = self.fetch("/v1/models", 30.0)
                 r.raise_for_status()
                 self._model = str(r.json()["data"][0]["id"])
-            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
-                raise ObservatoryError(f"{self.base_url}/v1/models did not name a model: {e}") from None
+            except httpx.HTTPError as e:
+                raise RequestFailed(f"{self.base_url}/v1/models did not name a model: {e}", _kind(e)) from None
+            except (ValueError, KeyError, IndexError, TypeError) as e:
+                raise RequestFailed(f"{self.base_url}/v1/models did not name a model: {e}", "malformed") from None
         return self._model
 
     def counters(self) -> SpecCounters:
@@ -230,7 +247,7 @@ class EngineClient:
             r = self.fetch("/metrics", 30.0)
             r.raise_for_status()
         except httpx.HTTPError as e:
-            raise ObservatoryError(f"{self.base_url}/metrics failed: {e}") from None
+            raise RequestFailed(f"{self.base_url}/metrics failed: {e}", _kind(e)) from None
         found = self.adapter.counters_from_metrics(r.text)
         return found.plain() if found is not None else not_reported()
 
@@ -327,8 +344,9 @@ class EngineClient:
     def _served_model(self) -> str:
         try:
             return self.model()
-        except ObservatoryError as e:
-            raise _Failed("timeout" if "Timeout" in str(e) else "connect", f"{type(e).__name__}: {e}") from None
+        except RequestFailed as e:
+            # named as before this error had its own type (stored error texts stay comparable)
+            raise _Failed(e.kind, f"ObservatoryError: {e}") from None
 
     def _timeout_text(self) -> str:
         return (f"Timeout: no complete response within the {self.timeout:g} s request timeout "

@@ -1,8 +1,9 @@
 """Launch one arm's engine and hold it: process handle + client, stopped in ``finally``.
 
 The one place that turns an arm and the session's engine settings into a
-live, healthy engine (DESIGN.md mistake 8: readiness from /health, bounded;
-liveness from the process handle). Use it as a context manager so the
+live, healthy engine (docs/design.md mistake 8: readiness from /health,
+bounded; liveness from the process handle). The runner, triage and the
+benchmark against ``vllm bench`` all launch through `launch`. Use it as a context manager so the
 engine's whole process group is stopped however the block ends::
 
     with launch(arm, settings, None, log_path) as engine:
@@ -66,14 +67,16 @@ class RunningEngine:
 
 
 def launch(arm: Arm, settings: EngineSettings, gpus: list[int] | None, log_path: Path, *,
-           request_timeout_s: float = 300.0, on_start: Callable[[list[str], int], None] | None = None,
+           request_timeout_s: float = 300.0, on_start: Callable[[EngineProcess, int], None] | None = None,
            on_wait: Callable[[float], None] | None = None, attempts: int = 3,
            container_prefix: str | None = None) -> RunningEngine:
     """Start ARM's engine and wait until /health answers; raise EngineStartError if it dies or hangs.
 
-    ON_START(argv, pid) is called as soon as the child runs (so a caller can
-    record it before the wait); a port taken under us is retried ATTEMPTS
-    times. The engine is stopped here on any failure, Ctrl-C included.
+    ON_START(process, port) is called as soon as the child runs, so a caller
+    can record its command line and pid, and stop it from another thread,
+    before the wait. A port taken under us (EngineStartError kind
+    "port_in_use") is retried, ATTEMPTS launches in all. The engine is
+    stopped here on any failure, Ctrl-C included.
     """
     for attempt in range(1, attempts + 1):
         port = free_port()
@@ -88,13 +91,13 @@ def launch(arm: Arm, settings: EngineSettings, gpus: list[int] | None, log_path:
         try:
             proc.start()
             if on_start is not None:
-                on_start(argv, proc.pid or 0)
+                on_start(proc, port)
             proc.wait_ready(client.health, settings.health_timeout_s, on_wait)
             return RunningEngine(proc, client, argv, env, port, time.monotonic() - t0, log_path)
         except EngineStartError as e:
             client.close()
             proc.stop()
-            if attempt < attempts and "address already in use" in e.log_tail.lower():
+            if attempt < attempts and e.kind == "port_in_use":
                 continue
             raise
         except BaseException:

@@ -11,20 +11,16 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from observatory.arms import Arm
-from observatory.client import EngineClient, Response
+from observatory.client import EngineClient, RequestFailed, Response
 from observatory.db import ArmRow, MeasurementRow, ResultRow
 from observatory.errors import ObservatoryError
 from observatory.metrics import SpecCounters
 from observatory.probes import Probe
 from observatory.server import EngineProcess
-from observatory.store import storable
-
-if TYPE_CHECKING:  # pragma: no cover
-    from observatory.runner import Reporter, Runner
-
+from observatory.store import Store, storable
 
 REFERENCE_MODES = ("stream", "nonstream")
 
@@ -38,24 +34,34 @@ class ArmCrashed(Exception):
         self.reason = reason
 
 
+class StepReporter(Protocol):
+    """Where an arm's progress goes (the runner's Reporter is one)."""
+
+    def step(self, arm: Arm, label: str, done: int, total: int) -> None: ...
+
+
 @dataclass
 class ArmRun:
-    """One arm with a live engine, between launch and stop."""
+    """One arm with a live engine, between launch and stop: everything it measures with, given explicitly."""
 
-    runner: Runner
     arm: Arm
     arm_id: int
+    store: Store
+    probe_ids: dict[str, int]  # probe name -> stored probe id
+    probes: list[Probe]
+    reporter: StepReporter
+    diffs: bool = True  # the non-streamed and concurrent-batch passes
+    concurrency: list[int] = field(default_factory=lambda: [1])
+    repeat: int = 1
     proc: EngineProcess | None = None
     client: EngineClient | None = None
     status: str = "ok"
     reason: str | None = None
     gpus: list[int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def reporter(self) -> Reporter:
-        """Where progress goes."""
-        return self.runner.reporter
+    # field channels (observatory.channels) in the order they run, each with its own probes
+    channels: list[str] = field(default_factory=list)
+    channel_probes: dict[str, list[Probe]] = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
@@ -63,14 +69,18 @@ class ArmRun:
         return self.status == "ok" and self.client is not None
 
     # -- failures ------------------------------------------------------
-    def check_alive(self, resp: Response | None, error: str | None = None) -> None:
-        """After a failed request: is the engine dead (CRASHED), silent (HUNG), or refusing just this one?"""
+    def check_alive(self, resp: Response | None, error: str | None = None, kind: str | None = None) -> None:
+        """After a failed request: is the engine dead (CRASHED), silent (HUNG), or refusing just this one?
+
+        KIND is the failure's Response.error_kind (taken from RESP when not given).
+        """
         if resp is not None and resp.ok:
             return
         assert self.client is not None
         proc = self.proc
         error = error or (resp.error if resp else None)
-        if "Timeout" in (error or ""):
+        kind = kind or (resp.error_kind if resp else None)
+        if kind == "timeout":
             # A request past --request-timeout is a hang even while /health
             # still answers (a stuck engine core often leaves the API server up).
             if proc is not None and proc.exit_code() is not None:
@@ -93,7 +103,7 @@ class ArmRun:
         try:
             return self.client.counters()
         except ObservatoryError as e:
-            self.check_alive(None, str(e))
+            self.check_alive(None, str(e), e.kind if isinstance(e, RequestFailed) else None)
             raise ArmCrashed("crashed", str(e)) from None
 
     # -- storage -------------------------------------------------------
@@ -101,8 +111,8 @@ class ArmRun:
                      repeat: int = 0, concurrency: int = 1, keep_top: bool = True) -> ResultRow:
         """Write one response (made storable; the exact text kept as code points if needed)."""
         text = storable(resp.text)
-        row: ResultRow = self.runner.store.add(ResultRow(
-            arm_id=self.arm_id, probe_id=self.runner.probe_ids[probe.name], mode=mode, repeat=repeat,
+        row: ResultRow = self.store.add(ResultRow(
+            arm_id=self.arm_id, probe_id=self.probe_ids[probe.name], mode=mode, repeat=repeat,
             ok=resp.ok, error=storable(resp.error), text=text, content=storable(resp.content),
             reasoning=storable(resp.reasoning),
             text_raw=[ord(c) for c in resp.text] if text != resp.text else None,
@@ -121,7 +131,7 @@ class ArmRun:
     def correctness(self) -> None:
         """Warm-up, every probe streamed with its counter deltas, then the diff passes."""
         assert self.client is not None
-        client, probes, arm = self.client, self.runner.opts.probes, self.arm
+        client, probes, arm = self.client, self.probes, self.arm
         # Warm-up: stored, never counted (the first request pays compile and caches).
         resp = client.run(probes[0], stream=True)
         self.store_result(probes[0], resp, "warmup")
@@ -142,8 +152,8 @@ class ArmRun:
             if stream_is_reference(resp):
                 complete.add(probe.name)
         self.reporter.step(arm, "probes", len(probes), len(probes))
-        self.runner.store.update(ArmRow, self.arm_id, counters=total.to_dict())
-        if not self.runner.opts.diffs:
+        self.store.update(ArmRow, self.arm_id, counters=total.to_dict())
+        if not self.diffs:
             return
         for i, probe in enumerate(probes):
             self.reporter.step(arm, "non-streamed", i, len(probes))
@@ -157,27 +167,26 @@ class ArmRun:
             self.store_result(probe, resp, "batch", concurrency=len(probes))
             self.check_alive(resp)
 
-    def channels(self) -> None:
+    def run_channels(self) -> None:
         """Each field channel's requests (observatory.channels), channel after channel."""
         from observatory.channels import get  # the channel modules import this one
 
-        opts = self.runner.opts
-        for i, name in enumerate(opts.channels):
-            self.reporter.step(self.arm, f"channel {name}", i, len(opts.channels))
-            get(name).measure(self, opts.channel_probes.get(name, []))
+        for i, name in enumerate(self.channels):
+            self.reporter.step(self.arm, f"channel {name}", i, len(self.channels))
+            get(name).measure(self, self.channel_probes.get(name, []))
             if not self.live:
                 return
-        if opts.channels:
-            self.reporter.step(self.arm, "channels", len(opts.channels), len(opts.channels))
+        if self.channels:
+            self.reporter.step(self.arm, "channels", len(self.channels), len(self.channels))
 
     def throughput(self) -> None:
         """Timed runs: at each concurrency level, `level` copies of every probe, `level` at a time."""
         assert self.client is not None
-        client, opts = self.client, self.runner.opts
-        for level in opts.concurrency:
-            for rep in range(opts.repeat):
-                self.reporter.step(self.arm, f"timed c={level}", rep, opts.repeat)
-                work = [p for p in opts.probes for _ in range(level)]
+        client = self.client
+        for level in self.concurrency:
+            for rep in range(self.repeat):
+                self.reporter.step(self.arm, f"timed c={level}", rep, self.repeat)
+                work = [p for p in self.probes for _ in range(level)]
                 before = self.counters()
                 t0 = time.perf_counter()
                 with ThreadPoolExecutor(max_workers=level) as ex:
@@ -187,7 +196,7 @@ class ArmRun:
                 for probe, resp in zip(work, resps):
                     self.store_result(probe, resp, "timed", repeat=rep, concurrency=level)
                     self.check_alive(resp)
-                self.runner.store.add(MeasurementRow(
+                self.store.add(MeasurementRow(
                     arm_id=self.arm_id, concurrency=level, repeat=rep, requests=len(work),
                     completion_tokens=sum(_completion_tokens(r) for r in resps), wall_s=wall,
                     counters_delta=delta.to_dict(),

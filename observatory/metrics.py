@@ -1,5 +1,8 @@
 """Engine counters: the one Prometheus reader and the counter record every engine maps onto.
 
+`read_counters` reads counter families, `read_info` the labels of an info
+gauge (e.g. vLLM's ``vllm:cache_config_info``); nothing else parses /metrics.
+
 vLLM exposes, per engine and model label set (llama.cpp the same names under
 ``llamacpp:``):
 
@@ -162,6 +165,19 @@ def read_counters(text: str, prefix: str, engine: str, only: frozenset[str] | No
             by_pos = out.values.setdefault(name, {})
             by_pos[pos] = by_pos.get(pos, 0) + int(v)
     return out
+
+
+def read_info(text: str, name: str) -> dict[str, str] | None:
+    """The labels of the first sample named NAME in a Prometheus text; None if absent or unparsable."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError:
+        return None
+    for fam in families:
+        for s in fam.samples:
+            if s.name == name:
+                return dict(s.labels)
+    return None
 
 
 def counters_from(counts: PromCounts, absent_is_zero: bool) -> SpecCounters:

@@ -4,6 +4,13 @@ Every problem a user can make (unknown arm, malformed speculative config or
 arms file, missing model path, engine not installed, bad probe file) is
 found here and reported as one clear error, so no server is started for a
 session that cannot succeed.
+
+What the user asked for is a `SessionPlan`: typed, stored with the session
+as ``{"version": 1, ...}`` so ``compare --resume`` rebuilds the session
+from the plan, not from whatever the command-line options are called today.
+A plan stored before versions existed (the raw keyword arguments of
+`plan_compare`) is read when its keys are known, and refused by name when
+not.
 """
 
 from __future__ import annotations
@@ -12,10 +19,13 @@ import json
 import os
 import subprocess
 import sys
+import types
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from observatory.arms import parse_arms
+from observatory.arms import arms_file_fail_on, parse_arms
 from observatory.channels import plan_probes
 from observatory.channels import resolve as resolve_channels
 from observatory.engines import adapter_for
@@ -27,6 +37,124 @@ from observatory.perf_gates import parse_fail_on
 from observatory.probes import load_probe_file, resolve_suite
 from observatory.runner import CompareOptions
 from observatory.server import EngineSettings
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """What one compare session was asked for (stored as version 1; `--resume` runs from it)."""
+
+    arms: str
+    arms_file: str | None = None
+    speculative_config: str | None = None
+    model: str | None = None
+    suite: str | None = None
+    engine_python: str | None = None
+    dtype: str | None = None
+    max_model_len: int | None = None
+    seed: int = 0
+    engine_args: tuple[str, ...] = ()
+    spec_extra: str | None = None
+    concurrency: str = "1"
+    repeat: int = 1
+    health_timeout: float = 900.0
+    request_timeout: float = 300.0
+    log_dir: str = "logs"
+    diffs: bool = True
+    image: str | None = None
+    gpus_per_arm: int = 1
+    parallel_arms: bool = False
+    timing: str = "sequential"
+    engine: str = "vllm"
+    fail_on: str | None = None
+    gates_dirs: tuple[str, ...] = ()  # absolute paths
+    profile: str = "quick"  # field channels: quick (none) or nightly (all), docs/channels.md
+    channels: str | None = None  # a comma list of channels, over the profile's
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> SessionPlan:
+        """The plan of the command's options (``no_diffs`` as ``diffs``; the arms file's fail_on if no --fail-on)."""
+        kw = {f.name: options[f.name] for f in fields(cls) if f.name in options}
+        for name, value in options.items():
+            kw.update(plan_value(name, value))
+        if not kw.get("fail_on") and kw.get("arms_file"):
+            kw["fail_on"] = arms_file_fail_on(kw["arms_file"])  # --fail-on wins over the arms file
+        return cls(**kw)
+
+    def to_stored(self) -> dict[str, Any]:
+        """JSON form, with its version."""
+        return {"version": PLAN_VERSION, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}}
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, Any] | None, session_id: int) -> SessionPlan:
+        """The plan stored with SESSION_ID: version 1, or the raw options stored before plans had versions."""
+        if not stored:
+            raise ObservatoryError(f"Session {session_id} has no stored plan to resume from; start a new session.")
+        data = dict(stored)
+        version = data.pop("version", None)
+        if version is not None and version != PLAN_VERSION:
+            raise ObservatoryError(f"Session {session_id} was planned by a newer observatory (plan version "
+                                   f"{version!r}, this one reads {PLAN_VERSION}); upgrade observatory to resume it.")
+        hints = get_type_hints(cls)
+        unknown = sorted(set(data) - set(hints))
+        if unknown or "arms" not in data:
+            what = f"options this version does not know ({', '.join(unknown)})" if unknown else "no arms"
+            raise ObservatoryError(f"Session {session_id}'s stored plan has {what}; it cannot be resumed. "
+                                   "Start a new session with `observatory compare`.")
+        for key, value in data.items():
+            if not _fits(value, hints[key]):
+                raise ObservatoryError(f"Session {session_id}'s stored plan has {key} = {value!r}, not a "
+                                       f"{hints[key]}; it cannot be resumed. Start a new session.")
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**values)
+
+    def refuse_conflicts(self, given: Mapping[str, tuple[str, Any]], session_id: int) -> None:
+        """Refuse flags given with --resume that differ from this plan; GIVEN is {option: (flag, value)}."""
+        for name, (flag, value) in given.items():
+            for key, want in plan_value(name, value).items():
+                have = getattr(self, key, None)
+                if key in {f.name for f in fields(self)} and want != have:
+                    raise ObservatoryError(
+                        f"{flag} conflicts with session {session_id}'s stored plan: {key} {_shown(want)} given, "
+                        f"{_shown(have)} stored. Drop {flag} to resume it, or start a new session.")
+
+    def compare_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `plan_compare` (everything but the gate folders)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "gates_dirs"}
+
+
+def plan_value(option: str, value: Any) -> dict[str, Any]:
+    """A command option as plan fields ({} for options that are not part of a plan, e.g. --db, --quiet)."""
+    if option == "no_diffs":
+        return {"diffs": not value}
+    if option == "gates_dirs":
+        return {option: tuple(str(Path(d).resolve()) for d in value or ())}
+    if option == "engine_args":
+        return {option: tuple(value or ())}
+    if option in ("quiet", "db", "api_key", "diffs") or option not in SessionPlan.__dataclass_fields__:
+        return {}
+    return {option: value}
+
+
+def _shown(value: Any) -> str:
+    return repr(list(value)) if isinstance(value, tuple) else repr(value)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a stored JSON value has the type of a SessionPlan field."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is tuple:
+        return isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value)
+    if hint in (int, float) and isinstance(value, bool):
+        return False
+    if hint is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, hint)
 
 
 def parse_int_list(text: str, what: str) -> list[int]:

@@ -31,7 +31,7 @@ from markupsafe import Markup
 from observatory import charts
 from observatory.images import arm_image
 from observatory.paths import TEMPLATES_DIR
-from observatory.report_data import preview
+from observatory.previews import PREVIEW_CHARS
 from observatory.verdict import INVALID_CODES, arm_role, decide
 
 # gate -> (reference label, compared label (None: the arm's name), what is compared)
@@ -225,11 +225,9 @@ def matrix(data: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
             flags += [{"text": f"timed at c={g.split(':c', 1)[1]} differs", "verdict": v.get("verdict")}
                       for g, v in sorted((r.get("verdicts") or {}).items())
                       if ":c" in g and g.split(":c", 1)[1].isdigit() and v.get("verdict") in ("FAIL", "WARN")]
-            calls = [f"→ {_g(c, 'function', 'name')}({_g(c, 'function', 'arguments')})"
-                     for c in r.get("tool_calls") or [] if isinstance(c, dict)]
-            shown = preview(" ".join(calls)) if calls and not r.get("text") else r["preview"]
-            cells.append({"verdict": r["verdict"] or ("—" if r["ok"] else "ERROR"), "preview": shown, "ok": r["ok"],
-                          "error": (r.get("error") or "")[:80], "href": prefix + result_href(ai, pi),
+            # r["preview"] is report_data's: the text, or the tool calls' one-line form when there is no text
+            cells.append({"verdict": r["verdict"] or ("—" if r["ok"] else "ERROR"), "preview": r["preview"], "ok": r["ok"],
+                          "error": (r.get("error") or "")[:PREVIEW_CHARS], "href": prefix + result_href(ai, pi),
                           "flags": flags})
         rows.append({"probe": p, "cells": cells})
     return rows

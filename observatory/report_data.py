@@ -23,33 +23,18 @@ from observatory.channels import get as get_channel
 from observatory.channels import is_channel_gate
 from observatory.db import ArmRow, ResultRow, SessionRow
 from observatory.judge import NOT_DISCRIMINATING, UNJUDGED
+from observatory.previews import preview, tool_calls_text
 from observatory.roles import stored_roles
 from observatory.store import Store
 from observatory.triage_store import summaries as triage_summaries
 from observatory.verdict import decide
 
-PREVIEW_CHARS = 80
 # Worst first: the cell verdict of a probe x arm is its worst gate verdict.
 SEVERITY = ["FAIL", "INVALID", UNJUDGED, "WARN", NOT_DISCRIMINATING, "PASS", "SKIP"]
 
 
 def _iso(t: datetime | None) -> str | None:
     return t.isoformat(timespec="seconds") + "Z" if t else None
-
-
-def preview(text: str | None, n: int = PREVIEW_CHARS) -> str:
-    """The first N characters, one line (control characters made visible)."""
-    t = (text or "")[:n]
-    return "".join(c if c.isprintable() else ("⏎" if c == "\n" else "·") for c in t)
-
-
-def tool_calls_text(calls: list[dict[str, Any]]) -> str:
-    """Parsed tool calls as one line: `→ name(arguments)` each."""
-    parts = []
-    for c in calls:
-        fn = (c or {}).get("function") or {}
-        parts.append(f"→ {fn.get('name')}({fn.get('arguments')})")
-    return " ".join(parts)
 
 
 def worst(verdicts: list[str]) -> str | None:
@@ -103,7 +88,8 @@ def arm_dict(store: Store, a: ArmRow, probes: list[Any], role: str | None = None
     stream = {r.probe_id: r for r in store.results(a.id, "stream")}
     results = [result_dict(stream[p.id], p, verdicts.get(p.id, {})) for p in probes if p.id in stream]
     launch = dict(a.launch or {})
-    counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": []}
+    # an arm whose counters were never read (it failed before its probes ran) has them unknown, not zero
+    counters: dict[str, Any] = {"drafts": None, "draft_tokens": None, "accepted": None, "accepted_per_pos": None}
     counters.update(a.counters or {})
     return {
         "name": a.name, "role": role or launch.get("role"), "position": a.position, "status": a.status,

@@ -1,6 +1,8 @@
 """The runner: one session, arm after arm, every result stored as it arrives.
 
-Data flows one way: runner -> store -> judge -> report. For each arm the
+Data flows one way: runner -> store -> judge -> report; the runner never
+judges (the command runs `observatory.evaluate` after each wave through
+``on_wave_done``, and once more at the end). For each arm the
 runner launches the engine (or uses the given URL), waits for readiness,
 sends one warm-up request (stored, excluded from figures), then each probe
 streamed with the spec counters read just before and after it, then each
@@ -14,9 +16,8 @@ servers and stores the session as interrupted.
 from __future__ import annotations
 
 import signal
-import sys
 import threading
-import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +29,9 @@ from observatory.arms import Arm
 from observatory.client import EngineClient, request_params
 from observatory.db import ArmRow, ProbeRow, SessionRow, utcnow
 from observatory.errors import ObservatoryError
-from observatory.evaluate import evaluate
 from observatory.gpus import plan_waves
 from observatory.images import inspect_image
+from observatory.launch import launch
 from observatory.machine import describe
 from observatory.measure import ArmCrashed, ArmRun
 from observatory.probes import Probe
@@ -40,9 +41,6 @@ from observatory.server import (
     EngineSettings,
     EngineStartError,
     arm_image_ref,
-    engine_argv,
-    engine_env,
-    free_port,
     speculative_config_for,
 )
 from observatory.server_facts import host_facts, served_facts
@@ -125,11 +123,14 @@ def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
 class Runner:
     """Runs one compare session into a store."""
 
-    def __init__(self, store: Store, opts: CompareOptions, reporter: Reporter | None = None):
+    def __init__(self, store: Store, opts: CompareOptions, reporter: Reporter | None = None,
+                 on_wave_done: Callable[[int], None] | None = None):
         self.store = store
         self.opts = opts
         self.reporter: Reporter = reporter or NullReporter()
         self.probe_ids: dict[str, int] = {}
+        # called with the session id after each wave (the command judges there: verdicts stored as arms finish)
+        self.on_wave_done = on_wave_done
 
     # -- session --------------------------------------------------------
     def create_session(self) -> int:
@@ -150,7 +151,7 @@ class Runner:
         for i, p in enumerate(o.all_probes()):
             pr = self.store.add(ProbeRow(session_id=row.id, position=i, name=p.name, category=p.category,
                                          content_hash=p.content_hash, definition=p.to_dict(),
-                                         params=_jsonable_params(request_params(p))))
+                                         params=request_params(p)))
             self.probe_ids[p.name] = pr.id
         return int(row.id)
 
@@ -188,7 +189,8 @@ class Runner:
                     todo.append((pos, arm, row, gpus))
                 if todo:
                     self._run_wave(session_id, w, todo)
-                    evaluate(self.store, session_id)
+                    if self.on_wave_done is not None:
+                        self.on_wave_done(session_id)
         except (Interrupted, KeyboardInterrupt) as e:
             status, reason = "interrupted", str(e) or "KeyboardInterrupt"
             raise
@@ -198,9 +200,8 @@ class Runner:
         finally:
             _restore_sigterm(old)
             try:
-                evaluate(self.store, session_id)
-            finally:
                 refresher.__exit__()
+            finally:
                 self.store.finish_session(session_id, status, reason)
         return session_id
 
@@ -220,7 +221,7 @@ class Runner:
             def start_and_check(r: ArmRun) -> None:
                 self._start(r, session_id)
                 self._phase(r, r.correctness)
-                self._phase(r, r.channels)
+                self._phase(r, r.run_channels)
 
             self._each(runs, start_and_check)
             if self.opts.timing == "sequential" or len(runs) == 1:
@@ -255,7 +256,7 @@ class Runner:
     def _new_run(self, session_id: int, pos: int, arm: Arm, row: ArmRow | None, gpus: list[int] | None,
                  wave: int, concurrent_with: list[str]) -> ArmRun:
         s = self.opts.settings
-        launch: dict[str, Any] = {
+        facts: dict[str, Any] = {
             "speculative_config": speculative_config_for(arm, s),
             "engine_args": arm.engine_args, "fault": arm.fault, "copy_of": arm.copy_of, "url": arm.url,
             "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
@@ -263,13 +264,16 @@ class Runner:
             "role": assign_roles(self.opts.arms)[arm.name],
         }
         values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
-                      launch=launch, started_at=utcnow(), reason=None, log_tail=None)
+                      launch=facts, started_at=utcnow(), reason=None, log_tail=None)
         if row is None:
             row = self.store.add(ArmRow(**values))
         else:
             self.store.clear_arm(row.id)
             self.store.update(ArmRow, row.id, **values)
-        return ArmRun(self, arm, int(row.id), gpus=gpus, extra={"launch": launch})
+        o = self.opts
+        return ArmRun(arm, int(row.id), self.store, self.probe_ids, o.probes, self.reporter, diffs=o.diffs,
+                      concurrency=o.concurrency, repeat=o.repeat, gpus=gpus, extra={"launch": facts},
+                      channels=list(o.channels), channel_probes=o.channel_probes)
 
     def _start(self, r: ArmRun, session_id: int) -> None:
         """Launch (or reach) the arm's engine; on failure the run carries the reason."""
@@ -280,7 +284,7 @@ class Runner:
                 r.client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s,
                                         engine=self.opts.engine)
                 if not r.client.health():
-                    raise EngineStartError(f"{arm.url}/health did not answer 200", "failed")
+                    raise EngineStartError(f"{arm.url}/health did not answer 200", "failed", kind="unhealthy")
                 ready_s = 0.0
             else:
                 r.proc, r.client, ready_s = self._launch(r, session_id)
@@ -314,47 +318,24 @@ class Runner:
         self.reporter.arm_finished(r.arm, r.status, r.reason)
 
     def _launch(self, r: ArmRun, session_id: int) -> tuple[EngineProcess, EngineClient, float]:
-        """Start the engine and wait until it is healthy; a port taken under us is retried."""
-        arm, s, launch = r.arm, self.opts.settings, r.extra["launch"]
+        """Start the engine through `observatory.launch.launch`, recording how as soon as it runs."""
+        arm, s, facts = r.arm, self.opts.settings, r.extra["launch"]
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in arm.name)
         log_path = self.opts.log_dir / f"session-{session_id}-{safe}.log"
-        attempts = 3
-        for attempt in range(1, attempts + 1):
-            port = free_port()
-            env = engine_env(arm, s)
-            if r.gpus is not None:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in r.gpus)
-            image = arm_image_ref(arm, s)  # docker hook (observatory.images): facts stored per arm
-            container = f"observatory-{session_id}-{safe}-{port}" if image else None
-            if image:
-                launch["image"] = {**inspect_image(image).to_dict(), "asked": arm.image is not None}
-            argv = engine_argv(arm, s, port, env, r.gpus, container)
+        image = arm_image_ref(arm, s)  # docker hook (observatory.images): facts stored per arm
+        if image:
+            facts["image"] = {**inspect_image(image).to_dict(), "asked": arm.image is not None}
+
+        def started(proc: EngineProcess, port: int) -> None:
             self.reporter.arm_started(arm, f"starting engine on port {port} (log: {log_path})")
-            proc = EngineProcess(argv, env, log_path, container)
             r.proc = proc  # registered at once, so an interrupt can stop it
-            proc.start()
-            launch.update(argv=argv, env=env, port=port, pid=proc.pid)
-            self.store.update(ArmRow, r.arm_id, launch=dict(launch), log_path=str(log_path))
-            client = EngineClient(f"http://127.0.0.1:{port}", timeout=self.opts.request_timeout_s)
-            t0 = time.monotonic()
-            try:
-                proc.wait_ready(client.health, s.health_timeout_s, lambda e: self.reporter.arm_waiting(arm, e))
-                return proc, client, time.monotonic() - t0
-            except EngineStartError as e:
-                client.close()
-                proc.stop()
-                if attempt < attempts and "address already in use" in e.log_tail.lower():
-                    continue
-                raise
-            except BaseException:
-                client.close()
-                proc.stop()
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+            facts.update(argv=proc.argv, env=proc.env, port=port, pid=proc.pid)
+            self.store.update(ArmRow, r.arm_id, launch=dict(facts), log_path=str(log_path))
 
-
-def _jsonable_params(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items()}
+        eng = launch(arm, s, r.gpus, log_path, request_timeout_s=self.opts.request_timeout_s, on_start=started,
+                     on_wait=lambda e: self.reporter.arm_waiting(arm, e),
+                     container_prefix=f"observatory-{session_id}-{safe}")
+        return eng.proc, eng.client, eng.ready_s
 
 
 def _install_sigterm() -> Any:
@@ -366,8 +347,3 @@ def _install_sigterm() -> Any:
 def _restore_sigterm(old: Any) -> None:
     if old is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, old)
-
-
-def interrupted_exit_code() -> int:
-    """Exit status after an interruption (128 + SIGINT, like a shell)."""
-    return 130 if sys.platform != "win32" else 1

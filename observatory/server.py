@@ -26,14 +26,25 @@ from observatory import containers
 from observatory.arms import Arm
 from observatory.errors import ObservatoryError
 
+# EngineStartError.kind values: why the engine did not become ready
+START_ERROR_KINDS = ("exited", "port_in_use", "hung", "not_found", "unhealthy")
+
 
 class EngineStartError(ObservatoryError):
-    """The engine exited, or never became healthy, before it was ready."""
+    """The engine exited, or never became healthy, before it was ready; `kind` is one of START_ERROR_KINDS."""
 
-    def __init__(self, message: str, status: str = "failed", log_tail: str = ""):
+    def __init__(self, message: str, status: str = "failed", log_tail: str = "", kind: str = "exited"):
         super().__init__(message)
         self.status = status
         self.log_tail = log_tail
+        self.kind = kind
+
+
+def exit_kind(log_tail: str) -> str:
+    """Why a child exited before it was ready, from its log: "port_in_use" (retry elsewhere) or "exited"."""
+    # The one place the engine's own words are read: the port we picked was taken between
+    # free_port() and the engine's bind (a race, not a fault of the arm).
+    return "port_in_use" if "address already in use" in log_tail.lower() else "exited"
 
 
 @dataclass
@@ -168,7 +179,7 @@ class EngineProcess:
     def start(self) -> None:
         """Launch the child; output goes to the log file."""
         if self.argv[0] != "docker" and not Path(self.argv[0]).exists() and shutil.which(self.argv[0]) is None:
-            raise EngineStartError(f"Engine interpreter {self.argv[0]!r} not found.")
+            raise EngineStartError(f"Engine interpreter {self.argv[0]!r} not found.", kind="not_found")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env}
         if self.container:
@@ -199,15 +210,17 @@ class EngineProcess:
         while True:
             code = self.exit_code()
             if code is not None:
+                tail = self.log_tail()
                 raise EngineStartError(
-                    f"engine exited with status {code} before it was ready", "failed", self.log_tail()
+                    f"engine exited with status {code} before it was ready", "failed", tail, exit_kind(tail)
                 )
             if health():
                 return time.monotonic() - t0
             elapsed = time.monotonic() - t0
             if elapsed > timeout_s:
                 raise EngineStartError(
-                    f"engine not healthy after {timeout_s:.0f} s (process still running)", "hung", self.log_tail()
+                    f"engine not healthy after {timeout_s:.0f} s (process still running)", "hung", self.log_tail(),
+                    "hung",
                 )
             if tick:
                 tick(elapsed)

@@ -16,9 +16,9 @@ import socket
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from observatory.machine import describe
+from observatory.metrics import read_info
 
 # (fact, where it lives: "launch" for launch["served"][fact], "row" for the arm row's attribute);
 # root is the model path or repo the server loaded, behind the served name
@@ -68,15 +68,8 @@ def served_facts(client: Any, timeout: float = 10.0) -> dict[str, Any]:
 
 def cache_config(metrics_text: str) -> dict[str, str] | None:
     """The settings of vLLM's ``vllm:cache_config_info`` gauge that must match across arms; None if absent."""
-    try:
-        families = list(text_string_to_metric_families(metrics_text))
-    except ValueError:
-        return None
-    for fam in families:
-        for sample in fam.samples:
-            if sample.name == "vllm:cache_config_info":
-                return {k: v for k, v in sorted(sample.labels.items()) if k in CACHE_SETTINGS}
-    return None
+    labels = read_info(metrics_text, "vllm:cache_config_info")
+    return None if labels is None else {k: v for k, v in sorted(labels.items()) if k in CACHE_SETTINGS}
 
 
 def _fact(arm: Any, name: str, where: str) -> Any:

@@ -27,9 +27,12 @@ NOTEs explain without changing the verdict (LOW_N, non-discriminating probes).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from observatory.errors import ObservatoryError
+from observatory.gates import GateRegistry, default_registry, registry_for
 from observatory.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
 
 INVALID_CODES = ("INVALID", "CONFOUNDED", "CRASHED", "HUNG", "CROSS_SESSION")
@@ -113,8 +116,37 @@ def _validity_reasons(arm: dict[str, Any], add: Any) -> None:
                 add("INVALID", f"{arm['name']}: {gate}: {v.get('reason')}", arm=arm["name"], gate=gate)
 
 
-def _judged_arm_reasons(arm: dict[str, Any], add: Any) -> tuple[int, int, set[str]]:
-    """Reasons from the results of an arm judged against base; (judged, discriminating, not-discriminating probes)."""
+def session_gates(data: dict[str, Any]) -> GateRegistry:
+    """The gates a session was judged with: the built-ins plus its stored ``--gates-dir`` folders.
+
+    A folder gone since is left out (its gates' metadata is then unknown: see `discriminates`).
+    """
+    plan = ((data.get("session") or {}).get("options") or {}).get("plan") or {}
+    try:
+        return registry_for(plan.get("gates_dirs") or ())
+    except ObservatoryError:
+        return default_registry()
+
+
+def discriminates(registry: GateRegistry) -> Callable[[str], bool]:
+    """Whether a verdict key's gate can make a probe discriminating: a correctness gate that does not
+    compare whole sequences (the token diffs, ``NAME`` and its channels ``NAME:nonstream`` ..., judge every
+    probe whatever base does). A gate not in REGISTRY is unknown, so it does not count."""
+    def counts(key: str) -> bool:
+        name = key.split(":", 1)[0]  # a channel verdict is its sequence gate's (judge: NAME:channel)
+        if name not in registry:
+            return False
+        g = registry.get(name)
+        return g.purpose == "correctness" and not g.sequences
+    return counts
+
+
+def _judged_arm_reasons(arm: dict[str, Any], add: Any,
+                        counts: Callable[[str], bool]) -> tuple[int, int, set[str]]:
+    """Reasons from the results of an arm judged against base; (judged, discriminating, not-discriminating probes).
+
+    COUNTS tells which verdicts can make a probe discriminating (`discriminates`).
+    """
     judged = discriminating = 0
     not_discr: set[str] = set()
     aa = " (A/A control: the engine's own non-determinism)" if arm_role(arm) == AA_COPY else ""
@@ -126,8 +158,7 @@ def _judged_arm_reasons(arm: dict[str, Any], add: Any) -> tuple[int, int, set[st
             continue
         judged += 1
         verdicts = r.get("verdicts") or {}
-        if any(v["verdict"] not in (NOT_DISCRIMINATING, "SKIP", UNJUDGED) and ":" not in g
-               and not g.startswith("token_diff") for g, v in verdicts.items()):
+        if any(v["verdict"] not in (NOT_DISCRIMINATING, "SKIP", UNJUDGED) and counts(g) for g, v in verdicts.items()):
             discriminating += 1
         if any(v["verdict"] == NOT_DISCRIMINATING for v in verdicts.values()):
             not_discr.add(probe)
@@ -165,6 +196,7 @@ def decide(data: dict[str, Any]) -> SessionVerdict:
         add("INVALID", "no base arm: no token diff was made, and no probe can be discriminated", code="NO_BASE")
     judged = discriminating = 0
     not_discr: set[str] = set()
+    counts = discriminates(session_gates(data))
     for arm in arms:
         _validity_reasons(arm, add)
         role = arm_role(arm)
@@ -174,7 +206,7 @@ def decide(data: dict[str, Any]) -> SessionVerdict:
                     add("INVALID", f"{arm['name']}: channel {gate}: {v.get('reason')}", arm=arm["name"], gate=gate,
                         code="CHANNEL")
             continue  # base's own failures make probes non-discriminating, not failures
-        j, d, nd = _judged_arm_reasons(arm, add)
+        j, d, nd = _judged_arm_reasons(arm, add, counts)
         judged, discriminating, not_discr = judged + j, discriminating + d, not_discr | nd
         cells = [r.get("verdict") for r in arm.get("results") or [] if r.get("verdict")]
         if role in (SPEC, FAULT, VARIANT) and cells and all(c == NOT_DISCRIMINATING for c in cells):

@@ -156,6 +156,18 @@ def test_compare_and_token_match() -> None:
     assert "decode tok/s" in text and "NO" in text
 
 
+def test_tau_of_unreported_counters_is_unknown_not_zero() -> None:
+    """Issue 14 item 6: a request whose counters were not reported made its drafts 0, and tau came from the
+    others (a made-up figure); it is unknown now, through figures.acceptance (the one formula)."""
+    rec = [{"tokens": 10, "ttft_ms": 10.0, "duration_ms": 55.0, "text": "x", "cpu_s": 0.002, "wall_s": 0.055,
+            "drafts": 4, "accepted": 2},
+           {"tokens": 20, "ttft_ms": 20.0, "duration_ms": 130.0, "text": "y", "cpu_s": 0.004, "wall_s": 0.13,
+            "drafts": None, "accepted": None}]
+    assert bvv.observatory_side(rec)["tau"] is None
+    rec[1].update(drafts=0, accepted=0)
+    assert bvv.observatory_side(rec)["tau"] == pytest.approx(1.5)
+
+
 def test_sides_from_records_and_per_prompt_runs() -> None:
     rec = [{"tokens": 10, "ttft_ms": 10.0, "duration_ms": 55.0, "text": "x", "cpu_s": 0.002, "wall_s": 0.055,
             "drafts": 4, "accepted": 2},

@@ -104,8 +104,11 @@ def test_preview_is_the_first_80_unicode_characters_raw() -> None:
 
 
 def test_preview_of_a_pure_tool_call() -> None:
+    """Issue 14 item 9: the gate's preview of a tool call is the one rendering the matrix shows too."""
+    from observatory.previews import tool_calls_text
+
     res = CONTENT.check(Output(text="", tool_calls=[CALL]), PROBE)
-    assert res.details["preview"] == '[tool call] get_weather({"city": "Paris"})'
+    assert res.details["preview"] == '→ get_weather({"city": "Paris"})' == tool_calls_text([CALL])
     assert res.details["tool_calls"] == 1
 
 

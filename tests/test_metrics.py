@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from observatory.metrics import SpecCounters, parse_spec_counters
@@ -109,3 +111,29 @@ def test_other_gauges_under_the_prefix_are_not_read() -> None:
     text = REAL + ("# TYPE vllm:spec_decode_draft_acceptance_rate gauge\n"
                    'vllm:spec_decode_draft_acceptance_rate{engine="0"} NaN\n')
     assert parse_spec_counters(text) == SpecCounters(drafts=30, draft_tokens=60, accepted=41, accepted_per_pos=[25, 16])
+
+
+def test_one_prometheus_reader() -> None:
+    """Issue 14 item 6: /metrics is parsed in metrics.py only (server facts read their info gauge through it)."""
+    from observatory.metrics import read_info
+
+    repo = Path(__file__).resolve().parent.parent
+    parsers = [p.name for p in [*(repo / "observatory").rglob("*.py"), *(repo / "benchmarks").glob("*.py")]
+               if "text_string_to_metric_families" in p.read_text()]
+    assert parsers == ["metrics.py"]
+    text = '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",engine="0"} 1.0\n'
+    assert read_info(text, "vllm:cache_config_info") == {"block_size": "16", "engine": "0"}
+    assert read_info(text, "vllm:other_info") is None and read_info("not { prometheus", "x") is None
+
+
+def test_counters_never_read_are_unknown_in_the_session_data(tmp_path: Path) -> None:
+    """Issue 14 item 6: an arm that failed before its counters were read showed drafts 0; they are unknown."""
+    from observatory.db import ArmRow, SessionRow
+    from observatory.report_data import build
+    from observatory.store import Store
+
+    with Store(str(tmp_path / "c.db")) as store:
+        sid = store.add(SessionRow(host="h", machine={}, command=[], options={}, suite="s", status="complete")).id
+        store.add(ArmRow(session_id=sid, position=0, name="base", status="failed", launch={}))
+        (arm,) = build(store, sid)["arms"]
+    assert arm["counters"] == {"drafts": None, "draft_tokens": None, "accepted": None, "accepted_per_pos": None}

@@ -19,8 +19,9 @@ from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.errors import ArmError, ObservatoryError, ProbeFileError
 from observatory.gates import Output, default_registry
 from observatory.metrics import SpecCounters, parse_spec_counters
+from observatory.previews import PREVIEW_CHARS
 from observatory.probes import Probe, load_probe_file
-from observatory.report_data import PREVIEW_CHARS, build
+from observatory.report_data import build
 from observatory.store import Store, storable
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

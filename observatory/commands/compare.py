@@ -5,17 +5,16 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, cast
 
 import click
+from click.core import ParameterSource
 
-from observatory.arms import arms_file_fail_on
+from observatory.commands import INTERRUPTED_EXIT
 from observatory.db import SessionRow
-from observatory.errors import ObservatoryError
 from observatory.gates import registry_for
 from observatory.perf_gates import parse_fail_on
-from observatory.plan import plan_compare
+from observatory.plan import SessionPlan, plan_compare
 from observatory.redact import redact_text, remember, remember_url
 from observatory.report_data import build
 from observatory.runner import Interrupted, Reporter, Runner
@@ -88,10 +87,6 @@ def compare_options(f: Callable[..., Any] | None = None, *,
 
 INVALID_EXIT = 2
 
-# Never stored: a key for URL arms is passed to the servers only.
-_NOT_STORED = ("api_key",)
-
-
 def redact_argv(argv: list[str]) -> list[str]:
     """The command line as stored: the value of --api-key replaced (issue 7: keys are never stored)."""
     out: list[str] = []
@@ -111,39 +106,45 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 
 def run_compare(kw: dict[str, Any], resume: int | None = None,
-                before_run: Callable[[], None] | None = None) -> tuple[Store, int | None, bool]:
+                before_run: Callable[[], None] | None = None,
+                given: dict[str, tuple[str, Any]] | None = None) -> tuple[Store, int | None, bool]:
     """Plan, run and judge one session (or resume one); returns (store, session id, interrupted).
 
     Everything is validated before the database is opened for writing, so a
     compare that fails validation leaves no database behind (issue 19 item 4).
     BEFORE_RUN (e.g. `gate` checking its output paths) runs once the plan is
-    valid and before the database is written or any arm launches.
+    valid and before the database is written or any arm launches. With
+    RESUME the session's stored plan is run; GIVEN ({option: (flag, value)},
+    the flags the user typed) must agree with it.
     """
     quiet = kw.pop("quiet")
     db = kw.pop("db")
-    kw["diffs"] = not kw.pop("no_diffs")
-    remember(kw.get("api_key"))  # masked wherever it would be stored or shown (issue 19 item 5)
+    api_key = kw.pop("api_key", None)
+    remember(api_key)  # masked wherever it would be stored or shown (issue 19 item 5)
     store: Store | None = None
     if resume is not None:
         store = Store(db, create=False, write=True)
-        stored = dict(store.check_not_running(resume).options.get("plan") or {})
-        if not stored:
-            raise ObservatoryError(f"Session {resume} has no stored plan to resume from.")
-        stored["api_key"] = kw.get("api_key")
-        kw = stored
-    if not kw.get("fail_on") and kw.get("arms_file"):
-        kw["fail_on"] = arms_file_fail_on(kw["arms_file"])  # --fail-on wins over the arms file
-    kw["gates_dirs"] = [str(Path(d).resolve()) for d in kw.get("gates_dirs") or ()]
-    registry_for(kw["gates_dirs"])  # a bad gate file is a setup error, found before anything launches
-    opts = plan_compare(**{k: v for k, v in kw.items() if k != "gates_dirs"}, command=redact_argv(sys.argv))
+        plan = SessionPlan.from_stored(store.check_not_running(resume).options.get("plan"), resume)
+        plan.refuse_conflicts(given or {}, resume)
+    else:
+        plan = SessionPlan.from_options(kw)
+    registry_for(list(plan.gates_dirs))  # a bad gate file is a setup error, found before anything launches
+    opts = plan_compare(**plan.compare_kwargs(), api_key=api_key, command=redact_argv(sys.argv))
     for arm in opts.arms:
         remember_url(arm.url)
-    opts.plan = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items() if k not in _NOT_STORED}
+    opts.plan = plan.to_stored()  # never the API key: it is not part of a plan
     if before_run is not None:
         before_run()
     if store is None:
         store = Store(db, write=True)
-    runner = Runner(store, opts)
+    from observatory.evaluate import evaluate  # here: the judge pulls in numpy, which --help never needs
+
+    judged: Store = store
+
+    def judge(sid: int) -> None:
+        evaluate(judged, sid)  # verdicts stored after every wave, as its arms finish
+
+    runner = Runner(store, opts, on_wave_done=judge)
     if resume is not None:
         runner.attach(resume)
         session_id = resume
@@ -151,14 +152,18 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         session_id = runner.create_session()
     # judge re-applies the thresholds from the session's options
     options = dict(store.session(session_id).options or {})
-    store.update(SessionRow, session_id, options={**options, "fail_on": parse_fail_on(kw.get("fail_on"))})
+    store.update(SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on),
+                                                  "plan": opts.plan})  # a resumed legacy plan is stored typed
     try:
-        if quiet:
-            runner.run(session_id)
-        else:
-            with RichReporter() as rep:
-                runner.reporter = cast(Reporter, RedactingReporter(rep))
+        try:
+            if quiet:
                 runner.run(session_id)
+            else:
+                with RichReporter() as rep:
+                    runner.reporter = cast(Reporter, RedactingReporter(rep))
+                    runner.run(session_id)
+        finally:
+            judge(session_id)  # the judge runs after the runner, however the run ended
     except (Interrupted, KeyboardInterrupt):
         click.echo(f"Interrupted: servers stopped; session {session_id} stored as interrupted.", err=True)
         return store, session_id, True
@@ -184,7 +189,8 @@ def produced_results(data: dict[str, Any]) -> bool:
 @click.command(name="compare")
 @compare_options
 @click.option("--resume", type=int, metavar="SESSION",
-              help="Run the arms an interrupted SESSION is missing, with its stored options.")
+              help="Run the arms an interrupted SESSION is missing, from its stored plan "
+                   "(a flag that differs from that plan is refused).")
 def compare(resume: int | None, **kw: Any) -> None:
     """Run arms one after another in one session and judge every output.
 
@@ -196,9 +202,13 @@ def compare(resume: int | None, **kw: Any) -> None:
     observatory compare --resume 7
     observatory compare --arms base,base,mtp2 --fail-on 'speedup<1.0,ttft_ratio>3,acceptance<0.5'
     """
-    store, session_id, interrupted = run_compare(kw, resume)
+    ctx = click.get_current_context()
+    typed = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    given = {p.name: (p.opts[0], kw[p.name]) for p in ctx.command.params
+             if p.name in kw and ctx.get_parameter_source(p.name) in typed}
+    store, session_id, interrupted = run_compare(kw, resume, given=given)
     if interrupted:
-        sys.exit(130)
+        sys.exit(INTERRUPTED_EXIT)
     data = build(store, session_id)
     print_summary(data)
     if not produced_results(data):

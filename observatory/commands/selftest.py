@@ -29,6 +29,7 @@ from rich.text import Text
 
 from observatory.channels import get as get_channel
 from observatory.channels import resolve as resolve_channels
+from observatory.commands import INTERRUPTED_EXIT
 from observatory.commands.compare import compare_options, run_compare
 from observatory.errors import ObservatoryError
 from observatory.faults import FAULTS as FAULT_REGISTRY
@@ -118,7 +119,7 @@ def selftest(spec_arm: str, fault_names: str | None, **kw: Any) -> int:
     kw.update(arms=",".join(arms), arms_file=None, speculative_config=None, suite=kw.get("suite") or DEFAULT_SUITE)
     store, session_id, interrupted = run_compare(kw)
     if interrupted:
-        return 130
+        return INTERRUPTED_EXIT
     findings = selftest_findings(build(store, session_id))
     console = Console()
     table = Table(title=f"selftest (session {session_id})")

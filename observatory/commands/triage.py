@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from observatory.runner import Interrupted, interrupted_exit_code
+from observatory.commands import INTERRUPTED_EXIT
+from observatory.runner import Interrupted
 from observatory.store import Store
 from observatory.triage import DEFAULT_MAX_RUNS
 from observatory.triage_engine import Progress, run_triage
@@ -61,7 +62,7 @@ def triage(session_id: int | None, arm: str | None, probes: tuple[str, ...], kno
         click.echo(f"Interrupted: engine stopped; triage of session {target.session.id} stored as interrupted. "
                    f"Continue with `observatory triage {target.session.id} --arm {target.arm_row.name} --resume`.",
                    err=True)
-        sys.exit(interrupted_exit_code())
+        sys.exit(INTERRUPTED_EXIT)
     if bundle_dir:
         bundle.write_bundle(target, result, bundle_dir)
         click.echo(f"bundle: {bundle_dir}", err=True)
