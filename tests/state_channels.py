@@ -41,6 +41,7 @@ Answer = Callable[[Probe, str], dict[str, Any] | list[dict[str, Any]]]
 def build(tmp_path: Path, channel: Channel, arms: dict[str, str], answer: Answer,
           plan_from: list[Probe] | None = None) -> ChannelView:
     """A stored session of CHANNEL's probes answered by ANSWER on ARMS ({name: role}, base first)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     store = Store(str(tmp_path / "runs.db"))
     sid = int(store.add(SessionRow(host="h", model="m", observatory_version="0", command=[], suite="t",
                                    options={"channels": [channel.name]})).id)
