@@ -6,11 +6,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from state_channels import CLEAN, build, by_arm
+
 from observatory.channels import length_sweep
 from observatory.client import Response
 from observatory.faults import field_state
 from observatory.probes import Probe
-from tests.state_channels import CLEAN, build, by_arm
 
 ROLES = {"base": "base", "mtp2": "spec"}
 

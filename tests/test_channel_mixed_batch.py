@@ -6,10 +6,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from state_channels import CLEAN, build, by_arm, suite
+
 from observatory.channels import mixed_batch
 from observatory.faults import field_state
 from observatory.probes import Probe
-from tests.state_channels import CLEAN, build, by_arm, suite
 
 ROLES = {"base": "base", "mtp2": "spec"}
 
