@@ -37,7 +37,7 @@ from observatory.channels import Channel
 from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
 from observatory.channels.view import ChannelView
 from observatory.db import ArmRow, VerdictRow
-from observatory.gates import PASS, WARN
+from observatory.gates import PASS, SKIP, WARN
 from observatory.probes import Probe
 from observatory.roles import SPECULATING
 
@@ -154,7 +154,7 @@ def acceptance_trend(view: ChannelView, arm: ArmRow) -> VerdictRow:
                             f"occurrence(s); first: {f['probe']} occurrence {f['occurrence']} ({f['trend']}, "
                             f"z = {f['z']})", details, part="acceptance")
     if unmeasured == len(rows):
-        return view.verdict(arm, "UNJUDGED", "acceptance not measurable: no draft counters moved per request",
+        return view.verdict(arm, SKIP, "acceptance not measurable: the engine reported no draft counters per request",
                             details, part="acceptance")
     return view.verdict(arm, PASS, f"acceptance steady across repeats (|z| <= {Z_TREND})", details,
                         part="acceptance")
