@@ -65,7 +65,8 @@ def sequence(suite: list[Probe]) -> list[Probe]:
 
 def plan(suite: list[Probe]) -> list[Probe]:
     """One probe per request of the sequence, named by its index, carrying its source probe and occurrence."""
-    out, seen = [], {}  # type: ignore[var-annotated]
+    out: list[Probe] = []
+    seen: dict[str, int] = {}
     for i, p in enumerate(sequence(suite)):
         occ = seen.get(p.name, 0)
         seen[p.name] = occ + 1
