@@ -56,6 +56,8 @@ def test_a_later_occurrence_that_differs_only_on_spec_fails(tmp_path: Path) -> N
     view = _view(tmp_path, {"mtp2": late})
     row = by_arm(soak.judge(view), view)["mtp2"]
     assert row.verdict == "FAIL" and f"probe={suite()[0].name}" in row.reason and "occurrence=5" in row.reason
+    indexes = [r["index"] for r in row.details["table"]]
+    assert indexes == sorted(indexes)  # in the order sent: the first FAIL named is the first in the sequence
     assert {r["same_as_first"] for r in row.details["table"] if r["verdict"] == "FAIL"} == {"no"}
 
 

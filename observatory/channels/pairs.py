@@ -111,7 +111,7 @@ def judge_against_base(view: ChannelView, keyed: KeyFn, ref_key: Callable[[tuple
         if arm.id == base.id or view.role(arm) == BASE:
             continue
         rows = []
-        for key, k in sorted(keyed(view, arm).items()):
+        for key, k in sorted(keyed(view, arm).items(), key=lambda kv: (kv[1].label.get("index", 0), kv[0])):
             rk = ref_key(key)
             base_res = ref[rk].result if rk in ref else None
             rows.append(_row(view, k, base_res, noisy.get(key) or noisy.get(rk)))
