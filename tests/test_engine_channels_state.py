@@ -2,7 +2,8 @@
 itself, and the suite alone (the quick profile's gates) misses it; the clean spec arm stays clean.
 
 One session (one engine per arm): base, a clean mtp2, and mtp2 with each of the three faults, every arm
-running the three channels. Takes about 15 minutes on 2 CPU cores.
+running the three channels. Took 33 minutes on 2 shared CPU cores (load 12-18; engine start-up
+2-7.5 minutes per arm).
 """
 
 from __future__ import annotations
@@ -56,5 +57,9 @@ def test_each_state_channel_catches_its_fault_and_the_suite_does_not(tmp_path: P
     for ch, fault in FAULT_OF.items():
         got = verdicts[f"mtp2+fault={fault}"]
         assert got[ch] == "FAIL", (fault, got)  # caught by its channel, which names itself
-        suite_gates = {g: v for g, v in got.items() if g.split(":")[0] not in CHANNELS}
-        assert "FAIL" not in suite_gates.values(), (fault, suite_gates)  # the quick profile's gates miss it
+        # The quick profile's correctness gates miss it. Timed diffs (token_diff:cN) are left out: in a
+        # nightly session the timed pass runs after the channels, so for soak_poison it is the prompt's
+        # 7th serving or later (in a quick session it is the 5th at most: clean).
+        suite_gates = {g: v for g, v in got.items() if g.split(":")[0] not in CHANNELS
+                       and not g.startswith("token_diff:c")}
+        assert "FAIL" not in suite_gates.values(), (fault, suite_gates)

@@ -9,8 +9,11 @@ the default suite never meets, so ``--profile quick`` misses it:
     state poisoned by repetition: from the 6th time the engine serves the
     same prompt (same prompt token ids) on, that request's speculative steps
     are ghosted (the previous step's last token emitted again). The quick
-    profile sends a prompt at most 5 times (warm-up, streamed, non-streamed,
-    concurrent batch, one timed pass; the timed pass is not diffed). Field:
+    profile with its defaults serves a prompt at most 5 times (warm-up,
+    streamed, non-streamed, concurrent batch, one timed pass at c=1), so it
+    misses it; more timed repeats or levels (``--repeat``, ``--concurrency``)
+    would reach the 6th. In a nightly session the timed pass runs after the
+    channels, so there the timed diffs (``token_diff:c1``) see it too. Field:
     request A, then B, then A again answers differently (BUGZOO "state
     carried across requests").
 ``length_poison``
