@@ -256,6 +256,17 @@ class EngineClient:
         r = self._http.post(f"{self.base_url}{path}", json=body, timeout=10.0)
         return r.json() if r.status_code == 200 else None
 
+    def tokenize(self, text: str) -> list[int] | None:
+        """TEXT's token ids as the server tokenizes it (no special tokens); None when it cannot say."""
+        try:
+            got = self._post_json("/tokenize", {"model": self.model(), "prompt": text, "add_special_tokens": False})
+        except (httpx.HTTPError, ValueError, ObservatoryError):
+            return None
+        ids = (got or {}).get("tokens") if isinstance(got, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            return None
+        return ids
+
     def _separator_id(self) -> int | None:
         """The token id of a one-byte separator text, looked up once (None: the server has none)."""
         if self._separator is False:

@@ -39,7 +39,7 @@ from observatory.images import image_differences, split_docker_argv
 from observatory.judge import base_reference
 from observatory.metrics import SpecCounters
 from observatory.perf_gates import performance
-from observatory.server_facts import served_differences
+from observatory.server_facts import cache_differences, served_differences
 from observatory.session_parts import cross_session
 from observatory.speed import speed, stream_tau, ttft_by_level
 
@@ -212,6 +212,13 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
         diffs = launch_differences(arm, base)
         if diffs:
             out.append({"code": "CONFOUNDED", "detail": "differs from base in more than speculation: " + "; ".join(diffs)})
+        if not (launch.get("url") or (base.launch or {}).get("url")):
+            # launched arms: the same flags may still be served differently (prefix caching is the
+            # engine's default unless a flag says otherwise), so compare what the servers report
+            cache = cache_differences(arm, base)
+            if cache:
+                out.append({"code": "CONFOUNDED", "detail": "the servers differ in more than speculation: "
+                            + "; ".join(cache)})
         if launch.get("url") or (base.launch or {}).get("url"):
             served, unchecked = served_differences(arm, base)
             if served:

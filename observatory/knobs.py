@@ -40,6 +40,8 @@ class Knob:
     why_not: str = ""
     # the EngineSettings field that holds the session's value, if any
     setting: str | None = None
+    # the engine's own value when nothing sets the knob (None: not known here)
+    default: Any = None
 
 
 # In the order triage tries them (the budget may stop it early): the knobs field
@@ -49,7 +51,7 @@ KNOBS: dict[str, list[Knob]] = {
         Knob("num_speculative_tokens", "k of the speculative config, down to 1", "spec:num_speculative_tokens",
              "lower"),
         Knob("prefix_caching", "automatic prefix caching on/off", "bool:enable-prefix-caching", (True, False),
-             setting="prefix_caching"),
+             setting="prefix_caching", default=True),  # vLLM V1 ships it on (docs/channels.md)
         Knob("max_num_seqs", "one request per step (batch size 1)", "arg:--max-num-seqs", (1,)),
         Knob("chunked_prefill", "chunked prefill off", "bool:enable-chunked-prefill", (False,)),
         Knob("enforce_eager", "eager mode (no CUDA graphs / no compiled graph)", "flag:--enforce-eager", (True,)),
@@ -84,17 +86,13 @@ def platform_of(gpu_count: int) -> set[str]:
 
 
 def current_value(knob: Knob, arm: Arm, settings: EngineSettings) -> Any:
-    """The value the session ran KNOB with, or None when it was the engine's default (not recorded)."""
+    """The value the session ran KNOB with: a flag passed (the last wins, as the engine reads its
+    command line), else the session's setting, else the engine's own default (None when not known)."""
     kind, _, key = knob.how.partition(":")
     if kind == "spec":
         return (arm.speculative_config or {}).get(key)
-    if knob.setting is not None:
-        value = getattr(settings, knob.setting)
-        if value is None and knob.setting == "dtype":
-            return model_dtype(settings.model)
-        return value
-    args = list(settings.extra_args) + list(arm.engine_args)
-    for i in range(len(args) - 1, -1, -1):  # the last occurrence wins, as in argparse
+    args = list(settings.extra_args) + list(arm.engine_args)  # after the settings' flags on the command line
+    for i in range(len(args) - 1, -1, -1):
         a = args[i]
         if kind == "flag" and a == key:
             return True
@@ -103,7 +101,13 @@ def current_value(knob: Knob, arm: Arm, settings: EngineSettings) -> Any:
         if kind == "arg" and (a == key or a.startswith(key + "=")):
             raw = a.partition("=")[2] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
             return int(raw) if raw.isdigit() else raw
-    return None
+    if knob.setting is not None:
+        value = getattr(settings, knob.setting)
+        if value is None and knob.setting == "dtype":
+            return model_dtype(settings.model)
+        if value is not None:
+            return value
+    return knob.default
 
 
 def model_dtype(model: str) -> str | None:

@@ -118,9 +118,10 @@ class ArmRun:
             text_raw=[ord(c) for c in resp.text] if text != resp.text else None,
             token_ids=resp.token_ids, token_texts=storable(resp.token_texts),
             # Top-k logprobs are kept only where a result can be a diff's reference (its margins):
-            # the streamed result, and the non-streamed one where the stream carried too few ids to be
-            # the reference (judge.full_sequence). Warm-up and batch outputs are only ever compared.
-            top_logprobs=resp.top_logprobs if mode in REFERENCE_MODES and keep_top else [],
+            # the streamed result, the non-streamed one where the stream carried too few ids to be
+            # the reference (judge.full_sequence), and a channel's (it diffs its own against base's).
+            # Warm-up and batch outputs are only ever compared.
+            top_logprobs=resp.top_logprobs if (mode in REFERENCE_MODES and keep_top) or probe.channel else [],
             tool_calls=storable(resp.tool_calls), finish_reason=resp.finish_reason, usage=storable(resp.usage),
             ttft_ms=resp.ttft_ms, duration_ms=resp.duration_ms, chunks=resp.chunks,
             counters_delta=delta.to_dict() if delta else {}, concurrency=concurrency,

@@ -90,7 +90,7 @@ class Probe:
     name: str
     category: str
     messages: list[dict[str, Any]] | None = None
-    prompt: str | None = None
+    prompt: str | list[int] | None = None  # a completion's text, or its token ids (a length sweep)
     max_tokens: int = 64
     gates: list[str] = field(default_factory=list)
     tools: list[dict[str, Any]] | None = None

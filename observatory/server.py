@@ -58,7 +58,8 @@ class EngineSettings:
     seed: int = 0
     max_logprobs: int = 20
     tool_parser: str | None = "hermes"
-    prefix_caching: bool = False
+    # None: the engine's own default, as deployed (vLLM V1: on); True/False pass the flag
+    prefix_caching: bool | None = None
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     # merged into every speculative config (e.g. {"attention_backend": "TRITON_ATTN"})
@@ -89,8 +90,8 @@ def engine_args(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
         args += ["--dtype", settings.dtype]
     if settings.max_model_len:
         args += ["--max-model-len", str(settings.max_model_len)]
-    if not settings.prefix_caching:
-        args += ["--no-enable-prefix-caching"]
+    if settings.prefix_caching is not None:  # None: deployed as deployed, the engine's default
+        args += ["--enable-prefix-caching" if settings.prefix_caching else "--no-enable-prefix-caching"]
     if settings.tool_parser:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", settings.tool_parser]
     args += list(settings.extra_args) + list(arm.engine_args)

@@ -87,11 +87,20 @@ def served_differences(arm: Any, base: Any) -> tuple[list[str], list[str]]:
             unchecked.append(name)
         elif a != b:
             diffs.append(f"{name}: {b!r} on base, {a!r} here")
-    ca, cb = _fact(arm, "cache_config", "launch"), _fact(base, "cache_config", "launch")
-    if ca is None or cb is None:
+    cache = cache_differences(arm, base)
+    if cache is None:
         unchecked.append("cache config (vllm:cache_config_info)")
     else:
-        for k in sorted(set(ca) & set(cb)):
-            if ca[k] != cb[k]:
-                diffs.append(f"cache {k}: {cb[k]!r} on base, {ca[k]!r} here")
+        diffs += cache
     return diffs, unchecked
+
+
+def cache_differences(arm: Any, base: Any) -> list[str] | None:
+    """The KV-cache settings two servers report differently (prefix caching as served, block size, ...).
+
+    None when either server did not report them: not compared, never "equal".
+    """
+    ca, cb = _fact(arm, "cache_config", "launch"), _fact(base, "cache_config", "launch")
+    if ca is None or cb is None:
+        return None
+    return [f"cache {k}: {cb[k]!r} on base, {ca[k]!r} here" for k in sorted(set(ca) & set(cb)) if ca[k] != cb[k]]

@@ -88,6 +88,10 @@ FAULTS: dict[str, str] = {
     "ghost_k2": "ghost, only when num_speculative_tokens >= 2",
     "ghost_prefix": "ghost, only when prefix caching is on",
     "ghost_batch": "ghost, only in a step that schedules more than one request",
+    # state, length and batch (observatory.faults.field_state): the soak, length_sweep, mixed_batch channels
+    "soak_poison": "spec steps ghosted from the 6th time the engine serves the same prompt",
+    "length_poison": "spec steps ghosted when prompt length % block_size == (1 + k) % block_size",
+    "batch_swap": "first new token swapped between two spec rows of a batch holding a request with stop strings",
 }
 
 # Values that mean "no fault" (so a shell can switch the variable off in place).

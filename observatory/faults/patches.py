@@ -95,7 +95,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
-from observatory.faults import conditions, transforms
+from observatory.faults import conditions, field_state, transforms
 
 logger = logging.getLogger("vllm.plugins.observatory_faults")
 
@@ -256,6 +256,8 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
         now = conditions.step_faults(faults, self, scheduler_output)
         rewrite_step_outputs(self, scheduler_output, model_runner_output, result, now,
                              track_ghost=conditions.tracks_ghost(faults))
+        if faults & field_state.FIELD_FAULTS:
+            field_state.rewrite(self, scheduler_output, result, faults & field_state.FIELD_FAULTS)
         return result
 
     setattr(update_from_output, _MARK, True)
@@ -270,7 +272,8 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
 TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], None]]] = {
     V1_SAMPLER: (frozenset({"accept_all"}), _patch_v1_sampler),
     V2_SAMPLER: (frozenset({"accept_all"}), _patch_v2_sampler),
-    SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL}), _patch_scheduler),
+    SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL, *field_state.FIELD_FAULTS}),
+                _patch_scheduler),
 }
 
 

@@ -1,0 +1,105 @@
+"""Mixed concurrent batches: heterogeneous requests in flight together, each diffed against itself alone on base.
+
+Field bugs (docs/channels.md, "mixed_batch"): rows of one batch with
+different accepted lengths, mixed prefill and decode, different sampling
+parameters; tokens of one request appear in another (vLLM #14645), special
+tokens injected into some rows. The suite's own concurrent pass sends
+alike requests (greedy, no stops, all streamed); this one mixes them.
+
+``BATCH`` = 8 requests (more than any spec depth we run, k <= 4), made from
+the suite's probes in turn: short and long prompts; ``max_tokens`` cycling
+through 6, 12, 16 and 24 (rows finish at different steps); every third with
+a stop string (``","``); every other one streamed. Each arm sends every
+request alone (one at a time, ``concurrency`` 1) and then all of them at
+once (``concurrency`` 8): 16 short requests. Every output, alone or batched,
+is diffed against the same request alone on base (token_diff's near-tie
+rule); where base's own batched output differs from its alone output, or an
+A/A copy differs from base, a divergence is WARN "not attributable".
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from observatory.channels import Channel
+from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
+from observatory.channels.view import ChannelView
+from observatory.db import ArmRow, VerdictRow
+from observatory.probes import Probe
+
+NAME = "mixed_batch"
+BATCH = 8
+MAX_TOKENS = (6, 12, 16, 24)
+STOP = [","]
+ALONE, BATCHED = "alone", "batch"
+
+
+def plan(suite: list[Probe]) -> list[Probe]:
+    """BATCH heterogeneous requests made from the suite's probes in turn."""
+    if not suite:
+        return []
+    out = []
+    for i in range(BATCH):
+        p = suite[i % len(suite)]
+        sampling = {"stop": list(STOP)} if i % 3 == 2 else {}
+        out.append(Probe(name=f"{NAME}/{i:02d}/{p.name}", category=p.category, messages=p.messages, prompt=p.prompt,
+                         max_tokens=MAX_TOKENS[i % len(MAX_TOKENS)], tools=p.tools, tool_choice=p.tool_choice,
+                         channel=NAME, sampling=sampling, meta={"index": i, "of": p.name, "stream": i % 2 == 0}))
+    return out
+
+
+def measure(run: Any, probes: list[Probe]) -> None:
+    """Every request alone, then all at once, to one live arm."""
+    client = run.client
+    for i, probe in enumerate(probes):
+        run.reporter.step(run.arm, f"{NAME} alone", i, len(probes))
+        resp = client.run(probe, stream=bool(probe.meta["stream"]))
+        run.store_result(probe, resp, NAME, concurrency=1)
+        run.check_alive(resp)
+        if not run.live:
+            return
+    run.reporter.step(run.arm, f"{NAME} batch", 0, 1)
+    with ThreadPoolExecutor(max_workers=len(probes)) as ex:
+        resps = list(ex.map(lambda p: client.run(p, stream=bool(p.meta["stream"])), probes))
+    for probe, resp in zip(probes, resps):
+        run.store_result(probe, resp, NAME, concurrency=len(probes))
+    for resp in resps:
+        run.check_alive(resp)
+
+
+def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
+    out = {}
+    for r in view.results(arm):
+        p = view.probe(r)
+        how = ALONE if r.concurrency == 1 else BATCHED
+        label = {"index": p.meta["index"], "probe": p.meta["of"], "how": how, "max_tokens": p.max_tokens,
+                 "stop": "yes" if p.sampling.get("stop") else "no", "stream": "yes" if p.meta["stream"] else "no"}
+        out[(p.name, how)] = Keyed((p.name, how), label, r)
+    return out
+
+
+def _base_noise(ref: dict[tuple[Any, ...], Keyed]) -> dict[tuple[Any, ...], str]:
+    """Requests whose batched output on base differs from base's alone output."""
+    out = {}
+    for (name, how), k in ref.items():
+        alone = ref.get((name, ALONE))
+        if how == BATCHED and alone is not None and not same_tokens(k.result, alone.result):
+            out[(name, how)] = "base differs alone and in the batch"
+    return out
+
+
+def judge(view: ChannelView) -> list[VerdictRow]:
+    """Each output, alone or batched, against the same request alone on base."""
+    return judge_against_base(view, _keyed, lambda key: (key[0], ALONE), _base_noise, what="requests")
+
+
+CHANNEL = Channel(
+    name=NAME,
+    title="Mixed concurrent batches",
+    catches="batch composition leaking between rows: one request's tokens in another, rows with other parameters",
+    plan=plan,
+    measure=measure,
+    judge=judge,
+    options={"batch": BATCH, "max_tokens": list(MAX_TOKENS), "stop": STOP, "streamed": "every other"},
+)

@@ -1,0 +1,160 @@
+"""Diff a channel's requests against base's, knowing where base itself varies.
+
+Shared by the state channels (soak, length_sweep, mixed_batch). Each of them
+keys its stored results (a key names one request the same way on every arm:
+a length, a probe and its occurrence, a probe alone or in a batch), says
+which of base's keys are the reference for a key, and where base is not
+steady (its own repeats differ, or it differs alone and in a batch). This
+module does the rest, the same way for all three:
+
+- each request is diffed against its reference with the ``token_diff`` gate
+  (full token ids; at the first divergence base's logprob margin tells a
+  near-tie, WARN, from a hard divergence, FAIL: docs/design.md mistake 3);
+- where base varies (its own noise, or an A/A copy ``base,base`` that differs
+  from base at that key), a divergence is WARN "not attributable", never FAIL;
+- a request that failed on the arm but not on base is FAIL; one base could not
+  answer is "not measurable" (no verdict made up for it).
+
+The arm's verdict is FAIL if any request FAILs, else WARN if any WARNs, else
+PASS; UNJUDGED when no request could be compared. The base arm gets PASS
+(with its own noise counted) or INVALID when its reference requests failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from observatory.channels.view import ChannelView
+from observatory.db import ArmRow, ResultRow, VerdictRow
+from observatory.gates import FAIL, PASS, WARN
+from observatory.roles import AA_COPY, BASE
+
+PREVIEW = 80  # characters of each output shown in a table row
+UNJUDGED = "UNJUDGED"
+INVALID = "INVALID"
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """One stored request of one arm, under the key every arm shares for it."""
+
+    key: tuple[Any, ...]
+    label: dict[str, Any]  # flat and short: what the table shows for this request
+    result: ResultRow
+
+
+# (view, arm) -> its requests by key
+KeyFn = Callable[[ChannelView, ArmRow], dict[tuple[Any, ...], Keyed]]
+# base's requests -> {key: why base is not steady there} (a key of any arm, or a reference key)
+NoiseFn = Callable[[dict[tuple[Any, ...], Keyed]], dict[tuple[Any, ...], str]]
+
+
+def same_tokens(a: ResultRow | None, b: ResultRow | None) -> bool:
+    """Whether two results both answered with the same generated token ids."""
+    return a is not None and b is not None and a.ok and b.ok and list(a.token_ids) == list(b.token_ids)
+
+
+def preview(r: ResultRow | None) -> str:
+    """The first 80 characters of a result's text (the template escapes it)."""
+    if r is None:
+        return ""
+    return (r.text or "")[:PREVIEW] if r.ok else f"error: {(r.error or '')[:PREVIEW - 7]}"
+
+
+def diff(view: ChannelView, cand: ResultRow, ref: ResultRow) -> tuple[str, dict[str, Any]]:
+    """(verdict, details) of CAND against REF by the token_diff gate (REF's top-k logprobs give the margin)."""
+    from observatory.judge import to_output  # judge imports the channels: keep this import lazy
+
+    res = view.registry.get("token_diff").check(to_output(cand), to_output(ref), view.probe(cand))
+    return res.verdict, dict(res.details)
+
+
+def _row(view: ChannelView, k: Keyed, ref: ResultRow | None, noise: str | None) -> dict[str, Any]:
+    r = k.result
+    row: dict[str, Any] = {**k.label}
+    if ref is None or not ref.ok:
+        row.update(verdict="NOT_MEASURABLE", kind="base did not answer", position=None, margin=None)
+        return row
+    if not r.ok:
+        row.update(verdict=FAIL, kind="request failed here, not on base", position=None, margin=None,
+                   here=preview(r))
+        return row
+    verdict, d = diff(view, r, ref)
+    margin = d.get("margin")
+    row.update(verdict=verdict, kind=d.get("kind"), position=d.get("position"),
+               margin=None if margin is None else round(float(margin), 3))
+    if verdict == FAIL and noise:
+        row.update(verdict=WARN, kind=f"not attributable: {noise}")
+    if verdict != PASS:
+        row.update(base=preview(ref), here=preview(r))
+    return row
+
+
+def judge_against_base(view: ChannelView, keyed: KeyFn, ref_key: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+                       base_noise: NoiseFn | None = None, what: str = "requests",
+                       part: str | None = None) -> list[VerdictRow]:
+    """Every arm's verdict: each keyed request diffed against base's request at REF_KEY(key)."""
+    base = view.base
+    if base is None:
+        return [view.verdict(a, UNJUDGED, "no base arm to diff against", part=part) for a in view.arms]
+    ref = keyed(view, base)
+    noisy: dict[tuple[Any, ...], str] = dict(base_noise(ref)) if base_noise else {}
+    for arm in view.arms:
+        if view.role(arm) == AA_COPY:
+            for key, k in keyed(view, arm).items():
+                if ref_key(key) in ref and not same_tokens(k.result, ref[ref_key(key)].result):
+                    noisy.setdefault(key, f"A/A copy {arm.name} differs from base")
+    out = [_base_verdict(view, base, ref, noisy, what, part)]
+    for arm in view.arms:
+        if arm.id == base.id or view.role(arm) == BASE:
+            continue
+        rows = []
+        for key, k in sorted(keyed(view, arm).items(), key=lambda kv: (kv[1].label.get("index", 0), kv[0])):
+            rk = ref_key(key)
+            base_res = ref[rk].result if rk in ref else None
+            rows.append(_row(view, k, base_res, noisy.get(key) or noisy.get(rk)))
+        out.append(_arm_verdict(view, arm, rows, what, part))
+    return out
+
+
+def _base_verdict(view: ChannelView, base: ArmRow, ref: dict[tuple[Any, ...], Keyed],
+                  noisy: dict[tuple[Any, ...], str], what: str, part: str | None) -> VerdictRow:
+    failed = [k for k in ref.values() if not k.result.ok]
+    table = [{**k.label, "verdict": "NOT_MEASURABLE", "kind": "failed on base", "here": preview(k.result)}
+             for k in failed]
+    table += [{**ref[key].label, "verdict": WARN, "kind": f"base varies: {why}"} for key, why in noisy.items()
+              if key in ref]
+    details = {"requests": len(ref), "noisy": len(noisy), "table": table}
+    if not ref:
+        return view.verdict(base, INVALID, f"the reference: no {what} stored on base", details, part=part)
+    if failed:
+        return view.verdict(base, INVALID, f"the reference: {len(failed)} of {len(ref)} {what} failed on base",
+                            details, part=part)
+    return view.verdict(base, PASS, f"the reference: {len(ref)} {what}; base varies at {len(noisy)} "
+                        "(divergences there are not attributable)", details, part=part)
+
+
+def _arm_verdict(view: ChannelView, arm: ArmRow, rows: list[dict[str, Any]], what: str,
+                 part: str | None) -> VerdictRow:
+    judged = [r for r in rows if r["verdict"] != "NOT_MEASURABLE"]
+    fails = [r for r in judged if r["verdict"] == FAIL]
+    warns = [r for r in judged if r["verdict"] == WARN]
+    details = {"requests": len(rows), "judged": len(judged), "fail": len(fails), "warn": len(warns), "table": rows}
+    if not judged:
+        return view.verdict(arm, UNJUDGED, f"none of {len(rows)} {what} could be compared with base", details,
+                            part=part)
+    if fails:
+        first = fails[0]
+        where = ", ".join(f"{k}={v}" for k, v in first.items() if k not in _NOT_LABEL)
+        return view.verdict(arm, FAIL, f"{len(fails)} of {len(judged)} {what} differ from base where base is "
+                            f"steady; first: {where} ({first['kind']}, at token {first['position']})", details,
+                            part=part)
+    if warns:
+        return view.verdict(arm, WARN, f"{len(warns)} of {len(judged)} {what} differ from base: near-ties or "
+                            "where base itself varies (not attributable)", details, part=part)
+    return view.verdict(arm, PASS, f"all {len(judged)} {what} equal base's token for token", details, part=part)
+
+
+_NOT_LABEL = frozenset({"verdict", "kind", "position", "margin", "base", "here"})

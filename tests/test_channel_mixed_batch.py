@@ -1,0 +1,86 @@
+"""The mixed_batch channel (issue 15 item 4): its plan, its judge on stored results, its fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from state_channels import CLEAN, build, by_arm, suite
+
+from observatory.channels import mixed_batch
+from observatory.faults import field_state
+from observatory.probes import Probe
+
+ROLES = {"base": "base", "mtp2": "spec"}
+
+
+def test_plan_mixes_lengths_budgets_stops_and_streaming() -> None:
+    """Issue 15 item 4: more requests than any spec depth, with different max_tokens, some stops, some streamed."""
+    probes = mixed_batch.plan(suite())
+    assert len(probes) > 4
+    assert len({p.max_tokens for p in probes}) > 1 and max(p.max_tokens for p in probes) <= 24
+    assert any(p.sampling.get("stop") for p in probes) and not all(p.sampling.get("stop") for p in probes)
+    assert {p.meta["stream"] for p in probes} == {True, False}
+    assert len({p.meta["of"] for p in probes}) > 1
+
+
+def _view(tmp_path: Path, wrong: dict[str, set[int]], roles: dict[str, str] | None = None) -> Any:
+    """Each request stored alone and batched; WRONG names the (arm -> batch indexes) answering wrong in the batch."""
+    def answer(p: Probe, arm: str) -> list[dict[str, Any]]:
+        odd = [5, 8, 8] if arm == "base" else [5, 9, 9]
+        batched = odd if p.meta["index"] in wrong.get(arm, set()) else CLEAN
+        return [{"tokens": CLEAN, "concurrency": 1}, {"tokens": batched, "concurrency": mixed_batch.BATCH}]
+    return build(tmp_path, mixed_batch.CHANNEL, roles or ROLES, answer)
+
+
+def test_clean_batch_passes(tmp_path: Path) -> None:
+    """The clean control: every output, alone and batched, equals base alone: PASS."""
+    view = _view(tmp_path, {})
+    rows = by_arm(mixed_batch.judge(view), view)
+    assert rows["base"].verdict == "PASS" and rows["mtp2"].verdict == "PASS"
+    assert len(rows["mtp2"].details["table"]) == 2 * mixed_batch.BATCH
+
+
+def test_rows_broken_only_in_the_batch_fail(tmp_path: Path) -> None:
+    """Negative control: two rows whose batched output differs from base alone (a token swapped) FAIL."""
+    view = _view(tmp_path, {"mtp2": {0, 1}})
+    row = by_arm(mixed_batch.judge(view), view)["mtp2"]
+    assert row.verdict == "FAIL" and "how=batch" in row.reason
+    assert sorted((r["index"], r["how"]) for r in row.details["table"] if r["verdict"] == "FAIL") == [
+        (0, "batch"), (1, "batch")]
+
+
+def test_where_base_differs_in_the_batch_it_is_not_attributable(tmp_path: Path) -> None:
+    """Base's own batched output differs from its alone output: spec's divergence there is WARN only."""
+    view = _view(tmp_path, {"mtp2": {0}, "base": {0}})
+    rows = by_arm(mixed_batch.judge(view), view)
+    assert rows["mtp2"].verdict == "WARN" and rows["base"].details["noisy"] == 1
+    kinds = [r["kind"] for r in rows["mtp2"].details["table"] if r["verdict"] == "WARN"]
+    assert kinds == ["not attributable: base differs alone and in the batch"]
+
+
+def _outs(tokens: dict[str, list[int]]) -> list[Any]:
+    return [SimpleNamespace(request_id=r, new_token_ids=list(t), new_logprobs=None, finish_reason=None,
+                            new_sampling_mask=None) for r, t in tokens.items()]
+
+
+def _sched(stops: dict[str, Any]) -> Any:
+    reqs = {r: SimpleNamespace(prompt_token_ids=[ord(r)], num_prompt_tokens=1,
+                               sampling_params=SimpleNamespace(stop=s)) for r, s in stops.items()}
+    return SimpleNamespace(requests=reqs, cache_config=SimpleNamespace(block_size=128), num_spec_tokens=2)
+
+
+def test_batch_swap_swaps_two_spec_rows_only_beside_a_stop_string() -> None:
+    """The fault: spec rows a and b trade their first new token when the batch holds a request with stops."""
+    for stops, want in (({"a": None, "b": None, "c": [","]}, {"a": [21, 12], "b": [11, 22], "c": [31]}),
+                        ({"a": None, "b": None, "c": None}, {"a": [11, 12], "b": [21, 22], "c": [31]})):
+        sched = _sched(stops)
+        outs = _outs({"a": [11, 12], "b": [21, 22], "c": [31]})
+        so = SimpleNamespace(scheduled_spec_decode_tokens={"a": [1], "b": [1]}, num_scheduled_tokens=dict.fromkeys("abc", 2))
+        field_state.rewrite(sched, so, {0: SimpleNamespace(outputs=outs)}, frozenset({"batch_swap"}))
+        assert {o.request_id: o.new_token_ids for o in outs} == want
+    alone = _outs({"a": [11, 12]})  # one spec row alone: nothing to swap with
+    so = SimpleNamespace(scheduled_spec_decode_tokens={"a": [1]}, num_scheduled_tokens={"a": 2})
+    field_state.rewrite(_sched({"a": [","]}), so, {0: SimpleNamespace(outputs=alone)}, frozenset({"batch_swap"}))
+    assert alone[0].new_token_ids == [11, 12]
