@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # The channel modules, in the order the nightly profile runs them.
 _MODULES: tuple[str, ...] = (
     "finish",
+    "counters",
 )
 
 PROFILES = ("quick", "nightly")
