@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _MODULES: tuple[str, ...] = (
     "finish",
     "counters",
+    "history",
 )
 
 PROFILES = ("quick", "nightly")
