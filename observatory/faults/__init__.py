@@ -67,6 +67,7 @@ import os
 from collections.abc import Mapping
 
 from observatory.errors import ObservatoryError
+from observatory.faults.field_semantics import FAULTS as _SEMANTICS
 
 __all__ = [
     "ENV_VAR",
@@ -88,6 +89,7 @@ FAULTS: dict[str, str] = {
     "ghost_k2": "ghost, only when num_speculative_tokens >= 2",
     "ghost_prefix": "ghost, only when prefix caching is on",
     "ghost_batch": "ghost, only in a step that schedules more than one request",
+    **_SEMANTICS,  # issue 15: past_stop, stream_drop, draft_noise, inflate_accepted (field_semantics)
 }
 
 # Values that mean "no fault" (so a shell can switch the variable off in place).
