@@ -38,7 +38,7 @@ from typing import Any
 from observatory.db import ArmRow, ResultRow, VerdictRow
 from observatory.gates import FAIL, PASS, WARN, Gate, GateRegistry, GateResult, Output, registry_for
 from observatory.probes import Probe
-from observatory.roles import BASE, stored_roles
+from observatory.roles import AA_COPY, BASE, stored_roles
 
 NOT_DISCRIMINATING = "NOT_DISCRIMINATING"
 UNJUDGED = "UNJUDGED"
@@ -377,8 +377,8 @@ class _Judge:
                 ref = base_stream.get(pid)
                 ref_clean = (ref is not None and ref.ok and stream_text_unmeasurable(ref) is None
                              and stream_text_mismatch(ref) is None)
-                if is_base:
-                    verdict, why = WARN, "this is the base arm: the reference's own stream"
+                if is_base or self.roles.get(arm.name) == AA_COPY:
+                    verdict, why = WARN, "a base arm: the reference's own stream"
                 elif ref_clean:
                     verdict, why = FAIL, "base's stream of this probe matches its ids"
                 else:

@@ -143,3 +143,9 @@ def test_measure_sends_the_requests_made_from_the_arm_own_output() -> None:
     assert sent == [("eos", 32, {}), ("len-1", 9, {}), ("len-2", 8, {}),
                     ("stop_str", 32, {"stop": ["w6"]}), ("stop_id", 32, {"stop_token_ids": [104]})]
     assert [n for n, _ in run.stored] == [p.name for p in finish.plan(SUITE[:1])]
+
+
+def test_the_aa_copy_differing_from_base_is_noise_not_a_fail(store: Store) -> None:
+    """Channel rules: base against its own copy is the engine's noise: a WARN, never a FAIL."""
+    got = _judge(store, ["base", "base#2"], leak_on="base#2")
+    assert got["base#2"].verdict == "WARN" and "A/A copy" in got["base#2"].reason
