@@ -28,7 +28,9 @@ from observatory.store import Store
 pytestmark = [pytest.mark.engine, requires_engine]
 
 SUITE = Path(__file__).parent / "fixtures" / "semantics.toml"
-FAULTS = ("past_stop", "inflate_accepted", "stream_drop", "draft_noise")
+# stream_drop is left out to keep the session short (it is caught by the suite's token_diff:nonstream too,
+# and by token_diff:stream_text: tests/test_stream_integrity.py)
+FAULTS = ("past_stop", "inflate_accepted", "draft_noise")
 NIGHTS = 3
 
 
@@ -84,7 +86,7 @@ def test_the_clean_arm_stays_clean(data: dict[str, Any]) -> None:
     assert _suite_fails(arm) == []
     assert _channel(arm, "finish") == "PASS"
     assert _channel(arm, "counters:invariants") == "PASS"
-    assert _channel(arm, "history").startswith("SKIP") or _channel(arm, "history") == "SKIP"
+    assert _channel(arm, "history") == "SKIP"  # no earlier nights of this arm: not measurable
     assert all(v["verdict"] not in ("FAIL", "INVALID", "UNJUDGED") for v in arm["channel_verdicts"].values())
     assert all(r["verdicts"].get("token_diff:stream_text", {}).get("verdict") in ("PASS", "SKIP")
                for r in arm["results"])
@@ -102,12 +104,6 @@ def test_inflated_counters_are_caught_by_counters_only(data: dict[str, Any]) -> 
     arm = _arm(data, "mtp2+fault=inflate_accepted")
     assert _channel(arm, "counters:invariants") == "FAIL", arm["channel_verdicts"].get("counters:invariants")
     assert _suite_fails(arm) == []
-
-
-def test_a_token_cut_from_stream_chunks_is_caught_by_the_stream_check(data: dict[str, Any]) -> None:
-    """Issue 15 items 6, 12: stream_drop FAILs token_diff:stream_text (the suite's nonstream diff sees it too)."""
-    arm = _arm(data, "mtp2+fault=stream_drop")
-    assert any(r["verdicts"].get("token_diff:stream_text", {}).get("verdict") == "FAIL" for r in arm["results"])
 
 
 def test_noise_drafts_are_caught_by_history_only(data: dict[str, Any]) -> None:
