@@ -61,10 +61,10 @@ def plan(suite: list[Probe]) -> list[Probe]:
 
 def settled(run: Any) -> SpecCounters:
     """The counters once two reads SETTLE_S apart agree (the engine records a step's stats after it streams it)."""
-    prev = run.counters()
+    prev: SpecCounters = run.counters()
     for _ in range(SETTLE_READS):
         time.sleep(SETTLE_S)
-        cur = run.counters()
+        cur: SpecCounters = run.counters()
         if cur == prev:
             return cur
         prev = cur

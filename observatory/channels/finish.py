@@ -131,7 +131,7 @@ def _leak(r: ResultRow, params: dict[str, Any] | None) -> str | None:
     """A stop string found in the text of a stop-string request (it must end the text, unseen)."""
     for s in (params or {}).get("stop") or []:
         if s in (r.text or ""):
-            return s
+            return str(s)
     return None
 
 
