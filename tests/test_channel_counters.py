@@ -136,3 +136,12 @@ def test_settled_waits_for_two_equal_reads(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(counters, "SETTLE_S", 0.0)
     run = _Run()
     assert counters.settled(run) == SpecCounters(3, 6, 3, [3, 0])
+
+
+@pytest.mark.parametrize("tokens, clean", [(48, SpecCounters(16, 32, 32, [16, 16])),
+                                           (41, SpecCounters(14, 28, 27, [14, 13]))])
+def test_counts_seen_on_the_cpu_engine_pass_and_double_counting_fails(tokens: int, clean: SpecCounters) -> None:
+    """Issue 15 item 8: counter deltas the clean mtp2 arm gave on the CPU engine keep the bound; counted twice
+    (fault inflate_accepted) they break it. A +1-per-rejected-step inflation moved 27 to 28 there and passed."""
+    assert counters.breaches(clean, 2, tokens) == []
+    assert any("streamed tokens allow" in b for b in counters.breaches(clean + clean, 2, tokens))

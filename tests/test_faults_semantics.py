@@ -62,9 +62,23 @@ def test_stream_drop_cuts_the_last_token_text_only() -> None:
     assert field_semantics.cut_last_text(" one two", " three") == " one two"
 
 
-def test_inflate_accepted_adds_one_to_steps_not_fully_accepted() -> None:
-    """inflate_accepted: +1 accepted per step with a rejection, never above the drafts."""
-    assert [field_semantics.inflated(2, a) for a in (0, 1, 2)] == [1, 2, 2]
+def test_inflate_accepted_counts_every_draft_step_twice() -> None:
+    """inflate_accepted: each observed draft step is counted twice (alpha and tau unchanged, totals doubled)."""
+    mod = types.ModuleType("fake_metrics")
+
+    class SpecDecodingStats:
+        def __init__(self) -> None:
+            self.num_drafts = self.num_accepted_tokens = 0
+
+        def observe_draft(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
+            self.num_drafts += 1
+            self.num_accepted_tokens += num_accepted_tokens
+
+    mod.SpecDecodingStats = SpecDecodingStats  # type: ignore[attr-defined]
+    field_semantics._patch_spec_metrics(mod, frozenset({"inflate_accepted"}))
+    stats = mod.SpecDecodingStats()
+    stats.observe_draft(2, 1)
+    assert (stats.num_drafts, stats.num_accepted_tokens) == (2, 2)
 
 
 def test_draft_noise_keeps_the_shape() -> None:

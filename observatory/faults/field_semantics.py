@@ -23,10 +23,13 @@ V1 runner):
     same shape (a fixed seed): acceptance collapses, the output stays the
     target's. Found by channel ``history`` against earlier nights.
 ``inflate_accepted`` -> ``vllm.v1.spec_decode.metrics`` (engine core)
-    ``SpecDecodingStats.observe_draft`` counts one more accepted token for
-    each draft step that was not fully accepted (per position consistently):
-    /metrics reports acceptance the stream never shows. Found by channel
-    ``counters`` (the per-request bound from the streamed tokens).
+    ``SpecDecodingStats.observe_draft`` counts every draft step twice
+    (drafts, draft tokens, accepted and per position alike: alpha and tau
+    unchanged): /metrics reports accepted tokens the stream never carried.
+    Found by channel ``counters`` (the per-request bound from the streamed
+    tokens). A first version added one accepted token per step not fully
+    accepted; the bundled model accepts nearly every draft, so it moved the
+    counts by about one token and nothing could see it.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ FAULTS = {
     "past_stop": "text past a stop string leaks on a speculative step (stop string and later tokens kept)",
     "stream_drop": "the last token's text cut from multi-token stream chunks (ids intact; non-streamed intact)",
     "draft_noise": "drafts replaced by random tokens: acceptance collapses, output intact",
-    "inflate_accepted": "acceptance counters inflated: +1 accepted per draft step not fully accepted",
+    "inflate_accepted": "acceptance counters inflated: every draft step counted twice in /metrics, output intact",
 }
 
 _MARK = "__observatory_fault__"
@@ -123,11 +126,6 @@ def _patch_model_runner(module: ModuleType, faults: frozenset[str]) -> None:
     cls.propose_draft_token_ids = propose_draft_token_ids
 
 
-def inflated(num_draft_tokens: int, num_accepted_tokens: int) -> int:
-    """The accepted count `inflate_accepted` reports for one draft step."""
-    return min(num_draft_tokens, num_accepted_tokens + 1)
-
-
 def _patch_spec_metrics(module: ModuleType, faults: frozenset[str]) -> None:
     cls = module.SpecDecodingStats
     if getattr(cls.observe_draft, _MARK, False):
@@ -135,7 +133,8 @@ def _patch_spec_metrics(module: ModuleType, faults: frozenset[str]) -> None:
     orig = cls.observe_draft
 
     def observe_draft(self: Any, num_draft_tokens: int, num_accepted_tokens: int) -> Any:
-        return orig(self, num_draft_tokens, inflated(num_draft_tokens, num_accepted_tokens))
+        orig(self, num_draft_tokens, num_accepted_tokens)
+        return orig(self, num_draft_tokens, num_accepted_tokens)
 
     setattr(observe_draft, _MARK, True)
     cls.observe_draft = observe_draft
