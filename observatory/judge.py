@@ -38,7 +38,7 @@ from typing import Any
 from observatory.db import ArmRow, ResultRow, VerdictRow
 from observatory.gates import FAIL, PASS, WARN, Gate, GateRegistry, GateResult, Output, registry_for
 from observatory.probes import Probe
-from observatory.roles import BASE, stored_roles
+from observatory.roles import AA_COPY, BASE, stored_roles
 
 NOT_DISCRIMINATING = "NOT_DISCRIMINATING"
 UNJUDGED = "UNJUDGED"
@@ -229,6 +229,7 @@ class _Judge:
                 if arm is not self.base:
                     self.pair_rows(arm)
                 self.self_pair_rows(arm)
+                self.stream_text_rows(arm, stream)
                 self.arm_rows(arm, stream)
             self.timed_rows(arm)
         self.channel_rows()
@@ -344,6 +345,49 @@ class _Judge:
                         res = text_divergence(other, stream, "the streamed output")
                         self.rows.append(_row(arm, gate, res, other, pid, name=name))
 
+    def stream_text_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+        """Stream integrity: the streamed text deltas, joined, must read as the streamed ids detokenised.
+
+        One ``token_diff:stream_text`` row per streamed result (issue 15 item 6).
+        The ids' texts are the engine's own per-token texts (stored
+        ``token_texts``); the text is what the deltas carried. A mismatch on an
+        arm judged against base is a FAIL where base's stream of the same
+        probe matches, a WARN where base's does not either (not attributable);
+        on base itself a WARN. Not measurable (SKIP): incomplete ids, tool
+        calls or reasoning (their ids carry markup the text does not),
+        per-token texts that split a character. Tool calls are compared as
+        data by ``token_diff:nonstream``.
+        """
+        is_base = arm is self.base
+        base_stream = self.by_arm[self.base.id].get("stream", {}) if self.base is not None and not is_base else {}
+        for pid, r in stream.items():
+            if not r.ok or pid not in self.probes:
+                continue
+            why_not = stream_text_unmeasurable(r)
+            at = None if why_not else stream_text_mismatch(r)
+            details: dict[str, Any] = {"assigned_by": "judge"}
+            if why_not:
+                verdict, reason = "SKIP", f"not measurable: {why_not}"
+            elif at is None:
+                verdict, reason = PASS, "the streamed deltas equal the streamed ids detokenised"
+            else:
+                joined = "".join(r.token_texts or [])
+                details.update(char_position=at, stream_text=(r.text or "")[max(0, at - 40): at + 40],
+                               ids_text=joined[max(0, at - 40): at + 40])
+                ref = base_stream.get(pid)
+                ref_clean = (ref is not None and ref.ok and stream_text_unmeasurable(ref) is None
+                             and stream_text_mismatch(ref) is None)
+                if is_base or self.roles.get(arm.name) == AA_COPY:
+                    verdict, why = WARN, "a base arm: the reference's own stream"
+                elif ref_clean:
+                    verdict, why = FAIL, "base's stream of this probe matches its ids"
+                else:
+                    verdict, why = WARN, "base's stream differs too (or is missing): not attributable to this arm"
+                reason = (f"the streamed deltas differ from the streamed ids detokenised at character {at} ({why}): "
+                          "the stream lost, added or garbled text")
+            self.rows.append(VerdictRow(arm_id=arm.id, result_id=r.id, probe_id=pid, gate="token_diff:stream_text",
+                                        gate_version="judge", verdict=verdict, reason=reason, details=details))
+
     def timed_rows(self, arm: ArmRow) -> None:
         """Every timed output against the reference output of its prompt, one verdict per probe and level.
 
@@ -392,6 +436,34 @@ class _Judge:
             if gate.invalidates and row.verdict == FAIL:
                 row = _override(row, INVALID, f"{gate.name} failed: this arm's measurements cannot be trusted")
             self.rows.append(row)
+
+
+def stream_text_unmeasurable(r: ResultRow) -> str | None:
+    """Why a streamed result's text cannot be checked against its ids' texts (None: it can)."""
+    texts = r.token_texts or []
+    if not tokens_complete(r) or len(texts) != len(r.token_ids or []):
+        return "the stream did not carry every token id with its text"
+    if r.tool_calls:
+        return "tool calls (their ids carry markup the text does not)"
+    if r.reasoning:
+        return "reasoning (the parser splits the ids' text)"
+    if any("\ufffd" in t for t in texts):
+        return "a character split across tokens (per-token texts do not decode alone)"
+    return None
+
+
+def stream_text_mismatch(r: ResultRow) -> int | None:
+    """Where the streamed text departs from its ids' texts joined, or None where they agree.
+
+    A stop on EOS or a stop token id keeps that token among the ids (vLLM:
+    ``<|im_end|>``) but not in the text, so after ``finish_reason`` "stop" the
+    last token's text may be missing.
+    """
+    texts, text = list(r.token_texts or []), r.text or ""
+    joined = "".join(texts)
+    if joined == text or (r.finish_reason == "stop" and texts and "".join(texts[:-1]) == text):
+        return None
+    return next((i for i, (x, y) in enumerate(zip(text, joined)) if x != y), min(len(text), len(joined)))
 
 
 def _same_output(r: ResultRow, ref: ResultRow) -> bool:

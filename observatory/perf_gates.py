@@ -32,7 +32,8 @@ from observatory.errors import ObservatoryError
 
 # Defaults when the user set no threshold: breaches WARN.
 DEFAULTS = {"speedup": 1.0, "ttft_ratio": 2.0, "acceptance": 0.2}
-_OPS = {"speedup": "<", "ttft_ratio": ">", "acceptance": "<"}
+# history_drop: the history channel's (observatory/channels/history.py) relative move that FAILs
+_OPS = {"speedup": "<", "ttft_ratio": ">", "acceptance": "<", "history_drop": ">"}
 STREAM_TAU_SIGMAS = 3.0
 STREAM_TAU_REL = 0.05  # allowance for chunks a parser swallows or merges
 _RULE = re.compile(r"(?P<name>[a-z_]+)\s*(?P<op>[<>])\s*(?P<value>[0-9]*\.?[0-9]+)")
@@ -47,7 +48,7 @@ def parse_fail_on(text: str | None) -> dict[str, float]:
         m = _RULE.fullmatch(part.strip())
         if m is None or _OPS.get(m["name"]) != m["op"]:
             raise ObservatoryError(f"--fail-on: cannot read {part.strip()!r}; write e.g. "
-                                   "'speedup<1.0,ttft_ratio>3,acceptance<0.5' (speedup<, ttft_ratio>, acceptance<)")
+                                   "'speedup<1.0,ttft_ratio>3,acceptance<0.5' (speedup<, ttft_ratio>, acceptance<, history_drop>)")
         out[m["name"]] = float(m["value"])
     return out
 

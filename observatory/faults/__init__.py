@@ -67,6 +67,7 @@ import os
 from collections.abc import Mapping
 
 from observatory.errors import ObservatoryError
+from observatory.faults.field_semantics import FAULTS as _SEMANTICS
 
 __all__ = [
     "ENV_VAR",
@@ -92,6 +93,7 @@ FAULTS: dict[str, str] = {
     "soak_poison": "spec steps ghosted from the 6th time the engine serves the same prompt",
     "length_poison": "spec steps ghosted when prompt length % block_size == (1 + k) % block_size",
     "batch_swap": "first new token swapped between two spec rows of a batch holding a request with stop strings",
+    **_SEMANTICS,  # issue 15: past_stop, stream_drop, draft_noise, inflate_accepted (field_semantics)
 }
 
 # Values that mean "no fault" (so a shell can switch the variable off in place).

@@ -1,0 +1,151 @@
+"""Channel finish (issue 15 item 5): stop strings, stop ids, EOS and max_tokens inside a spec run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from semantics_store import result, session
+
+from observatory.channels import finish
+from observatory.channels.view import ChannelView
+from observatory.client import Response
+from observatory.gates import default_registry
+from observatory.probes import Probe
+from observatory.roles import stored_roles
+from observatory.store import Store
+
+SUITE = [Probe("count", "counting", messages=[{"role": "user", "content": "Count"}], max_tokens=32),
+         Probe("tool", "tool_call", messages=[{"role": "user", "content": "w"}], tools=[{"type": "function"}]),
+         Probe("prose", "prose_en", messages=[{"role": "user", "content": "Write"}])]
+IDS = list(range(100, 110))
+TEXTS = [f" w{i}" for i in range(10)]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    """A fresh database."""
+    return Store(str(tmp_path / "runs.db"))
+
+
+def _answers(ids: list[int], texts: list[str], params: dict[str, Any]) -> tuple[list[int], list[str], str, str]:
+    """What a correct engine answers to PARAMS when its greedy output is IDS/TEXTS (ids, texts, text, finish)."""
+    if "max_tokens" in params:
+        n = params["max_tokens"]
+        return ids[:n], texts[:n], "".join(texts[:n]), "length"
+    if "stop_token_ids" in params:
+        n = ids.index(params["stop_token_ids"][0]) + 1
+        return ids[:n], texts[:n], "".join(texts[: n - 1]), "stop"
+    if "stop" in params:
+        full = "".join(texts)
+        return ids, texts, full[: full.index(params["stop"][0])], "stop"
+    return ids, texts, "".join(texts), "length"
+
+
+def _judge(store: Store, arms: list[str], leak_on: str | None = None) -> dict[str, Any]:
+    probes = finish.plan(SUITE)
+    sid, arm_rows, pids = session(store, probes, arms, options={"channels": ["finish"]})
+    for name, arm in arm_rows.items():
+        for p in probes:
+            params = finish.derive(IDS, TEXTS, p.meta["variant"])
+            assert params is not None
+            ids, texts, text, why = _answers(IDS, TEXTS, params)
+            if name == leak_on and p.meta["variant"] == "stop_str":
+                text = "".join(texts)  # the stop string and what follows it leaked into the text
+            result(store, arm, pids[p.name], "finish", ids, texts, text=text, finish=why)
+    all_arms = store.arms(sid)
+    roles = stored_roles([(a.name, a.launch) for a in all_arms])
+    view = ChannelView(store, sid, "finish", all_arms, roles, {pids[p.name]: p for p in probes}, default_registry())
+    names = {a.id: a.name for a in all_arms}
+    return {names[v.arm_id]: v for v in finish.judge(view)}
+
+
+def test_plan_makes_five_requests_per_probe_without_tools() -> None:
+    """Issue 15 item 5: eos, max_tokens at length-1 and -2, a stop string, a stop id; tool probes left out."""
+    probes = finish.plan(SUITE)
+    assert {p.meta["of"] for p in probes} == {"count", "prose"}
+    assert [p.meta["variant"] for p in probes if p.meta["of"] == "count"] == list(finish.VARIANTS)
+    assert all(p.channel == "finish" and p.name.startswith("finish:") for p in probes)
+
+
+def test_derive_lands_inside_the_arm_own_output() -> None:
+    """Issue 15 item 5: the limits come from the arm's own greedy output: length-1, length-2, a token inside it."""
+    assert finish.derive(IDS, TEXTS, "len-1") == {"max_tokens": 9}
+    assert finish.derive(IDS, TEXTS, "len-2") == {"max_tokens": 8}
+    assert finish.derive(IDS, TEXTS, "stop_id") == {"stop_token_ids": [104]}
+    assert finish.derive(IDS, TEXTS, "stop_str") == {"stop": ["w6"]}
+    assert finish.derive(IDS[:2], TEXTS[:2], "len-1") is None
+
+
+def test_text_past_a_stop_string_fails(store: Store) -> None:
+    """Issue 15 item 5 (fault: output past a stop): a spec arm whose text runs past its stop string FAILs."""
+    got = _judge(store, ["base", "base#2", "mtp2"], leak_on="mtp2")
+    assert got["mtp2"].verdict == "FAIL" and got["mtp2"].gate == "finish"
+    assert "stop_str" in got["mtp2"].reason
+    assert got["base#2"].verdict == "PASS"
+
+
+def test_clean_arms_pass(store: Store) -> None:
+    """Issue 15 item 5, clean control: every request equal to base's passes."""
+    got = _judge(store, ["base", "mtp2"])
+    assert got["mtp2"].verdict == "PASS"
+    assert len(got["mtp2"].details["table"]) == 10
+
+
+def test_a_difference_base_shows_against_its_copy_is_a_warn(store: Store) -> None:
+    """Issue 15 item 5: where base's A/A copy differs from base on a request too, the spec arm's difference WARNs."""
+    probes = finish.plan(SUITE[:1])
+    sid, arms, pids = session(store, probes, ["base", "base#2", "mtp2"], options={"channels": ["finish"]})
+    for name, arm in arms.items():
+        for p in probes:
+            ids, texts, text, why = _answers(IDS, TEXTS, finish.derive(IDS, TEXTS, p.meta["variant"]) or {})
+            if name != "base" and p.meta["variant"] == "len-1":
+                ids, texts, text = [*ids[:-1], 7], [*texts[:-1], " x"], "".join([*texts[:-1], " x"])
+            result(store, arm, pids[p.name], "finish", ids, texts, text=text, finish=why)
+    all_arms = store.arms(sid)
+    view = ChannelView(store, sid, "finish", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]),
+                       {pids[p.name]: p for p in probes}, default_registry())
+    got = {v.arm_id: v for v in finish.judge(view)}
+    assert got[arms["mtp2"].id].verdict == "WARN"
+
+
+class _Client:
+    """A client answering as a correct engine whose greedy output is IDS/TEXTS; records what it was asked."""
+
+    def __init__(self) -> None:
+        self.sent: list[Probe] = []
+
+    def run(self, probe: Probe, stream: bool = True) -> Response:
+        self.sent.append(probe)
+        params = {**probe.sampling, **({"max_tokens": probe.max_tokens} if probe.max_tokens < 32 else {})}
+        ids, texts, text, why = _answers(IDS, TEXTS, params)
+        return Response(text=text, token_ids=ids, token_texts=texts, finish_reason=why)
+
+
+class _Run:
+    def __init__(self) -> None:
+        self.client = _Client()
+        self.stored: list[tuple[str, Response]] = []
+
+    def store_result(self, probe: Probe, resp: Response, mode: str, *a: Any, **k: Any) -> None:
+        self.stored.append((probe.name, resp))
+
+    def check_alive(self, resp: Response) -> None:
+        pass
+
+
+def test_measure_sends_the_requests_made_from_the_arm_own_output() -> None:
+    """Issue 15 item 5: measure sends eos first, then the four requests derived from its output."""
+    run = _Run()
+    finish.measure(run, finish.plan(SUITE[:1]))
+    sent = [(p.meta["variant"], p.max_tokens, p.sampling) for p in run.client.sent]
+    assert sent == [("eos", 32, {}), ("len-1", 9, {}), ("len-2", 8, {}),
+                    ("stop_str", 32, {"stop": ["w6"]}), ("stop_id", 32, {"stop_token_ids": [104]})]
+    assert [n for n, _ in run.stored] == [p.name for p in finish.plan(SUITE[:1])]
+
+
+def test_the_aa_copy_differing_from_base_is_noise_not_a_fail(store: Store) -> None:
+    """Channel rules: base against its own copy is the engine's noise: a WARN, never a FAIL."""
+    got = _judge(store, ["base", "base#2"], leak_on="base#2")
+    assert got["base#2"].verdict == "WARN" and "A/A copy" in got["base#2"].reason
