@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from observatory.measure import ArmRun
 
 # The channel modules, in the order the nightly profile runs them.
-_MODULES: tuple[str, ...] = ()
+_MODULES: tuple[str, ...] = ("sampling",)
 
 PROFILES = ("quick", "nightly")
 

@@ -88,6 +88,8 @@ FAULTS: dict[str, str] = {
     "ghost_k2": "ghost, only when num_speculative_tokens >= 2",
     "ghost_prefix": "ghost, only when prefix caching is on",
     "ghost_batch": "ghost, only in a step that schedules more than one request",
+    # field channels (observatory.faults.field_*): each caught by one channel
+    "biased_accept": "temperature > 0: drafts accepted with probability min(1, 2p/q) (greedy untouched)",
 }
 
 # Values that mean "no fault" (so a shell can switch the variable off in place).
