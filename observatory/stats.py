@@ -131,7 +131,7 @@ def family_rejects(rng: np.random.Generator, p: Sequence[float], q: Sequence[flo
     pvals = []
     for j in range(m):
         a = rng.choice(len(p), size=n, p=p)
-        b = rng.choice(len(q) if j == 0 else len(p), size=n, p=q if j == 0 else p)
+        b = rng.choice(len(p), size=n, p=q if j == 0 else p)
         pvals.append(chi2_two_sample(a.tolist(), b.tolist()).p)
     return any(holm(pvals, alpha))
 
@@ -145,5 +145,5 @@ def null_rate(p: Sequence[float], n: int, m: int, alpha: float, sims: int, seed:
 def power(p: Sequence[float], d: float, n: int, m: int, alpha: float, sims: int, seed: int = 0) -> float:
     """Simulated power: one of M tests sees P's top category shifted by D (N draws per side)."""
     rng = np.random.default_rng(seed)
-    q = shifted(p, d)
+    q = shifted(p, d).tolist()
     return sum(family_rejects(rng, p, q, n, m, alpha) for _ in range(sims)) / sims

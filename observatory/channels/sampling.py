@@ -5,7 +5,8 @@ that accepts a draft too often leaves the argmax chain intact and shifts
 what users sample (docs/channels.md, section ``sampling``).
 
 Plan: `PROMPTS` chat prompts, each sent `SAMPLES` times at temperature 1
-(the last one also with top_p 0.9), `MAX_TOKENS` tokens each.
+(the last one also with top_p 0.9), `MAX_TOKENS` tokens each, `CONCURRENCY`
+in flight.
 
 Measure: every request has its own seed, derived per arm
 (`request_seed`: the probe's planned ``seed0``, the arm's id, the draw's
@@ -45,19 +46,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from observatory.measure import ArmRun
 
 NAME = "sampling"
-SAMPLES = 48  # draws per probe per arm
+SAMPLES = 128  # draws per probe per arm (5 x 128 x 6 tokens: about 40 s per arm on the tiny CPU model)
 MAX_TOKENS = 6  # positions compared per probe
 CONCURRENCY = 8  # requests in flight (each has its own seed: batching does not change a draw's law)
 ALPHA = 0.01  # family-wise false-alarm rate per arm (Holm over probes x positions)
 MIN_OK = 0.9  # share of draws per side that must have come back for a verdict
 SEED0 = 1_000
 END = "end"  # the category of a position past the output's end
+# Open prompts outside the bundled model's training tasks: it is unsure there (a top token of 0.4-0.9
+# at most positions at temperature 1), so draws vary and a shift has room to show. On its own tasks
+# (counting, recitation) nearly every position is certain and a biased sampler changes nothing.
 PROMPTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("story", "Tell me a short story about a dragon who learns to paint.", {"temperature": 1.0}),
+    ("poem", "Write a poem about autumn leaves.", {"temperature": 1.0}),
+    ("city", "Describe your favourite city.", {"temperature": 1.0}),
     ("bread", "How do I bake bread at home? Explain the steps.", {"temperature": 1.0}),
-    ("count", "Count from 480 to 530.", {"temperature": 1.0}),
-    ("story-top-p", "Tell me a short story about a dragon who learns to paint.",
-     {"temperature": 1.0, "top_p": 0.9}),
+    ("bicycle", "Explain how a bicycle works.", {"temperature": 1.0}),
+    ("poem-top-p", "Write a poem about autumn leaves.", {"temperature": 1.0, "top_p": 0.9}),
 )
 
 
