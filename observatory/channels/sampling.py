@@ -220,7 +220,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
                                     f"the A/A copy ({', '.join(aa_differs)}): not attributable", details))
         else:
             out.append(view.verdict(arm, "FAIL", f"sampled token distribution differs from base at {where} "
-                                    f"(p {min(t.p for t in bad):.1g} after Holm over {m} tests at alpha "
+                                    f"(smallest p {min(t.p for t in bad):.1g}; Holm over {m} tests at alpha "
                                     f"{ALPHA}): speculative sampling is not lossless", details))
     return out
 
