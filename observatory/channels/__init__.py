@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from observatory.measure import ArmRun
 
 # The channel modules, in the order the nightly profile runs them.
-_MODULES: tuple[str, ...] = ("soak", "length_sweep", "mixed_batch", "finish", "counters", "history")
+_MODULES: tuple[str, ...] = ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "history")
 
 PROFILES = ("quick", "nightly")
 

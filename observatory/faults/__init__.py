@@ -94,6 +94,8 @@ FAULTS: dict[str, str] = {
     "length_poison": "spec steps ghosted when prompt length % block_size == (1 + k) % block_size",
     "batch_swap": "first new token swapped between two spec rows of a batch holding a request with stop strings",
     **_SEMANTICS,  # issue 15: past_stop, stream_drop, draft_noise, inflate_accepted (field_semantics)
+    # field channels (observatory.faults.field_*): each caught by one channel
+    "biased_accept": "temperature > 0: drafts accepted with probability min(1, 2p/q) (greedy untouched)",
 }
 
 # Values that mean "no fault" (so a shell can switch the variable off in place).
