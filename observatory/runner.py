@@ -269,7 +269,7 @@ class Runner:
             if arm.url:
                 self.reporter.arm_started(arm, f"using {arm.url}")
                 r.client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s,
-                                        engine=self.opts.engine)
+                                        engine=arm.engine if arm.engine != "vllm" else self.opts.engine)
                 if not r.client.health():
                     raise EngineStartError(f"{arm.url}/health did not answer 200", "failed")
                 ready_s = 0.0
@@ -326,7 +326,7 @@ class Runner:
             proc.start()
             launch.update(argv=argv, env=env, port=port, pid=proc.pid)
             self.store.update(ArmRow, r.arm_id, launch=dict(launch), log_path=str(log_path))
-            client = EngineClient(f"http://127.0.0.1:{port}", timeout=self.opts.request_timeout_s)
+            client = EngineClient(f"http://127.0.0.1:{port}", timeout=self.opts.request_timeout_s, engine=arm.engine)
             t0 = time.monotonic()
             try:
                 proc.wait_ready(client.health, s.health_timeout_s, lambda e: self.reporter.arm_waiting(arm, e))

@@ -1,0 +1,147 @@
+"""llama.cpp arms without a server: the engine prefix, llama-server's command line, the GGUF (issue 17)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from observatory import llamacpp
+from observatory.arms import parse_arms
+from observatory.errors import ArmError, ObservatoryError
+from observatory.server import EngineSettings, engine_argv
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = REPO / "observatory" / "default_model"
+
+
+def test_engine_prefix_names_the_engine() -> None:
+    """Issue 17 item 3: llama.cpp:base/draftK/ngramK are llama.cpp arms; vllm:mtp2 is mtp2."""
+    arms = parse_arms("vllm:base,vllm:mtp2,llama.cpp:base,llama.cpp:draft2,llama.cpp:ngram3")
+    assert [a.name for a in arms] == ["base", "mtp2", "llama.cpp:base", "llama.cpp:draft2", "llama.cpp:ngram3"]
+    assert [a.engine for a in arms] == ["vllm", "vllm", "llama.cpp", "llama.cpp", "llama.cpp"]
+    assert arms[1].speculative_config == parse_arms("mtp2")[0].speculative_config
+    assert arms[2].speculative_config is None
+    assert arms[3].speculative_config == {"method": "draft-simple", "num_speculative_tokens": 2}
+    assert arms[4].speculative_config == {"method": "ngram-simple", "num_speculative_tokens": 3}
+
+
+def test_llama_arm_twice_is_an_aa_copy_and_takes_a_url() -> None:
+    arms = parse_arms("llama.cpp:base,llama.cpp:base,llama.cpp:ngram2=http://10.0.0.5:8080")
+    assert [a.name for a in arms] == ["llama.cpp:base", "llama.cpp:base#2", "llama.cpp:ngram2"]
+    assert arms[1].copy_of == "llama.cpp:base"
+    assert arms[2].url == "http://10.0.0.5:8080" and arms[2].engine == "llama.cpp"
+
+
+@pytest.mark.parametrize("item, needle", [
+    ("llama.cpp:mtp2", "Unknown llama.cpp arm 'mtp2'"),
+    ("llama.cpp:draft2+fault=ghost", "faults (+fault=) and images"),
+    ("llama.cpp:base@observatory/vllm-cpu:local", "faults (+fault=) and images"),
+])
+def test_llama_arm_errors_are_one_clear_line(item: str, needle: str) -> None:
+    with pytest.raises(ArmError, match=None) as e:
+        parse_arms(item)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_arms_file_engine_key(tmp_path: Path) -> None:
+    f = tmp_path / "arms.toml"
+    f.write_text('[arms.lookup4]\nengine = "llama.cpp"\n'
+                 'speculative_config = { method = "ngram-mod", num_speculative_tokens = 4 }\n')
+    (arm,) = parse_arms("llama.cpp:lookup4", arms_file=f)
+    assert arm.engine == "llama.cpp" and arm.name == "llama.cpp:lookup4"
+    f.write_text('[arms.x]\nengine = "sglang"\n')
+    with pytest.raises(ArmError, match="engine must be one of vllm, llama.cpp"):
+        parse_arms("x", arms_file=f)
+
+
+def _fake_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("OBSERVATORY_LLAMA_SERVER", str(binary))
+    monkeypatch.setenv("OBSERVATORY_LLAMA_CACHE", str(tmp_path / "cache"))
+    return binary
+
+
+def test_server_argv_per_arm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook in server.engine_argv: llama.cpp arms get llama-server's flags, never vLLM's."""
+    binary = _fake_binary(tmp_path, monkeypatch)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    draft = tmp_path / "d.gguf"
+    draft.write_bytes(b"GGUF")
+    settings = EngineSettings(model=str(model), max_model_len=1024, seed=7, extra_args=["--enforce-eager"])
+    base, ngram = parse_arms("llama.cpp:base,llama.cpp:ngram3")
+    argv = engine_argv(base, settings, 8123)
+    assert argv[:3] == [str(binary), "--model", str(model)]
+    assert "--enforce-eager" not in argv and "--speculative-config" not in argv  # vLLM's flags stay vLLM's
+    for flag, value in (("--port", "8123"), ("--seed", "7"), ("--ctx-size", "1024")):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--metrics" in argv and "--spec-type" not in argv
+    argv = engine_argv(ngram, settings, 8123)
+    assert argv[argv.index("--spec-type") + 1] == "ngram-simple"
+    assert argv[argv.index("--spec-ngram-simple-size-m") + 1] == "3"
+    assert llamacpp.spec_args({"method": "draft-simple", "num_speculative_tokens": 2, "draft_model": str(draft)},
+                              str(model)) == ["--spec-type", "draft-simple", "--spec-draft-model", str(draft),
+                                              "--spec-draft-n-max", "2"]
+
+
+def test_missing_binary_says_how_to_build_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OBSERVATORY_LLAMA_SERVER", str(tmp_path / "nothing"))
+    with pytest.raises(ObservatoryError, match="scripts/build-llama.sh"):
+        llamacpp.require_binary()
+
+
+def test_a_folder_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ObservatoryError, match="a .gguf file or a local model folder"):
+        llamacpp.gguf_for(str(tmp_path))
+
+
+def _gguf_module() -> object | None:
+    try:
+        import gguf
+    except ImportError:
+        src = llamacpp.cache_root() / "src" / "gguf-py"
+        if not src.is_dir():
+            return None
+        sys.path.insert(0, str(src))
+        import gguf
+    return gguf
+
+
+def test_gguf_export_carries_our_vocabulary_and_the_trunk(tmp_path: Path) -> None:
+    """Issue 17 item 2: the GGUF holds our tokens, merges and special ids; the MTP layer is left out."""
+    gguf = _gguf_module()
+    if gguf is None:
+        pytest.skip("gguf-py is not installed and llama.cpp's source is not in the cache (scripts/build-llama.sh)")
+    from observatory.llamacpp_gguf import export
+
+    out = export(tmp_path / "m.gguf")
+    draft = export(tmp_path / "d.gguf", layers=2)
+    reader = gguf.GGUFReader(str(out))  # type: ignore[attr-defined]
+    tok = json.loads((DEFAULT_MODEL / "tokenizer.json").read_text(encoding="utf-8"))
+    fields = reader.fields
+    tokens = [bytes(fields["tokenizer.ggml.tokens"].parts[i]).decode() for i in fields["tokenizer.ggml.tokens"].data]
+    for text, i in tok["model"]["vocab"].items():
+        assert tokens[i] == text
+    assert tokens[1831] == "<tool_call>"
+    assert len(fields["tokenizer.ggml.merges"].data) == len(tok["model"]["merges"])
+    assert bytes(fields["tokenizer.ggml.pre"].parts[-1]).decode() == "qwen2"
+    assert int(fields["tokenizer.ggml.eos_token_id"].parts[-1][0]) == 2
+    names = {t.name for t in reader.tensors}
+    assert "blk.3.attn_q.bias" in names and not any("mtp" in n for n in names)
+    draft_names = {t.name for t in gguf.GGUFReader(str(draft)).tensors}  # type: ignore[attr-defined]
+    assert "blk.1.ffn_down.weight" in draft_names and "blk.2.ffn_down.weight" not in draft_names
+
+
+def test_gguf_export_refuses_a_foreign_pre_tokenizer() -> None:
+    from observatory.llamacpp_gguf import check_pre_tokenizer
+
+    tok = json.loads((DEFAULT_MODEL / "tokenizer.json").read_text(encoding="utf-8"))
+    check_pre_tokenizer(tok)
+    tok["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\s+|\S+"
+    with pytest.raises(ValueError, match="not Qwen2's"):
+        check_pre_tokenizer(tok)
