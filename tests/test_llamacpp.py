@@ -19,13 +19,21 @@ DEFAULT_MODEL = REPO / "observatory" / "default_model"
 
 def test_engine_prefix_names_the_engine() -> None:
     """Issue 17 item 3: llama.cpp:base/draftK/ngramK are llama.cpp arms; vllm:mtp2 is mtp2."""
-    arms = parse_arms("vllm:base,vllm:mtp2,llama.cpp:base,llama.cpp:draft2,llama.cpp:ngram3")
-    assert [a.name for a in arms] == ["base", "mtp2", "llama.cpp:base", "llama.cpp:draft2", "llama.cpp:ngram3"]
-    assert [a.engine for a in arms] == ["vllm", "vllm", "llama.cpp", "llama.cpp", "llama.cpp"]
-    assert arms[1].speculative_config == parse_arms("mtp2")[0].speculative_config
-    assert arms[2].speculative_config is None
-    assert arms[3].speculative_config == {"method": "draft-simple", "num_speculative_tokens": 2}
-    assert arms[4].speculative_config == {"method": "ngram-simple", "num_speculative_tokens": 3}
+    vllm = parse_arms("vllm:base,vllm:mtp2")
+    assert [a.name for a in vllm] == ["base", "mtp2"] and {a.engine for a in vllm} == {"vllm"}
+    assert vllm[1].speculative_config == parse_arms("mtp2")[0].speculative_config
+    arms = parse_arms("llama.cpp:base,llama.cpp:draft2,llama.cpp:ngram3")
+    assert [a.name for a in arms] == ["llama.cpp:base", "llama.cpp:draft2", "llama.cpp:ngram3"]
+    assert {a.engine for a in arms} == {"llama.cpp"}
+    assert arms[0].speculative_config is None
+    assert arms[1].speculative_config == {"method": "draft-simple", "num_speculative_tokens": 2}
+    assert arms[2].speculative_config == {"method": "ngram-simple", "num_speculative_tokens": 3}
+
+
+def test_a_session_of_two_engines_is_refused() -> None:
+    """Issue 17 item 4 (not built yet): spec arms would be diffed against the other engine's base."""
+    with pytest.raises(ArmError, match="mixes engines .*llama.cpp, vllm.*its own session"):
+        parse_arms("vllm:base,vllm:mtp2,llama.cpp:base,llama.cpp:draft2")
 
 
 def test_llama_arm_twice_is_an_aa_copy_and_takes_a_url() -> None:
