@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,3 +154,31 @@ def test_gguf_export_refuses_a_foreign_pre_tokenizer() -> None:
     tok["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\s+|\S+"
     with pytest.raises(ValueError, match="not Qwen2's"):
         check_pre_tokenizer(tok)
+
+
+def _logprob_fixture() -> dict[str, Any]:
+    return dict(json.loads((REPO / "tests/fixtures/engines/llamacpp_logprobs_reconstructed.json").read_text()))
+
+
+def test_token_ids_read_from_llamacpp_ids() -> None:
+    """Issue 17: ids parsed only in vLLM's token_id:N form; llama.cpp gives an integer id per entry."""
+    from observatory.client import Response, _take_chat_logprobs, _take_completion_logprobs
+
+    fx = _logprob_fixture()
+    out = Response()
+    assert _take_chat_logprobs(out, fx["chat_chunk"]["choices"][0]["logprobs"]) == 1
+    assert out.token_ids == [412] and out.token_texts == [" apple"]
+    assert out.top_logprobs == [[[412, -0.0123], [97, -4.75]]]
+    out = Response()
+    assert _take_completion_logprobs(out, fx["completion_chunk"]["choices"][0]["logprobs"]) == 2
+    assert out.token_ids == [230, 11] and out.token_texts == ["17", ","]
+    assert out.top_logprobs[1] == [[11, -0.02], [13, -5.5]]
+
+
+def test_a_bad_llamacpp_id_is_malformed_not_a_number() -> None:
+    from observatory.client import item_token_id
+
+    assert item_token_id({"token": "token_id:7"}) == 7  # vLLM's form still reads
+    for bad in (-1, "12", 1.5, True):
+        with pytest.raises(ObservatoryError, match="integer token id"):
+            item_token_id({"id": bad, "token": "x"})
