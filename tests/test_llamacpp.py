@@ -182,3 +182,20 @@ def test_a_bad_llamacpp_id_is_malformed_not_a_number() -> None:
     for bad in (-1, "12", 1.5, True):
         with pytest.raises(ObservatoryError, match="integer token id"):
             item_token_id({"id": bad, "token": "x"})
+
+
+def test_llama_spec_flags_are_speculation_not_a_confound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A draft arm differs from llama.cpp base only in --spec-* flags: not CONFOUNDED; other flags are."""
+    from types import SimpleNamespace
+
+    from observatory.figures import launch_differences
+
+    _fake_binary(tmp_path, monkeypatch)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    settings = EngineSettings(model=str(model), max_model_len=1024)
+    base, ngram = parse_arms("llama.cpp:base,llama.cpp:ngram4")
+    row = lambda arm, port: SimpleNamespace(launch={"argv": engine_argv(arm, settings, port), "env": {}})  # noqa: E731
+    assert launch_differences(row(ngram, 9001), row(base, 9000)) == []
+    ngram.engine_args = ["--threads", "1"]
+    assert launch_differences(row(ngram, 9001), row(base, 9000)) == ["--threads: absent on base, '1' here"]
