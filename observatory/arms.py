@@ -8,6 +8,10 @@
 - a name defined in an arms file (``--arms-file arms.toml``);
 - ``NAME=URL``: a server someone else started (nothing is launched; NAME
   still says what it is, e.g. ``mtp2=http://10.0.0.5:8001``);
+- an engine prefix: ``vllm:NAME`` is NAME (vLLM is the default engine);
+  ``llama.cpp:base``, ``llama.cpp:draftK`` (draft-simple with a draft model),
+  ``llama.cpp:ngramK`` (ngram-simple) run llama.cpp's llama-server (see
+  `observatory.llamacpp`); the prefix stays in the arm's name;
 
 optionally followed by ``+fault=NAME`` (launch with an injected fault, see
 `observatory.faults`) and by ``@IMAGE`` (run this arm in that serving image,
@@ -24,6 +28,7 @@ Arms file layout (unknown keys are errors)::
     fault = "ghost"                        # optional
     url = "http://127.0.0.1:8001"          # optional: don't launch
     image = "vllm/vllm-openai:nightly"     # optional: run in this image
+    engine = "llama.cpp"                   # optional: "vllm" (default) or "llama.cpp"
 """
 
 from __future__ import annotations
@@ -41,9 +46,13 @@ from observatory.tomlfile import read_toml
 
 # One list of fault names: the plugin's (observatory.faults), whichever a spec arm may take with +fault=NAME.
 FAULTS = tuple(FAULT_DESCRIPTIONS)
-_ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "image"}
+_ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "image", "engine"}
+ENGINES = ("vllm", "llama.cpp")
+LLAMA_CPP = "llama.cpp"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 _PRESET_RE = re.compile(r"(mtp|ngram)([1-9][0-9]?)")
+_LLAMA_PRESET_RE = re.compile(r"(draft|ngram)([1-9][0-9]?)")
+_ENGINE_PREFIX_RE = re.compile(r"(vllm|llama\.cpp):(.+)")
 
 
 @dataclass
@@ -58,6 +67,7 @@ class Arm:
     fault: str | None = None
     copy_of: str | None = None
     image: str | None = None  # serving image named on the arm itself (ARM@IMAGE or the arms file)
+    engine: str = "vllm"  # one of ENGINES: which server this arm launches (or is, for a url arm)
 
     @property
     def is_spec(self) -> bool:
@@ -93,6 +103,21 @@ def preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
         "prompt_lookup_max": 4,
         "prompt_lookup_min": 2,
     }
+
+
+def llama_preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
+    """(is a llama.cpp preset, its speculative config) for NAME: base, draftK, ngramK.
+
+    The configs name llama.cpp's own --spec-type values (common/speculative.cpp);
+    `observatory.llamacpp.spec_args` turns them into flags.
+    """
+    if name == "base":
+        return True, None
+    m = _LLAMA_PRESET_RE.fullmatch(name)
+    if not m:
+        return False, None
+    method = {"draft": "draft-simple", "ngram": "ngram-simple"}[m.group(1)]
+    return True, {"method": method, "num_speculative_tokens": int(m.group(2))}
 
 
 def parse_speculative_config(text: str, where: str = "--speculative-config") -> dict[str, Any]:
@@ -163,8 +188,13 @@ def load_arms_file(path: Path | str) -> dict[str, Arm]:
         image = raw.get("image")
         if image is not None:
             image = _check_image(image, where, url)
+        engine = raw.get("engine", "vllm")
+        if engine not in ENGINES:
+            raise ArmError(f"{where}: engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        if engine == LLAMA_CPP and (fault is not None or image is not None):
+            raise ArmError(f"{where}: faults and images are vLLM's; a llama.cpp arm takes neither")
         arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(engine_args),
-                         env=dict(env), url=url, fault=fault, image=image)
+                         env=dict(env), url=url, fault=fault, image=image, engine=engine)
     if not arms:
         raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
     return arms
@@ -196,12 +226,24 @@ def parse_arms(
             arm.copy_of = arm.name
             arm.name = f"{arm.name}#{counts[arm.name]}"
         arms.append(arm)
+    engines = sorted({a.engine for a in arms})
+    if len(engines) > 1:
+        # each spec arm must be diffed against its own engine's base, and a cross-engine
+        # diff must never enter a within-engine verdict; until sessions keep a base per
+        # engine, one session is one engine
+        raise ArmError(f"--arms {spec!r} mixes engines ({', '.join(engines)}); run each engine in its own "
+                       "session (cross-engine sessions are not supported yet)")
     if speculative_config and not any(a.name.split("#")[0].startswith("spec") for a in arms):
         raise ArmError("--speculative-config was given but no arm named 'spec' is in --arms")
     return arms
 
 
 def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | None) -> Arm:
+    prefixed = _ENGINE_PREFIX_RE.fullmatch(item)
+    if prefixed and prefixed.group(1) == LLAMA_CPP:
+        return _parse_llama_item(item, prefixed.group(2), defined)
+    if prefixed:  # vllm:NAME is NAME
+        item = prefixed.group(2)
     m = re.fullmatch(r"([^=+]+)=(https?://\S+)", item)
     if m:
         name, url = m.group(1), _check_url(m.group(2), f"--arms item {item!r}")
@@ -226,6 +268,29 @@ def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | Non
     if image is not None:
         arm.image = _check_image(image, f"--arms item {item}@{image!r}", arm.url)
         arm.name = f"{arm.name}@{image}"
+    return arm
+
+
+def _parse_llama_item(item: str, rest: str, defined: dict[str, Arm]) -> Arm:
+    """``llama.cpp:NAME`` or ``llama.cpp:NAME=URL``: a llama-server arm, named with its prefix."""
+    name, eq, url = rest.partition("=")
+    if "+" in name or "@" in name:
+        raise ArmError(f"--arms item {item!r}: faults (+fault=) and images (@IMAGE) are vLLM's; "
+                       "a llama.cpp arm takes neither")
+    if name in defined:
+        arm = copy.deepcopy(defined[name])
+        if arm.engine != LLAMA_CPP:
+            raise ArmError(f"--arms item {item!r}: the arms file defines {name!r} without engine = \"llama.cpp\"")
+    else:
+        is_preset, config = llama_preset_config(name)
+        if not is_preset:
+            raise ArmError(f"Unknown llama.cpp arm {name!r} in {item!r}. Presets: llama.cpp:base, "
+                           "llama.cpp:draftK (draft model), llama.cpp:ngramK (n-gram), K = 1..99; "
+                           "or an arms-file name with engine = \"llama.cpp\".")
+        arm = Arm(name=name, speculative_config=config, engine=LLAMA_CPP)
+    arm.name = f"{LLAMA_CPP}:{arm.name}"
+    if eq:
+        arm.url = _check_url(url, f"--arms item {item!r}")
     return arm
 
 

@@ -327,11 +327,15 @@ class EngineClient:
         t0 = time.perf_counter()
         deadline = t0 + self.timeout
         out = Response()
+        if stream and probe.tools is not None and "logprobs" in params and self.adapter.name == "llama.cpp":
+            # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp,
+            # oaicompat_chat_params_parse): such probes are sent whole (no TTFT, no chunk timeline)
+            stream = False
         try:
             body = request_body(probe, self._served_model(), params, stream)
             path = "/v1/chat/completions" if probe.kind == "chat" else "/v1/completions"
             self._request(path, body, stream, t0, deadline, out, timed)
-            if probe.kind != "chat" and not timed:
+            if probe.kind != "chat" and not timed and len(out.token_texts) != len(out.token_ids):
                 out.token_texts = self.detokenize(out.token_ids)
         except _Failed as e:
             out = Response(error=str(e), error_kind=e.kind)
@@ -476,19 +480,36 @@ def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]
     out.content = out.text
 
 
+def item_token_id(item: dict[str, Any]) -> int:
+    """A logprobs entry's token id: llama.cpp's integer ``id``, else vLLM's ``token_id:N`` token.
+
+    llama-server puts ``id`` on every entry and top-logprob entry
+    (tools/server/server-task.cpp, completion_token_output::probs_vector_to_json).
+    """
+    tid = item.get("id")
+    if type(tid) is int and tid >= 0:
+        return tid
+    if tid is not None:
+        raise ObservatoryError(f"Expected a non-negative integer token id, got id={tid!r}")
+    return parse_token_id(item["token"])
+
+
 def _take_chat_logprobs(out: Response, logprobs: Any) -> int:
     items = (logprobs or {}).get("content") if isinstance(logprobs, dict) else None
     if not items:
         return 0
     for item in items:
-        out.token_ids.append(parse_token_id(item["token"]))
+        out.token_ids.append(item_token_id(item))
         out.token_texts.append(_bytes_text(item.get("bytes"), ""))
-        out.top_logprobs.append([[parse_token_id(t["token"]), float(t["logprob"])]
+        out.top_logprobs.append([[item_token_id(t), float(t["logprob"])]
                                  for t in item.get("top_logprobs") or ()])
     return len(items)
 
 
 def _take_completion_logprobs(out: Response, logprobs: Any) -> int:
+    if isinstance(logprobs, dict) and "content" in logprobs and "tokens" not in logprobs:
+        # llama.cpp's /v1/completions answers logprobs in the chat form, with ids (server-task.cpp)
+        return _take_chat_logprobs(out, logprobs)
     tokens = (logprobs or {}).get("tokens") if isinstance(logprobs, dict) else None
     if not tokens:
         return 0

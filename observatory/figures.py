@@ -47,6 +47,7 @@ MIN_DRAFTS = 200
 BOOTSTRAP_SAMPLES = 2000
 # argv flags whose values legitimately differ between arms of one session
 _IGNORED_FLAGS = {"--port", "--speculative-config"}
+_LLAMA_SPEC_FLAGS = "--spec-"  # llama-server's speculation flags (--spec-type, --spec-draft-model, ...)
 _IGNORED_ENV = {"OBSERVATORY_FAULT", "CUDA_VISIBLE_DEVICES"}
 
 
@@ -131,7 +132,7 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     diffs = image_differences(a, b)
     fa, fb = _flags(split_docker_argv(a.get("argv", []))[2]), _flags(split_docker_argv(b.get("argv", []))[2])
     for k in sorted(set(fa) | set(fb)):
-        if k in _IGNORED_FLAGS or fa.get(k) == fb.get(k):
+        if k in _IGNORED_FLAGS or k.startswith(_LLAMA_SPEC_FLAGS) or fa.get(k) == fb.get(k):
             continue
         diffs.append(f"{k}: {_show(fb.get(k))} on base, {_show(fa.get(k))} here")
     ea, eb = a.get("env", {}), b.get("env", {})

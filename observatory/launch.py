@@ -86,7 +86,7 @@ def launch(arm: Arm, settings: EngineSettings, gpus: list[int] | None, log_path:
         container = f"{container_prefix}-{port}" if settings.image and container_prefix else None
         argv = engine_argv(arm, settings, port, env, gpus, container)
         proc = EngineProcess(argv, env, log_path, container)
-        client = EngineClient(f"http://127.0.0.1:{port}", timeout=request_timeout_s)
+        client = EngineClient(f"http://127.0.0.1:{port}", timeout=request_timeout_s, engine=arm.engine)
         t0 = time.monotonic()
         try:
             proc.start()

@@ -274,8 +274,12 @@ def plan_compare(
     if timing not in ("sequential", "concurrent"):
         raise ObservatoryError("--timing must be 'sequential' or 'concurrent'")
     plan_waves(len(arm_list), n_gpus, gpus_per_arm, parallel_arms)  # validates the GPU request
-    if any(a.url is None and not (a.image or image) for a in arm_list):
+    if any(a.url is None and a.engine == "vllm" and not (a.image or image) for a in arm_list):
         check_engine_python(settings.python)
+    if any(a.url is None and a.engine == "llama.cpp" for a in arm_list):
+        from observatory.llamacpp import require_binary
+
+        require_binary()  # a missing llama-server is a setup error (exit 3), before any arm launches
     refs = {ref for a in arm_list if a.url is None and (ref := a.image or image)}
     for ref in sorted(refs):
         require_image(ref)  # docker hook (observatory.images): a missing image is a setup error

@@ -282,7 +282,7 @@ class Runner:
             if arm.url:
                 self.reporter.arm_started(arm, f"using {arm.url}")
                 r.client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s,
-                                        engine=self.opts.engine)
+                                        engine=arm.engine if arm.engine != "vllm" else self.opts.engine)
                 if not r.client.health():
                     raise EngineStartError(f"{arm.url}/health did not answer 200", "failed", kind="unhealthy")
                 ready_s = 0.0

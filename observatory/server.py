@@ -105,6 +105,10 @@ def engine_argv(arm: Arm, settings: EngineSettings, port: int, env: dict[str, st
                 gpus: list[int] | None = None, container: str | None = None,
                 labels: dict[str, str] | None = None) -> list[str]:
     """The full command line that launches ARM (in its image, if it has one)."""
+    if arm.engine == "llama.cpp":  # llama.cpp's llama-server: observatory.llamacpp
+        from observatory.llamacpp import server_argv
+
+        return server_argv(arm, settings, port)
     args = engine_args(arm, settings, port)
     image = arm_image_ref(arm, settings)
     if image:

@@ -3,10 +3,18 @@
 # build. Idempotent: a second run reuses the venv and pip's cache.
 #   bash scripts/setup.sh          # to run observatory
 #   bash scripts/setup.sh --test   # also the test dependencies
+#   bash scripts/setup.sh --llama  # also build llama.cpp's llama-server (cached; see scripts/build-llama.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="cpu"
-[ "${1:-}" = "--test" ] && extras="cpu,test"
+llama=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) extras="cpu,test" ;;
+    --llama) llama=1 ;;
+    *) echo "setup.sh: unknown option $arg (known: --test, --llama)" >&2; exit 3 ;;
+  esac
+done
 python="${PYTHON:-python3}"
 if [ "$extras" = "cpu,test" ]; then
   # The tests also use a real PostgreSQL server and a headless browser
@@ -28,6 +36,9 @@ fi
 # and break vLLM's import ("operator torchvision::nms does not exist").
 .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 .venv/bin/observatory --version
+# llama.cpp's server (opt-in: a cold build is longer than the CI budget allows; the llama.cpp
+# engine tests skip without it). A second run finds the cached binary at once.
+[ "$llama" = 1 ] && bash scripts/build-llama.sh .venv/bin/python
 # The serving-image tests need a Docker daemon (Debian's docker.io, started here when we may).
 [ "$extras" = "cpu,test" ] && bash scripts/start-docker.sh
 exit 0

@@ -1,0 +1,201 @@
+"""llama.cpp arms without a server: the engine prefix, llama-server's command line, the GGUF (issue 17)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from observatory import llamacpp
+from observatory.arms import parse_arms
+from observatory.errors import ArmError, ObservatoryError
+from observatory.server import EngineSettings, engine_argv
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = REPO / "observatory" / "default_model"
+
+
+def test_engine_prefix_names_the_engine() -> None:
+    """Issue 17 item 3: llama.cpp:base/draftK/ngramK are llama.cpp arms; vllm:mtp2 is mtp2."""
+    vllm = parse_arms("vllm:base,vllm:mtp2")
+    assert [a.name for a in vllm] == ["base", "mtp2"] and {a.engine for a in vllm} == {"vllm"}
+    assert vllm[1].speculative_config == parse_arms("mtp2")[0].speculative_config
+    arms = parse_arms("llama.cpp:base,llama.cpp:draft2,llama.cpp:ngram3")
+    assert [a.name for a in arms] == ["llama.cpp:base", "llama.cpp:draft2", "llama.cpp:ngram3"]
+    assert {a.engine for a in arms} == {"llama.cpp"}
+    assert arms[0].speculative_config is None
+    assert arms[1].speculative_config == {"method": "draft-simple", "num_speculative_tokens": 2}
+    assert arms[2].speculative_config == {"method": "ngram-simple", "num_speculative_tokens": 3}
+
+
+def test_a_session_of_two_engines_is_refused() -> None:
+    """Issue 17 item 4 (not built yet): spec arms would be diffed against the other engine's base."""
+    with pytest.raises(ArmError, match="mixes engines .*llama.cpp, vllm.*its own session"):
+        parse_arms("vllm:base,vllm:mtp2,llama.cpp:base,llama.cpp:draft2")
+
+
+def test_llama_arm_twice_is_an_aa_copy_and_takes_a_url() -> None:
+    arms = parse_arms("llama.cpp:base,llama.cpp:base,llama.cpp:ngram2=http://10.0.0.5:8080")
+    assert [a.name for a in arms] == ["llama.cpp:base", "llama.cpp:base#2", "llama.cpp:ngram2"]
+    assert arms[1].copy_of == "llama.cpp:base"
+    assert arms[2].url == "http://10.0.0.5:8080" and arms[2].engine == "llama.cpp"
+
+
+@pytest.mark.parametrize("item, needle", [
+    ("llama.cpp:mtp2", "Unknown llama.cpp arm 'mtp2'"),
+    ("llama.cpp:draft2+fault=ghost", "faults (+fault=) and images"),
+    ("llama.cpp:base@observatory/vllm-cpu:local", "faults (+fault=) and images"),
+])
+def test_llama_arm_errors_are_one_clear_line(item: str, needle: str) -> None:
+    with pytest.raises(ArmError, match=None) as e:
+        parse_arms(item)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_arms_file_engine_key(tmp_path: Path) -> None:
+    f = tmp_path / "arms.toml"
+    f.write_text('[arms.lookup4]\nengine = "llama.cpp"\n'
+                 'speculative_config = { method = "ngram-mod", num_speculative_tokens = 4 }\n')
+    (arm,) = parse_arms("llama.cpp:lookup4", arms_file=f)
+    assert arm.engine == "llama.cpp" and arm.name == "llama.cpp:lookup4"
+    f.write_text('[arms.x]\nengine = "sglang"\n')
+    with pytest.raises(ArmError, match="engine must be one of vllm, llama.cpp"):
+        parse_arms("x", arms_file=f)
+
+
+def _fake_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("OBSERVATORY_LLAMA_SERVER", str(binary))
+    monkeypatch.setenv("OBSERVATORY_LLAMA_CACHE", str(tmp_path / "cache"))
+    return binary
+
+
+def test_server_argv_per_arm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook in server.engine_argv: llama.cpp arms get llama-server's flags, never vLLM's."""
+    binary = _fake_binary(tmp_path, monkeypatch)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    draft = tmp_path / "d.gguf"
+    draft.write_bytes(b"GGUF")
+    settings = EngineSettings(model=str(model), max_model_len=1024, seed=7, extra_args=["--enforce-eager"])
+    base, ngram = parse_arms("llama.cpp:base,llama.cpp:ngram3")
+    argv = engine_argv(base, settings, 8123)
+    assert argv[:3] == [str(binary), "--model", str(model)]
+    assert "--enforce-eager" not in argv and "--speculative-config" not in argv  # vLLM's flags stay vLLM's
+    for flag, value in (("--port", "8123"), ("--seed", "7"), ("--ctx-size", "1024")):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--metrics" in argv and "--spec-type" not in argv
+    argv = engine_argv(ngram, settings, 8123)
+    assert argv[argv.index("--spec-type") + 1] == "ngram-simple"
+    assert argv[argv.index("--spec-ngram-simple-size-m") + 1] == "3"
+    assert llamacpp.spec_args({"method": "draft-simple", "num_speculative_tokens": 2, "draft_model": str(draft)},
+                              str(model)) == ["--spec-type", "draft-simple", "--spec-draft-model", str(draft),
+                                              "--spec-draft-n-max", "2"]
+
+
+def test_missing_binary_says_how_to_build_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OBSERVATORY_LLAMA_SERVER", str(tmp_path / "nothing"))
+    with pytest.raises(ObservatoryError, match="scripts/build-llama.sh"):
+        llamacpp.require_binary()
+
+
+def test_a_folder_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ObservatoryError, match="a .gguf file or a local model folder"):
+        llamacpp.gguf_for(str(tmp_path))
+
+
+def _gguf_module() -> object | None:
+    try:
+        import gguf
+    except ImportError:
+        src = llamacpp.cache_root() / "src" / "gguf-py"
+        if not src.is_dir():
+            return None
+        sys.path.insert(0, str(src))
+        import gguf
+    return gguf
+
+
+def test_gguf_export_carries_our_vocabulary_and_the_trunk(tmp_path: Path) -> None:
+    """Issue 17 item 2: the GGUF holds our tokens, merges and special ids; the MTP layer is left out."""
+    gguf = _gguf_module()
+    if gguf is None:
+        pytest.skip("gguf-py is not installed and llama.cpp's source is not in the cache (scripts/build-llama.sh)")
+    from observatory.llamacpp_gguf import export
+
+    out = export(tmp_path / "m.gguf")
+    draft = export(tmp_path / "d.gguf", layers=2)
+    reader = gguf.GGUFReader(str(out))  # type: ignore[attr-defined]
+    tok = json.loads((DEFAULT_MODEL / "tokenizer.json").read_text(encoding="utf-8"))
+    fields = reader.fields
+    tokens = [bytes(fields["tokenizer.ggml.tokens"].parts[i]).decode() for i in fields["tokenizer.ggml.tokens"].data]
+    for text, i in tok["model"]["vocab"].items():
+        assert tokens[i] == text
+    assert tokens[1831] == "<tool_call>"
+    assert len(fields["tokenizer.ggml.merges"].data) == len(tok["model"]["merges"])
+    assert bytes(fields["tokenizer.ggml.pre"].parts[-1]).decode() == "qwen2"
+    assert int(fields["tokenizer.ggml.eos_token_id"].parts[-1][0]) == 2
+    names = {t.name for t in reader.tensors}
+    assert "blk.3.attn_q.bias" in names and not any("mtp" in n for n in names)
+    draft_names = {t.name for t in gguf.GGUFReader(str(draft)).tensors}  # type: ignore[attr-defined]
+    assert "blk.1.ffn_down.weight" in draft_names and "blk.2.ffn_down.weight" not in draft_names
+
+
+def test_gguf_export_refuses_a_foreign_pre_tokenizer() -> None:
+    from observatory.llamacpp_gguf import check_pre_tokenizer
+
+    tok = json.loads((DEFAULT_MODEL / "tokenizer.json").read_text(encoding="utf-8"))
+    check_pre_tokenizer(tok)
+    tok["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\s+|\S+"
+    with pytest.raises(ValueError, match="not Qwen2's"):
+        check_pre_tokenizer(tok)
+
+
+def _logprob_fixture() -> dict[str, Any]:
+    return dict(json.loads((REPO / "tests/fixtures/engines/llamacpp_logprobs_reconstructed.json").read_text()))
+
+
+def test_token_ids_read_from_llamacpp_ids() -> None:
+    """Issue 17: ids parsed only in vLLM's token_id:N form; llama.cpp gives an integer id per entry."""
+    from observatory.client import Response, _take_chat_logprobs, _take_completion_logprobs
+
+    fx = _logprob_fixture()
+    out = Response()
+    assert _take_chat_logprobs(out, fx["chat_chunk"]["choices"][0]["logprobs"]) == 1
+    assert out.token_ids == [412] and out.token_texts == [" apple"]
+    assert out.top_logprobs == [[[412, -0.0123], [97, -4.75]]]
+    out = Response()
+    assert _take_completion_logprobs(out, fx["completion_chunk"]["choices"][0]["logprobs"]) == 2
+    assert out.token_ids == [230, 11] and out.token_texts == ["17", ","]
+    assert out.top_logprobs[1] == [[11, -0.02], [13, -5.5]]
+
+
+def test_a_bad_llamacpp_id_is_malformed_not_a_number() -> None:
+    from observatory.client import item_token_id
+
+    assert item_token_id({"token": "token_id:7"}) == 7  # vLLM's form still reads
+    for bad in (-1, "12", 1.5, True):
+        with pytest.raises(ObservatoryError, match="integer token id"):
+            item_token_id({"id": bad, "token": "x"})
+
+
+def test_llama_spec_flags_are_speculation_not_a_confound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A draft arm differs from llama.cpp base only in --spec-* flags: not CONFOUNDED; other flags are."""
+    from types import SimpleNamespace
+
+    from observatory.figures import launch_differences
+
+    _fake_binary(tmp_path, monkeypatch)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    settings = EngineSettings(model=str(model), max_model_len=1024)
+    base, ngram = parse_arms("llama.cpp:base,llama.cpp:ngram4")
+    row = lambda arm, port: SimpleNamespace(launch={"argv": engine_argv(arm, settings, port), "env": {}})  # noqa: E731
+    assert launch_differences(row(ngram, 9001), row(base, 9000)) == []
+    ngram.engine_args = ["--threads", "1"]
+    assert launch_differences(row(ngram, 9001), row(base, 9000)) == ["--threads: absent on base, '1' here"]
