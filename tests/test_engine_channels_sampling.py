@@ -22,7 +22,7 @@ from observatory.cli import cli
 from observatory.paths import REPO_ROOT
 from observatory.store import Store
 
-pytestmark = [pytest.mark.engine, requires_engine]
+pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 SUITE = REPO_ROOT / "tests" / "fixtures" / "channel_tiny.toml"
 FAULTED = "mtp2+fault=biased_accept"
 

@@ -25,7 +25,7 @@ from observatory.cli import cli
 from observatory.db import ArmRow, SessionRow, SummaryRow
 from observatory.store import Store
 
-pytestmark = [pytest.mark.engine, requires_engine]
+pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 
 SUITE = Path(__file__).parent / "fixtures" / "semantics.toml"
 # stream_drop is left out to keep the session short (it is caught by the suite's token_diff:nonstream too,

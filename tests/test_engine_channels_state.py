@@ -19,7 +19,7 @@ from conftest import requires_engine
 from observatory.cli import cli
 from observatory.store import Store
 
-pytestmark = [pytest.mark.engine, requires_engine]
+pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 
 CHANNELS = ("soak", "length_sweep", "mixed_batch")
 FAULT_OF = {"soak": "soak_poison", "length_sweep": "length_poison", "mixed_batch": "batch_swap"}
