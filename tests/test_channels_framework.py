@@ -156,3 +156,15 @@ def test_selftest_nightly_adds_each_channels_faults(monkeypatch: pytest.MonkeyPa
     assert fault_plan("quick", None) == {f: None for f in FAULTS}
     plan = fault_plan(None, "echo")
     assert plan["ghost_batch"] == "echo" and all(plan[f] is None for f in FAULTS)
+
+
+def test_every_channel_names_the_faults_selftest_injects_for_it() -> None:
+    """Issue 15 item 12: selftest --profile nightly injects each channel's own fault (history needs earlier nights)."""
+    from observatory.commands.selftest import fault_plan
+    from observatory.faults import FAULTS as KNOWN
+
+    plan = fault_plan("nightly", None)
+    assert {plan[f] for f in ("soak_poison", "length_poison", "batch_swap", "past_stop", "inflate_accepted",
+                              "biased_accept")} == {"soak", "length_sweep", "mixed_batch", "finish", "counters",
+                                                    "sampling"}
+    assert all(f in KNOWN for f in plan)

@@ -187,5 +187,6 @@ CHANNEL = Channel(
     plan=plan,
     measure=measure,
     judge=judge,
+    faults=("inflate_accepted",),
     options={"requests": REQUESTS},
 )

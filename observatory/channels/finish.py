@@ -213,6 +213,7 @@ CHANNEL = Channel(
     plan=plan,
     measure=measure,
     judge=judge,
+    faults=("past_stop",),
     options={"probes": PROBES_PER_SUITE, "variants": list(VARIANTS), "stop_str_at": STOP_STR_AT,
              "stop_id_at": STOP_ID_AT},
 )

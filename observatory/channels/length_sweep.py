@@ -98,5 +98,6 @@ CHANNEL = Channel(
     plan=plan,
     measure=measure,
     judge=judge,
+    faults=("length_poison",),
     options={"lengths": f"1..{MAX_LENGTH} contiguous", "max_tokens": MAX_TOKENS, "block_size_assumed": BLOCK},
 )

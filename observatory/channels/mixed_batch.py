@@ -101,5 +101,6 @@ CHANNEL = Channel(
     plan=plan,
     measure=measure,
     judge=judge,
+    faults=("batch_swap",),
     options={"batch": BATCH, "max_tokens": list(MAX_TOKENS), "stop": STOP, "streamed": "every other"},
 )

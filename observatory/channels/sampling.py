@@ -232,6 +232,7 @@ CHANNEL = Channel(
     plan=plan,
     measure=measure,
     judge=judge,
+    faults=("biased_accept",),
     options={"samples": SAMPLES, "max_tokens": MAX_TOKENS, "prompts": len(PROMPTS), "alpha": ALPHA,
              "concurrency": CONCURRENCY},
 )

@@ -175,6 +175,7 @@ CHANNEL = Channel(
     plan=plan,
     measure=measure,
     judge=judge,
+    faults=("soak_poison",),
     options={"pattern": "A, B(long), A, B, C(short)", "pattern_repeats": PATTERN_REPEATS,
              "suite_repeats": SUITE_REPEATS, "max_tokens": MAX_TOKENS, "z_trend": Z_TREND},
 )
