@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from conftest import requires_engine
 from sqlalchemy import select
 
-from observatory import runner as runner_mod
+from observatory import launch as launch_mod
 from observatory.cli import cli
 from observatory.db import ArmRow, ResultRow, SessionRow
 from observatory.store import Store
@@ -61,14 +61,16 @@ def test_engine_that_fails_to_start(tmp_path: Path) -> None:
     assert Path(arm["log_path"]).is_file()
 
 
-def test_port_taken_then_engine_killed_mid_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_port_taken_then_engine_killed_mid_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 request: pytest.FixtureRequest) -> None:
     """The first port offered is taken; base's engine is SIGKILLed mid-probe; mtp1 still runs."""
     db = tmp_path / "k.db"
     blocker = socket.socket()
+    request.addfinalizer(blocker.close)  # closed on every path, a failed setup line included
     blocker.bind(("127.0.0.1", 0))
     blocker.listen(1)
     taken = blocker.getsockname()[1]
-    real_free_port = runner_mod.free_port
+    real_free_port = launch_mod.free_port
     offered: list[int] = []
 
     def free_port() -> int:
@@ -76,7 +78,7 @@ def test_port_taken_then_engine_killed_mid_probe(tmp_path: Path, monkeypatch: py
         offered.append(port)
         return port
 
-    monkeypatch.setattr(runner_mod, "free_port", free_port)
+    monkeypatch.setattr(launch_mod, "free_port", free_port)
     killed: dict[str, int] = {}
     store = Store(str(db))
 
