@@ -48,7 +48,9 @@ BOOTSTRAP_SAMPLES = 2000
 # argv flags whose values legitimately differ between arms of one session
 _IGNORED_FLAGS = {"--port", "--speculative-config"}
 _LLAMA_SPEC_FLAGS = "--spec-"  # llama-server's speculation flags (--spec-type, --spec-draft-model, ...)
-_IGNORED_ENV = {"OBSERVATORY_FAULT", "CUDA_VISIBLE_DEVICES"}
+# the plugin switches change speculative steps only (a fault, or the repair of an engine bug, see
+# observatory.faults): they are the arm's treatment, shown with it, not a confound of the launch
+_IGNORED_ENV = {"OBSERVATORY_FAULT", "OBSERVATORY_REPAIR", "CUDA_VISIBLE_DEVICES"}
 
 
 def acceptance(c: SpecCounters) -> dict[str, Any]:

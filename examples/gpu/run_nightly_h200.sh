@@ -3,7 +3,10 @@
 # (the trimmed bundle, see examples/h200/README.md). From the repo root, on the device machine:
 #   bash examples/gpu/run_nightly_h200.sh tiny     # base,base,mtp1,mtp2 on the embedded tiny model
 #   bash examples/gpu/run_nightly_h200.sh hybrid   # base,mtp2 on the Qwen3.5-style hybrid, random weights
-# Results go to $OUT (or /tmp/out): nightly-*.db, reports, JUnit, engine logs, timings.txt.
+# Results go to $OUT (or /tmp/out), at most 8 files (what the device machine sends back): nightly-MODE.db,
+# nightly-MODE.txt (the gate's output), costs-MODE.txt (benchmarks/channel_costs.py: each phase's cost),
+# timings.txt, and nightly-MODE.tar.gz (report, JUnit, engine logs). LIMIT_S (default 560) stops the gate
+# with SIGINT, as Ctrl-C would: the session is stored as interrupted and its engines stopped.
 set -uo pipefail
 mode=${1:?tiny or hybrid}
 cd "$(dirname "$0")/../.."
@@ -19,6 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c "import vllm; print('vllm', vllm.__version__)"
 common=(--engine-arg=--attention-backend=TRITON_ATTN --spec-extra '{"attention_backend":"TRITON_ATTN"}'
         --health-timeout 400 --log-dir "$out/logs" --profile nightly)
+limit=${LIMIT_S:-560}
 timed() {  # label, then the command
   local label=$1; shift
   local t0; t0=$(date +%s.%N)
@@ -27,7 +31,7 @@ timed() {  # label, then the command
 }
 case $mode in
 tiny)
-  timed nightly-tiny python3 -m observatory gate --arms base,base,mtp1,mtp2 --db "$out/nightly-tiny.db" \
+  timed nightly-tiny timeout -s INT "$limit" python3 -m observatory gate --arms base,base,mtp1,mtp2 --db "$out/nightly-tiny.db" \
     --report "$out/nightly-tiny" --junit "$out/nightly-tiny.xml" "${common[@]}" \
     --engine-arg=--gpu-memory-utilization=0.2 --engine-arg=--enforce-eager --concurrency 1,4 > "$out/nightly-tiny.txt" 2>&1
   tail -40 "$out/nightly-tiny.txt"
@@ -35,7 +39,7 @@ tiny)
 hybrid)
   python3 examples/gpu/make_hybrid_config.py /tmp/hybrid --hidden 4096 --layers 32 \
     --tokenizer-from "${TOKENIZER_FROM:-observatory/default_model}"
-  timed nightly-hybrid python3 -m observatory gate --arms base,mtp2 --model /tmp/hybrid --db "$out/nightly-hybrid.db" \
+  timed nightly-hybrid timeout -s INT "$limit" python3 -m observatory gate --arms base,mtp2 --model /tmp/hybrid --db "$out/nightly-hybrid.db" \
     --report "$out/nightly-hybrid" --junit "$out/nightly-hybrid.xml" "${common[@]}" \
     --dtype bfloat16 --max-model-len 2048 --engine-arg=--load-format=dummy --engine-arg=--language-model-only \
     --engine-arg=--gdn-prefill-backend=triton --engine-arg=--gpu-memory-utilization=0.5 \
@@ -43,3 +47,7 @@ hybrid)
   tail -40 "$out/nightly-hybrid.txt"
   ;;
 esac
+python3 benchmarks/channel_costs.py "$out/nightly-$mode.db" > "$out/costs-$mode.txt" 2>&1; cat "$out/costs-$mode.txt"
+tar -C "$out" -czf "$out/nightly-$mode.tar.gz" "nightly-$mode" "nightly-$mode.xml" logs gpus.txt 2>/dev/null
+rm -rf "$out/nightly-$mode" "$out/nightly-$mode.xml" "$out/logs" "$out/gpus.txt"
+ls -la "$out"

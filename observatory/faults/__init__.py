@@ -141,11 +141,16 @@ def active_faults(environ: Mapping[str, str] | None = None) -> frozenset[str]:
 
 
 def register() -> None:
-    """vLLM general-plugin entry point. Inert unless ``OBSERVATORY_FAULT`` is set.
+    """vLLM general-plugin entry point. Inert unless ``OBSERVATORY_FAULT`` or ``OBSERVATORY_REPAIR`` is set.
 
     Safe to call several times in one process (vLLM may; a forked child
     inherits patched modules): patches are applied once per module.
     """
+    from observatory.faults import repairs  # no vLLM, no torch at import
+
+    fixes = repairs.active_repairs()
+    if fixes:
+        repairs.install(fixes)
     faults = active_faults()
     if not faults:
         return

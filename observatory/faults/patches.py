@@ -347,6 +347,29 @@ def _applier(name: str, patch: Callable[..., Any], faults: frozenset[str]) -> Ca
     return apply
 
 
+def on_import(name: str, apply: Callable[[ModuleType], None]) -> None:
+    """Run APPLY on module NAME now if it is imported, else right after its first import.
+
+    Hooks on one module chain (a fault and a repair may both patch the
+    rejection sampler's module): each runs, in the order they were added.
+    """
+    module = sys.modules.get(name)
+    if module is not None:
+        apply(module)
+        return
+    hooks = _finder().hooks
+    earlier = hooks.get(name)
+    if earlier is None:
+        hooks[name] = apply
+        return
+
+    def both(module: ModuleType) -> None:
+        earlier(module)
+        apply(module)
+
+    hooks[name] = both
+
+
 def install(faults: frozenset[str]) -> list[str]:
     """Patch (now or at import) every target module one of `faults` needs.
 
@@ -358,11 +381,6 @@ def install(faults: frozenset[str]) -> list[str]:
             wanted = serves & faults
             if not wanted:
                 continue
-            apply = _applier(name, patch, wanted)
             armed.append(name)
-            module = sys.modules.get(name)
-            if module is not None:
-                apply(module)
-            else:
-                _finder().hooks[name] = apply
+            on_import(name, _applier(name, patch, wanted))
     return armed

