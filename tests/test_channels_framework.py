@@ -168,3 +168,18 @@ def test_every_channel_names_the_faults_selftest_injects_for_it() -> None:
                               "biased_accept")} == {"soak", "length_sweep", "mixed_batch", "finish", "counters",
                                                     "sampling"}
     assert all(f in KNOWN for f in plan)
+
+
+def test_report_draws_a_channel_table_whose_rows_have_different_keys(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression (H200 nightly, hybrid model): a row with a key the first row lacks crashed the report."""
+    def judge(view: ChannelView) -> list[VerdictRow]:
+        table = [{"probe": "a"}, {"probe": "b", "finish": "not comparable <i>"}]
+        return [view.verdict(a, "PASS", "ragged", {"table": table}) for a in view.arms if a is not view.base]
+
+    channels_mod.channels()
+    monkeypatch.setitem(channels_mod._REGISTRY, "echo", Channel(name="echo", title="Ragged", catches="a test",
+                                                                 plan=_plan, measure=_measure, judge=judge))
+    with AnswerStub(fixed("same")) as a, AnswerStub(fixed("same")) as b:
+        _, _, html, _ = _gate(tmp_path, f"base={a.url},mtp1={b.url}", "--channels", "echo")
+    assert "<th>finish</th>" in html and "not comparable &lt;i&gt;" in html

@@ -13,7 +13,9 @@ module does the rest, the same way for all three:
 - where base varies (its own noise, or an A/A copy ``base,base`` that differs
   from base at that key), a divergence is WARN "not attributable", never FAIL;
 - a request that failed on the arm but not on base is FAIL; one base could not
-  answer is "not measurable" (no verdict made up for it).
+  answer is "not measurable" (no verdict made up for it), and so is one whose
+  ids came back incomplete on either side (fewer than its usage count: vLLM
+  0.26 for CUDA withholds the streamed ids its hermes tool parser swallows).
 
 The arm's verdict is FAIL if any request FAILs, else WARN if any WARNs, else
 PASS; UNJUDGED when no request could be compared. The base arm gets PASS
@@ -71,6 +73,17 @@ def diff(view: ChannelView, cand: ResultRow, ref: ResultRow) -> tuple[str, dict[
     return res.verdict, dict(res.details)
 
 
+def _withheld(r: ResultRow, where: str) -> str | None:
+    """Why R cannot be diffed token by token (fewer ids than its usage count: withheld), or None."""
+    from observatory.judge import tokens_complete  # judge imports the channels: keep this import lazy
+
+    if tokens_complete(r):
+        return None
+    said = (r.usage or {}).get("completion_tokens")
+    return (f"ids withheld {where}: {len(r.token_ids or [])} of {said if said is not None else 'unknown'} "
+            "came back (the engine's stream held them back)")
+
+
 def _row(view: ChannelView, k: Keyed, ref: ResultRow | None, noise: str | None) -> dict[str, Any]:
     r = k.result
     row: dict[str, Any] = {**k.label}
@@ -80,6 +93,10 @@ def _row(view: ChannelView, k: Keyed, ref: ResultRow | None, noise: str | None) 
     if not r.ok:
         row.update(verdict=FAIL, kind="request failed here, not on base", position=None, margin=None,
                    here=preview(r))
+        return row
+    short = _withheld(r, "here") or _withheld(ref, "on base")
+    if short:
+        row.update(verdict="NOT_MEASURABLE", kind=short, position=None, margin=None)
         return row
     verdict, d = diff(view, r, ref)
     margin = d.get("margin")
