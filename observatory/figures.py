@@ -23,7 +23,8 @@ All figures derive from stored rows, so they can be recomputed at any time:
 - the A/A noise floor from copies of the base arm;
 - validity codes: INVALID, CONFOUNDED, LOW_N, CRASHED, HUNG, CROSS_SESSION (an arm
   that ran apart from base: resumed later or elsewhere), UNCHECKED (what a URL
-  arm's server does not expose to compare), CONCURRENT.
+  arm's server does not expose to compare), CONCURRENT, ENGINE_CHOSEN (a cache setting no flag
+  sets that the engine chose differently for the spec arm: not a confound).
 """
 
 from __future__ import annotations
@@ -145,6 +146,21 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     return diffs
 
 
+# cache settings an engine derives from the model and the speculative config when no flag sets them
+# (H200, vLLM 0.26, the Qwen3.5-style hybrid: block_size 272 on base, 288 with MTP)
+_DERIVED_CACHE = {"block_size": "--block-size"}
+
+
+def _engine_chosen(diffs: list[str] | None, arm: ArmRow, base: ArmRow) -> tuple[list[str], list[str]]:
+    """Split launched arms' cache differences into confounds and values the engine chose itself."""
+    if not diffs:
+        return [], []
+    flags = [set(_flags(split_docker_argv((a.launch or {}).get("argv", []))[2])) for a in (arm, base)]
+    chosen = {key for key, flag in _DERIVED_CACHE.items() if not any(flag in f for f in flags)}
+    derived = [d for d in diffs if d.split(":")[0].removeprefix("cache ") in chosen]
+    return [d for d in diffs if d not in derived], derived
+
+
 def _show(v: Any) -> str:
     return "absent" if v is None else ("set" if v is True else repr(v))
 
@@ -218,10 +234,14 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
         if not (launch.get("url") or (base.launch or {}).get("url")):
             # launched arms: the same flags may still be served differently (prefix caching is the
             # engine's default unless a flag says otherwise), so compare what the servers report
-            cache = cache_differences(arm, base)
+            cache, chosen = _engine_chosen(cache_differences(arm, base), arm, base)
             if cache:
                 out.append({"code": "CONFOUNDED", "detail": "the servers differ in more than speculation: "
                             + "; ".join(cache)})
+            if chosen:
+                out.append({"code": "ENGINE_CHOSEN", "detail": "; ".join(chosen) + " (no flag sets it on either "
+                            "arm: the engine chose it for each configuration, as vLLM sizes a hybrid model's "
+                            "attention blocks to its state pages; part of what speculation changes)"})
         if launch.get("url") or (base.launch or {}).get("url"):
             served, unchecked = served_differences(arm, base)
             if served:

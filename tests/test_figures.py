@@ -434,3 +434,19 @@ def test_arms_file_sets_fail_on_and_the_flag_wins(tmp_path: Path) -> None:
     arms.write_text("fail_on = 3\n")
     r = CliRunner().invoke(cli, ["compare", "--arms", "base", "--arms-file", str(arms), "--db", str(tmp_path / "x.db")])
     assert r.exit_code == 3 and "fail_on must be a string" in r.output
+
+
+def test_a_block_size_the_engine_chose_is_a_note_not_a_confound(store: Store) -> None:
+    """H200 hybrid nightly: vLLM picked block_size 272 on base and 288 with MTP, no flag set it: ENGINE_CHOSEN,
+    not CONFOUNDED. Set by a flag on one arm, or prefix caching served differently, it stays a confound."""
+    def served(block: str, prefix: str = "False") -> dict[str, Any]:
+        return {"cache_config": {"block_size": block, "enable_prefix_caching": prefix}}
+
+    sid = _session(store, [{"name": "base", "rate": 50, "ttft": 40.0, "served": served("272")},
+                           {"name": "mtp1", "k": 1, "rate": 60, "ttft": 40.0, "served": served("288")}])
+    codes = _codes(store, sid, "mtp1")
+    assert "CONFOUNDED" not in codes and codes["ENGINE_CHOSEN"].startswith("cache block_size: '272' on base")
+    sid2 = _session(store, [{"name": "base", "rate": 50, "ttft": 40.0, "served": served("272")},
+                            {"name": "mtp1", "k": 1, "rate": 60, "ttft": 40.0, "served": served("288", "True")}])
+    codes2 = _codes(store, sid2, "mtp1")
+    assert "enable_prefix_caching" in codes2["CONFOUNDED"] and "block_size" not in codes2["CONFOUNDED"]
