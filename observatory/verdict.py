@@ -35,7 +35,8 @@ from observatory.gates import GateRegistry, default_registry, registry_for
 from observatory.read_model import EXIT, ArmView, Reason, SessionFacts, SessionVerdict, SessionView
 from observatory.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
 
-__all__ = ["EXIT", "Reason", "SessionVerdict", "arm_role", "decide", "discriminates", "session_verdict"]
+__all__ = ["EXIT", "INVALID_CODES", "LEVELS", "NOT_DISCRIMINATING", "UNJUDGED", "WHY", "Reason", "SessionVerdict",
+           "arm_role", "decide", "discriminates", "session_gates", "session_verdict"]
 
 INVALID_CODES = ("INVALID", "CONFOUNDED", "CRASHED", "HUNG", "CROSS_SESSION")
 LEVELS = ("FAIL", "INVALID", "WARN", "NOTE")

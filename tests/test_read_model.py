@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import gzip
+import json
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -90,8 +91,7 @@ def test_unknown_is_not_zero_and_extra_stored_keys_are_kept() -> None:
     """Counters never read stay null; keys the model does not name (``problem``) print after the four."""
     assert to_json(counters(None)) == '{"drafts": null, "draft_tokens": null, "accepted": null, "accepted_per_pos": null}'
     c = counters({"problem": "counters decreased", "accepted": 3, "drafts": 2})
-    assert list(__import__("json").loads(to_json(c))) == ["drafts", "draft_tokens", "accepted", "accepted_per_pos",
-                                                          "problem"]
+    assert list(json.loads(to_json(c))) == ["drafts", "draft_tokens", "accepted", "accepted_per_pos", "problem"]
     fig = ArmFigures.from_stored({"speed": {"requests": 0}, "future_figure": 1, "acceptance": None})
     assert (fig.acceptance, fig.vs_base, fig.stored) == (None, None, ("speed", "future_figure", "acceptance"))
     assert to_json(fig) == '{"speed": {"requests": 0}, "future_figure": 1, "acceptance": null}'
