@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from observatory import charts
+from observatory.read_model import SessionView
 from observatory.report import environment
 from observatory.store import Store
 from observatory.summaries import arm_summaries, read_summaries
@@ -96,10 +97,10 @@ def _point(x: dict[str, Any], session: int, started_at: str | None, host: str | 
                  engine_version=x["engine_version"], image=x["image"], session_verdict=verdict)
 
 
-def session_points(data: dict[str, Any], arm: str | None = None) -> list[Point]:
-    """The points of one `report_data.build` dict (optionally only arm ARM)."""
-    s = data["session"]
-    return [_point(x, s["id"], s.get("started_at"), s.get("host"), None)
+def session_points(data: SessionView, arm: str | None = None) -> list[Point]:
+    """The points of one `report_data.build` view (optionally only arm ARM)."""
+    s = data.session
+    return [_point(x, s.id, s.started_at, s.host, None)
             for x in arm_summaries(data) if arm is None or x["arm"] == arm]
 
 

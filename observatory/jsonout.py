@@ -1,5 +1,8 @@
 """The one JSON serialisation of session data (`show --json`, `gate --json`): standard JSON only.
 
+Read-model objects (`observatory.read_model`) are written through its
+`to_plain`, so the JSON has the documented shape of those classes.
+
 Python's json writes NaN and Infinity, which no strict parser (jq, JSON.parse,
 Go, Rust) accepts (issue 19 item 9). A non-finite float means "not
 measurable" and is written as null; `allow_nan=False` then guarantees that
@@ -11,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 from typing import Any
+
+from observatory.read_model import to_plain
 
 
 def finite(value: Any) -> Any:
@@ -25,5 +30,6 @@ def finite(value: Any) -> Any:
 
 
 def to_json(data: Any) -> str:
-    """DATA as standard JSON text (non-finite numbers as null; other objects as their str)."""
-    return json.dumps(finite(data), ensure_ascii=False, default=str, allow_nan=False)
+    """DATA (read-model objects or plain data) as standard JSON text (non-finite numbers as null; other
+    objects as their str)."""
+    return json.dumps(finite(to_plain(data)), ensure_ascii=False, default=str, allow_nan=False)

@@ -1,4 +1,4 @@
-"""Static HTML reports, rendered from `report_data.build()` dicts only (never ORM rows).
+"""Static HTML reports, rendered from the read model `report_data.build()` returns (never ORM rows).
 
 A report is a directory that opens offline from ``file://`` or a CI artifact:
 ``index.html`` plus ``results/A-P.html`` (arm A, probe P, both 0-based indices,
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ from observatory import charts
 from observatory.images import arm_image
 from observatory.paths import TEMPLATES_DIR
 from observatory.previews import PREVIEW_CHARS
-from observatory.verdict import INVALID_CODES, arm_role, decide
+from observatory.read_model import ArmView, ResultView, SessionFacts, SessionView
+from observatory.verdict import INVALID_CODES, arm_role
 
 # gate -> (reference label, compared label (None: the arm's name), what is compared)
 DIFF_GATES = {
@@ -86,53 +88,53 @@ def tokens_html(tokens: list[Any] | None, mark_first: bool = False) -> Markup:
 
 def _g(d: Any, *path: str) -> Any:
     for key in path:
-        if not isinstance(d, dict):
+        if not isinstance(d, Mapping):
             return None
         d = d.get(key)
     return d
 
 
-def role_words(a: dict[str, Any]) -> str:
+def role_words(a: ArmView) -> str:
     """The arm's role in words: base, A/A copy, or the speculative config."""
-    spec = a.get("speculative_config")
+    spec = a.speculative_config
     role = arm_role(a)
-    config = (f"{spec.get('method', 'spec')} k={spec.get('num_speculative_tokens', '?')}" if isinstance(spec, dict)
+    config = (f"{spec.get('method', 'spec')} k={spec.get('num_speculative_tokens', '?')}" if isinstance(spec, Mapping)
               else "speculating")
     if role == "base":
         return "base (no speculation)"
     if role == "aa_copy":
-        return f"A/A copy of {a.get('copy_of')} (no speculation)"
+        return f"A/A copy of {a.copy_of} (no speculation)"
     if role == "variant":
         return "variant (no speculation), diffed against base"
     words = config + (" · injected fault" if role == "fault" else "")
-    return f"copy of {a['copy_of']} · {words}" if a.get("copy_of") else words
+    return f"copy of {a.copy_of} · {words}" if a.copy_of else words
 
 
-def arm_view(a: dict[str, Any]) -> dict[str, Any]:
+def arm_view(a: ArmView) -> dict[str, Any]:
     """One arm with every figure the templates read present (None when missing)."""
-    acc = a.get("acceptance") or {}
-    spd = a.get("speed") or {}
-    vs = a.get("vs_base")
+    acc = a.figures.acceptance or {}
+    spd = a.figures.speed or {}
+    vs = a.figures.vs_base
     per_pos, hist = acc.get("per_position") or [], acc.get("histogram") or []
-    codes = [v.get("code", "?") for v in a.get("validity") or []]
+    codes = [v.code for v in a.validity]
     levels = sorted(_g(spd, "throughput") or {}, key=int)
     return {
-        "name": a["name"], "role": role_words(a), "status": a.get("status"),
-        "reason": a.get("reason"), "is_spec": bool(a.get("is_spec")),
-        "engine_version": a.get("engine_version"), "validity": a.get("validity") or [],
-        "arm_gates": sorted((g, v.get("verdict"), v.get("reason")) for g, v in (a.get("arm_verdicts") or {}).items()),
-        "bad": any(c in INVALID_CODES for c in codes), "log_tail": a.get("log_tail"),
-        "log_path": a.get("log_path"), "show_log": a.get("status") not in ("ok", "pending"),
-        "argv": shlex.join(_g(a, "launch", "argv") or []), "env": _g(a, "launch", "env") or {},
-        "url": _g(a, "launch", "url"), "fault": _g(a, "launch", "fault"),
-        "image": arm_image(a.get("launch") or {}),  # docker hook: ref, digest, engine inside
+        "name": a.name, "role": role_words(a), "status": a.status,
+        "reason": a.reason, "is_spec": a.is_spec,
+        "engine_version": a.engine_version, "validity": a.validity,
+        "arm_gates": sorted((g, v.verdict, v.reason) for g, v in a.arm_verdicts.items()),
+        "bad": any(c in INVALID_CODES for c in codes), "log_tail": a.log_tail,
+        "log_path": a.log_path, "show_log": a.status not in ("ok", "pending"),
+        "argv": shlex.join(a.launch.get("argv") or []), "env": a.launch.get("env") or {},
+        "url": a.launch.get("url"), "fault": a.launch.get("fault"),
+        "image": arm_image(dict(a.launch)),  # docker hook: ref, digest, engine inside
         "alpha": acc.get("alpha"), "tau": acc.get("tau"), "drafts": acc.get("drafts"),
         "draft_tokens": acc.get("draft_tokens"), "accepted": acc.get("accepted"),
         "by_category": acc.get("by_category") or {},
         "per_pos_html": charts.bars(per_pos, [f"p{j + 1}" for j in range(len(per_pos))],
-                                    f"{a['name']}: P(accepted ≥ j)", xlabel="draft position j")
+                                    f"{a.name}: P(accepted ≥ j)", xlabel="draft position j")
         if per_pos else None,
-        "hist_html": charts.bars(hist, [str(j) for j in range(len(hist))], f"{a['name']}: P(n accepted)",
+        "hist_html": charts.bars(hist, [str(j) for j in range(len(hist))], f"{a.name}: P(n accepted)",
                                  color=charts.PALETTE[2], xlabel="accepted per draft n") if hist else None,
         "ttft_med": _g(spd, "ttft_ms", "median"), "ttft_p90": _g(spd, "ttft_ms", "p90"),
         "itl_med": _g(spd, "itl_ms", "median"), "itl_p90": _g(spd, "itl_ms", "p90"),
@@ -140,16 +142,16 @@ def arm_view(a: dict[str, Any]) -> dict[str, Any]:
         "requests": spd.get("requests"),
         "throughput": {lv: _g(spd, "throughput", lv, "tok_s") for lv in levels},
         "vs": {k: _g(vs, k) for k in ("S", "ci", "r", "c", "pays", "statement", "break_even_alpha",
-                                      "within_noise", "cross_session")} if isinstance(vs, dict) else None,
+                                      "within_noise", "cross_session")} if isinstance(vs, Mapping) else None,
         "bursty": spd.get("bursty") if _g(spd, "bursty", "bursty") else None,
         "token_source": spd.get("token_source"),
-        "by_concurrency": a.get("by_concurrency") or {},
-        "stream_tau": a.get("stream_tau"), "stream_counter_tau": a.get("stream_counter_tau"),
-        "performance": a.get("performance") or [],
+        "by_concurrency": a.figures.by_concurrency or {},
+        "stream_tau": a.figures.stream_tau, "stream_counter_tau": a.figures.stream_counter_tau,
+        "performance": a.figures.performance or [],
     }
 
 
-def diff_views(data: dict[str, Any], only: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+def diff_views(data: SessionView, only: tuple[int, int] | None = None) -> list[dict[str, Any]]:
     """Every divergence of the session (or of one result): token_diff and its stream/batch variants.
 
     For every result's own list at once, use `diffs_by_result` (one pass).
@@ -159,26 +161,28 @@ def diff_views(data: dict[str, Any], only: tuple[int, int] | None = None) -> lis
     return [d for ds in diffs_by_result(data).values() for d in ds]
 
 
-def diffs_by_result(data: dict[str, Any]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+def diffs_by_result(data: SessionView) -> dict[tuple[int, int], list[dict[str, Any]]]:
     """(arm index, probe index) -> that result's divergences, in one pass over the session."""
-    pidx = {p["name"]: i for i, p in enumerate(data["probes"])}
+    pidx = {p.name: i for i, p in enumerate(data.probes)}
     out: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for ai, a in enumerate(data["arms"]):
-        for r in a["results"]:
-            pi = pidx.get(r["probe"], -1)
+    for ai, a in enumerate(data.arms):
+        for r in a.results:
+            pi = pidx.get(r.probe, -1)
             for gate, (ref, cand, label) in DIFF_GATES.items():
-                v = r["verdicts"].get(gate)
-                d = (v or {}).get("details") or {}
-                if v is None or (d.get("kind") in ("identical", None) and v["verdict"] in ("PASS", "SKIP")):
+                v = r.verdicts.get(gate)
+                if v is None:
                     continue
-                if gate == "token_diff" and a.get("copy_of"):
+                d = v.details or {}
+                if d.get("kind") in ("identical", None) and v.verdict in ("PASS", "SKIP"):
+                    continue
+                if gate == "token_diff" and a.copy_of:
                     label = "A/A control vs base"
                 out.setdefault((ai, pi), []).append({
-                    "arm": a["name"], "probe": r["probe"], "href": result_href(ai, pi), "gate": gate,
-                    "label": label, "verdict": v["verdict"], "reason": v["reason"], "kind": d.get("kind"),
+                    "arm": a.name, "probe": r.probe, "href": result_href(ai, pi), "gate": gate,
+                    "label": label, "verdict": v.verdict, "reason": v.reason, "kind": d.get("kind"),
                     "position": d.get("position"), "margin": d.get("margin"),
                     "lower_bound": bool(d.get("margin_is_lower_bound")), "near_tie_nats": d.get("near_tie_nats"),
-                    "longer": d.get("longer"), "ref_label": ref, "cand_label": cand or a["name"],
+                    "longer": d.get("longer"), "ref_label": ref, "cand_label": cand or a.name,
                     "prefix_html": tokens_html(d.get("prefix")) if d.get("prefix") else None,
                     "ref_html": tokens_html(d.get("base_continuation"), mark_first=True),
                     "cand_html": tokens_html(d.get("spec_continuation"), mark_first=True),
@@ -186,15 +190,15 @@ def diffs_by_result(data: dict[str, Any]) -> dict[tuple[int, int], list[dict[str
     return out
 
 
-def overall(data: dict[str, Any]) -> dict[str, Any]:
+def overall(data: SessionView) -> dict[str, Any]:
     """The verdict banner: the session verdict of `observatory.verdict.decide`, each reason linked to its result.
 
     The report renders the one verdict policy, so the banner, the gate's exit
     status, JUnit and ``show --json`` never disagree.
     """
-    v = decide(data)
-    pidx = {p["name"]: i for i, p in enumerate(data["probes"])}
-    aidx = {a["name"]: i for i, a in enumerate(data["arms"])}
+    v = data.verdict
+    pidx = {p.name: i for i, p in enumerate(data.probes)}
+    aidx = {a.name: i for i, a in enumerate(data.arms)}
     reasons = []
     for r in v.reasons:
         href = (result_href(aidx[r.arm], pidx[r.probe])
@@ -203,64 +207,65 @@ def overall(data: dict[str, Any]) -> dict[str, Any]:
     return {"verdict": v.verdict, "why": v.why, "reasons": reasons}
 
 
-def matrix(data: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
     """Probe rows, one cell per arm: worst verdict, 80-character preview, link, stream/batch flags."""
     rows = []
     # each arm's first result per probe, indexed once (was a scan per cell)
-    by_probe: list[dict[str, dict[str, Any]]] = [{} for _ in data["arms"]]
-    for ai, a in enumerate(data["arms"]):
-        for x in a["results"]:
-            by_probe[ai].setdefault(x["probe"], x)
-    for pi, p in enumerate(data["probes"]):
+    by_probe: list[dict[str, ResultView]] = [{} for _ in data.arms]
+    for ai, a in enumerate(data.arms):
+        for x in a.results:
+            by_probe[ai].setdefault(x.probe, x)
+    for pi, p in enumerate(data.probes):
         cells: list[dict[str, Any] | None] = []
-        for ai, _a in enumerate(data["arms"]):
-            r = by_probe[ai].get(p["name"])
+        for ai, _a in enumerate(data.arms):
+            r = by_probe[ai].get(p.name)
             if r is None:
                 cells.append(None)
                 continue
-            flags = [{"text": f"{DIFF_GATES[g][1]} differs", "verdict": _g(r, "verdicts", g, "verdict")}
-                     for g in ("token_diff:nonstream", "token_diff:batch")
-                     if _g(r, "verdicts", g, "verdict") in ("FAIL", "WARN")]
+            stream_flags = [(g, r.verdicts[g].verdict) for g in ("token_diff:nonstream", "token_diff:batch")
+                            if g in r.verdicts]
+            flags = [{"text": f"{DIFF_GATES[g][1]} differs", "verdict": verdict}
+                     for g, verdict in stream_flags if verdict in ("FAIL", "WARN")]
             # timed outputs, one verdict per concurrency level (token_diff:cN)
-            flags += [{"text": f"timed at c={g.split(':c', 1)[1]} differs", "verdict": v.get("verdict")}
-                      for g, v in sorted((r.get("verdicts") or {}).items())
-                      if ":c" in g and g.split(":c", 1)[1].isdigit() and v.get("verdict") in ("FAIL", "WARN")]
-            # r["preview"] is report_data's: the text, or the tool calls' one-line form when there is no text
-            cells.append({"verdict": r["verdict"] or ("—" if r["ok"] else "ERROR"), "preview": r["preview"], "ok": r["ok"],
-                          "error": (r.get("error") or "")[:PREVIEW_CHARS], "href": prefix + result_href(ai, pi),
+            flags += [{"text": f"timed at c={g.split(':c', 1)[1]} differs", "verdict": v.verdict}
+                      for g, v in sorted(r.verdicts.items())
+                      if ":c" in g and g.split(":c", 1)[1].isdigit() and v.verdict in ("FAIL", "WARN")]
+            # r.preview is report_data's: the text, or the tool calls' one-line form when there is no text
+            cells.append({"verdict": r.verdict or ("—" if r.ok else "ERROR"), "preview": r.preview, "ok": r.ok,
+                          "error": (r.error or "")[:PREVIEW_CHARS], "href": prefix + result_href(ai, pi),
                           "flags": flags})
         rows.append({"probe": p, "cells": cells})
     return rows
 
 
-def facts(s: dict[str, Any], arms: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+def facts(s: SessionFacts, arms: Sequence[ArmView]) -> list[tuple[str, Any]]:
     """Session facts as (label, value) rows; None values render as "—"."""
-    m = s.get("machine") or {}
-    engines = sorted({a["engine_version"] for a in arms if a.get("engine_version")})
+    m = s.machine or {}
+    engines = sorted({a.engine_version for a in arms if a.engine_version})
     cpu = m.get("cpu") and f"{m.get('cpu')} ({m.get('cpus', '?')} cores, {m.get('memory_gib', '?')} GiB)"
     return [
-        ("session", s.get("id")), ("status", s.get("status")), ("host", s.get("host")), ("CPU", cpu),
-        ("GPU", s.get("gpu") or ", ".join(m.get("gpus") or []) or None), ("driver", m.get("driver")),
-        ("engine", ", ".join(engines) or None), ("model", s.get("model")), ("image", s.get("image")),
-        ("suite", s.get("suite")), ("observatory", s.get("observatory_version")),
+        ("session", s.id), ("status", s.status), ("host", s.host), ("CPU", cpu),
+        ("GPU", s.gpu or ", ".join(m.get("gpus") or []) or None), ("driver", m.get("driver")),
+        ("engine", ", ".join(engines) or None), ("model", s.model), ("image", s.image),
+        ("suite", s.suite), ("observatory", s.observatory_version),
         ("python / platform", " / ".join(x for x in (m.get("python"), m.get("platform")) if x) or None),
-        ("started", s.get("started_at")), ("finished", s.get("finished_at")),
-        ("command", shlex.join(s.get("command") or []) or None),
+        ("started", s.started_at), ("finished", s.finished_at),
+        ("command", shlex.join(s.command or []) or None),
     ]
 
 
-def context(data: dict[str, Any]) -> dict[str, Any]:
-    """Everything report.html reads, derived from the build() dict alone."""
-    arms = [arm_view(a) for a in data["arms"]]
+def context(data: SessionView) -> dict[str, Any]:
+    """Everything report.html reads, derived from the read model alone."""
+    arms = [arm_view(a) for a in data.arms]
     spec = [a for a in arms if a["is_spec"]]
     cats = sorted({c for a in spec for c in a["by_category"]})
     levels = sorted({lv for a in arms for lv in a["throughput"]}, key=int)
-    floor = next((a.get("noise_floor") for a in data["arms"] if a.get("noise_floor")), None)
+    floor = next((a.figures.noise_floor for a in data.arms if a.figures.noise_floor), None)
     return {
-        "s": data["session"], "facts": facts(data["session"], data["arms"]),
-        "overall": overall(data), "banners": list(data.get("banners") or []), "arms": arms, "spec": spec,
+        "s": data.session, "facts": facts(data.session, data.arms),
+        "overall": overall(data), "arms": arms, "spec": spec,
         "matrix": matrix(data), "diffs": diff_views(data), "categories": cats, "levels": levels,
-        "floor": floor, "triages": data.get("triages") or [], "channels": data.get("channels") or [],
+        "floor": floor, "triages": data.triages, "channels": data.channels,
         "speed_html": charts.hbars([(a["name"], [a["single"], a["decode"]]) for a in arms],
                                    ["single-stream", "decode only"], "Speed per arm", "tok/s"),
         "throughput_html": charts.grouped_bars(
@@ -275,32 +280,32 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def render_session(data: dict[str, Any], out: Path | str) -> Path:
+def render_session(data: SessionView, out: Path | str) -> Path:
     """Write index.html and one detail page per result into OUT; return index.html."""
     out = Path(out)
     env = environment()
     ctx = context(data)
-    pidx = {p["name"]: i for i, p in enumerate(data["probes"])}
+    pidx = {p.name: i for i, p in enumerate(data.probes)}
     diffs = diffs_by_result(data)
     result_page = env.get_template("result.html")
-    for ai, a in enumerate(data["arms"]):
-        for r in a["results"]:
-            pi = pidx[r["probe"]]
+    for ai, a in enumerate(data.arms):
+        for r in a.results:
+            pi = pidx[r.probe]
             page = result_page.render(
-                s=data["session"], arm=ctx["arms"][ai], r=r, diffs=diffs.get((ai, pi), []),
-                tokens=token_rows(r), acc=_g(a, "acceptance", "by_probe", r["probe"]) or {}, root="../")
+                s=data.session, arm=ctx["arms"][ai], r=r, diffs=diffs.get((ai, pi), []),
+                tokens=token_rows(r), acc=_g(a.figures.acceptance, "by_probe", r.probe) or {}, root="../")
             _write(out / result_href(ai, pi), page)
     index = out / "index.html"
     _write(index, env.get_template("report.html").render(**ctx, root=""))
     return index
 
 
-def token_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
+def token_rows(r: ResultView) -> list[dict[str, Any]]:
     """Per generated token: id, visible text, its logprob, and the top alternatives."""
-    texts = r.get("token_texts") or []
-    tops = r.get("top_logprobs") or []
+    texts = r.token_texts or []
+    tops = r.top_logprobs or []
     rows = []
-    for i, tid in enumerate(r.get("token_ids") or []):
+    for i, tid in enumerate(r.token_ids or []):
         top = tops[i] if i < len(tops) else []
         chosen = next((lp for t, lp in top if t == tid), None)
         rows.append({"i": i, "id": tid, "text": _visible(texts[i]) if i < len(texts) else "",
@@ -308,52 +313,53 @@ def token_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _base(data: dict[str, Any]) -> dict[str, Any] | None:
-    return next((a for a in data["arms"] if arm_role(a) == "base"), None)
+def _base(data: SessionView) -> ArmView | None:
+    return next((a for a in data.arms if arm_role(a) == "base"), None)
 
 
-def cross_speedups(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
     """Speedups of each session's spec arms over the OTHER session's base (flagged cross-session)."""
     from observatory.figures import vs_base  # here: numpy costs 0.3 s at start-up of every report
 
     out = []
     for spec_s, base_s in ((a, b), (b, a)):
         base = _base(base_s)
-        if base is None or not base.get("speed"):
+        base_speed = base.figures.speed if base is not None else None
+        if base is None or not base_speed:
             continue
-        for arm in spec_s["arms"]:
-            if not arm.get("is_spec") or not arm.get("speed"):
+        for arm in spec_s.arms:
+            if not arm.is_spec or not arm.figures.speed:
                 continue
-            vb = vs_base(arm.get("acceptance") or {}, arm["speed"], base["speed"],
-                         _g(arm, "speculative_config", "num_speculative_tokens"))
-            out.append({"arm": arm["name"], "arm_session": spec_s["session"]["id"],
-                        "base_session": base_s["session"]["id"], "base": base["name"], **vb})
+            vb = vs_base(dict(arm.figures.acceptance or {}), dict(arm.figures.speed), dict(base_speed),
+                         _g(arm.speculative_config, "num_speculative_tokens"))
+            out.append({"arm": arm.name, "arm_session": spec_s.session.id,
+                        "base_session": base_s.session.id, "base": base.name, **vb})
     return out
 
 
-def render_cross(a: dict[str, Any], b: dict[str, Any], out: Path | str,
+def render_cross(a: SessionView, b: SessionView, out: Path | str,
                  allow_cross_session: bool = False) -> Path:
     """Two sessions side by side (each also rendered whole under s<ID>/); return index.html."""
     out = Path(out)
-    sides = []
+    sides: list[dict[str, Any]] = []
     for data in (a, b):
-        sid = data["session"]["id"]
+        sid = data.session.id
         render_session(data, out / f"s{sid}")
-        sides.append({"s": data["session"], "prefix": f"s{sid}/", "overall": overall(data),
-                      "facts": dict(facts(data["session"], data["arms"])),
-                      "arms": [arm_view(x) for x in data["arms"]]})
+        sides.append({"s": data.session, "prefix": f"s{sid}/", "overall": overall(data),
+                      "facts": dict(facts(data.session, data.arms)),
+                      "arms": [arm_view(x) for x in data.arms]})
     fa, fb = sides[0]["facts"], sides[1]["facts"]
     differs = [k for k in fa if k not in ("session", "status", "started", "finished", "command") and fa[k] != fb[k]]
-    names = list(dict.fromkeys([p["name"] for p in a["probes"]] + [p["name"] for p in b["probes"]]))
-    hashes = [{p["name"]: p["hash"] for p in d["probes"]} for d in (a, b)]
+    names = list(dict.fromkeys([p.name for p in a.probes] + [p.name for p in b.probes]))
+    hashes = [{p.name: p.hash for p in d.probes} for d in (a, b)]
     rows = []
     # each side's matrix once, indexed by probe name (was recomputed per probe)
-    matrices = [{r["probe"]["name"]: r for r in matrix(data, side["prefix"])} for side, data in zip(sides, (a, b))]
+    matrices = [{r["probe"].name: r for r in matrix(data, side["prefix"])} for side, data in zip(sides, (a, b))]
     for name in names:
         cells: list[dict[str, Any] | None] = []
         for data, by_name in zip((a, b), matrices):
             row = by_name.get(name)
-            cells += row["cells"] if row else [None] * len(data["arms"])
+            cells += row["cells"] if row else [None] * len(data.arms)
         changed = name in hashes[0] and name in hashes[1] and hashes[0][name] != hashes[1][name]
         rows.append({"name": name, "changed": changed, "cells": cells})
     page = environment().get_template("compare.html").render(

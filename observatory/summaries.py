@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import msgspec
 from sqlalchemy import Text, delete, func, select, type_coerce
 
 from observatory.db import ArmRow, SessionRow, SummaryRow
+from observatory.read_model import SessionView
 from observatory.verdict import INVALID_CODES
 
 _decode = msgspec.json.Decoder().decode
@@ -34,41 +37,45 @@ _decode = msgspec.json.Decoder().decode
 _ASSUMED_WHILE_RUNNING = "complete"
 
 
-def suite_hash(data: dict[str, Any]) -> str:
-    """A hash of the session's probe content hashes (same probes, same hash)."""
-    joined = ",".join(sorted(p["hash"] for p in data["probes"]))
+def suite_hash(hashes: Iterable[str]) -> str:
+    """A hash of a session's probe content HASHES (same probes, same hash)."""
+    joined = ",".join(sorted(hashes))
     return hashlib.sha256(joined.encode()).hexdigest()[:12]
 
 
-def session_verdict(data: dict[str, Any]) -> str:
-    """The session verdict of one `report_data.build` dict (the one call of the verdict policy here)."""
-    from observatory.verdict import session_verdict as policy
+def session_verdict(data: SessionView, status: str | None = None) -> str:
+    """The session verdict of one `report_data.build` view, as the policy states it had the session
+    ended with STATUS (default: its own status); the one call of the verdict policy here."""
+    from observatory.verdict import decide
 
-    return policy(data)[0]
+    session = data.session if status is None else replace(data.session, status=status)
+    return decide(session, data.arms).verdict
 
 
-def arm_summaries(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """One dict of SummaryRow fields per arm of a `report_data.build` dict (no ids, no verdict)."""
-    s = data["session"]
-    spread = next((a["noise_floor"].get("throughput_spread") for a in data["arms"] if a.get("noise_floor")), None)
-    suite = suite_hash(data)
+def arm_summaries(data: SessionView) -> list[dict[str, Any]]:
+    """One dict of SummaryRow fields per arm of a `report_data.build` view (no ids, no verdict)."""
+    s = data.session
+    spread = next((a.figures.noise_floor.get("throughput_spread") for a in data.arms if a.figures.noise_floor),
+                  None)
+    suite = suite_hash(p.hash for p in data.probes)
     out = []
-    for a in data["arms"]:
-        codes = [v.get("code", "?") for v in a.get("validity") or []]
-        acc, vs, spd = a.get("acceptance") or {}, a.get("vs_base") or {}, a.get("speed") or {}
+    for a in data.arms:
+        codes = [v.code for v in a.validity]
+        fig = a.figures
+        acc, vs, spd = fig.acceptance or {}, fig.vs_base or {}, fig.speed or {}
         ci = vs.get("ci")
         ci = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else None
-        cells = [r["verdict"] for r in a["results"] if r["verdict"]]
+        cells = [r.verdict for r in a.results if r.verdict]
         out.append({
-            "position": a.get("position", 0), "arm": a["name"], "model": s.get("model"),
-            "engine_version": a.get("engine_version"), "image": s.get("image"), "suite_hash": suite,
-            "status": a.get("status"), "validity": codes,
-            "trusted": a.get("status") == "ok" and not any(c in INVALID_CODES for c in codes),
+            "position": a.position, "arm": a.name, "model": s.model,
+            "engine_version": a.engine_version, "image": s.image, "suite_hash": suite,
+            "status": a.status, "validity": codes,
+            "trusted": a.status == "ok" and not any(c in INVALID_CODES for c in codes),
             "alpha": acc.get("alpha"), "tau": acc.get("tau"), "S": vs.get("S"),
             "S_lo": ci[0] if ci else None, "S_hi": ci[1] if ci else None, "spread": spread,
             "ttft_ms": (spd.get("ttft_ms") or {}).get("median"),
             "verdicts": dict(Counter(cells)),
-            "failing": sorted(r["probe"] for r in a["results"] if r["verdict"] == "FAIL"),
+            "failing": sorted(r.probe for r in a.results if r.verdict == "FAIL"),
         })
     return out
 
@@ -78,9 +85,9 @@ def write_summaries(store: Any, session_id: int) -> int:
     from observatory.report_data import build
 
     data = build(store, session_id)
-    status = data["session"]["status"]
+    status = data.session.status
     assumed = _ASSUMED_WHILE_RUNNING if status == "running" else status
-    verdict = session_verdict({**data, "session": {**data["session"], "status": assumed}})
+    verdict = session_verdict(data, assumed)
     arm_ids = {a.position: a.id for a in store.arms(session_id)}
     rows = [SummaryRow(session_id=session_id, arm_id=arm_ids[x["position"]], session_verdict=verdict,
                        verdict_status=assumed, **x)

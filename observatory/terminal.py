@@ -16,8 +16,9 @@ from rich.text import Text
 
 from observatory.arms import Arm
 from observatory.probes import Probe
+from observatory.read_model import ArmView, SessionView
 from observatory.roles import JUDGED_AGAINST_BASE
-from observatory.verdict import arm_role, decide
+from observatory.verdict import arm_role
 
 STYLE = {
     "PASS": "green", "WARN": "yellow", "FAIL": "bold red", "NOT_DISCRIMINATING": "magenta",
@@ -98,99 +99,96 @@ def _num(v: Any, fmt: str = "{:.2f}") -> str:
     return "not measurable" if v is None else fmt.format(v)
 
 
-def arm_headline(a: dict[str, Any]) -> str:
+def arm_headline(a: ArmView) -> str:
     """One line per arm judged against base: token-identical n/N, alpha, tau, S with its CI."""
-    diffs = [r["verdicts"].get("token_diff") for r in a["results"] if r.get("ok")]
-    made = [d for d in diffs if d and d.get("verdict") not in ("UNJUDGED", None)]
-    same = sum(1 for d in made if (d.get("details") or {}).get("kind") == "identical")
-    acc = a.get("acceptance") or {}
-    vs = a.get("vs_base") or {}
+    diffs = [r.verdicts.get("token_diff") for r in a.results if r.ok]
+    made = [d for d in diffs if d and d.verdict != "UNJUDGED"]
+    same = sum(1 for d in made if (d.details or {}).get("kind") == "identical")
+    acc = a.figures.acceptance or {}
+    vs = a.figures.vs_base or {}
     ci = vs.get("ci")
     s_text = _num(vs.get("S")) + (f" (95% CI {ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
     head = f"token-identical {same}/{len(made)}" + (f" ({len(diffs) - len(made)} not diffed)" if len(diffs) > len(made) else "")
-    if not a.get("is_spec"):
+    if not a.is_spec:
         return head + " · no speculation"
     return head + f" · alpha {_num(acc.get('alpha'), '{:.3f}')} · tau {_num(acc.get('tau'))} · S {s_text}"
 
 
-def print_verdict(data: dict[str, Any], console: Console) -> None:
+def print_verdict(data: SessionView, console: Console) -> None:
     """The session verdict, its first reasons, and each judged arm's headline."""
-    v = decide(data)
+    v = data.verdict
     console.print(Text(f"Verdict: {v.verdict}", style=STYLE.get(v.verdict, "bold")), Text(f" — {v.why}"))
     shown = [r for r in v.reasons if r.level != "NOTE"]
     for r in shown[:10]:
         console.print(Text(f"  {r.level}: {r.text}"[:300], style=STYLE.get(r.level, "")))
     if len(shown) > 10:
         console.print(Text(f"  ... and {len(shown) - 10} more (see the report)", style="dim"))
-    for a in data["arms"]:
+    for a in data.arms:
         if arm_role(a) in JUDGED_AGAINST_BASE:
-            console.print(Text(f"  {a['name']}:", style="cyan"), Text(arm_headline(a)))
+            console.print(Text(f"  {a.name}:", style="cyan"), Text(arm_headline(a)))
 
 
-def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
-    """Banners, arms and the probe x arm matrix with 80-character previews."""
+def print_summary(data: SessionView, console: Console | None = None) -> None:
+    """Arms and the probe x arm matrix with 80-character previews."""
     console = console or Console()
-    s = data["session"]
+    s = data.session
     console.print(
-        f"[bold]Session {s['id']}[/] {escape(s['status'])} · {escape(s['host'] or '')} · "
-        f"{escape(s.get('gpu') or 'no GPU')} · model {escape(str(s.get('model')))} · started {s['started_at']}"
+        f"[bold]Session {s.id}[/] {escape(s.status)} · {escape(s.host or '')} · "
+        f"{escape(s.gpu or 'no GPU')} · model {escape(str(s.model))} · started {s.started_at}"
     )
-    for b in data.get("banners", []):
-        console.print(Text(f"⚠ {b}", style="bold yellow"))
     arms = Table(title="Arms", show_lines=False)
     for col in ("arm", "status", "engine", "drafts", "accepted", "validity / reason"):
         arms.add_column(col)
-    for a in data["arms"]:
-        c = a["counters"]
-        notes = [f"{v['code']}: {v['detail']}" for v in a.get("validity", [])]
-        if a.get("reason"):
-            notes.append(a["reason"])
+    for a in data.arms:
+        c = a.counters
+        notes = [f"{v.code}: {v.detail}" for v in a.validity]
+        if a.reason:
+            notes.append(a.reason)
         arms.add_row(
-            Text(a["name"]), Text(a["status"], style=STYLE.get(a["status"], "")),
-            Text(a.get("engine_version") or "-"),
-            _count(c.get("drafts")) if a["is_spec"] else "-",
-            _count(c.get("accepted")) if a["is_spec"] else "-",
+            Text(a.name), Text(a.status, style=STYLE.get(a.status, "")),
+            Text(a.engine_version or "-"),
+            _count(c.drafts) if a.is_spec else "-",
+            _count(c.accepted) if a.is_spec else "-",
             Text("; ".join(notes)[:200]),
         )
     console.print(arms)
     print_verdict(data, console)
     matrix = Table(title="Probe x arm (verdict, first 80 characters)", show_lines=True)
     matrix.add_column("probe")
-    for a in data["arms"]:
-        matrix.add_column(Text(a["name"]))
-    results = [{x["probe"]: x for x in a["results"]} for a in data["arms"]]
-    for p in data["probes"]:
-        row: list[Any] = [Text(p["name"])]
+    for a in data.arms:
+        matrix.add_column(Text(a.name))
+    results = [{x.probe: x for x in a.results} for a in data.arms]
+    for p in data.probes:
+        row: list[Any] = [Text(p.name)]
         for by_probe in results:
-            r = by_probe.get(p["name"])
+            r = by_probe.get(p.name)
             if r is None:
                 row.append(Text("-", style="dim"))
                 continue
-            cell = verdict_text(r["verdict"])
+            cell = verdict_text(r.verdict)
             cell.append("\n")
-            cell.append(Text(r["preview"] if r["ok"] else f"error: {r['error']}"[:80]))
+            cell.append(Text(r.preview if r.ok else f"error: {r.error}"[:80]))
             row.append(cell)
         matrix.add_row(*row)
     console.print(matrix)
     print_channels(data, console)
 
 
-def print_channels(data: dict[str, Any], console: Console) -> None:
+def print_channels(data: SessionView, console: Console) -> None:
     """One line per field channel x arm: its verdicts and the worst one's reason."""
-    chans = data.get("channels") or []
-    if not chans:
+    if not data.channels:
         return
     table = Table(title="Field channels (docs/channels.md)", show_lines=False)
     for col in ("channel", "arm", "verdict", "why"):
         table.add_column(col)
-    for ch in chans:
-        for a in ch["arms"]:
-            vs = a["verdicts"]
+    for ch in data.channels:
+        for a in ch.arms:
+            vs = a.verdicts
             if not vs:
-                table.add_row(Text(ch["name"]), Text(a["arm"]), Text("-", style="dim"), Text(f"no verdict ({a['status']})"))
+                table.add_row(Text(ch.name), Text(a.arm), Text("-", style="dim"), Text(f"no verdict ({a.status})"))
                 continue
             order = ["FAIL", "INVALID", "UNJUDGED", "WARN", "PASS"]
-            gate, v = min(vs.items(), key=lambda kv: order.index(kv[1]["verdict"]) if kv[1]["verdict"] in order else 9)
-            table.add_row(Text(ch["name"]), Text(a["arm"]), verdict_text(v["verdict"]),
-                          Text(f"{gate}: {v.get('reason') or ''}"[:160]))
+            gate, v = min(vs.items(), key=lambda kv: order.index(kv[1].verdict) if kv[1].verdict in order else 9)
+            table.add_row(Text(ch.name), Text(a.arm), verdict_text(v.verdict),
+                          Text(f"{gate}: {v.reason or ''}"[:160]))
     console.print(table)

@@ -37,7 +37,7 @@ def _counters(alpha: float, drafts: int = 100, k: int = 2) -> dict[str, Any]:
 def _night(store: Store, day: int, alpha: float, text: str = HEALTHY, version: str = "0.1") -> None:
     """An earlier session, judged: its stream results and its stored summaries."""
     sid, arms, pids = session(store, SUITE, ["base", "mtp2"], day=day, version=version)
-    sh = suite_hash({"probes": [{"hash": p.content_hash} for p in SUITE]})
+    sh = suite_hash(p.content_hash for p in SUITE)
     for pos, (name, arm) in enumerate(arms.items()):
         result(store, arm, pids["prose"], "stream", [1, 2], ["a", "b"], text=text)
         spec = name == "mtp2"

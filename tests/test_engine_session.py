@@ -215,5 +215,5 @@ def test_session_verdict_junit_and_report(session: dict[str, Any]) -> None:
         assert section in html, section
     doc = xml.dom.minidom.parseString(junit_xml(data))
     cases = doc.getElementsByTagName("testcase")
-    n_probes = len(data["probes"])
+    n_probes = len(data.probes)
     assert len(cases) == 4 + 3 * n_probes + 1  # validity per arm + probes of base#2, mtp1, mtp2 + the session verdict

@@ -6,8 +6,8 @@ acceptance comes from the stored counter deltas, S from the stored timings.
 
 from __future__ import annotations
 
-import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from test_report import HOSTILE, HOSTILE_ESCAPED, PROBES, _cli, make_session
 
 from observatory.history import Alert, find_alerts, load_points, render_history, session_points
+from observatory.read_model import ValidityFlag
 from observatory.report_data import build
 from observatory.store import Store
 
@@ -108,12 +109,10 @@ def test_a_newly_failing_probe_is_a_regression_and_a_fixed_one_is_reported(store
 
 def test_untrusted_arms_are_neither_judged_nor_a_baseline(store: Store) -> None:
     first = build(store, make_session(store, accept=0.7))
-    crashed = copy.deepcopy(first)
-    crashed["session"]["id"] = 2
-    crashed["arms"][2].update(status="crashed", validity=[{"code": "CRASHED", "detail": "exit 1"}])
-    for a in crashed["arms"]:
-        if a.get("acceptance"):
-            a["acceptance"]["alpha"] = 0.1
+    arms = [replace(a, figures=replace(a.figures, acceptance={**a.figures.acceptance, "alpha": 0.1}))
+            if a.figures.acceptance else a for a in first.arms]
+    arms[2] = replace(arms[2], status="crashed", validity=(ValidityFlag("CRASHED", "exit 1"),))
+    crashed = replace(first, session=replace(first.session, id=2), arms=tuple(arms))
     third = build(store, make_session(store, accept=0.7))
     points = [p for d in (first, crashed, third) for p in session_points(d, "mtp1")]
     assert find_alerts(points) == []

@@ -129,11 +129,12 @@ def test_one_prometheus_reader() -> None:
 def test_counters_never_read_are_unknown_in_the_session_data(tmp_path: Path) -> None:
     """Issue 14 item 6: an arm that failed before its counters were read showed drafts 0; they are unknown."""
     from observatory.db import ArmRow, SessionRow
+    from observatory.read_model import to_plain
     from observatory.report_data import build
     from observatory.store import Store
 
     with Store(str(tmp_path / "c.db")) as store:
         sid = store.add(SessionRow(host="h", machine={}, command=[], options={}, suite="s", status="complete")).id
         store.add(ArmRow(session_id=sid, position=0, name="base", status="failed", launch={}))
-        (arm,) = build(store, sid)["arms"]
-    assert arm["counters"] == {"drafts": None, "draft_tokens": None, "accepted": None, "accepted_per_pos": None}
+        (arm,) = build(store, sid).arms
+    assert to_plain(arm.counters) == {"drafts": None, "draft_tokens": None, "accepted": None, "accepted_per_pos": None}

@@ -160,4 +160,4 @@ def test_hostile_outputs_are_stored_whole_and_shown_truncated(tmp_path: Path, te
     exact = "".join(map(chr, r.text_raw)) if r.text_raw is not None else r.text
     assert exact == text
     data = build(store, sid)
-    assert len(data["arms"][0]["results"][0]["preview"]) <= PREVIEW_CHARS
+    assert len(data.arms[0].results[0].preview) <= PREVIEW_CHARS

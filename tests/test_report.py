@@ -3,20 +3,21 @@ missing figures, token diffs, cross-session pages, and the `report` command.
 
 Sessions are made through the real store and judged by the real `evaluate`
 (gates, figures, validity); cases a session cannot easily show (a crashed
-arm, missing figures) modify a real `build()` dict.
+arm, missing figures) change a real `build()` view (tests/views.py).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import re
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
+import views
 from click.testing import CliRunner
 
 from observatory.cli import ObservatoryGroup
@@ -24,6 +25,7 @@ from observatory.commands import report_cmd
 from observatory.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow
 from observatory.evaluate import evaluate
 from observatory.probes import Probe
+from observatory.read_model import SessionView
 from observatory.report import CROSS_BANNER, overall, render_cross, render_session
 from observatory.report_data import build
 from observatory.store import Store
@@ -157,7 +159,7 @@ def store(tmp_path: Path) -> Store:
 
 
 @pytest.fixture
-def data(store: Store) -> dict[str, Any]:
+def data(store: Store) -> SessionView:
     """The default session as build() returns it."""
     return build(store, make_session(store))
 
@@ -181,7 +183,7 @@ def _tags(html: str) -> list[tuple[str, dict[str, str | None]]]:
     return p.tags
 
 
-def test_report_has_every_section(data: dict[str, Any], tmp_path: Path) -> None:
+def test_report_has_every_section(data: SessionView, tmp_path: Path) -> None:
     index = render_session(data, tmp_path / "r")
     html = index.read_text()
     for heading in ("Verdict: FAIL", "Session", "Arms", "Probes × arms", "Token diffs", "Acceptance",
@@ -196,7 +198,7 @@ def test_report_has_every_section(data: dict[str, Any], tmp_path: Path) -> None:
     assert "c=4 tok/s" in html
 
 
-def test_divergences_show_both_continuations_and_margin(data: dict[str, Any], tmp_path: Path) -> None:
+def test_divergences_show_both_continuations_and_margin(data: SessionView, tmp_path: Path) -> None:
     html = render_session(data, tmp_path / "r").read_text()
     diffs = html[html.index('id="diffs"'):html.index('id="acceptance"')]
     assert "first divergence at token <b>4</b>" in diffs and "margin <b>3.000</b>" in diffs
@@ -208,10 +210,12 @@ def test_divergences_show_both_continuations_and_margin(data: dict[str, Any], tm
     assert "margin <b>3.000</b>" in detail and "token_diff" in detail
 
 
-def test_lower_bound_margin_is_flagged(data: dict[str, Any], tmp_path: Path) -> None:
-    d = copy.deepcopy(data)
-    v = next(r for r in d["arms"][3]["results"] if r["probe"] == "count")["verdicts"]["token_diff"]
-    v["details"].update(margin=5.9, margin_is_lower_bound=True)
+def test_lower_bound_margin_is_flagged(data: SessionView, tmp_path: Path) -> None:
+    r = next(r for r in data.arms[3].results if r.probe == "count")
+    v = r.verdicts["token_diff"]
+    d = views.result(data, 3, "count", verdicts={
+        **r.verdicts, "token_diff": replace(v, details={**(v.details or {}), "margin": 5.9,
+                                                        "margin_is_lower_bound": True})})
     html = render_session(d, tmp_path / "r").read_text()
     assert "margin <b>≥ 5.900</b>" in html and "lower bound" in html
 
@@ -223,7 +227,7 @@ def test_stream_and_batch_divergences_are_shown(store: Store, tmp_path: Path) ->
     assert overall(d)["verdict"] == "FAIL"  # a hard divergence in a batch is a failure too
 
 
-def test_hostile_output_is_escaped_everywhere(data: dict[str, Any], tmp_path: Path) -> None:
+def test_hostile_output_is_escaped_everywhere(data: SessionView, tmp_path: Path) -> None:
     """A completion containing markup comes out as text."""
     render_session(data, tmp_path / "r")
     pages = _pages(tmp_path / "r")
@@ -236,13 +240,11 @@ def test_hostile_output_is_escaped_everywhere(data: dict[str, Any], tmp_path: Pa
         assert not any("onerror" in attrs for _, attrs in _tags(html)), name
 
 
-def test_hostile_names_are_escaped_in_svg_and_attributes(data: dict[str, Any], tmp_path: Path) -> None:
-    d = copy.deepcopy(data)
+def test_hostile_names_are_escaped_in_svg_and_attributes(data: SessionView, tmp_path: Path) -> None:
     evil = '"><svg onload=alert(3)>'
-    d["arms"][2]["name"] = evil
-    d["arms"][2]["acceptance"]["by_category"] = {evil: d["arms"][2]["acceptance"]["by_category"]["prose_en"]}
-    d["arms"][2]["log_tail"] = HOSTILE
-    d["arms"][2]["status"] = "crashed"
+    acc = data.arms[2].figures.acceptance or {}
+    d = views.figures(data, 2, acceptance={**acc, "by_category": {evil: acc["by_category"]["prose_en"]}})
+    d = views.arm(d, 2, name=evil, log_tail=HOSTILE, status="crashed")
     render_session(d, tmp_path / "r")
     for name, html in _pages(tmp_path / "r").items():
         assert "<svg onload" not in html, name
@@ -251,7 +253,7 @@ def test_hostile_names_are_escaped_in_svg_and_attributes(data: dict[str, Any], t
     assert "&#34;&gt;&lt;svg onload=alert(3)&gt;" in html and HOSTILE_ESCAPED in html
 
 
-def test_no_external_resources_and_every_link_resolves(data: dict[str, Any], tmp_path: Path) -> None:
+def test_no_external_resources_and_every_link_resolves(data: SessionView, tmp_path: Path) -> None:
     out = tmp_path / "r"
     render_session(data, out)
     for name, html in _pages(out).items():
@@ -265,35 +267,35 @@ def test_no_external_resources_and_every_link_resolves(data: dict[str, Any], tmp
                 assert ((out / name).parent / link.split("#")[0]).resolve().is_file(), (name, link)
 
 
-def _clean(store: Store) -> dict[str, Any]:
+def _clean(store: Store) -> SessionView:
     return build(store, make_session(store, divergences={}))
 
 
 @pytest.mark.parametrize(
     ("change", "verdict", "reason"),
     [
-        (lambda d: None, "PASS", None),
-        (lambda d: d["arms"][2].update(status="crashed", reason="engine exited with status 1 mid-run",
-                                       validity=[{"code": "CRASHED", "detail": "engine exited"}],
-                                       log_tail="Traceback\n<b>illegal memory access</b>"),
+        (lambda d: d, "PASS", None),
+        (lambda d: views.arm(d, 2, status="crashed", reason="engine exited with status 1 mid-run",
+                             validity=views.validity(("CRASHED", "engine exited")),
+                             log_tail="Traceback\n<b>illegal memory access</b>"),
          "INVALID", "arm mtp1: CRASHED: engine exited"),
-        (lambda d: d["arms"][3].update(validity=[{"code": "INVALID", "detail": "speculation inactive"}]),
+        (lambda d: views.arm(d, 3, validity=views.validity(("INVALID", "speculation inactive"))),
          "INVALID", "INVALID: speculation inactive"),
-        (lambda d: d["arms"][0].update(validity=[{"code": "CONFOUNDED", "detail": "--max-model-len differs"}]),
+        (lambda d: views.arm(d, 0, validity=views.validity(("CONFOUNDED", "--max-model-len differs"))),
          "INVALID", "CONFOUNDED"),
-        (lambda d: d["arms"][2].update(validity=[{"code": "LOW_N", "detail": "30 drafts < 200"}]),
+        (lambda d: views.arm(d, 2, validity=views.validity(("LOW_N", "30 drafts < 200"))),
          "PASS", "LOW_N: 30 drafts"),
-        (lambda d: (d["session"].update(status="interrupted", reason="SIGTERM"),
-                    d["arms"][3].update(status="interrupted", validity=[{"code": "INVALID", "detail": "arm interrupted"}])),
+        (lambda d: views.arm(views.session(d, status="interrupted", reason="SIGTERM"), 3, status="interrupted",
+                             validity=views.validity(("INVALID", "arm interrupted"))),
          "INVALID", "session interrupted: SIGTERM"),
-        (lambda d: [r.update(verdict="NOT_DISCRIMINATING") for a in d["arms"][2:] for r in a["results"]],
+        (lambda d: views.every_result(views.every_result(d, 2, verdict="NOT_DISCRIMINATING"), 3,
+                                      verdict="NOT_DISCRIMINATING"),
          "PASS", "arm mtp1: no probe discriminates"),
     ],
     ids=["clean", "crashed-arm", "invalid-arm", "confounded-base", "low-n", "interrupted", "nothing-discriminates"],
 )
 def test_verdict_banner(store: Store, tmp_path: Path, change: Any, verdict: str, reason: str | None) -> None:
-    d = _clean(store)
-    change(d)
+    d = change(_clean(store))
     banner = overall(d)
     assert banner["verdict"] == verdict == session_verdict(d)[0]  # the nightly gate's verdict
     worst = next((x["level"] for x in banner["reasons"] if x["level"] != "NOTE"), "PASS")
@@ -305,22 +307,20 @@ def test_verdict_banner(store: Store, tmp_path: Path, change: Any, verdict: str,
 
 
 def test_crashed_arm_shows_its_escaped_log_tail(store: Store, tmp_path: Path) -> None:
-    d = _clean(store)
-    d["arms"][2].update(status="crashed", reason="engine exited", log_tail="Traceback\n<b>illegal memory access</b>")
+    d = views.arm(_clean(store), 2, status="crashed", reason="engine exited",
+                  log_tail="Traceback\n<b>illegal memory access</b>")
     html = render_session(d, tmp_path / "r").read_text()
     assert "<details><summary>log tail" in html
     assert "&lt;b&gt;illegal memory access&lt;/b&gt;" in html and "<b>illegal" not in html
 
 
-def test_missing_figures_render_as_dashes(data: dict[str, Any], tmp_path: Path) -> None:
-    d = copy.deepcopy(data)
-    for a in d["arms"]:
-        for key in ("acceptance", "speed", "vs_base", "noise_floor"):
-            a.pop(key, None)
-        for r in a["results"]:
-            r.update(verdict=None, ttft_ms=None, duration_ms=None, usage={}, finish_reason=None)
-    d["arms"][3]["vs_base"] = {"S": None, "r": None, "ci": None}
-    d["session"].update(machine={}, gpu=None, finished_at=None, command=[])
+def test_missing_figures_render_as_dashes(data: SessionView, tmp_path: Path) -> None:
+    d = data
+    for i in range(len(d.arms)):
+        d = views.figures(d, i, acceptance=None, speed=None, vs_base=None, noise_floor=None)
+        d = views.every_result(d, i, verdict=None, ttft_ms=None, duration_ms=None, usage={}, finish_reason=None)
+    d = views.figures(d, 3, vs_base={"S": None, "r": None, "ci": None})
+    d = views.session(d, machine={}, gpu=None, finished_at=None, command=[])
     html = render_session(d, tmp_path / "r").read_text()
     assert html.count("—") > 30
     assert "None" not in re.sub(r"<[^>]+>", "", html)
@@ -332,7 +332,7 @@ def test_cross_session_is_flagged_and_computes_no_speedup(store: Store, tmp_path
     html = render_cross(a, b, tmp_path / "x").read_text()
     assert CROSS_BANNER in html and "17.97 vs 9.71" in html
     assert "Not computed" in html and "CROSS-SESSION</span>" not in html
-    assert (tmp_path / "x" / f"s{a['session']['id']}" / "index.html").is_file()
+    assert (tmp_path / "x" / f"s{a.session.id}" / "index.html").is_file()
     flagged = render_cross(a, b, tmp_path / "y", allow_cross_session=True).read_text()
     rows = flagged[flagged.index("Speedup across sessions"):flagged.index("Probes × arms")]
     assert rows.count("<tr>") == 1 + 4  # header + mtp1, mtp2 of each session over the other's base
@@ -379,35 +379,34 @@ def test_commands_document_themselves(name: str) -> None:
     assert CliRunner().invoke(_cli(), [name, "--help"]).exit_code == 0
 
 
-def test_reasoning_is_shown_escaped_on_the_result_page(data: dict[str, Any], tmp_path: Path) -> None:
+def test_reasoning_is_shown_escaped_on_the_result_page(data: SessionView, tmp_path: Path) -> None:
     """Issue item 14: the reasoning a reasoning parser split off is shown on the result page, escaped."""
-    d = copy.deepcopy(data)
-    r = next(r for r in d["arms"][3]["results"] if r["probe"] == "count")
-    r["reasoning"] = "thinking " + HOSTILE
+    d = views.result(data, 3, "count", reasoning="thinking " + HOSTILE)
     render_session(d, tmp_path / "r")
     page = (tmp_path / "r" / "results" / "3-0.html").read_text()
     assert "reasoning (thinking" in page and "thinking " + HOSTILE_ESCAPED in page
     assert HOSTILE not in page
 
 
-def test_degeneracy_window_scores_on_the_result_page(data: dict[str, Any], tmp_path: Path) -> None:
+def test_degeneracy_window_scores_on_the_result_page(data: SessionView, tmp_path: Path) -> None:
     """Issue item 18: the report shows the degeneracy score per window of a long output."""
-    d = copy.deepcopy(data)
-    r = next(r for r in d["arms"][3]["results"] if r["probe"] == "poem-zh")
-    r["verdicts"]["degeneracy"]["details"].update(windows=[[0, 0.81], [100, 0.12]], window_chars=500,
-                                                  window_stride=100, worst_window=[100, 600], tail_score=0.12)
+    r = next(r for r in data.arms[3].results if r.probe == "poem-zh")
+    deg = r.verdicts["degeneracy"]
+    d = views.result(data, 3, "poem-zh", verdicts={**r.verdicts, "degeneracy": replace(deg, details={
+        **(deg.details or {}), "windows": [[0, 0.81], [100, 0.12]], "window_chars": 500, "window_stride": 100,
+        "worst_window": [100, 600], "tail_score": 0.12})})
     render_session(d, tmp_path / "r")
     page = next(p for p in (tmp_path / "r" / "results").glob("3-*.html") if "poem-zh" in p.read_text())
     html = page.read_text()
     assert "Degeneracy per window" in html and '<span class="bad" title="characters 100+">0.12</span>' in html
 
 
-def test_new_figures_are_shown(data: dict[str, Any], tmp_path: Path) -> None:
+def test_new_figures_are_shown(data: SessionView, tmp_path: Path) -> None:
     """Issue items 7, 11, 12, 15: bursty speed, per-level figures, cross-session S and performance checks."""
-    d = copy.deepcopy(data)
-    mtp1 = d["arms"][2]
-    mtp1["speed"]["bursty"] = {"share": 0.93, "tokens": 400, "bunched": 372, "allowed_per_chunk": 2, "bursty": True}
-    mtp1["vs_base"]["cross_session"] = "ran apart from the other arms (resumed?): host a vs b on base"
+    fig = data.arms[2].figures
+    d = views.figures(data, 2, speed={**(fig.speed or {}), "bursty": {
+        "share": 0.93, "tokens": 400, "bunched": 372, "allowed_per_chunk": 2, "bursty": True}},
+        vs_base={**(fig.vs_base or {}), "cross_session": "ran apart from the other arms (resumed?): host a vs b on base"})
     html = render_session(d, tmp_path / "r").read_text()
     assert "BURSTY" in html and "93.0% of 400 tokens arrived bunched" in html
     assert "Per concurrency level" in html and "S at this level" in html

@@ -33,10 +33,10 @@ def test_render_session_indexes_the_divergences_once(tmp_path: Path, monkeypatch
     whole = report.diff_views(data)
     calls = _spy(monkeypatch, "diffs_by_result")
     report.render_session(data, tmp_path / "r")
-    results = sum(len(a["results"]) for a in data["arms"])
+    results = sum(len(a.results) for a in data.arms)
     assert results > 4 and len(calls) == 2  # the index page's list and the detail pages' index
     # what the detail pages get is what the session list holds, result by result
-    per_result = [d for ai, a in enumerate(data["arms"]) for pi, _ in enumerate(data["probes"])
+    per_result = [d for ai, a in enumerate(data.arms) for pi, _ in enumerate(data.probes)
                   for d in report.diff_views(data, (ai, pi))]
     assert per_result == whole and whole
 
@@ -48,5 +48,5 @@ def test_render_cross_builds_each_matrix_once(tmp_path: Path, monkeypatch: pytes
     calls = _spy(monkeypatch, "matrix")
     page = report.render_cross(a, b, tmp_path / "x").read_text()
     # one per side for the comparison table, plus each side's own index page
-    assert len(calls) == 4 and len(a["probes"]) > 2
-    assert all(p["name"] in page for p in a["probes"])
+    assert len(calls) == 4 and len(a.probes) > 2
+    assert all(p.name in page for p in a.probes)

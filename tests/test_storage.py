@@ -19,6 +19,7 @@ from sqlalchemy import func, inspect, select
 from observatory.db import ArmRow, Base, ProbeRow, ResultRow, SessionRow
 from observatory.evaluate import evaluate
 from observatory.probes import load_probe_file, resolve_suite
+from observatory.read_model import SessionView, to_plain
 from observatory.report_data import build
 from observatory.store import Store, storable
 
@@ -67,8 +68,9 @@ def write_session(store: Store, tag: str = "") -> int:
     return int(s.id)
 
 
-def _normalised(data: dict[str, Any]) -> dict[str, Any]:
+def _normalised(view: SessionView) -> dict[str, Any]:
     """What must match across backends (ids, times and versions aside)."""
+    data = to_plain(view)
     return {
         "arms": [{"name": a["name"], "validity": a["validity"], "acceptance": a["acceptance"],
                   "results": [{k: r[k] for k in ("probe", "text", "token_ids", "top_logprobs", "verdict")}
@@ -90,9 +92,9 @@ def _check_round_trip(store: Store) -> None:
         assert {c["name"] for c in insp.get_columns(table.name)} == {c.name for c in table.columns}
     sid = write_session(store)
     data = build(store, sid)
-    assert [a["name"] for a in data["arms"]] == ["base", "mtp1"]
-    hostile = next(r for r in data["arms"][1]["results"] if r["category"] == "prose_en")
-    assert hostile["verdicts"]["token_diff"]["verdict"] == "FAIL"
+    assert [a.name for a in data.arms] == ["base", "mtp1"]
+    hostile = next(r for r in data.arms[1].results if r.category == "prose_en")
+    assert hostile.verdicts["token_diff"].verdict == "FAIL"
     (raw,) = [r.text_raw for r in store.results(store.arms(sid)[1].id) if r.text_raw]
     assert "".join(map(chr, raw)).startswith("hostile <script>alert(1)</script> \ud800 \x00")
 
@@ -131,7 +133,7 @@ def _check_nothing_lost(store: Store) -> None:
         n_sessions = s.scalar(select(func.count()).select_from(SessionRow))
         assert n_results == n_sessions * 2 * n_probes
     for sess in store.sessions():
-        assert build(store, sess.id)["session"]["status"] == "complete"
+        assert build(store, sess.id).session.status == "complete"
 
 
 def test_hostile_values_store_alike_on_both_backends(tmp_path: Path, pg_url: str) -> None:

@@ -32,7 +32,7 @@ def test_judging_a_session_stores_what_history_shows(store: Store) -> None:
     one summary per arm and history reads those: the same points as from the whole session."""
     sid = make_session(store)
     data = build(store, sid)
-    assert _summaries(store) == len(data["arms"])
+    assert _summaries(store) == len(data.arms)
     stored = load_points(store)
     assert [(p.arm, p.alpha, p.tau, p.S, p.S_ci, p.verdicts, p.failing, p.trusted) for p in stored] == \
         [(p.arm, p.alpha, p.tau, p.S, p.S_ci, p.verdicts, p.failing, p.trusted) for p in session_points(data)]

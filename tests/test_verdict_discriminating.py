@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
+from views import facts, hand_arm, hand_result
 
 from observatory.gates import default_registry
+from observatory.read_model import ArmView, SessionFacts
 from observatory.verdict import decide, discriminates
 
 USER_GATE = '''
@@ -28,14 +29,12 @@ def note(output, probe):
 NO_PROBE = "no probe discriminates"
 
 
-def _session(gates_dir: Path, verdicts: dict[str, str]) -> dict[str, Any]:
-    def arm(name: str, role: str) -> dict[str, Any]:
-        return {"name": name, "role": role, "status": "ok", "validity": [], "results": [
-            {"probe": "p", "ok": True, "verdict": "PASS",
-             "verdicts": {g: {"verdict": v, "reason": "r"} for g, v in verdicts.items()}}]}
+def _session(gates_dir: Path, verdicts: dict[str, str]) -> tuple[SessionFacts, list[ArmView]]:
+    def arm(name: str, role: str) -> ArmView:
+        return hand_arm(name, role, (hand_result("p", verdicts),))
 
-    return {"session": {"status": "complete", "options": {"plan": {"gates_dirs": [str(gates_dir)]}}},
-            "arms": [arm("base", "base"), arm("mtp1", "spec")]}
+    return (facts(options={"plan": {"gates_dirs": [str(gates_dir)]}}),
+            [arm("base", "base"), arm("mtp1", "spec")])
 
 
 @pytest.fixture
@@ -60,7 +59,7 @@ def test_discriminating_is_decided_by_gate_metadata(gates_dir: Path, verdicts: d
     """Issue 14 item 9: a user result gate with correctness=True counts as discriminating whatever its name
     (the old rule dropped names starting with "token_diff"); a diagnostic gate, the sequence gates and their
     channels, and a gate no longer registered do not (the old rule counted any name without a colon)."""
-    v = decide(_session(gates_dir, verdicts))
+    v = decide(*_session(gates_dir, verdicts))
     assert any(NO_PROBE in r.text for r in v.reasons) is warned
 
 

@@ -110,8 +110,8 @@ def judge(view: ChannelView) -> list[VerdictRow]:
     session = view.store.session(view.session_id)
     fail_on = dict((session.options or {}).get("fail_on") or {})
     limit = fail_on.get(FAIL_KEY)
-    suite = suite_hash({"probes": [{"hash": p.content_hash} for p in view.store.probes(view.session_id)
-                                   if not (p.definition or {}).get("channel")]})
+    suite = suite_hash(p.content_hash for p in view.store.probes(view.session_id)
+                       if not (p.definition or {}).get("channel"))
     figures: dict[int, dict[str, Any]] | None = None
     rows: list[VerdictRow] = []
     for arm in view.arms:

@@ -15,6 +15,7 @@ from observatory.db import SessionRow
 from observatory.gates import registry_for
 from observatory.perf_gates import parse_fail_on
 from observatory.plan import SessionPlan, plan_compare
+from observatory.read_model import SessionView
 from observatory.redact import redact_text, remember, remember_url
 from observatory.report_data import build
 from observatory.runner import Interrupted, Reporter, Runner
@@ -181,9 +182,9 @@ class RedactingReporter:
         return lambda *args: fn(*(redact_text(a) if isinstance(a, str) else a for a in args))
 
 
-def produced_results(data: dict[str, Any]) -> bool:
+def produced_results(data: SessionView) -> bool:
     """Whether any arm of a built session produced at least one answer (a result without error)."""
-    return any(r.get("ok") for a in data["arms"] for r in a.get("results", []))
+    return any(r.ok for a in data.arms for r in a.results)
 
 
 @click.command(name="compare")

@@ -14,7 +14,7 @@ from observatory.outputs import OutputFile, ReportDir
 from observatory.report import render_session
 from observatory.report_data import build
 from observatory.terminal import print_summary
-from observatory.verdict import EXIT, decide
+from observatory.verdict import EXIT
 
 
 @click.command(name="gate")
@@ -48,8 +48,7 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: A
     if json_out is not None:
         json_out.write_text(to_json(data))
     print_summary(data)
-    v = decide(data)
-    verdict, reasons = v.verdict, v.texts()
+    verdict, reasons = data.verdict.verdict, data.verdict.texts()
     if interrupted and verdict != "INVALID":
         verdict, reasons = "INVALID", ["the session was interrupted", *reasons]
     click.echo(f"gate: {verdict}", err=True)

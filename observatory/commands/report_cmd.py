@@ -61,7 +61,7 @@ def report(session_id: int | None, out: str, db: str | None, vs_id: int | None, 
     if vs_id is None:
         index = target.write(lambda d: render_session(data, d))
     else:
-        if vs_id == data["session"]["id"]:
+        if vs_id == data.session.id:
             raise ObservatoryError(f"--vs {vs_id} is the report's own session; name another session "
                                    "(`observatory sessions` lists them).")
         other = build(store, vs_id)

@@ -33,9 +33,10 @@ from observatory.commands import INTERRUPTED_EXIT
 from observatory.commands.compare import compare_options, run_compare
 from observatory.errors import ObservatoryError
 from observatory.faults import FAULTS as FAULT_REGISTRY
+from observatory.read_model import ArmView, SessionView
 from observatory.report_data import build
 from observatory.roles import AA_COPY, FAULT, SPEC
-from observatory.verdict import SessionVerdict, arm_role, decide
+from observatory.verdict import SessionVerdict, arm_role
 
 DEFAULT_ARM = "mtp1"
 # The faults selftest injects: the unconditional ones (the knob-conditional ghost_* faults are triage's).
@@ -52,45 +53,44 @@ def fault_plan(profile: str | None, names: str | None) -> dict[str, str | None]:
     return plan
 
 
-def _failures(arm: dict[str, Any], verdict: SessionVerdict) -> list[str]:
+def _failures(arm: ArmView, verdict: SessionVerdict) -> list[str]:
     """What makes a control arm unclean: its FAIL and INVALID reasons in the session verdict."""
-    return [r.text for r in verdict.reasons if r.arm == arm["name"] and r.level in ("FAIL", "INVALID")]
+    return [r.text for r in verdict.reasons if r.arm == arm.name and r.level in ("FAIL", "INVALID")]
 
 
-def selftest_findings(data: dict[str, Any]) -> dict[str, Any]:
+def selftest_findings(data: SessionView) -> dict[str, Any]:
     """Per fault arm: the gates that failed it; the A/A control's and the clean spec arm's cleanliness.
 
     A fault counts as caught by FAIL verdicts only: probes the base arm fails
     are NOT_DISCRIMINATING for the fault arm and do not count. Roles come from
     the session (`observatory.roles`); cleanliness from the one verdict policy.
     """
-    verdict = decide(data)
+    verdict = data.verdict
     findings: dict[str, Any] = {"faults": {}, "aa": None, "clean": None}
-    for arm in data["arms"]:
+    for arm in data.arms:
         role = arm_role(arm)
-        c = arm["counters"]
-        if role == SPEC and not arm.get("copy_of"):
+        c = arm.counters
+        if role == SPEC and not arm.copy_of:
             bad = _failures(arm, verdict)
-            drafted, accepted = c.get("draft_tokens"), c.get("accepted")
-            findings["clean"] = {"arm": arm["name"], "status": arm["status"], "failures": bad,
-                                 "clean": arm["status"] == "ok" and not bad, "draft_tokens": drafted,
+            drafted, accepted = c.draft_tokens, c.accepted
+            findings["clean"] = {"arm": arm.name, "status": arm.status, "failures": bad,
+                                 "clean": arm.status == "ok" and not bad, "draft_tokens": drafted,
                                  "rejected": drafted - accepted if drafted is not None and accepted is not None
                                  else None}
         elif role == FAULT:
             gates: dict[str, int] = {}
-            for r in arm["results"]:
-                for g, v in r["verdicts"].items():
-                    if v["verdict"] == "FAIL":
+            for r in arm.results:
+                for g, v in r.verdicts.items():
+                    if v.verdict == "FAIL":
                         gates[g] = gates.get(g, 0) + 1
-            channels = sorted({g.split(":", 1)[0] for g, v in (arm.get("channel_verdicts") or {}).items()
-                               if v["verdict"] == "FAIL"})
-            findings["faults"][(arm["launch"] or {}).get("fault")] = {
-                "arm": arm["name"], "status": arm["status"], "caught_by": gates, "channels": channels,
-                "drafts": c.get("drafts")}
+            channels = sorted({g.split(":", 1)[0] for g, v in arm.channel_verdicts.items() if v.verdict == "FAIL"})
+            findings["faults"][arm.launch.get("fault")] = {
+                "arm": arm.name, "status": arm.status, "caught_by": gates, "channels": channels,
+                "drafts": c.drafts}
         elif role == AA_COPY:
             bad = _failures(arm, verdict)
-            findings["aa"] = {"arm": arm["name"], "status": arm["status"], "failures": bad,
-                              "clean": arm["status"] == "ok" and not bad}
+            findings["aa"] = {"arm": arm.name, "status": arm.status, "failures": bad,
+                              "clean": arm.status == "ok" and not bad}
     return findings
 
 
