@@ -96,7 +96,7 @@ def test_batch_request_timeout_is_a_deadline_for_each_whole_request(script: str)
         client = EngineClient(stub.url, timeout=1.0)
         client.model()
         t0 = time.monotonic()
-        got, wall = timed_batch(client, [CHAT, CHAT, TEXT], 3)
+        got, _ = timed_batch(client, [CHAT, CHAT, TEXT], 3)
         took = time.monotonic() - t0
         client.close()
     assert 0.9 < took < 1.8, took
