@@ -24,7 +24,7 @@ def _load(name: str) -> Any:
 def test_client_throughput_against_the_pacing_stub(capsys: pytest.CaptureFixture[str]) -> None:
     _load("client_throughput").main(["--streams", "2", "--rate", "2000", "--tokens", "20", "--repeats", "1"])
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "received" in ln]
-    assert [ln.split()[0] for ln in lines] == ["timed", "full", "raw"]
+    assert [ln.split()[0] for ln in lines] == ["batch", "timed", "full", "raw"]
     assert all("0 failed" in ln for ln in lines)
 
 
