@@ -31,3 +31,10 @@ def test_client_throughput_against_the_pacing_stub(capsys: pytest.CaptureFixture
 def test_cli_startup_times_fresh_processes() -> None:
     times = _load("cli_startup").time_command(["--version"], 1)
     assert len(times) == 1 and times[0] > 0
+
+
+def test_compare_throughput_reads_the_figure_compare_stored(capsys: pytest.CaptureFixture[str]) -> None:
+    _load("client_throughput")
+    _load("compare_throughput").main(["--runs", "1", "--level", "2", "--rate", "2000"])
+    out = capsys.readouterr().out
+    assert "run 1:" in out and "of 4000 offered (load average" in out
