@@ -396,13 +396,12 @@ class EngineClient:
             resp.close()
 
 
-def finish(out: Response, t0: float, end: float | None = None) -> Response:
-    """OUT with its duration from T0 to END (`time.perf_counter()` values; END: now); an answer
-    without a finish_reason is malformed."""
+def finish(out: Response, t0: float) -> Response:
+    """OUT with its duration since T0 (`time.perf_counter()`); an answer without a finish_reason is malformed."""
     if out.error is None and out.finish_reason is None:
         out.error = "malformed response: the server ended without a finish_reason"
         out.error_kind = "malformed"
-    out.duration_ms = ((time.perf_counter() if end is None else end) - t0) * 1000.0
+    out.duration_ms = (time.perf_counter() - t0) * 1000.0
     return out
 
 

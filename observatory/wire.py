@@ -232,11 +232,6 @@ class Pool:
         for c in idle:
             self.release(c, False)
 
-    @property
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS context of an https server (None for http)."""
-        return self._ssl
-
     def request_bytes(self, path: str, body: bytes) -> bytes:
         """The whole HTTP/1.1 POST of a JSON BODY to PATH (this server's prefix, host and auth headers)."""
         return (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Type: application/json\r\n"

@@ -1,4 +1,4 @@
-"""Timed batches on one select loop (observatory.batch): the same answers as run_timed, fewer costs in the clock.
+"""Timed batches (observatory.batch): the same answers as run_timed, the set-up outside the clock.
 
 Wire-level behaviour comes from the hand-made stub in tests/sse_stub.py (its
 answers are the shapes vLLM sends); the throughput this buys is measured by
