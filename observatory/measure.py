@@ -190,7 +190,7 @@ class ArmRun:
                 self.reporter.step(self.arm, f"timed c={level}", rep, self.repeat)
                 work = [p for p in self.probes for _ in range(level)]
                 before = self.counters()
-                # one event loop, connections opened before the clock (observatory.batch: what wall_s spans)
+                # threads started, connections opened before the clock (observatory.batch: what wall_s spans)
                 resps, wall = timed_batch(client, work, level)
                 delta = self.counters() - before
                 for probe, resp in zip(work, resps):
