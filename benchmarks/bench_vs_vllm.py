@@ -1,16 +1,20 @@
 #!/usr/bin/env python
 """The observatory's single-stream speed figures against `vllm bench serve`.
 
-One run, one server, the same prompts: the observatory's own request path
-(`EngineClient.run`, streamed, as `observatory compare` measures an arm) and
-vLLM's serving benchmark (`vllm.benchmarks.serve`, chat endpoint, max
+One run, one server, the same prompts: the observatory's timed request path
+(`observatory.batch.timed_batch`, what `observatory compare`'s timed passes
+send: no logprobs, usage counted, as `vllm bench serve` asks) and vLLM's
+serving benchmark (`vllm.benchmarks.serve`, chat endpoint, max
 concurrency 1) take turns on the same running engine, prompt by prompt (or
 suite by suite), repeat after repeat, in ABBA order (observatory, bench,
 bench, observatory, ...) so drift on a shared machine hits both sides alike. Both send the same chat messages (the
 user message of each non-tool probe of the suite) with the same sampling
-parameters: greedy, seed 0, the probe's max_tokens, and, unless
-``--bench-plain``, the same logprobs request the observatory makes
-(top-10 logprobs, tokens as ids), so the server does identical work for both.
+parameters: greedy, seed 0, the probe's max_tokens (``--bench-plain``: vllm
+bench its own plain request). With ``--full``, for information, the
+observatory sends its correctness request instead (`EngineClient.run`:
+top-10 logprobs, tokens as ids) and vllm bench the same logprobs request, so
+the server does identical work for both and the client CPU of the full path
+is compared.
 
 Reported, as observatory / vllm-bench ratios (target 0.98-1.02):
 
@@ -21,7 +25,7 @@ Reported, as observatory / vllm-bench ratios (target 0.98-1.02):
 - TTFT, median and mean;
 
 plus the observatory's client CPU time per request (``time.process_time``
-around each ``EngineClient.run`` / number of requests) and whether both
+around each request / number of requests) and whether both
 sides produced the same number of output tokens for every prompt (and the
 same text). Writes every number to a JSON file.
 
@@ -84,17 +88,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bench-plain", action="store_true",
                    help="let vllm bench send its own plain requests (no logprobs, no seed) "
                         "instead of the observatory's sampling parameters")
-    p.add_argument("--timed", action="store_true",
-                   help="the observatory side sends its timed requests (EngineClient.run_timed: no logprobs, "
-                        "as vllm bench serve asks); implies --bench-plain")
+    p.add_argument("--full", action="store_true",
+                   help="for information: the observatory side sends its correctness requests (EngineClient.run: "
+                        "top-10 logprobs, token ids) and vllm bench the same; default: the timed path "
+                        "(observatory.batch.timed_batch, no logprobs, as vllm bench serve asks)")
     p.add_argument("--tokenizer", default=None, help="tokenizer for vllm bench (default: the served model)")
     p.add_argument("--api-key", default=None, help="API key of the server (passed to both sides)")
     p.add_argument("--out", default=None, help="JSON result file (default: bench_vs_vllm.json in the work dir)")
     p.add_argument("--work-dir", default=None,
                    help="where the dataset, vllm bench results and engine log go (default: a temp dir)")
     args = p.parse_args(argv)
-    if args.timed:
-        args.bench_plain = True
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
     if args.max_tokens is not None and args.max_tokens < 2:
@@ -144,17 +147,19 @@ def write_dataset(probes: list[Any], path: Path) -> Path:
     return path
 
 
-def bench_extra_body(probe: Any, plain: bool = False) -> dict[str, Any]:
+def bench_extra_body(probe: Any, plain: bool = False, full: bool = False) -> dict[str, Any]:
     """The observatory's sampling parameters for PROBE, as vllm bench's --extra-body.
 
-    Built from `observatory.client.request_params` so the two stay in step;
-    temperature goes through --temperature and max_tokens through the dataset.
+    Built from `observatory.client.timed_params` (FULL: `request_params`, the
+    correctness pass's, with logprobs) so the two stay in step; temperature
+    goes through --temperature and max_tokens through the dataset. PLAIN:
+    none (vllm bench's own request).
     """
-    from observatory.client import request_params
+    from observatory.client import request_params, timed_params
 
     if plain:
         return {}
-    params = request_params(probe)
+    params = request_params(probe) if full else timed_params(probe)
     extra = {k: v for k, v in params.items() if k not in ("temperature", "max_tokens", "extra_body")}
     extra.update(params.get("extra_body") or {})
     return extra
@@ -546,15 +551,18 @@ def token_match(names: list[str], repeats: list[dict[str, Any]]) -> dict[str, An
 # ---------------------------------------------------------------- observatory side
 
 
-def observatory_request(client: Any, probe: Any, timed: bool = False) -> dict[str, Any]:
-    """One probe as `observatory compare` measures it: streamed through `EngineClient.run` (or `run_timed`).
+def observatory_request(client: Any, probe: Any, timed: bool = True) -> dict[str, Any]:
+    """One probe as `observatory compare` measures it: a timed pass (`observatory.batch.timed_batch` of
+    one request, concurrency 1), or with TIMED false its streamed correctness pass (`EngineClient.run`).
 
     Spec counters are read around it as the runner does (outside the timed
-    request); client CPU is `time.process_time` around `EngineClient.run` only.
+    request); client CPU is `time.process_time` around the request only.
     """
+    from observatory.batch import timed_batch
+
     before = _counters(client)
     c0, w0 = time.process_time(), time.perf_counter()
-    resp = client.run_timed(probe) if timed else client.run(probe, stream=True)
+    resp = timed_batch(client, [probe], 1)[0][0] if timed else client.run(probe, stream=True)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     after = _counters(client)
     if not resp.ok:
@@ -688,7 +696,11 @@ def table(result: dict[str, Any]) -> str:
             ("TTFT ms, mean", "ttft_ms_mean"),
             ("single-stream tok/s (end to end)", "single_stream_tok_s")]
     cmp = result["comparison"]
-    lines = [f"{'figure (median of repeats)':<48} {'observatory':>11} {'vllm bench':>11} {'ratio':>7} "
+    path = result.get("config", {}).get("observatory_path", "timed")
+    lines = [f"the observatory's {path} path "
+             + ("(observatory.batch.timed_batch: no logprobs, as vllm bench serve asks)" if path == "timed" else
+                "(EngineClient.run: top-10 logprobs, token ids; vllm bench sends the same; for information)"),
+             f"{'figure (median of repeats)':<48} {'observatory':>11} {'vllm bench':>11} {'ratio':>7} "
              f"{'[min, max]':>16} {'pooled':>7}"]
     for label, key in rows:
         c = cmp[key]
@@ -728,6 +740,7 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; write the JSON; print the table."""
     args = parse_args(argv)
+    from observatory.batch import timed_batch
     from observatory.client import EngineClient
     from observatory.probes import load_probe_file, resolve_suite
 
@@ -740,7 +753,8 @@ def main(argv: list[str] | None = None) -> int:
     # A unit is what one side runs before the other takes its turn: one prompt, or the whole suite.
     units = [[p] for p in probes] if args.interleave == "prompt" else [probes]
     datasets = [write_dataset(u, work / f"prompts-{j}.jsonl") for j, u in enumerate(units)]
-    extra = bench_extra_body(probes[0], plain=args.bench_plain)
+    extra = bench_extra_body(probes[0], plain=args.bench_plain, full=args.full)
+    path = "full" if args.full else "timed"
 
     engine = Engine(args, work)
     bench = VllmBench(work / "vllm-bench.log", api_key=args.api_key)
@@ -752,7 +766,8 @@ def main(argv: list[str] | None = None) -> int:
         client = EngineClient(url, api_key=args.api_key)
         model = client.model()
         print(f"server {url}, model {model}, {len(probes)} prompts, {args.repeats} repeats, "
-              f"interleaved by {args.interleave}; vllm bench log: {work / 'vllm-bench.log'}", flush=True)
+              f"interleaved by {args.interleave}, the observatory's {path} path; "
+              f"vllm bench log: {work / 'vllm-bench.log'}", flush=True)
         for i in range(args.repeats):
             obs_records: list[dict[str, Any]] = []
             bench_results: list[dict[str, Any]] = []
@@ -766,10 +781,11 @@ def main(argv: list[str] | None = None) -> int:
                         # One warm-up request (not counted) right before, as vllm bench does in each
                         # of its runs (--num-warmups 1 sends the unit's first prompt): both sides meet
                         # the engine in the same state (its workers busy-poll for a while after work).
-                        warm = client.run(unit[0], stream=True)
+                        warm = client.run(unit[0], stream=True) if args.full else \
+                            timed_batch(client, [unit[0]], 1)[0][0]
                         if not warm.ok:
                             raise RuntimeError(f"observatory warm-up request failed: {warm.error}")
-                        obs_records += [observatory_request(client, pr, args.timed) for pr in unit]
+                        obs_records += [observatory_request(client, pr, not args.full) for pr in unit]
                         continue
                     fname = f"vllm-bench-{i}-{j}.json"
                     bargs = vllm_bench_args(base_url=url, dataset=datasets[j], num_prompts=len(unit),
@@ -805,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
                    "spec_config": None if args.url else spec_config_from(args.spec_config)},
         "config": {"suite": str(suite), "prompts": [p.name for p in probes],
                    "max_tokens": [p.max_tokens for p in probes], "repeats": args.repeats,
-                   "interleave": args.interleave, "bench_extra_body": extra,
+                   "interleave": args.interleave, "observatory_path": path, "bench_extra_body": extra,
                    "bench_route": sorted(bench.used), "work_dir": str(work)},
         "comparison": compare(repeats),
         "streamed_pairs": streamed_pairs(repeats),

@@ -8,11 +8,13 @@ workers), and reports received tok/s (tokens counted by the client over
 the wall time of the batch) against offered (STREAMS x RATE x the ideal
 duration). Clients compared:
 
-- ``timed``: `EngineClient.run_timed`, what a timed pass sends (no logprobs);
+- ``batch``: `observatory.batch.timed_batch`, what `compare`'s timed passes run (one select
+  loop, connections opened before the clock; the wall is the batch's own);
+- ``timed``: `EngineClient.run_timed` from a thread pool (how timed passes ran before);
 - ``full``: `EngineClient.run`, a correctness pass (top-10 logprobs);
 - ``raw``: a bare httpx reader with `json.loads` per event (vllm bench's way).
 
-    python benchmarks/client_throughput.py [--streams 64] [--rate 100] [--tokens 300] [--clients timed,full,raw]
+    python benchmarks/client_throughput.py [--streams 64] [--rate 100] [--tokens 300] [--clients batch,timed,full,raw]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from observatory.batch import timed_batch
 from observatory.client import EngineClient
 from observatory.probes import Probe
 
@@ -70,6 +73,12 @@ def one_batch(kind: str, url: str, streams: int, tokens: int) -> tuple[int, floa
     client = EngineClient(url, timeout=120.0)
     client.model()
     http = httpx.Client(timeout=120.0, limits=httpx.Limits(max_connections=None))
+    if kind == "batch":
+        timed_batch(client, [probe] * streams, streams)  # warm, as the pool below is warmed
+        resps, wall = timed_batch(client, [probe] * streams, streams)
+        client.close()
+        http.close()
+        return sum(r.completion_tokens or 0 for r in resps), wall, sum(1 for r in resps if not r.ok)
     fn: Any = {"timed": lambda _: client.run_timed(probe), "full": lambda _: client.run(probe),
                "raw": lambda _: raw_tokens(http, url, tokens)}[kind]
     with ThreadPoolExecutor(max_workers=streams) as ex:
@@ -90,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--streams", type=int, default=64)
     p.add_argument("--rate", type=float, default=100.0, help="tok/s offered per stream")
     p.add_argument("--tokens", type=int, default=300, help="tokens per request")
-    p.add_argument("--clients", default="timed,full,raw")
+    p.add_argument("--clients", default="batch,timed,full,raw")
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args(argv)
     proc, url = start_stub(a.rate)

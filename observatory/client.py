@@ -168,6 +168,17 @@ class _Failed(Exception):
         self.kind = kind
 
 
+def http_error(status: int, path: str, body: bytes) -> Exception:
+    """The failure of a probe request answered with an error STATUS (its BODY's start in the message)."""
+    text = body.decode("utf-8", errors="replace")
+    return _Failed("http", f"HTTP {status} from {path}: {text[:500]}")
+
+
+# What a probe request may raise that is stored as the Response's error (`EngineClient.failed`).
+REQUEST_FAILURES = (_Failed, DeadlineExceeded, WireError, ServerError, ObservatoryError, MalformedStream,
+                    ValueError, KeyError, TypeError, AttributeError, IndexError)
+
+
 class EngineClient:
     """Talks to one running arm: probes, health, version, metrics."""
 
@@ -332,31 +343,32 @@ class EngineClient:
             # oaicompat_chat_params_parse): such probes are sent whole (no TTFT, no chunk timeline)
             stream = False
         try:
-            body = request_body(probe, self._served_model(), params, stream)
+            body = request_body(probe, self.served_model(), params, stream)
             path = "/v1/chat/completions" if probe.kind == "chat" else "/v1/completions"
             self._request(path, body, stream, t0, deadline, out, timed)
             if probe.kind != "chat" and not timed and len(out.token_texts) != len(out.token_ids):
                 out.token_texts = self.detokenize(out.token_ids)
-        except _Failed as e:
-            out = Response(error=str(e), error_kind=e.kind)
-        except DeadlineExceeded:
-            out = Response(error=self._timeout_text(), error_kind="timeout")
-        except WireError as e:
-            out = Response(error=f"{type(e).__name__}: {e}", error_kind=e.kind)
-        except ServerError as e:
-            out = Response(error=str(e), error_kind="http")
-        except ObservatoryError as e:
-            out = Response(error=f"{type(e).__name__}: {e}", error_kind="malformed")
-        except (MalformedStream, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
-            # a body that is not what the API promises (malformed JSON, missing fields)
-            out = Response(error=f"malformed response: {type(e).__name__}: {e}", error_kind="malformed")
-        if out.error is None and out.finish_reason is None:
-            out.error = "malformed response: the server ended without a finish_reason"
-            out.error_kind = "malformed"
-        out.duration_ms = (time.perf_counter() - t0) * 1000.0
-        return out
+        except REQUEST_FAILURES as e:
+            out = self.failed(e)
+        return finish(out, t0)
 
-    def _served_model(self) -> str:
+    def failed(self, e: BaseException) -> Response:
+        """The stored Response of a request that raised E (one of REQUEST_FAILURES)."""
+        if isinstance(e, _Failed):
+            return Response(error=str(e), error_kind=e.kind)
+        if isinstance(e, DeadlineExceeded):
+            return Response(error=self._timeout_text(), error_kind="timeout")
+        if isinstance(e, WireError):
+            return Response(error=f"{type(e).__name__}: {e}", error_kind=e.kind)
+        if isinstance(e, ServerError):
+            return Response(error=str(e), error_kind="http")
+        if isinstance(e, ObservatoryError):
+            return Response(error=f"{type(e).__name__}: {e}", error_kind="malformed")
+        # a body that is not what the API promises (malformed JSON, missing fields)
+        return Response(error=f"malformed response: {type(e).__name__}: {e}", error_kind="malformed")
+
+    def served_model(self) -> str:
+        """The served model id for a request body (a failure to name it is the request's failure)."""
         try:
             return self.model()
         except RequestFailed as e:
@@ -373,16 +385,29 @@ class EngineClient:
         resp = self._wire.post(path, _encode(body), deadline)
         try:
             if resp.status >= 400:
-                text = resp.read().decode("utf-8", errors="replace")
-                raise _Failed("http", f"HTTP {resp.status} from {path}: {text[:500]}")
+                raise http_error(resp.status, path, resp.read())
             if not stream:
                 _take_whole(out, decode_json(resp.read()), chat)
                 return
             pieces = resp.body()
-            (_read_chat if chat else _read_completion)(out, events(pieces, t0), timed)
+            read_stream(out, events(pieces, t0), chat, timed)
             resp.finish(pieces)
         finally:
             resp.close()
+
+
+def finish(out: Response, t0: float) -> Response:
+    """OUT with its duration since T0 (`time.perf_counter()`); an answer without a finish_reason is malformed."""
+    if out.error is None and out.finish_reason is None:
+        out.error = "malformed response: the server ended without a finish_reason"
+        out.error_kind = "malformed"
+    out.duration_ms = (time.perf_counter() - t0) * 1000.0
+    return out
+
+
+def read_stream(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], chat: bool, timed: bool) -> None:
+    """Fill OUT from a streamed answer's (ms, event) pairs: chat or text completion, timed or correctness pass."""
+    (_read_chat if chat else _read_completion)(out, stream, timed)
 
 
 def _take_whole(out: Response, obj: Any, chat: bool) -> None:

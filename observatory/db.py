@@ -12,6 +12,7 @@ same schema (a test asserts it).
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from datetime import datetime, timezone
@@ -280,9 +281,25 @@ def _check_sqlite_path(path: str, create: bool) -> None:
         raise ObservatoryError(f"--db {path}: the directory {p.parent} does not exist. Create it first. {_FIX}")
 
 
+def compact_json(value: Any) -> str:
+    """VALUE as JSON without the optional spaces and with text as UTF-8, not escapes (the same value, fewer bytes).
+
+    SQLAlchemy's default (`json.dumps`) writes ``", "`` and ``": "`` and
+    ``\\uXXXX`` for every non-ASCII character: about 7% of a session's JSON,
+    and twice the bytes for Chinese text. A string that cannot be UTF-8 (a lone
+    surrogate) keeps the escapes, as before.
+    """
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":"))
+    return text
+
+
 def _engine_for(url: str) -> Engine:
     try:
-        return create_engine(url, future=True)
+        return create_engine(url, future=True, json_serializer=compact_json)
     except NoSuchModuleError:
         scheme = url.split("://", 1)[0]
         raise ObservatoryError(

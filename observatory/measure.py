@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from observatory.arms import Arm
+from observatory.batch import timed_batch
 from observatory.client import EngineClient, RequestFailed, Response
 from observatory.db import ArmRow, MeasurementRow, ResultRow
 from observatory.errors import ObservatoryError
@@ -189,10 +190,8 @@ class ArmRun:
                 self.reporter.step(self.arm, f"timed c={level}", rep, self.repeat)
                 work = [p for p in self.probes for _ in range(level)]
                 before = self.counters()
-                t0 = time.perf_counter()
-                with ThreadPoolExecutor(max_workers=level) as ex:
-                    resps = list(ex.map(client.run_timed, work))
-                wall = time.perf_counter() - t0
+                # threads started, connections opened before the clock (observatory.batch: what wall_s spans)
+                resps, wall = timed_batch(client, work, level)
                 delta = self.counters() - before
                 for probe, resp in zip(work, resps):
                     self.store_result(probe, resp, "timed", repeat=rep, concurrency=level)

@@ -53,34 +53,64 @@ def _data_of(event: bytes) -> bytes | None:
     return b"\n".join(ln[1:] if ln.startswith(b" ") else ln for ln in lines)
 
 
-def events(pieces: Iterable[bytes], t0: float) -> Iterator[tuple[float, dict[str, Any]]]:
-    """(ms since T0 when the event's last byte arrived, decoded object) of each data event, up to [DONE].
+class EventReader:
+    """Splits a body's bytes, fed as they arrive, into decoded data events up to [DONE] (no I/O)."""
 
-    PIECES are the body's bytes as they arrive (T0 and the stamps are
-    `time.perf_counter()` values). An ``{"error": ...}`` event
-    (vLLM reports mid-stream failures so) raises ServerError with its message.
-    """
-    buf = b""
-    for piece in pieces:
-        now = time.perf_counter()
-        buf += piece
+    def __init__(self) -> None:
+        self._buf = b""
+        self.done = False  # [DONE] seen: the stream's events are complete
+
+    def feed(self, piece: bytes) -> list[dict[str, Any]]:
+        """The objects of the events PIECE completes (none after [DONE]).
+
+        An ``{"error": ...}`` event (vLLM reports mid-stream failures so)
+        raises ServerError with its message; an event that is not a JSON
+        object raises MalformedStream.
+        """
+        if self.done:
+            return []
+        buf = self._buf + piece
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n")
         if b"\n\n" not in buf:
-            continue
-        *whole, buf = buf.split(b"\n\n")
-        ms = (now - t0) * 1000.0
+            self._buf = buf
+            return []
+        *whole, self._buf = buf.split(b"\n\n")
+        out: list[dict[str, Any]] = []
         for event in whole:
             data = _data_of(event)
             if data is None:
                 continue
             if data == b"[DONE]":
-                return
-            obj = decode_json(data)
-            if not isinstance(obj, dict):
-                raise MalformedStream(f"a streamed event is not a JSON object: {data[:200]!r}")
-            if "error" in obj and "choices" not in obj:
-                err = obj["error"]
-                msg = err.get("message") if isinstance(err, dict) else err
-                raise ServerError(f"the server reported an error mid-stream: {msg}")
+                self.done = True
+                break
+            out.append(_event_object(data))
+        return out
+
+
+def _event_object(data: bytes) -> dict[str, Any]:
+    obj = decode_json(data)
+    if not isinstance(obj, dict):
+        raise MalformedStream(f"a streamed event is not a JSON object: {data[:200]!r}")
+    if "error" in obj and "choices" not in obj:
+        err = obj["error"]
+        msg = err.get("message") if isinstance(err, dict) else err
+        raise ServerError(f"the server reported an error mid-stream: {msg}")
+    return obj
+
+
+def events(pieces: Iterable[bytes], t0: float) -> Iterator[tuple[float, dict[str, Any]]]:
+    """(ms since T0 when the event's last byte arrived, decoded object) of each data event, up to [DONE].
+
+    PIECES are the body's bytes as they arrive (T0 and the stamps are
+    `time.perf_counter()` values); errors as `EventReader.feed` raises them.
+    """
+    reader = EventReader()
+    for piece in pieces:
+        now = time.perf_counter()
+        objs = reader.feed(piece)
+        ms = (now - t0) * 1000.0
+        for obj in objs:
             yield ms, obj
+        if reader.done:
+            return

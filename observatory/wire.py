@@ -41,7 +41,7 @@ class WireError(Exception):
 
 
 @dataclass
-class _Conn:
+class Conn:
     """One open connection and the bytes read past the last response."""
 
     sock: socket.socket
@@ -55,7 +55,7 @@ class WireResponse:
     status: int
     headers: dict[str, str]
     _pool: Pool
-    _conn: _Conn
+    _conn: Conn
     _deadline: float
     _done: bool = field(default=False)
     _released: bool = field(default=False)
@@ -188,11 +188,12 @@ class Pool:
             headers["Authorization"] = "Basic " + base64.b64encode(creds).decode()
         self._head = f"Host: {host_header}\r\nUser-Agent: observatory\r\nAccept: */*\r\n" + "".join(
             f"{k}: {v}\r\n" for k, v in headers.items())
-        self._idle: list[_Conn] = []
+        self._idle: list[Conn] = []
         self._lock = threading.Lock()
         self._ssl = ssl.create_default_context() if self.tls else None
 
-    def _connect(self, deadline: float) -> _Conn:
+    def connect(self, deadline: float) -> Conn:
+        """A new connection (TCP_NODELAY; TLS for https), opened within DEADLINE and 10 s."""
         left = deadline - time.perf_counter()
         if left <= 0:
             raise DeadlineExceeded()
@@ -206,9 +207,14 @@ class Pool:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._ssl is not None:
             sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
-        return _Conn(sock)
+        return Conn(sock)
 
-    def release(self, conn: _Conn, keep: bool) -> None:
+    def take_idle(self) -> Conn | None:
+        """An idle kept-alive connection, taken out of the pool (None if there is none)."""
+        with self._lock:
+            return self._idle.pop() if self._idle else None
+
+    def release(self, conn: Conn, keep: bool) -> None:
         """Back to the pool, or closed."""
         if keep:
             with self._lock:
@@ -226,16 +232,19 @@ class Pool:
         for c in idle:
             self.release(c, False)
 
+    def request_bytes(self, path: str, body: bytes) -> bytes:
+        """The whole HTTP/1.1 POST of a JSON BODY to PATH (this server's prefix, host and auth headers)."""
+        return (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
+
     def post(self, path: str, body: bytes, deadline: float) -> WireResponse:
         """Send one POST of a JSON BODY and read the response head (a stale kept-alive connection is retried once)."""
-        request = (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Type: application/json\r\n"
-                   f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
+        request = self.request_bytes(path, body)
+        conn = self.take_idle()
         for attempt in (0, 1):
             fresh = conn is None
             if conn is None:
-                conn = self._connect(deadline)
+                conn = self.connect(deadline)
             resp = WireResponse(0, {}, self, conn, deadline)
             try:
                 conn.sock.settimeout(max(deadline - time.perf_counter(), 0.001))
@@ -264,14 +273,22 @@ class Pool:
                 raise WireError("the server closed the connection before answering")
             c.buf += data
         head, c.buf = c.buf.split(b"\r\n\r\n", 1)
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-            raise WireError(f"not an HTTP response: {lines[0][:80]!r}")
-        headers = {}
-        for ln in lines[1:]:
-            k, _, v = ln.partition(":")
-            headers[k.strip().lower()] = v.strip()
-        if parts[0] == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
-            headers["connection"] = "close"
-        return int(parts[1]), headers
+        return parse_head(head)
+
+
+def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    """(status, lower-cased headers) of a response head (without its blank line); WireError if not HTTP.
+
+    An HTTP/1.0 answer without ``Connection: keep-alive`` gets ``connection: close``.
+    """
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise WireError(f"not an HTTP response: {lines[0][:80]!r}")
+    headers = {}
+    for ln in lines[1:]:
+        k, _, v = ln.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if parts[0] == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
+        headers["connection"] = "close"
+    return int(parts[1]), headers

@@ -41,6 +41,7 @@ class SseStub:
     def __init__(self, scripts: dict[str, Script | str]):
         self.scripts = scripts
         self.posts: list[tuple[str, dict[str, Any]]] = []
+        self.connections = 0  # TCP connections accepted
         self.stop = threading.Event()
         stub = self
 
@@ -49,6 +50,10 @@ class SseStub:
 
             def log_message(self, *args: object) -> None:
                 pass
+
+            def setup(self) -> None:
+                stub.connections += 1
+                super().setup()
 
             def do_GET(self) -> None:
                 body = b'{"data": [{"id": "stub-model"}]}'

@@ -24,10 +24,17 @@ def _load(name: str) -> Any:
 def test_client_throughput_against_the_pacing_stub(capsys: pytest.CaptureFixture[str]) -> None:
     _load("client_throughput").main(["--streams", "2", "--rate", "2000", "--tokens", "20", "--repeats", "1"])
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "received" in ln]
-    assert [ln.split()[0] for ln in lines] == ["timed", "full", "raw"]
+    assert [ln.split()[0] for ln in lines] == ["batch", "timed", "full", "raw"]
     assert all("0 failed" in ln for ln in lines)
 
 
 def test_cli_startup_times_fresh_processes() -> None:
     times = _load("cli_startup").time_command(["--version"], 1)
     assert len(times) == 1 and times[0] > 0
+
+
+def test_compare_throughput_reads_the_figure_compare_stored(capsys: pytest.CaptureFixture[str]) -> None:
+    _load("client_throughput")
+    _load("compare_throughput").main(["--runs", "1", "--level", "2", "--rate", "2000"])
+    out = capsys.readouterr().out
+    assert "run 1:" in out and "of 4000 offered (load average" in out

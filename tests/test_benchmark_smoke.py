@@ -89,9 +89,12 @@ def test_bench_sends_the_observatory_sampling_parameters(tmp_path: Path) -> None
     from observatory.probes import load_probe_file, resolve_suite
 
     probe = bvv.bench_probes(load_probe_file(resolve_suite(None)))[0]
-    extra = bvv.bench_extra_body(probe)
-    assert extra == {"seed": 0, "logprobs": True, "top_logprobs": 10, "return_tokens_as_token_ids": True}
+    extra = bvv.bench_extra_body(probe)  # the timed path's: what `vllm bench serve` asks, plus the seed
+    assert extra == {"seed": 0}
+    full = bvv.bench_extra_body(probe, full=True)
+    assert full == {"seed": 0, "logprobs": True, "top_logprobs": 10, "return_tokens_as_token_ids": True}
     assert bvv.bench_extra_body(probe, plain=True) == {}
+    assert bvv.parse_args([]).full is False and bvv.parse_args(["--full"]).full is True
     argv = bvv.vllm_bench_args(base_url="http://h:1", dataset=tmp_path / "d.jsonl", num_prompts=7,
                                result_dir=tmp_path, result_filename="r.json", extra_body=extra)
     flags = dict(itertools.pairwise(argv))

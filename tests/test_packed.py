@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow
+from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow, compact_json
 from observatory.packed import pack, unpack
 from observatory.store import Store
 
@@ -80,3 +80,23 @@ def test_chunk_timelines_round_trip_exactly() -> None:
     assert pack_chunks(odd) == odd
     assert pack_chunks([[1.0, True]]) == [[1.0, True]]
     assert unpack_chunks([[1.0, 2]]) == [[1.0, 2]]  # rows written before packing read unchanged
+
+
+def test_json_columns_are_stored_compact_and_read_back_the_same(tmp_path: Path) -> None:
+    """Issue 20 item 5: JSON columns were written with ", " / ": " and \\uXXXX escapes (a Chinese
+    character took 6 bytes, not 3); now compact UTF-8, the same values read back."""
+    store = Store(str(tmp_path / "t.db"))
+    rid = _result(store, [])
+    store.update(ResultRow, rid, token_texts=["月亮", " the"], usage={"completion_tokens": 2, "prompt_tokens": 3})
+    with store.engine.connect() as c:
+        texts = c.execute(text("SELECT token_texts FROM results WHERE id = :i"), {"i": rid}).scalar()
+        usage = c.execute(text("SELECT usage FROM results WHERE id = :i"), {"i": rid}).scalar()
+    assert texts == '["月亮"," the"]' and usage == '{"completion_tokens":2,"prompt_tokens":3}'
+    row = store.results(1)[0]
+    assert row.token_texts == ["月亮", " the"] and row.usage == {"completion_tokens": 2, "prompt_tokens": 3}
+
+
+def test_compact_json_keeps_escapes_for_text_that_cannot_be_utf8() -> None:
+    value = {"t": ["月", "\ud800"]}  # a lone surrogate: SQLite could not store it as UTF-8
+    assert compact_json(value) == '{"t":["\\u6708","\\ud800"]}' and json.loads(compact_json(value)) == value
+    assert compact_json({"t": "月"}) == '{"t":"月"}'

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The observatory's timed client against `vllm bench serve` on one H200 (issue "A fast instrument"):
-# the same server, the same prompts, no logprobs on either side. From the repo root, on the device:
+# the same server, the same prompts, no logprobs on either side (the target: decode tok/s within
+# +-2%, client CPU per request at or below vllm bench's); then, for information, the full path
+# (top-10 logprobs on both sides). From the repo root, on the device:
 #   bash examples/gpu/run_bench_h200.sh
+# Writes four files to $OUT: bench-timed.json, bench-timed.txt, bench-full.json, bench-full.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source .gpu/activate.sh
@@ -14,5 +17,7 @@ export PYTHONPATH=$PWD:/tmp/site:/tmp/ep:${PYTHONPATH:-}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 common=(--engine-arg=--attention-backend=TRITON_ATTN --engine-arg=--gpu-memory-utilization=0.2
         --engine-arg=--enforce-eager)
-python3 benchmarks/bench_vs_vllm.py --timed --repeats 5 --out "$out/bench-timed.json" --work-dir /tmp/bench-timed "${common[@]}"
-python3 benchmarks/bench_vs_vllm.py --repeats 3 --out "$out/bench-logprobs.json" --work-dir /tmp/bench-lp "${common[@]}"
+python3 benchmarks/bench_vs_vllm.py --repeats 5 --out "$out/bench-timed.json" --work-dir /tmp/bench-timed \
+    "${common[@]}" 2>&1 | tail -n 40 > "$out/bench-timed.txt"
+python3 benchmarks/bench_vs_vllm.py --full --repeats 3 --out "$out/bench-full.json" --work-dir /tmp/bench-full \
+    "${common[@]}" 2>&1 | tail -n 40 > "$out/bench-full.txt"
