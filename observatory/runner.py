@@ -262,6 +262,7 @@ class Runner:
             "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
             "timing": self.opts.timing if concurrent_with else "alone", **host_facts(),
             "role": assign_roles(self.opts.arms)[arm.name],
+            "engine": arm.engine if arm.engine != "vllm" else self.opts.engine,
         }
         values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
                       launch=facts, started_at=utcnow(), reason=None, log_tail=None)
