@@ -71,14 +71,13 @@ def test_llama_tokenizer_gives_our_ids_on_every_probe(server: RunningEngine) -> 
 
 
 def test_llama_chat_template_renders_our_prompts(server: RunningEngine) -> None:
-    """The GGUF's chat template (--jinja) renders every chat probe without tools as transformers does.
-
-    Probes with tools are not rendered: llama.cpp's jinja answers 400 "tojson
-    sort_keys=true not implemented" for our template (docs/engines.md).
-    """
+    """Issue 17 item 2: the GGUF's chat template (--jinja) renders every chat probe as transformers does,
+    tool probes included (llama.cpp's jinja refused our tojson(sort_keys=true) with a 400; the export
+    rewrites it: llamacpp_gguf.llama_chat_template)."""
     tok = _hf_tokenizer()
+    rendered = 0
     for probe in load_probe_file(resolve_suite("default")):
-        if probe.kind != "chat" or probe.tools is not None:
+        if probe.kind != "chat":
             continue
         body: dict[str, Any] = {"messages": probe.messages}
         if probe.tools is not None:
@@ -86,6 +85,8 @@ def test_llama_chat_template_renders_our_prompts(server: RunningEngine) -> None:
         r = httpx.post(f"{server.url}/apply-template", json=body)
         assert r.status_code == 200, r.text
         assert r.json()["prompt"] == _prompt_text(tok, probe), probe.name
+        rendered += probe.tools is not None
+    assert rendered == 3  # the three tool probes
 
 
 @pytest.fixture(scope="module")
@@ -115,12 +116,21 @@ def test_llama_session_stores_every_arm_with_ids(session: dict[str, Any]) -> Non
         assert a["engine_version"], a["name"]  # /props build_info
         assert [r["probe"] for r in a["results"]] == probes
         for r in a["results"]:
-            if r["probe"].startswith("tool-"):  # known: llama.cpp's jinja lacks tojson(sort_keys=...)
-                assert not r["ok"] and "sort_keys" in r["error"], (a["name"], r["probe"])
-                continue
             assert r["ok"], (a["name"], r["probe"], r["error"])
             assert r["token_ids"] and all(isinstance(t, int) for t in r["token_ids"])
             assert r["verdicts"], (a["name"], r["probe"])
+
+
+def test_llama_arms_pass_the_tool_probes(session: dict[str, Any]) -> None:
+    """Issue 17 item 2: llama-server parses our model's hermes calls (<tool_call>...</tool_call>) into
+    tool_calls, and every llama.cpp arm passes the tool probes' gates."""
+    for a in session["arms"]:
+        tools = [r for r in a["results"] if r["probe"].startswith("tool-")]
+        assert len(tools) == 3, a["name"]
+        for r in tools:
+            assert r["tool_calls"], (a["name"], r["probe"], r["text"])
+            assert r["verdicts"]["tool_calls"]["verdict"] == "PASS", (a["name"], r["probe"], r["verdicts"])
+            assert r["verdict"] == "PASS", (a["name"], r["probe"], r["verdicts"])
 
 
 def test_llama_spec_arms_emit_base_text(session: dict[str, Any]) -> None:
@@ -155,7 +165,7 @@ def test_llama_spec_arms_are_token_identical_to_base(session: dict[str, Any]) ->
             assert mine is not None and mine.token_ids == ref.token_ids, (name, probe)
             assert verdicts[probe]["token_diff"]["verdict"] == "PASS", (name, probe, verdicts[probe]["token_diff"])
             compared += 1
-    assert compared >= len(ARMS[1:]) * 7, compared  # the probes without tools at least
+    assert compared == len(ARMS[1:]) * 10, compared  # every default probe, tool probes included
 
 
 def test_llama_acceptance_comes_from_its_own_counters(session: dict[str, Any]) -> None:
