@@ -261,6 +261,7 @@ def context(data: dict[str, Any]) -> dict[str, Any]:
         "overall": overall(data), "banners": list(data.get("banners") or []), "arms": arms, "spec": spec,
         "matrix": matrix(data), "diffs": diff_views(data), "categories": cats, "levels": levels,
         "floor": floor, "triages": data.get("triages") or [], "channels": data.get("channels") or [],
+        "cross_engine": data.get("cross_engine"),
         "speed_html": charts.hbars([(a["name"], [a["single"], a["decode"]]) for a in arms],
                                    ["single-stream", "decode only"], "Speed per arm", "tok/s"),
         "throughput_html": charts.grouped_bars(

@@ -9,7 +9,8 @@ Stable keys scripts rely on (issue 2)::
      "arms": [{"name", "role", "status", "reason", "launch", "engine_version",
                "counters": {"drafts", "draft_tokens", "accepted", "accepted_per_pos"},
                "results": [{"probe", "prompt", "text", "token_ids", "finish_reason",
-                            "verdicts": {GATE: {"verdict", "reason", "details"}}}]}]}
+                            "verdicts": {GATE: {"verdict", "reason", "details"}}}]}],
+     "cross_engine": None | {"engines", "bases", "pairs", "acceptance", "note"}}  # observatory.cross_engine
 
 Arms are in run order, results in probe order.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 from observatory.channels import get as get_channel
 from observatory.channels import is_channel_gate
+from observatory.cross_engine import compare as cross_engine_compare
 from observatory.db import ArmRow, ResultRow, SessionRow
 from observatory.judge import NOT_DISCRIMINATING, UNJUDGED
 from observatory.previews import preview, tool_calls_text
@@ -142,4 +144,6 @@ def build(store: Store, session_id: int | None = None) -> dict[str, Any]:
     }
     data["verdict"] = decide(data).to_dict()
     data["triages"] = triage_summaries(store, s.id)
+    # Across engines (issue 17 item 4): its own key, added after the verdict was decided without it.
+    data["cross_engine"] = cross_engine_compare(store, s.id)
     return data
