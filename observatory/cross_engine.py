@@ -156,10 +156,21 @@ def _output_diff(store: Any, ref: Any, other: Any, pid: int, probe: Probe, gate:
     if mine is None or theirs is None:
         return {"kind": None, "reason": "not measurable: no complete token sequence on "
                 + ", ".join(a.name for a, r in ((ref, theirs), (other, mine)) if r is None)}
-    res = gate.check(to_output(mine), to_output(theirs), probe)
+    d = gate.check(to_output(mine), to_output(theirs), probe).details
     keep = ("kind", "position", "margin", "margin_is_lower_bound", "base_token_id", "spec_token_id")
-    return {**{k: res.details.get(k) for k in keep}, "reason": res.reason, "compared": [theirs.mode, mine.mode],
-            "tokens": [len(theirs.token_ids or []), len(mine.token_ids or [])]}
+    out = {k: d.get(k) for k in keep}
+    n = [len(theirs.token_ids or []), len(mine.token_ids or [])]
+    if out["kind"] == "identical":
+        reason = f"the same {n[0]} token ids"
+    elif out["position"] is None:
+        reason = f"{out['kind'] or 'no comparison'}: {n[0]} ids on {ref.name}, {n[1]} on {other.name}"
+    else:
+        margin = ("not readable" if out["margin"] is None else
+                  f"{'at least ' if out['margin_is_lower_bound'] else ''}{out['margin']:.3f} nats")
+        reason = (f"first difference at token {out['position']}: #{out['base_token_id']} on {ref.name}, "
+                  f"#{out['spec_token_id']} on {other.name}; {ref.name}'s margin there {margin} "
+                  f"({out['kind']}; kernels differ across engines, so near ties are expected)")
+    return {**out, "reason": reason, "compared": [theirs.mode, mine.mode], "tokens": n}
 
 
 def compare(store: Any, session_id: int) -> dict[str, Any] | None:

@@ -134,7 +134,7 @@ def build(store: Store, session_id: int | None = None) -> dict[str, Any]:
     rows = store.arms(s.id)
     roles = stored_roles([(a.name, a.launch) for a in rows])
     arms = [arm_dict(store, a, probes, roles[a.name]) for a in rows]
-    data = {
+    data: dict[str, Any] = {
         "session": session_dict(s),
         "probes": [{"name": p.name, "category": p.category, "hash": p.content_hash,
                     "prompt": _prompt(p.definition), "definition": p.definition, "params": p.params}

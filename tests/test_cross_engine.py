@@ -91,6 +91,8 @@ def test_bases_diverging_across_engines_never_enter_a_verdict(store: Store) -> N
     assert row["alignment"]["status"] == ALIGNED
     out = row["output"]
     assert out["kind"] == "diverged" and out["position"] == 6 and out["margin"] == pytest.approx(4.99)
+    assert out["reason"].startswith("first difference at token 6: #223 on base, #7 on llama.cpp:base; "
+                                    "base's margin there 4.990 nats (diverged;")
     assert pair["summary"]["diverged"] == 1 and same["cross_engine"]["pairs"][0]["summary"]["identical"] == 1
 
 

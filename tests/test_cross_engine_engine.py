@@ -7,7 +7,6 @@ Skips, saying why, where scripts/build-llama.sh has not built llama-server.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
