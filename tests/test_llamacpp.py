@@ -230,3 +230,36 @@ def test_gguf_chat_template_refuses_a_sort_keys_it_cannot_rewrite() -> None:
     assert llama_chat_template(plain) == plain
     with pytest.raises(ValueError, match="cannot rewrite"):
         llama_chat_template("{{ tools | tojson(sort_keys=true, indent=2) }}")
+
+
+@pytest.mark.parametrize("opt, expected", [(None, []), ("-O1", ["-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG",
+                                                                  "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"])],
+                         ids=["release-default", "LLAMA_OPT"])
+def test_build_script_passes_the_optimisation_level(tmp_path: Path, opt: str | None, expected: list[str]) -> None:
+    """Issue 17 item 4 (the build): build-llama.sh builds with CMake's Release flags unless LLAMA_OPT names a level
+    (the knob measured in docs/engines.md); a stand-in cmake on PATH records its arguments."""
+    import os
+    import subprocess
+
+    root = tmp_path / "cache" / "11434.0.0"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "CMakeLists.txt").write_text("")
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "cmake").write_text(
+        "#!/usr/bin/env bash\nprintf '%s\\n' \"$@\" >> \"$CMAKE_LOG\"\necho --- >> \"$CMAKE_LOG\"\n"
+        "if [ \"$1\" = --build ]; then mkdir -p \"$2/bin\"; touch \"$2/bin/llama-server\"; fi\n")
+    (fake / "cmake").chmod(0o755)
+    log = tmp_path / "cmake.log"
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "CMAKE_LOG": str(log),
+           "OBSERVATORY_LLAMA_CACHE": str(tmp_path / "cache")}
+    env.pop("LLAMA_OPT", None)
+    if opt is not None:
+        env["LLAMA_OPT"] = opt
+    r = subprocess.run(["bash", str(REPO / "scripts" / "build-llama.sh"), sys.executable], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    configure = log.read_text().split("---\n")[0].splitlines()
+    assert [a for a in configure if a.startswith("-DCMAKE_C_FLAGS_RELEASE") or
+            a.startswith("-DCMAKE_CXX_FLAGS_RELEASE")] == expected
+    assert "-DCMAKE_BUILD_TYPE=Release" in configure and (root / "bin" / "llama-server").is_file()
