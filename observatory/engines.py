@@ -15,6 +15,16 @@ through the one reader, metrics.read_counters.
   return_spec_tokens_details (PR #33518), in body["sglext"]["spec_tokens_details"]. /metrics
   has one counter, sglang:spec_verify_calls_total (drafts); its spec_accept_* gauges cover
   the last log interval and cannot be differenced. With topk > 1 "drafted" counts tree nodes.
+  Token ids (checked against sgl-project/sglang python/sglang/srt/entrypoints/openai/protocol.py,
+  commit 004c82e07d876f6e4a0ad6e15325706b0f478f1a): SGLang's OpenAI logprobs entries carry the
+  token's text and bytes only (ChatCompletionTokenLogprob: token, bytes, logprob, top_logprobs;
+  completions: LogProbs.tokens: List[str], top_logprobs keyed by text), never an id and never
+  vLLM's "token_id:N". The ids come with ``"return_token_ids": true`` as ``choices[].token_ids``
+  (chat and completions); top-k alternatives have no ids at all, so margins are not measurable
+  there. `observatory.client` reads ids only from logprobs entries (llama.cpp's ``id``, vLLM's
+  ``token_id:N``): on SGLang it stops with its one-line "Expected a token like 'token_id:123'"
+  error rather than guess ids from text. /tokenize (TokenizeRequest: prompt or messages + tools)
+  exists, as on vLLM.
 - llama.cpp: timings.draft_n (tokens tested) / draft_n_accepted in the final response or last
   stream chunk, only when draft_n > 0; drafts and positions are not reported per request.
   /metrics (PR #26389, --metrics) has the vLLM schema as llamacpp:spec_decode_num_*_total.

@@ -40,6 +40,7 @@ from observatory.images import image_differences, split_docker_argv
 from observatory.judge import base_reference
 from observatory.metrics import SpecCounters
 from observatory.perf_gates import performance
+from observatory.roles import by_engine
 from observatory.server_facts import cache_differences, served_differences
 from observatory.session_parts import cross_session
 from observatory.speed import speed, stream_tau, ttft_by_level
@@ -314,12 +315,20 @@ def compute_figures(store: Any, session_id: int) -> dict[int, dict[str, Any]]:
     arms = store.arms(session_id)
     probes = {p.id: p for p in store.probes(session_id)}
     fail_on = dict((store.session(session_id).options or {}).get("fail_on") or {})
-    base = base_reference(arms)
     per_arm = {a.id: _arm_figures(store, a, probes) for a in arms}
+    for group in by_engine(arms):  # each engine's arms against their own engine's base
+        _group_figures(store, arms, group, per_arm, fail_on)
+    return per_arm
+
+
+def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm: dict[int, dict[str, Any]],
+                   fail_on: dict[str, Any]) -> None:
+    """Figures against base, performance checks and validity for one engine's arms (GROUP) of the session."""
+    base = base_reference(group)
     base_fig = per_arm.get(base.id) if base else None
-    copies = [a for a in arms if base and (a.launch or {}).get("copy_of") == base.name]
+    copies = [a for a in group if base and (a.launch or {}).get("copy_of") == base.name]
     floor = noise_floor(store, base, copies, per_arm) if base else None
-    for a in arms:
+    for a in group:
         fig = per_arm[a.id]
         spec = (a.launch or {}).get("speculative_config")
         apart = cross_session(a, base, arms) if base is not None else None
@@ -338,7 +347,6 @@ def compute_figures(store: Any, session_id: int) -> dict[int, dict[str, Any]]:
         fig["noise_floor"] = floor
         arm_verdicts = {v.gate: (v.verdict, v.reason) for v in store.verdicts(a.id) if v.probe_id is None}
         store.update(ArmRow, a.id, figures=fig, validity=validity(a, base, fig["acceptance"], arm_verdicts, arms))
-    return per_arm
 
 
 def noise_floor(store: Any, base: ArmRow, copies: list[ArmRow], per_arm: dict[int, dict[str, Any]]) -> dict[str, Any] | None:

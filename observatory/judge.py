@@ -20,6 +20,10 @@ apart by their role (`observatory.roles`). Verdict rows per arm:
 - arm gates on all of the arm's streamed outputs (no probe); an arm gate
   with ``invalidates=True`` that fails is stored as INVALID.
 
+A session with arms on several engines is judged engine by engine: each
+engine's arms against that engine's own base (`observatory.roles`); the bases
+are compared across engines apart from every verdict (`observatory.cross_engine`).
+
 Verdicts the judge itself assigns (docs/design.md section 2):
 
 - NOT_DISCRIMINATING: a correctness gate that fails on the base arm makes
@@ -38,12 +42,15 @@ from typing import Any
 from observatory.db import ArmRow, ResultRow, VerdictRow
 from observatory.gates import FAIL, PASS, WARN, Gate, GateRegistry, GateResult, Output, registry_for
 from observatory.probes import Probe
-from observatory.roles import AA_COPY, BASE, stored_roles
+from observatory.roles import AA_COPY, BASE, base_arm, by_engine, engine_of, stored_roles
 
 NOT_DISCRIMINATING = "NOT_DISCRIMINATING"
 UNJUDGED = "UNJUDGED"
 INVALID = "INVALID"
 SELF_PAIRS = {"nonstream": "nonstream", "batch": "batch"}
+LLAMA_SPEC_STREAM = ("llama-server sends no logprobs (no ids) for tokens accepted from a draft "
+                     "(tools/server/server-context.cpp: \"TODO: set result.probs\"); the token diff uses the "
+                     "non-streamed response, which carries every id")
 
 
 def to_output(r: ResultRow) -> Output:
@@ -60,10 +67,9 @@ def to_output(r: ResultRow) -> Output:
     )
 
 
-def base_reference(arms: list[ArmRow]) -> ArmRow | None:
-    """The arm every other arm is diffed against: the one whose role is base."""
-    roles = stored_roles([(a.name, a.launch) for a in arms])
-    return next((a for a in arms if roles[a.name] == BASE), None)
+def base_reference(arms: list[ArmRow], of: ArmRow | None = None) -> ArmRow | None:
+    """The arm every other arm is diffed against: the one whose role is base (of OF's engine, OF given)."""
+    return base_arm(arms, of)
 
 
 def _row(arm: ArmRow, gate: Gate, res: GateResult, result: ResultRow | None, probe_id: int | None,
@@ -189,9 +195,9 @@ def text_divergence(mine: ResultRow, ref: ResultRow, ref_label: str) -> GateResu
 class _Judge:
     """One judging pass over one session."""
 
-    def __init__(self, store: Any, session_id: int, registry: GateRegistry):
+    def __init__(self, store: Any, session_id: int, registry: GateRegistry, arms: list[ArmRow]):
         self.store, self.registry = store, registry
-        self.arms = store.arms(session_id)
+        self.arms = arms  # one engine's arms: each engine's are judged against their own base
         self.roles = stored_roles([(a.name, a.launch) for a in self.arms])
         self.session_id = session_id
         self.all_probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
@@ -246,16 +252,28 @@ class _Judge:
             self.rows.extend(get(name).judge(view))
 
     def stream_token_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
-        """WARN where a stream carried fewer token ids than the engine says it generated."""
+        """WARN where a stream carried fewer token ids than the engine says it generated.
+
+        Not measurable (SKIP) on a llama.cpp arm that speculates, where the
+        non-streamed response carries every id: llama-server sends no logprobs
+        for tokens accepted from a draft (`LLAMA_SPEC_STREAM`), by design of
+        its current server, so the stream cannot carry them.
+        """
+        modes = self.by_arm[arm.id]
+        llama_spec = engine_of(arm.launch) == "llama.cpp" and (arm.launch or {}).get("speculative_config") is not None
         for pid, r in stream.items():
             if not r.ok or tokens_complete(r) or pid not in self.probes:
                 continue
             got, said = len(r.token_ids or []), (r.usage or {}).get("completion_tokens")
+            of = f"{got} of {said if said is not None else 'an unknown number of'} token ids"
+            if llama_spec and full_sequence(modes, pid) is not None:
+                verdict, reason = "SKIP", f"not measurable: the stream carried {of}; {LLAMA_SPEC_STREAM}"
+            else:
+                verdict, reason = WARN, (f"the stream carried {of} (the engine withheld them); token diffs use the "
+                                         "non-streamed response, or the text")
             self.rows.append(VerdictRow(
                 arm_id=arm.id, result_id=r.id, probe_id=pid, gate="stream_tokens", gate_version="judge",
-                verdict=WARN, details={"streamed": got, "generated": said, "assigned_by": "judge"},
-                reason=(f"the stream carried {got} of {said if said is not None else 'an unknown number of'} token ids "
-                        "(the engine withheld them); token diffs use the non-streamed response, or the text"),
+                verdict=verdict, details={"streamed": got, "generated": said, "assigned_by": "judge"}, reason=reason,
             ))
 
     def result_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
@@ -481,6 +499,6 @@ def session_registry(store: Any, session_id: int) -> GateRegistry:
 def judge_session(store: Any, session_id: int, registry: GateRegistry | None = None) -> list[VerdictRow]:
     """(Re)compute and store every verdict of a session."""
     registry = registry or session_registry(store, session_id)
-    rows = _Judge(store, session_id, registry).run()
+    rows = [row for arms in by_engine(store.arms(session_id)) for row in _Judge(store, session_id, registry, arms).run()]
     store.replace_verdicts(session_id, rows)
     return rows

@@ -69,8 +69,12 @@ def require_binary() -> Path:
     return found
 
 
+# Bumped when the export writes different files for the same checkpoint (2: llama.cpp's chat template).
+EXPORT_FORMAT = "2"
+
+
 def _checkpoint_hash(model_dir: Path) -> str:
-    h = hashlib.sha256()
+    h = hashlib.sha256(EXPORT_FORMAT.encode())
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"):
         h.update((model_dir / name).read_bytes())
     return h.hexdigest()[:16]

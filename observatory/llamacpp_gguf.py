@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,7 @@ def export(out: Path, layers: int | None = None, model_dir: Path = MODEL_DIR) ->
     w.add_eos_token_id(config["eos_token_id"])
     w.add_pad_token_id(config["pad_token_id"])
     w.add_add_bos_token(False)  # add_bos_token false, bos_token null (tokenizer_config.json)
-    w.add_chat_template(tok_config["chat_template"])
+    w.add_chat_template(llama_chat_template(tok_config["chat_template"]))
 
     for name, arr in weights.items():
         if name in _TOP_NAMES:
@@ -140,6 +141,47 @@ def export(out: Path, layers: int | None = None, model_dir: Path = MODEL_DIR) ->
     w.close()
     tmp.replace(out)
     return out
+
+
+# Key-sorted compact JSON without tojson(sort_keys=true), which llama.cpp's jinja refuses (400 "tojson
+# sort_keys=true not implemented", common/jinja/value.cpp). llama.cpp's dictsort compares keys byte by
+# byte (its FIXME: "always case sensitive"), which is json.dumps(sort_keys=True)'s order for UTF-8 keys.
+# (Python's jinja would sort case-insensitively: this macro is for llama.cpp only.)
+_SORTED_JSON_MACRO = """{%- macro _sorted_json(v) -%}
+    {%- if v is mapping -%}
+        {{- '{' -}}
+        {%- for k, x in v | dictsort -%}
+            {%- if not loop.first -%}{{- ',' -}}{%- endif -%}
+            {{- k | tojson -}}{{- ':' -}}{{- _sorted_json(x) -}}
+        {%- endfor -%}
+        {{- '}' -}}
+    {%- elif v is iterable and v is not string -%}
+        {{- '[' -}}
+        {%- for x in v -%}
+            {%- if not loop.first -%}{{- ',' -}}{%- endif -%}
+            {{- _sorted_json(x) -}}
+        {%- endfor -%}
+        {{- ']' -}}
+    {%- else -%}
+        {{- v | tojson -}}
+    {%- endif -%}
+{%- endmacro -%}
+"""
+_SORTED_TOJSON = re.compile(r"\(\s*([\w.]+)\s*\|\s*tojson\(\s*separators=\(\s*',\s*'\s*,\s*':'\s*\)\s*,\s*sort_keys=true\s*\)\s*\)")
+
+
+def llama_chat_template(template: str) -> str:
+    """TEMPLATE as llama.cpp's jinja can render it, with the same output: compact key-sorted tojson by a macro.
+
+    ``(X | tojson(separators=(',', ':'), sort_keys=true))`` becomes
+    ``_sorted_json(X)``; any other use of sort_keys is refused (ValueError),
+    since llama.cpp would answer every request that reaches it with a 400.
+    """
+    out, n = _SORTED_TOJSON.subn(r"_sorted_json(\1)", template)
+    if "sort_keys" in out:
+        raise ValueError("the chat template calls tojson(sort_keys=...) in a form the GGUF export cannot rewrite "
+                         "for llama.cpp (only `(X | tojson(separators=(',', ':'), sort_keys=true))` is)")
+    return _SORTED_JSON_MACRO + out if n else out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,8 @@ documented JSON shape is the shape of these classes, checked by mypy::
      "channels": [{"name", "title", "catches", "probes", "arms": [...]}],
      "verdict": {"verdict": "PASS"|"WARN"|"FAIL"|"INVALID", "why", "exit_code",
                  "reasons": [{"level", "text", "arm", "probe", "gate", "code"}]},
-     "triages": [...as `triage --json` prints them]}
+     "triages": [...as `triage --json` prints them],
+     "cross_engine": None | {"engines", "bases", "pairs", "acceptance", "note"}}  # observatory.cross_engine
 
 Arms are in run order, results in probe order. Parts that are free-form by
 nature stay ``Mapping[str, Any]`` and say so: what an engine or a gate
@@ -256,6 +257,9 @@ class SessionView:
     channels: tuple[ChannelSummary, ...]
     verdict: SessionVerdict
     triages: tuple[Mapping[str, Any], ...]  # as `triage --json` prints them (observatory.triage_store)
+    # free-form: observatory.cross_engine's comparison of a session on two engines (None on one engine);
+    # tokenizer alignment, base-vs-base diffs, acceptance side by side; never part of the verdict
+    cross_engine: Mapping[str, Any] | None = None
 
 
 def to_plain(value: Any) -> Any:

@@ -266,6 +266,7 @@ def context(data: SessionView) -> dict[str, Any]:
         "overall": overall(data), "arms": arms, "spec": spec,
         "matrix": matrix(data), "diffs": diff_views(data), "categories": cats, "levels": levels,
         "floor": floor, "triages": data.triages, "channels": data.channels,
+        "cross_engine": data.cross_engine,
         "speed_html": charts.hbars([(a["name"], [a["single"], a["decode"]]) for a in arms],
                                    ["single-stream", "decode only"], "Speed per arm", "tok/s"),
         "throughput_html": charts.grouped_bars(

@@ -3,6 +3,8 @@ the HTML report and the nightly gate all read (one path for the data).
 
 The shape (documented in `observatory.read_model`, and stable: scripts rely
 on it, issue 2) is the read model's; this module only fills it from the store.
+A session of arms on two engines adds `cross_engine` (observatory.cross_engine:
+tokenizer alignment, base-vs-base diffs, acceptance side by side), never part of the verdict.
 Arms are in run order, results in probe order.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from observatory.channels import get as get_channel
 from observatory.channels import is_channel_gate
+from observatory.cross_engine import compare as cross_engine_compare
 from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.judge import NOT_DISCRIMINATING, UNJUDGED
 from observatory.previews import preview, tool_calls_text
@@ -155,4 +158,6 @@ def build(store: Store, session_id: int | None = None) -> SessionView:
         channels=channel_summaries(store, s, arms),
         verdict=decide(facts, arms),
         triages=tuple(triage_summaries(store, s.id)),
+        # across engines (issue 17 item 4): its own part, after the verdict was decided without it
+        cross_engine=cross_engine_compare(store, s.id),
     )

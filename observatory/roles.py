@@ -4,7 +4,9 @@ Every reader (judge, figures, verdict, report, JUnit, selftest) asks an arm
 for its role instead of re-deriving "which arm is base" from its launch:
 
 - ``base``: the reference every other arm is diffed against, the first arm
-  that does not speculate and is not a copy;
+  that does not speculate and is not a copy; in a session with arms on
+  several engines, one per engine (each arm is judged against its own
+  engine's base; `observatory.cross_engine` compares the bases);
 - ``aa_copy``: a copy of the base arm (the A/A control: the engine's own
   non-determinism, the session's noise floor);
 - ``spec``: an arm that speculates (copies of spec arms included);
@@ -33,16 +35,22 @@ JUDGED_AGAINST_BASE = (AA_COPY, SPEC, FAULT, VARIANT)
 SPECULATING = (SPEC, FAULT)
 
 
-def _roles(facts: Sequence[tuple[str, bool, bool, str | None]]) -> list[str]:
-    """Roles for (name, speculates, has a fault, copy of) tuples in run order."""
-    base_name = next((name for name, spec, _, copy_of in facts if not spec and copy_of is None), None)
+Fact = tuple[str, bool, bool, str | None, str]  # name, speculates, has a fault, copy of, engine
+
+
+def _roles(facts: Sequence[Fact]) -> list[str]:
+    """Roles for (name, speculates, has a fault, copy of, engine) tuples in run order: one base per engine."""
+    bases: dict[str, str] = {}
+    for name, spec, _, copy_of, engine in facts:
+        if not spec and copy_of is None:
+            bases.setdefault(engine, name)
     out = []
-    for name, spec, fault, copy_of in facts:
+    for name, spec, fault, copy_of, engine in facts:
         if spec:
             out.append(FAULT if fault else SPEC)
-        elif name == base_name:
+        elif name == bases.get(engine):
             out.append(BASE)
-        elif copy_of is not None and copy_of == base_name:
+        elif copy_of is not None and copy_of == bases.get(engine):
             out.append(AA_COPY)
         else:
             out.append(VARIANT)
@@ -51,12 +59,22 @@ def _roles(facts: Sequence[tuple[str, bool, bool, str | None]]) -> list[str]:
 
 def assign_roles(arms: Sequence[Any]) -> dict[str, str]:
     """Arm name -> role for planned `observatory.arms.Arm` objects, in run order."""
-    facts = [(a.name, a.speculative_config is not None, bool(a.fault), a.copy_of) for a in arms]
+    facts = [(a.name, a.speculative_config is not None, bool(a.fault), a.copy_of, a.engine) for a in arms]
     return dict(zip([f[0] for f in facts], _roles(facts)))
 
 
-def _launch_facts(name: str, launch: dict[str, Any]) -> tuple[str, bool, bool, str | None]:
-    return name, launch.get("speculative_config") is not None, bool(launch.get("fault")), launch.get("copy_of")
+def engine_of(launch: dict[str, Any] | None) -> str:
+    """The engine a stored arm ran on: its launch's ``engine``, else told by the binary (older sessions)."""
+    launch = launch or {}
+    if launch.get("engine"):
+        return str(launch["engine"])
+    argv = launch.get("argv") or []
+    return "llama.cpp" if argv and str(argv[0]).rsplit("/", 1)[-1] == "llama-server" else "vllm"
+
+
+def _launch_facts(name: str, launch: dict[str, Any]) -> Fact:
+    return (name, launch.get("speculative_config") is not None, bool(launch.get("fault")), launch.get("copy_of"),
+            engine_of(launch))
 
 
 def stored_roles(arms: Sequence[tuple[str, dict[str, Any] | None]]) -> dict[str, str]:
@@ -71,7 +89,16 @@ def role_of(arm: Any, arms: Sequence[Any]) -> str:
     return stored_roles([(a.name, a.launch) for a in arms])[arm.name]
 
 
-def base_arm(arms: Sequence[Any]) -> Any | None:
-    """The stored arm whose role is base, or None when the session has none."""
+def base_arm(arms: Sequence[Any], of: Any | None = None) -> Any | None:
+    """The stored arm whose role is base (OF given: the base of OF's engine), or None when there is none."""
     roles = stored_roles([(a.name, a.launch) for a in arms])
-    return next((a for a in arms if roles[a.name] == BASE), None)
+    engine = engine_of(of.launch) if of is not None else None
+    return next((a for a in arms if roles[a.name] == BASE and engine in (None, engine_of(a.launch))), None)
+
+
+def by_engine(arms: Sequence[Any]) -> list[list[Any]]:
+    """Stored arms grouped by engine, in run order of each group's first arm (one group: one engine)."""
+    groups: dict[str, list[Any]] = {}
+    for a in arms:
+        groups.setdefault(engine_of(a.launch), []).append(a)
+    return list(groups.values())

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from observatory import __version__, lease
 from observatory.arms import Arm
 from observatory.client import EngineClient, request_params
+from observatory.cross_engine import PROMPT_IDS, engines_of, prompt_ids
 from observatory.db import ArmRow, ProbeRow, SessionRow, utcnow
 from observatory.errors import ObservatoryError
 from observatory.gpus import plan_waves
@@ -35,7 +36,7 @@ from observatory.launch import launch
 from observatory.machine import describe
 from observatory.measure import ArmCrashed, ArmRun
 from observatory.probes import Probe
-from observatory.roles import assign_roles
+from observatory.roles import BASE, assign_roles
 from observatory.server import (
     EngineProcess,
     EngineSettings,
@@ -262,6 +263,7 @@ class Runner:
             "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
             "timing": self.opts.timing if concurrent_with else "alone", **host_facts(),
             "role": assign_roles(self.opts.arms)[arm.name],
+            "engine": arm.engine if arm.engine != "vllm" else self.opts.engine,
         }
         values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
                       launch=facts, started_at=utcnow(), reason=None, log_tail=None)
@@ -290,6 +292,9 @@ class Runner:
                 r.proc, r.client, ready_s = self._launch(r, session_id)
             version = r.client.version()
             r.extra["launch"]["served"] = served_facts(r.client)
+            if r.extra["launch"]["role"] == BASE and len(engines_of(self.opts.arms)) > 1:  # observatory.cross_engine
+                r.extra["launch"][PROMPT_IDS] = prompt_ids(r.client.base_url, r.extra["launch"]["engine"],
+                                                           r.client.model(), self.opts.probes, self.opts.api_key)
             self.store.update(ArmRow, r.arm_id, status="running", ready_at=utcnow(), launch=dict(r.extra["launch"]),
                               engine_version=version, model=r.client.model())
             self.reporter.arm_ready(arm, ready_s, version)

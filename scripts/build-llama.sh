@@ -29,7 +29,10 @@ fi
 start=$(date +%s)
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
-cmake -S "$root/src" -B "$root/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+# LLAMA_OPT (e.g. -O1): the optimisation level of every object instead of CMake's Release -O3
+opt=()
+[ -n "${LLAMA_OPT:-}" ] && opt=("-DCMAKE_C_FLAGS_RELEASE=$LLAMA_OPT -DNDEBUG" "-DCMAKE_CXX_FLAGS_RELEASE=$LLAMA_OPT -DNDEBUG")
+cmake -S "$root/src" -B "$root/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${opt[@]}" \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
   -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF >&2

@@ -36,7 +36,8 @@ fi
 # and break vLLM's import ("operator torchvision::nms does not exist").
 .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 .venv/bin/observatory --version
-# llama.cpp's server (opt-in: a cold build is longer than the CI budget allows; the llama.cpp
+# llama.cpp's server (opt-in: a cold build measured 26 CPU-minutes, ~13 min on two idle cores,
+# more than the CI budget leaves; docs/engines.md has the figures; the llama.cpp
 # engine tests skip without it). A second run finds the cached binary at once.
 [ "$llama" = 1 ] && bash scripts/build-llama.sh .venv/bin/python
 # The serving-image tests need a Docker daemon (Debian's docker.io, started here when we may).

@@ -31,12 +31,6 @@ def test_engine_prefix_names_the_engine() -> None:
     assert arms[2].speculative_config == {"method": "ngram-simple", "num_speculative_tokens": 3}
 
 
-def test_a_session_of_two_engines_is_refused() -> None:
-    """Issue 17 item 4 (not built yet): spec arms would be diffed against the other engine's base."""
-    with pytest.raises(ArmError, match="mixes engines .*llama.cpp, vllm.*its own session"):
-        parse_arms("vllm:base,vllm:mtp2,llama.cpp:base,llama.cpp:draft2")
-
-
 def test_llama_arm_twice_is_an_aa_copy_and_takes_a_url() -> None:
     arms = parse_arms("llama.cpp:base,llama.cpp:base,llama.cpp:ngram2=http://10.0.0.5:8080")
     assert [a.name for a in arms] == ["llama.cpp:base", "llama.cpp:base#2", "llama.cpp:ngram2"]
@@ -199,3 +193,73 @@ def test_llama_spec_flags_are_speculation_not_a_confound(tmp_path: Path, monkeyp
     assert launch_differences(row(ngram, 9001), row(base, 9000)) == []
     ngram.engine_args = ["--threads", "1"]
     assert launch_differences(row(ngram, 9001), row(base, 9000)) == ["--threads: absent on base, '1' here"]
+
+
+def test_gguf_chat_template_has_no_sort_keys_and_renders_as_ours() -> None:
+    """Issue 17 item 2: llama.cpp's jinja answered 400 "tojson sort_keys=true not implemented" on every tool
+    probe; the GGUF's template sorts keys with a macro instead and renders the default probes as ours.
+
+    Rendered here by transformers (Python's jinja); the engine test checks llama.cpp's own rendering
+    (/apply-template) and ids (/tokenize) on the same probes.
+    """
+    from transformers import AutoTokenizer
+
+    from observatory.llamacpp_gguf import llama_chat_template
+    from observatory.probes import load_probe_file, resolve_suite
+
+    tok = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL))
+    ours = tok.chat_template
+    theirs = llama_chat_template(ours)
+    assert "sort_keys" in ours and "sort_keys" not in theirs
+    tool_probes = [p for p in load_probe_file(resolve_suite("default")) if p.tools]
+    assert tool_probes
+    for p in tool_probes:
+        reordered = [{**t, "function": {**t["function"], "parameters": dict(reversed(
+            list(t["function"]["parameters"].items())))}} for t in p.tools or []]
+        want = tok.apply_chat_template(p.messages, tools=p.tools, tokenize=False, add_generation_prompt=True)
+        got = tok.apply_chat_template(p.messages, tools=reordered, tokenize=False, add_generation_prompt=True,
+                                      chat_template=theirs)
+        assert got == want, p.name
+
+
+def test_gguf_chat_template_refuses_a_sort_keys_it_cannot_rewrite() -> None:
+    """A template without sort_keys is kept as is; one using sort_keys another way is refused, not shipped."""
+    from observatory.llamacpp_gguf import llama_chat_template
+
+    plain = "{{ messages[0].content | tojson }}"
+    assert llama_chat_template(plain) == plain
+    with pytest.raises(ValueError, match="cannot rewrite"):
+        llama_chat_template("{{ tools | tojson(sort_keys=true, indent=2) }}")
+
+
+@pytest.mark.parametrize("opt, expected", [(None, []), ("-O1", ["-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG",
+                                                                  "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"])],
+                         ids=["release-default", "LLAMA_OPT"])
+def test_build_script_passes_the_optimisation_level(tmp_path: Path, opt: str | None, expected: list[str]) -> None:
+    """Issue 17 item 4 (the build): build-llama.sh builds with CMake's Release flags unless LLAMA_OPT names a level
+    (the knob measured in docs/engines.md); a stand-in cmake on PATH records its arguments."""
+    import os
+    import subprocess
+
+    root = tmp_path / "cache" / "11434.0.0"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "CMakeLists.txt").write_text("")
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "cmake").write_text(
+        "#!/usr/bin/env bash\nprintf '%s\\n' \"$@\" >> \"$CMAKE_LOG\"\necho --- >> \"$CMAKE_LOG\"\n"
+        "if [ \"$1\" = --build ]; then mkdir -p \"$2/bin\"; touch \"$2/bin/llama-server\"; fi\n")
+    (fake / "cmake").chmod(0o755)
+    log = tmp_path / "cmake.log"
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "CMAKE_LOG": str(log),
+           "OBSERVATORY_LLAMA_CACHE": str(tmp_path / "cache")}
+    env.pop("LLAMA_OPT", None)
+    if opt is not None:
+        env["LLAMA_OPT"] = opt
+    r = subprocess.run(["bash", str(REPO / "scripts" / "build-llama.sh"), sys.executable], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    configure = log.read_text().split("---\n")[0].splitlines()
+    assert [a for a in configure if a.startswith("-DCMAKE_C_FLAGS_RELEASE") or
+            a.startswith("-DCMAKE_CXX_FLAGS_RELEASE")] == expected
+    assert "-DCMAKE_BUILD_TYPE=Release" in configure and (root / "bin" / "llama-server").is_file()
