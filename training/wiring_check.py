@@ -28,6 +28,7 @@ from transformers import AutoTokenizer
 
 from observatory.judge import full_sequence, results_by_mode
 from observatory.probes import Probe
+from observatory.read_model import to_plain
 from observatory.report_data import build
 from observatory.store import Store
 from training.build_tokenizer import DEFAULT_OUT
@@ -52,7 +53,7 @@ def _alpha(accepted: int, drafted: int) -> float | None:
 
 def compare(store: Store, session_id: int | None, arm: str, model_dir: Path = DEFAULT_OUT) -> list[Row]:
     """Rows for every probe of `arm` in a stored session (the newest by default)."""
-    data = build(store, session_id)
+    data = to_plain(build(store, session_id))  # the documented JSON shape (observatory.read_model)
     names = [a["name"] for a in data["arms"]]
     if arm not in names:
         raise ValueError(f"no arm {arm!r} in the session (arms: {names})")
