@@ -120,7 +120,8 @@ def stream_tau_check(st: dict[str, Any] | None, counter_tau: float | None, burst
     if bursty:
         return _entry("stream_tau", "SKIP", "stream bursty: chunks do not follow engine steps", None, None)
     if st is None:
-        return _entry("stream_tau", "SKIP", "no per-chunk token counts on the streamed results", None, None)
+        return _entry("stream_tau", "SKIP", "not measurable: no streamed result has per-chunk token counts that "
+                      "cover all its tokens (the engine withheld ids, or sent none)", None, None)
     if counter_tau is None:
         return _entry("stream_tau", "SKIP", "tau not reported by the counters", st["tau"], None)
     tol = STREAM_TAU_SIGMAS * st["se"] + STREAM_TAU_REL * counter_tau

@@ -198,13 +198,19 @@ def stream_tau(results: list[ResultRow]) -> dict[str, Any] | None:
     """Tokens per engine step as the stream shows them (spec arm, one chunk per verify step).
 
     The first chunk (the token prefill produced) and the last (a step a stop
-    may cut short) of each response are left out. Needs per-chunk counts.
-    Returns the mean and its standard error, or None without enough chunks.
+    may cut short) of each response are left out. Needs per-chunk counts
+    that cover every generated token: a stream that withheld ids (llama.cpp
+    sends no logprobs for drafted tokens, and records no chunk for them) would
+    read one token per chunk whatever the engine did, so such a response is
+    left out. Returns the mean and its standard error, or None without enough chunks.
     """
     sizes: list[int] = []
     for r in results:
         ch = _chunks(r)
         if any(c is None for _, c in ch):
+            continue
+        n = usage_tokens(r)
+        if n is not None and sum(int(c) for _, c in ch if c is not None) != n:
             continue
         sizes.extend(int(c) for _, c in ch[1:-1] if c is not None)
     if len(sizes) < 2:

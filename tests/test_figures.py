@@ -145,6 +145,18 @@ def test_stream_tau_is_skipped_when_not_measurable() -> None:
     assert stream_tau([res([[1.0, None], [2.0, None], [3.0, None]], usage=9)]) is None
 
 
+
+def test_stream_tau_leaves_out_streams_that_withheld_ids() -> None:
+    """Issue 17: llama-server streams no logprobs for drafted tokens, so only the chunks of undrafted tokens
+    carry counts (one token each): 40 counted tokens of 100 generated read as tau 1.00 against counters that
+    truly say 2.5, and the check called the counters liars. Counts that do not cover usage are left out."""
+    partial = [[50.0 + 10 * i, 1] for i in range(40)]
+    assert stream_tau([res(partial, usage=100, mode="stream")]) is None
+    assert stream_tau_check(None, 2.5, bursty=False)["verdict"] == "SKIP"
+    whole = [[50.0, 1]] + [[60.0 + 10 * i, 3 if i % 2 else 2] for i in range(40)] + [[500.0, 1]]
+    st = stream_tau([res(partial, usage=100, mode="stream"), res(whole, usage=102, mode="stream")])
+    assert st is not None and st["tau"] == pytest.approx(2.5)  # the complete stream still counts
+
 # -- item 15: performance checks -------------------------------------------------
 
 @pytest.mark.parametrize("text", ["speedup>1", "speed<1", "speedup<", "ttft_ratio<3", "acceptance<0.5x"])
