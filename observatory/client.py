@@ -5,8 +5,12 @@ kinds of request:
 
 - `run(probe)`: a correctness pass. Greedy (temperature 0, fixed seed), top-k
   logprobs with tokens returned as ``token_id:N`` (vLLM's
-  ``return_tokens_as_token_ids``), normally streamed so TTFT and the chunk
-  timeline are measured.
+  ``return_tokens_as_token_ids``; llama.cpp gives an integer ``id`` per
+  entry), normally streamed so TTFT and the chunk timeline are measured.
+  SGLang's logprobs carry no ids: it is asked for ``return_token_ids`` and
+  its ``choices[].token_ids`` are read instead (`observatory.sglang_ids`);
+  its chat probes go whole (its chat stream refuses the flag), and its top-k
+  alternatives, which have no ids, are stored empty: margins not measurable.
 - `run_timed(probe)`: a timed pass. It asks for what ``vllm bench serve``
   asks for (no logprobs, ``stream_options.include_usage``) so the figures
   measure the server, not us: the Response carries no token ids, ``usage``
