@@ -100,7 +100,7 @@ def parse_token_id(token: str) -> int:
     if prefix != "token_id" or not sep or not num.isdigit():
         raise ObservatoryError(
             f"Expected a token like 'token_id:123' from the engine, got {token!r}; "
-            "is this a vLLM server (return_tokens_as_token_ids)?"
+            "is this a vLLM server (return_tokens_as_token_ids)? An SGLang server needs --engine sglang"
         )
     return int(num)
 

@@ -177,3 +177,14 @@ def test_an_sglang_url_arm_reaches_the_sglang_path(tmp_path: Path) -> None:
     assert stream and all(x.ok and x.token_ids == [5] and x.top_logprobs == [[]] and x.ttft_ms is None
                           for x in stream)
     store.close()
+
+
+def test_an_sglang_answer_read_as_vllm_says_which_engine_to_name() -> None:
+    """Issue 17 item 5: an SGLang URL arm run without --engine sglang failed with a hint naming vLLM only;
+    the one-line error now says to pass --engine sglang."""
+    with SseStub({"/v1/completions": _serve(FIXTURE["completion_stream"], True)}) as stub:
+        client = EngineClient(stub.url, timeout=10)  # vLLM, the default
+        r = client.run(TEXT, stream=True)
+        client.close()
+    assert not r.ok and r.error_kind == "malformed"
+    assert "--engine sglang" in (r.error or "") and "\n" not in (r.error or "")
