@@ -63,9 +63,9 @@ def sglang_params(params: dict[str, Any]) -> dict[str, Any]:
 def missing_ids() -> ObservatoryError:
     """The error for an SGLang answer whose choice has no ``token_ids``."""
     return ObservatoryError(
-        f"SGLang answered without choices[].token_ids although the request set \"{FLAG}\": true; "
-        f"the server ignored {FLAG} (an SGLang older than that flag?): upgrade it, or run this arm "
-        "with another --engine")
+        f"SGLang answered without choices[].token_ids although the request set \"{FLAG}\": true: "
+        f"the server ignores {FLAG} (an SGLang from before it?); upgrade the server, or check that "
+        "--engine sglang names what serves this URL")
 
 
 def take_ids(out: Response, choice: Mapping[str, Any], chat: bool) -> int:
