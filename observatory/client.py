@@ -5,8 +5,12 @@ kinds of request:
 
 - `run(probe)`: a correctness pass. Greedy (temperature 0, fixed seed), top-k
   logprobs with tokens returned as ``token_id:N`` (vLLM's
-  ``return_tokens_as_token_ids``), normally streamed so TTFT and the chunk
-  timeline are measured.
+  ``return_tokens_as_token_ids``; llama.cpp gives an integer ``id`` per
+  entry), normally streamed so TTFT and the chunk timeline are measured.
+  SGLang's logprobs carry no ids: it is asked for ``return_token_ids`` and
+  its ``choices[].token_ids`` are read instead (`observatory.sglang_ids`);
+  its chat probes go whole (its chat stream refuses the flag), and its top-k
+  alternatives, which have no ids, are stored empty: margins not measurable.
 - `run_timed(probe)`: a timed pass. It asks for what ``vllm bench serve``
   asks for (no logprobs, ``stream_options.include_usage``) so the figures
   measure the server, not us: the Response carries no token ids, ``usage``
@@ -25,7 +29,7 @@ API keys are passed through to the server only: never stored or logged.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +39,8 @@ import msgspec
 from observatory.errors import ObservatoryError
 from observatory.metrics import SpecCounters, not_reported
 from observatory.probes import Probe
+from observatory.sglang_ids import ENGINE as SGLANG
+from observatory.sglang_ids import sglang_params, take_ids
 from observatory.sse import MalformedStream, ServerError, decode_json, events
 from observatory.wire import DeadlineExceeded, Pool, WireError
 
@@ -84,13 +90,17 @@ class Response:
         return len(self.token_ids) if self.token_ids else None
 
 
+# Reads one choice's token ids (with their texts and top-k) into a Response: (out, choice, chat) -> how many.
+Take = Callable[[Response, Mapping[str, Any], bool], int]
+
+
 def parse_token_id(token: str) -> int:
     """``token_id:123`` -> 123 (vLLM's return_tokens_as_token_ids form)."""
     prefix, sep, num = token.partition(":")
     if prefix != "token_id" or not sep or not num.isdigit():
         raise ObservatoryError(
             f"Expected a token like 'token_id:123' from the engine, got {token!r}; "
-            "is this a vLLM server (return_tokens_as_token_ids)?"
+            "is this a vLLM server (return_tokens_as_token_ids)? An SGLang server needs --engine sglang"
         )
     return int(num)
 
@@ -101,8 +111,12 @@ def _bytes_text(b: list[int] | None, fallback: str) -> str:
     return bytes(b).decode("utf-8", errors="replace")
 
 
-def request_params(probe: Probe) -> dict[str, Any]:
-    """The exact sampling parameters a correctness pass sends for PROBE (stored with the probe)."""
+def request_params(probe: Probe, engine: str = "vllm") -> dict[str, Any]:
+    """The exact sampling parameters a correctness pass sends for PROBE to ENGINE (stored with the probe).
+
+    vLLM's ``return_tokens_as_token_ids`` (llama.cpp ignores it); on SGLang its
+    ``return_token_ids`` instead (`observatory.sglang_ids`).
+    """
     params: dict[str, Any] = {
         "temperature": 0.0,
         "seed": SEED,
@@ -122,7 +136,7 @@ def request_params(probe: Probe) -> dict[str, Any]:
             if key in extra:
                 params["extra_body"][key] = extra.pop(key)
         params.update(extra)
-    return params
+    return sglang_params(params) if engine.strip().lower() == SGLANG else params
 
 
 def timed_params(probe: Probe) -> dict[str, Any]:
@@ -187,6 +201,8 @@ class EngineClient:
         from observatory.engines import adapter_for
 
         self.adapter = adapter_for(engine)
+        # where a correctness pass's ids are: logprobs entries (vLLM, llama.cpp), or SGLang's choices[].token_ids
+        self._take: Take = take_ids if self.adapter.name == SGLANG else take_logprobs
         self.base_url = base_url.rstrip("/")
         self.timeout = float(timeout)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -328,7 +344,7 @@ class EngineClient:
     # -- probes ------------------------------------------------------------
     def run(self, probe: Probe, stream: bool = True) -> Response:
         """Send PROBE once with full logprobs; never raises for server/transport errors (stored instead)."""
-        return self._run(probe, request_params(probe), stream, timed=False)
+        return self._run(probe, request_params(probe, self.adapter.name), stream, timed=False)
 
     def run_timed(self, probe: Probe) -> Response:
         """Send PROBE once as a timed pass: streamed, no logprobs, usage counted by the server."""
@@ -342,12 +358,17 @@ class EngineClient:
             # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp,
             # oaicompat_chat_params_parse): such probes are sent whole (no TTFT, no chunk timeline)
             stream = False
+        if stream and not timed and probe.kind == "chat" and self.adapter.name == SGLANG:
+            stream = False  # SGLang refuses return_token_ids on a streamed chat completion (observatory.sglang_ids)
         try:
             body = request_body(probe, self.served_model(), params, stream)
             path = "/v1/chat/completions" if probe.kind == "chat" else "/v1/completions"
             self._request(path, body, stream, t0, deadline, out, timed)
-            if probe.kind != "chat" and not timed and len(out.token_texts) != len(out.token_ids):
-                out.token_texts = self.detokenize(out.token_ids)
+            if not timed and len(out.token_texts) != len(out.token_ids):
+                if self.adapter.name == SGLANG:
+                    out.token_texts = []  # some texts did not count as their ids: unknown, never guessed
+                elif probe.kind != "chat":
+                    out.token_texts = self.detokenize(out.token_ids)
         except REQUEST_FAILURES as e:
             out = self.failed(e)
         return finish(out, t0)
@@ -387,10 +408,10 @@ class EngineClient:
             if resp.status >= 400:
                 raise http_error(resp.status, path, resp.read())
             if not stream:
-                _take_whole(out, decode_json(resp.read()), chat)
+                _take_whole(out, decode_json(resp.read()), chat, self._take)
                 return
             pieces = resp.body()
-            read_stream(out, events(pieces, t0), chat, timed)
+            read_stream(out, events(pieces, t0), chat, timed, self._take)
             resp.finish(pieces)
         finally:
             resp.close()
@@ -405,12 +426,21 @@ def finish(out: Response, t0: float) -> Response:
     return out
 
 
-def read_stream(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], chat: bool, timed: bool) -> None:
-    """Fill OUT from a streamed answer's (ms, event) pairs: chat or text completion, timed or correctness pass."""
-    (_read_chat if chat else _read_completion)(out, stream, timed)
+def read_stream(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], chat: bool, timed: bool,
+                take: Take | None = None) -> None:
+    """Fill OUT from a streamed answer's (ms, event) pairs: chat or text completion, timed or correctness pass.
+
+    TAKE reads each chunk's token ids (default `take_logprobs`: from its logprobs entries).
+    """
+    (_read_chat if chat else _read_completion)(out, stream, timed, take or take_logprobs)
 
 
-def _take_whole(out: Response, obj: Any, chat: bool) -> None:
+def take_logprobs(out: Response, choice: Mapping[str, Any], chat: bool) -> int:
+    """vLLM's and llama.cpp's token ids, texts and top-k: from the choice's logprobs entries."""
+    return (_take_chat_logprobs if chat else _take_completion_logprobs)(out, choice.get("logprobs"))
+
+
+def _take_whole(out: Response, obj: Any, chat: bool, take: Take) -> None:
     """A non-streamed answer."""
     choice = obj["choices"][0]
     out.usage = obj.get("usage") or {}
@@ -422,11 +452,10 @@ def _take_whole(out: Response, obj: Any, chat: bool) -> None:
         out.reasoning = msg.get("reasoning_content") or msg.get("reasoning") or None
         if msg.get("tool_calls"):
             out.tool_calls = list(msg["tool_calls"])
-        _take_chat_logprobs(out, choice.get("logprobs"))
     else:
         out.text = choice.get("text") or ""
         out.content = out.text
-        _take_completion_logprobs(out, choice.get("logprobs"))
+    take(out, choice, chat)
 
 
 def _note_chunk(out: Response, ms: float, n_tokens: int | None) -> None:
@@ -436,7 +465,7 @@ def _note_chunk(out: Response, ms: float, n_tokens: int | None) -> None:
         out.ttft_ms = ms
 
 
-def _read_chat(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], timed: bool) -> None:
+def _read_chat(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], timed: bool, take: Take) -> None:
     content: list[str] = []
     reasoning: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
@@ -469,7 +498,7 @@ def _read_chat(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], ti
             if carried:
                 _note_chunk(out, ms, None)
         else:
-            n = _take_chat_logprobs(out, choice.get("logprobs"))
+            n = take(out, choice, True)
             if n:
                 _note_chunk(out, ms, n)
         if choice.get("finish_reason"):
@@ -481,7 +510,8 @@ def _read_chat(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], ti
         out.tool_calls = [calls[i] for i in sorted(calls)]
 
 
-def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], timed: bool) -> None:
+def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], timed: bool,
+                     take: Take) -> None:
     parts: list[str] = []
     for ms, obj in stream:
         if obj.get("usage"):
@@ -496,7 +526,7 @@ def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]
             if text:
                 _note_chunk(out, ms, None)
         else:
-            n = _take_completion_logprobs(out, choice.get("logprobs"))
+            n = take(out, choice, False)
             if n:
                 _note_chunk(out, ms, n)
         if choice.get("finish_reason"):

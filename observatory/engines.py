@@ -20,11 +20,12 @@ through the one reader, metrics.read_counters.
   token's text and bytes only (ChatCompletionTokenLogprob: token, bytes, logprob, top_logprobs;
   completions: LogProbs.tokens: List[str], top_logprobs keyed by text), never an id and never
   vLLM's "token_id:N". The ids come with ``"return_token_ids": true`` as ``choices[].token_ids``
-  (chat and completions); top-k alternatives have no ids at all, so margins are not measurable
-  there. `observatory.client` reads ids only from logprobs entries (llama.cpp's ``id``, vLLM's
-  ``token_id:N``): on SGLang it stops with its one-line "Expected a token like 'token_id:123'"
-  error rather than guess ids from text. /tokenize (TokenizeRequest: prompt or messages + tools)
-  exists, as on vLLM.
+  (chat and completions whole; completions streamed, each chunk the ids new since the last; a
+  streamed chat completion refuses the flag). `observatory.client` asks for them on SGLang and
+  reads them there (`observatory.sglang_ids`, which cites the source): chat probes go whole,
+  texts come from the logprobs entries, and top-k alternatives, which have no ids, are stored
+  empty, so margins stay not measurable; an answer without ``token_ids`` is malformed, never
+  judged as no ids. /tokenize (TokenizeRequest: prompt or messages + tools) exists, as on vLLM.
 - llama.cpp: timings.draft_n (tokens tested) / draft_n_accepted in the final response or last
   stream chunk, only when draft_n > 0; drafts and positions are not reported per request.
   /metrics (PR #26389, --metrics) has the vLLM schema as llamacpp:spec_decode_num_*_total.

@@ -133,6 +133,10 @@ class Runner:
         # called with the session id after each wave (the command judges there: verdicts stored as arms finish)
         self.on_wave_done = on_wave_done
 
+    def engine_of(self, arm: Arm) -> str:
+        """The engine ARM runs on: its own (llama.cpp), else the session's --engine (what its URL serves)."""
+        return arm.engine if arm.engine != "vllm" else self.opts.engine
+
     # -- session --------------------------------------------------------
     def create_session(self) -> int:
         """Store the session, its probes and its (pending) arms; return its id."""
@@ -149,10 +153,14 @@ class Runner:
                          "engine": {k: v for k, v in vars(o.settings).items() if k != "env"}},
             )
         )
+        # the params as sent: SGLang asks for its ids by another flag (observatory.sglang_ids); a session
+        # on several engines stores vLLM's form (the engines' bodies differ only in that flag)
+        engines = {self.engine_of(a) for a in o.arms}
+        sent_to = engines.pop() if len(engines) == 1 else "vllm"
         for i, p in enumerate(o.all_probes()):
             pr = self.store.add(ProbeRow(session_id=row.id, position=i, name=p.name, category=p.category,
                                          content_hash=p.content_hash, definition=p.to_dict(),
-                                         params=request_params(p)))
+                                         params=request_params(p, sent_to)))
             self.probe_ids[p.name] = pr.id
         return int(row.id)
 
@@ -263,7 +271,7 @@ class Runner:
             "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
             "timing": self.opts.timing if concurrent_with else "alone", **host_facts(),
             "role": assign_roles(self.opts.arms)[arm.name],
-            "engine": arm.engine if arm.engine != "vllm" else self.opts.engine,
+            "engine": self.engine_of(arm),
         }
         values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
                       launch=facts, started_at=utcnow(), reason=None, log_tail=None)
@@ -284,7 +292,7 @@ class Runner:
             if arm.url:
                 self.reporter.arm_started(arm, f"using {arm.url}")
                 r.client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s,
-                                        engine=arm.engine if arm.engine != "vllm" else self.opts.engine)
+                                        engine=self.engine_of(arm))
                 if not r.client.health():
                     raise EngineStartError(f"{arm.url}/health did not answer 200", "failed", kind="unhealthy")
                 ready_s = 0.0

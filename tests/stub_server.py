@@ -25,6 +25,8 @@ class StubServer:
     body echoes the Authorization header), "drip" (streams a keep-alive
     comment and a one-token chunk every 0.2 s, never finishing).
 
+    A request with SGLang's ``return_token_ids`` gets its ``choices[].token_ids`` too (unstreamed answers).
+
     Hostile extras: `metrics` are served by /metrics in turn (the last one
     repeated); `version`, `finish_reason` and `logprob` go into the answers as given;
     `with_logprobs=False` withholds logprobs; `drip_metrics=True` makes /metrics drip
@@ -153,6 +155,8 @@ class StubServer:
                                  if stub.with_logprobs else None}],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 }
+                if request.get("return_token_ids"):  # SGLang's ids (observatory.sglang_ids), chat: whole only
+                    body["choices"][0]["token_ids"] = [stub.token]
                 return self._send(200, json.dumps(body).encode())
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
