@@ -29,7 +29,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from observatory.errors import ObservatoryError
 
@@ -268,7 +268,9 @@ def migrate(engine: Engine, migrations: list[Migration] | None = None) -> list[s
 
     Two observatory runs may open one database at the same moment: on
     PostgreSQL an advisory lock serialises them; on SQLite the loser of a race
-    sees "already exists" and retries once the winner's migration is recorded.
+    sees "already exists" (or, where the winner's tables made its own DDL a
+    no-op, a duplicate name when it records the migration: its transaction is
+    rolled back) and retries once the winner's migration is recorded.
     """
     if engine.dialect.name == "postgresql":
         with engine.connect() as lock:
@@ -281,7 +283,7 @@ def migrate(engine: Engine, migrations: list[Migration] | None = None) -> list[s
     for attempt in range(5):
         try:
             return _migrate(engine, migrations)
-        except OperationalError:
+        except (OperationalError, IntegrityError):
             if attempt == 4:
                 raise
             time.sleep(0.2 * (attempt + 1))

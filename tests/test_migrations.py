@@ -58,3 +58,25 @@ def test_oldest_schema_is_upgraded_in_place(tmp_path: Path) -> None:
     assert "text_raw" in {c["name"] for c in inspect(engine).get_columns("results")}
     with engine.connect() as conn:
         assert conn.execute(text("SELECT host FROM sessions")).scalar() == "h"
+
+
+def test_loser_of_a_migration_race_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs opening a new SQLite database at once: the loser read the applied names before the winner
+    recorded its migrations, so its DDL found the tables made (a no-op) and recording the name hit
+    "UNIQUE constraint failed: _migrations.name" (seen once in tests/test_storage.py's two writers). The
+    loser retries, reads the names again, and has nothing left to apply."""
+    import observatory.migrations as mig
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    assert migrate(create_engine(url)) == [m.__name__ for m in MIGRATIONS]  # the winner
+    reads: list[int] = []
+    real = mig.applied
+
+    def stale_first_read(engine):  # type: ignore[no-untyped-def]
+        reads.append(1)
+        return [] if len(reads) == 1 else real(engine)
+
+    monkeypatch.setattr(mig, "applied", stale_first_read)
+    assert migrate(create_engine(url)) == []
+    assert len(reads) == 2
+    assert sorted(real(create_engine(url))) == sorted(m.__name__ for m in MIGRATIONS)
