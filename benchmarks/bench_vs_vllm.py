@@ -82,6 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--suite", default=None, help="probe suite (default: probes/default.toml)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="one max_tokens for every prompt on both sides (default: each probe's own)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="both sides ask the server to ignore EOS (every answer max_tokens long; "
+                        "for random-weights models, whose greedy answers end at once)")
     p.add_argument("--repeats", type=int, default=5, help="rounds of both sides over all prompts (default 5)")
     p.add_argument("--interleave", choices=("prompt", "suite"), default="prompt",
                    help="take turns after every prompt (default) or after the whole suite")
@@ -120,10 +123,12 @@ def spec_config_from(text: str | None) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- prompts
 
 
-def bench_probes(probes: list[Any], max_tokens: int | None = None) -> list[Any]:
+def bench_probes(probes: list[Any], max_tokens: int | None = None, ignore_eos: bool = False) -> list[Any]:
     """The probes both sides send: chat probes without tools, with one user message.
 
-    ``max_tokens`` (when given) replaces each probe's own.
+    ``max_tokens`` (when given) replaces each probe's own; IGNORE_EOS adds
+    ``ignore_eos`` to each probe's sampling (the observatory's timed pass
+    sends it, and vllm bench gets it in --extra-body).
     """
     from dataclasses import replace
 
@@ -134,7 +139,8 @@ def bench_probes(probes: list[Any], max_tokens: int | None = None) -> list[Any]:
         msgs = pr.messages or []
         if len(msgs) != 1 or msgs[0].get("role") != "user":
             continue  # vllm bench's custom dataset carries one user message only
-        out.append(replace(pr, max_tokens=max_tokens) if max_tokens else pr)
+        pr = replace(pr, max_tokens=max_tokens) if max_tokens else pr
+        out.append(replace(pr, sampling={**pr.sampling, "ignore_eos": True}) if ignore_eos else pr)
     return out
 
 
@@ -745,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
     from observatory.probes import load_probe_file, resolve_suite
 
     suite = resolve_suite(args.suite)
-    probes = bench_probes(load_probe_file(suite), args.max_tokens)
+    probes = bench_probes(load_probe_file(suite), args.max_tokens, args.ignore_eos)
     if not probes:
         raise SystemExit(f"{suite}: no chat probe without tools to benchmark")
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench_vs_vllm-"))
@@ -820,7 +826,7 @@ def main(argv: list[str] | None = None) -> int:
         "server": {"url": url, "model": model, "version": version, "launch": engine.launch,
                    "spec_config": None if args.url else spec_config_from(args.spec_config)},
         "config": {"suite": str(suite), "prompts": [p.name for p in probes],
-                   "max_tokens": [p.max_tokens for p in probes], "repeats": args.repeats,
+                   "max_tokens": [p.max_tokens for p in probes], "ignore_eos": args.ignore_eos, "repeats": args.repeats,
                    "interleave": args.interleave, "observatory_path": path, "bench_extra_body": extra,
                    "bench_route": sorted(bench.used), "work_dir": str(work)},
         "comparison": compare(repeats),

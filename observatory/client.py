@@ -139,9 +139,21 @@ def request_params(probe: Probe, engine: str = "vllm") -> dict[str, Any]:
     return sglang_params(params) if engine.strip().lower() == SGLANG else params
 
 
+# What a correctness pass asks for only to read token ids (vLLM's and SGLang's flags): never in a timed pass.
+_ID_FLAGS = frozenset({"return_tokens_as_token_ids", "return_token_ids"})
+
+
 def timed_params(probe: Probe) -> dict[str, Any]:
-    """The parameters a timed pass sends: the correctness pass's minus logprobs (as `vllm bench serve`)."""
-    return {k: v for k, v in request_params(probe).items() if k not in ("logprobs", "top_logprobs", "extra_body")}
+    """The parameters a timed pass sends: the correctness pass's minus logprobs and ids (as `vllm bench serve`).
+
+    A probe's own sampling in ``extra_body`` (ignore_eos, min_tokens, stop_token_ids, top_k) stays: the
+    timed pass must generate what the correctness pass generated.
+    """
+    params = {k: v for k, v in request_params(probe).items() if k not in ("logprobs", "top_logprobs", "extra_body")}
+    extra = {k: v for k, v in (request_params(probe).get("extra_body") or {}).items() if k not in _ID_FLAGS}
+    if extra:
+        params["extra_body"] = extra
+    return params
 
 
 def request_body(probe: Probe, model: str, params: dict[str, Any], stream: bool) -> dict[str, Any]:

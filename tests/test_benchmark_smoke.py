@@ -105,6 +105,19 @@ def test_bench_sends_the_observatory_sampling_parameters(tmp_path: Path) -> None
     assert "--skip-chat-template" in argv and "--save-detailed" in argv
 
 
+
+def test_ignore_eos_goes_to_both_sides() -> None:
+    """--ignore-eos (random-weights models end their greedy answers at once): the observatory's timed pass
+    and vllm bench (through --extra-body) both ask the server to ignore EOS."""
+    from observatory.client import request_body, timed_params
+    from observatory.probes import load_probe_file, resolve_suite
+
+    probe = bvv.bench_probes(load_probe_file(resolve_suite(None)), max_tokens=128, ignore_eos=True)[0]
+    assert bvv.bench_extra_body(probe) == {"seed": 0, "ignore_eos": True}
+    body = request_body(probe, "m", timed_params(probe), stream=True)
+    assert body["ignore_eos"] is True and body["max_tokens"] == 128 and "logprobs" not in body
+    assert bvv.parse_args(["--ignore-eos"]).ignore_eos is True and bvv.parse_args([]).ignore_eos is False
+
 def test_summarize_canned_bench_result() -> None:
     s = bvv.summarize_bench(CANNED)
     assert s["tokens"] == [10, 20] and s["ok"] == 2

@@ -232,3 +232,16 @@ def test_request_timeout_must_be_a_positive_number(value: str) -> None:
         res = CliRunner().invoke(cli, [cmd, "--request-timeout", value, "--arms", "base=http://127.0.0.1:9"])
         assert res.exit_code == 3, (cmd, res.output)
         assert "--request-timeout" in res.output and "positive" in res.output
+
+
+def test_timed_pass_keeps_the_probes_own_sampling() -> None:
+    """A timed pass dropped all of extra_body, so a probe with ignore_eos (or min_tokens, stop_token_ids)
+    stopped at EOS in its timed pass and measured another generation than its correctness pass; only the
+    logprobs and the id flags are left out."""
+    from dataclasses import replace
+
+    probe = replace(CHAT, sampling={"ignore_eos": True, "min_tokens": 4})
+    params = timed_params(probe)
+    assert params["extra_body"] == {"ignore_eos": True, "min_tokens": 4}
+    assert not {"logprobs", "top_logprobs"} & set(params)
+    assert "extra_body" not in timed_params(CHAT)  # nothing but the id flag was there

@@ -17,6 +17,16 @@ export PYTHONPATH=$PWD:/tmp/site:/tmp/ep:${PYTHONPATH:-}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 common=(--engine-arg=--attention-backend=TRITON_ATTN --engine-arg=--gpu-memory-utilization=0.2
         --engine-arg=--enforce-eager)
+if [ "${1:-}" = decode ]; then
+  python3 benchmarks/bench_vs_vllm.py --repeats 5 --ignore-eos --max-tokens 256 --tool-parser none --out "$out/bench-decode-tiny.json" \
+      --work-dir /tmp/bench-decode-tiny "${common[@]}" 2>&1 | tail -n 40 > "$out/bench-decode-tiny.txt"
+  python3 examples/gpu/make_dense_config.py /tmp/dense
+  python3 benchmarks/bench_vs_vllm.py --model /tmp/dense --dtype bfloat16 --tool-parser none --repeats 3 \
+      --ignore-eos --max-tokens 256 --engine-arg=--load-format=dummy --out "$out/bench-decode-dense.json" \
+      --work-dir /tmp/bench-decode-dense --engine-arg=--attention-backend=TRITON_ATTN \
+      --engine-arg=--gpu-memory-utilization=0.3 --engine-arg=--enforce-eager 2>&1 | tail -n 40 > "$out/bench-decode-dense.txt"
+  exit 0
+fi
 python3 benchmarks/bench_vs_vllm.py --repeats 5 --out "$out/bench-timed.json" --work-dir /tmp/bench-timed \
     "${common[@]}" 2>&1 | tail -n 40 > "$out/bench-timed.txt"
 python3 benchmarks/bench_vs_vllm.py --full --repeats 3 --out "$out/bench-full.json" --work-dir /tmp/bench-full \
