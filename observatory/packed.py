@@ -20,8 +20,7 @@ import base64
 from array import array
 from typing import Any
 
-from sqlalchemy import JSON
-from sqlalchemy.types import TypeDecorator
+from observatory.compressed import CompressedJSON
 
 FORMAT = 1
 
@@ -89,17 +88,16 @@ def unpack(value: Any) -> Any:
     return out
 
 
-class PackedLogprobs(TypeDecorator):  # type: ignore[type-arg]
-    """A JSON column whose top-logprob lists are stored packed (see the module docstring)."""
+class PackedLogprobs(CompressedJSON):
+    """A JSON column whose top-logprob lists are stored packed (see the module docstring), compressed on SQLite."""
 
-    impl = JSON
     cache_ok = True
 
-    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+    def encode(self, value: Any) -> Any:
         """Pack on the way in."""
         return pack(value) if isinstance(value, list) and value else value
 
-    def process_result_value(self, value: Any, dialect: Any) -> Any:
+    def decode(self, value: Any) -> Any:
         """Unpack on the way out."""
         return unpack(value)
 
@@ -145,16 +143,15 @@ def unpack_chunks(value: Any) -> Any:
     return [[m, None if k < 0 else k] for m, k in zip(ms, ns)]
 
 
-class PackedChunks(TypeDecorator):  # type: ignore[type-arg]
-    """A JSON column whose chunk timelines are stored packed (`pack_chunks`)."""
+class PackedChunks(CompressedJSON):
+    """A JSON column whose chunk timelines are stored packed (`pack_chunks`), compressed on SQLite."""
 
-    impl = JSON
     cache_ok = True
 
-    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+    def encode(self, value: Any) -> Any:
         """Pack on the way in."""
         return pack_chunks(value) if isinstance(value, list) and value else value
 
-    def process_result_value(self, value: Any, dialect: Any) -> Any:
+    def decode(self, value: Any) -> Any:
         """Unpack on the way out."""
         return unpack_chunks(value)
