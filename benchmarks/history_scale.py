@@ -46,6 +46,7 @@ TABLES = {
 def template(work: Path) -> Path:
     """The source session migrated, its non-stream results dropped, judged (summaries written)."""
     sys.path.insert(0, str(REPO))
+    from observatory.db import PAGE_SIZE
     from observatory.evaluate import evaluate
     from observatory.store import Store
 
@@ -72,6 +73,7 @@ def template(work: Path) -> Path:
     store.close()
     c = sqlite3.connect(path)
     c.execute("PRAGMA journal_mode=DELETE")  # one file, safe to copy
+    c.execute(f"PRAGMA page_size={PAGE_SIZE}")  # the page size of a database the store creates now
     c.execute("VACUUM")
     c.close()
     return path

@@ -70,10 +70,11 @@ def _columns(path: Path) -> dict[str, int]:
 
 
 def restore(path: Path) -> None:
-    """Rewrite PATH's results as this version stores them, every JSON column as it writes it now."""
+    """Rewrite PATH's results as this version stores them, every JSON and compressed column as it writes it now."""
     from sqlalchemy import JSON
     from sqlalchemy.orm.attributes import flag_modified
 
+    from observatory.compressed import CompressedText
     from observatory.db import Base, ResultRow
     from observatory.measure import REFERENCE_MODES
     from observatory.store import Store
@@ -92,7 +93,7 @@ def restore(path: Path) -> None:
             elif r.mode == "nonstream" and (r.arm_id, r.probe_id) in complete:  # the stream is the reference
                 r.top_logprobs = []
         for mapper in Base.registry.mappers:
-            json_cols = [c.key for c in mapper.columns if isinstance(c.type, JSON) or
+            json_cols = [c.key for c in mapper.columns if isinstance(c.type, (JSON, CompressedText)) or
                          isinstance(getattr(c.type, "impl_instance", None), JSON)]
             if json_cols:
                 for row in tx.query(mapper.class_).all():
