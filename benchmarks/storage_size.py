@@ -16,7 +16,9 @@ and after VACUUM:
 - `observatory compare --arms base=URL,base=URL,mtp1=URL,mtp2=URL` run as a
   fresh process against ``benchmarks/pacing_stub.py`` (every probe answered
   with max_tokens tokens and top-k logprobs), once and then N-1 more times
-  into the same database: the first file, and what each further session adds.
+  into the same database: the first file, and what each further session adds;
+  then the same with ``--random-top`` (random ids of a 151,936-token
+  vocabulary, random float32 logprobs: the least compressible top-k).
 
 What a session adds to a database that holds others: (file of N copies of
 the H200 compare - file of one) / (N - 1), the database's own pages (one per
@@ -148,15 +150,16 @@ def default_compare(dst: Path) -> int:
     return sid
 
 
-def cli_sessions(work: Path, n: int) -> list[int]:
+def cli_sessions(work: Path, n: int, random_top: bool = False) -> list[int]:
     """File sizes after each of N `observatory compare` runs (4 URL arms on the pacing stub) into one database."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    stub = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "pacing_stub.py"), "--rate", "5000"],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    stub = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "pacing_stub.py"), "--rate", "5000",
+                             *(["--random-top"] if random_top else [])], stdout=subprocess.PIPE, text=True, env=env)
+    name = "cli-random" if random_top else "cli"
     try:
         assert stub.stdout is not None
         url = stub.stdout.readline().strip()
-        db = work / "cli.db"
+        db = work / f"{name}.db"
         arms = ",".join(f"{a}={url}" for a in ("base", "base", "mtp1", "mtp2"))
         sizes = []
         for i in range(n):
@@ -165,9 +168,10 @@ def cli_sessions(work: Path, n: int) -> list[int]:
                             "--quiet"], env=env, check=True, stdout=subprocess.DEVNULL)
             sizes.append(db.stat().st_size)
             if i == 0:
-                print(f"a CLI compare on the pacing stub ({time.perf_counter() - t0:.1f} s): {as_left(db)}")
-                shutil.copy(db, work / "cli-one.db")
-                print(f"  the same after VACUUM: {_compact(work / 'cli-one.db') / 1e6:.3f} MB")
+                what = "random top-k" if random_top else "top-k as it sends it"
+                print(f"a CLI compare on the pacing stub, {what} ({time.perf_counter() - t0:.1f} s): {as_left(db)}")
+                shutil.copy(db, work / f"{name}-one.db")
+                print(f"  the same after VACUUM: {_compact(work / f'{name}-one.db') / 1e6:.3f} MB")
         return sizes
     finally:
         stub.terminate()
@@ -216,8 +220,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"file, as run (concurrency 1,4), after VACUUM: {sizes[0] / 1e6:.2f} MB before, {sizes[1] / 1e6:.2f} MB now")
     for col in COLUMNS:
         print(f"  results.{col:13s} {cols[0][col] / 1e3:8.1f} kB -> {cols[1][col] / 1e3:8.1f} kB")
-    if a.cli_sessions:
-        grown = cli_sessions(work, a.cli_sessions)
+    for random_top in (False, True) if a.cli_sessions else ():
+        grown = cli_sessions(work, a.cli_sessions, random_top)
         if len(grown) > 1:
             print(f"  each further CLI compare in the same database: {(grown[-1] - grown[0]) / (len(grown) - 1) / 1e6:.3f} MB"
                   f" (file after {len(grown)}: {grown[-1] / 1e6:.2f} MB)")

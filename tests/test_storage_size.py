@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import shutil
 import sqlite3
 import sys
 import zlib
@@ -23,7 +24,7 @@ from stub_server import StubServer
 
 from observatory.cli import cli
 from observatory.compressed import MIN_BYTES, squeeze, unsqueeze
-from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow, VerdictRow
+from observatory.db import PAGE_SIZE, ArmRow, ProbeRow, ResultRow, SessionRow, VerdictRow
 from observatory.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,11 +49,13 @@ def test_a_default_session_is_stored_in_under_half_a_megabyte(tmp_path: Path) ->
     """Issue 20 item 5: a default 4-arm session must stay under 0.5 MB, as the store leaves the file.
 
     The bound is the issue's target, not a measured figure: the store left
-    0.541 MB before the large columns were compressed and 0.442 MB after
-    (2026-12-01, SQLite 3, 4 kB pages). The 58 kB margin (12%) is what a
-    session may still grow by (longer outputs, more figures) before this
-    fails; the file is measured as left, no VACUUM, and nothing may stay
-    beside it (a -wal file would be part of what a user keeps).
+    0.541 MB before (4 kB pages, columns uncompressed) and 0.387 MB now
+    (2026-12-01). The 113 kB margin (23%) is room for sessions less
+    compressible than this one: through a CLI compare on a stub answering
+    with random 150k-vocabulary ids and random float32 logprobs (the least
+    compressible top-k) the first session took 0.446 MB. The file is
+    measured as left, no VACUUM, and nothing may stay beside it (a -wal
+    file would be part of what a user keeps).
     """
     db = tmp_path / "default.db"
     _storage_size().default_compare(db)
@@ -105,8 +108,8 @@ def test_every_compressed_column_round_trips_exactly(tmp_path: Path) -> None:
     p = store.add(ProbeRow(session_id=s.id, position=0, name="p", category="c", content_hash="x", definition={}))
     big = store.add(ResultRow(arm_id=arm.id, probe_id=p.id, token_ids=ids, token_texts=texts, top_logprobs=top,
                               chunks=chunks))
-    small = store.add(ResultRow(arm_id=arm.id, probe_id=p.id, token_ids=[5], token_texts=["ok"],
-                                top_logprobs=[[[5, -0.5]]], chunks=[[1.5, 1]]))
+    store.add(ResultRow(arm_id=arm.id, probe_id=p.id, token_ids=[5], token_texts=["ok"],
+                        top_logprobs=[[[5, -0.5]]], chunks=[[1.5, 1]]))
     store.add(VerdictRow(arm_id=arm.id, result_id=big.id, gate="token_diff", verdict="FAIL", details=details))
     store.close()
     store = Store(str(tmp_path / "t.db"))
@@ -148,3 +151,27 @@ def test_a_cli_compare_leaves_no_free_pages_and_nothing_beside_the_file(tmp_path
     assert c.execute("PRAGMA freelist_count").fetchone()[0] == 0
     assert c.execute("SELECT count(*) FROM sessions").fetchone()[0] == 2
     c.close()
+
+
+def test_a_new_database_gets_small_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
+    """Issue 20 item 5: new databases get 2 kB pages; a database written before (4 kB pages, plain
+    JSON rows) keeps its page size, reads its old rows as before and stores new ones compressed."""
+    with Store(str(tmp_path / "new.db")) as store, store.engine.connect() as c:
+        assert c.execute(text("PRAGMA page_size")).scalar() == PAGE_SIZE == 2048
+    old = tmp_path / "old.db"
+    shutil.copy(REPO / "examples" / "h200" / "h200-tiny.db", old)
+    before = _show(old)
+    top = [[[70000 + i, -0.5], [i, -1.25]] for i in range(400)]
+    with Store(str(old)) as store:
+        arm_id = store.arms(1)[0].id
+        probe_id = store.probes(1)[0].id
+        rid = store.add(ResultRow(arm_id=arm_id, probe_id=probe_id, mode="extra", token_ids=list(range(400)),
+                                  top_logprobs=top)).id
+        (row,) = [r for r in store.results(arm_id) if r.id == rid]
+        assert (row.token_ids, row.top_logprobs) == (list(range(400)), top)
+        with store.engine.connect() as c:
+            assert c.execute(text("PRAGMA page_size")).scalar() == 4096
+            assert c.execute(text("SELECT typeof(top_logprobs) FROM results WHERE id = :i"), {"i": rid}).scalar() == "blob"
+    with sqlite3.connect(old) as c:
+        c.execute("DELETE FROM results WHERE id = ?", (rid,))
+    assert _show(old) == before
