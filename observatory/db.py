@@ -242,8 +242,8 @@ def shown_url(url: str) -> str:
 
 # A new SQLite database gets 2 kB pages, not SQLite's 4 kB: every table and
 # index holds at least one page (22 of them, most empty after a compare),
-# and a page only part filled by one large row wastes less. A default
-# session's file: 0.44 -> 0.39 MB (benchmarks/README.md, storage_size.py).
+# and a page only part filled by one large row wastes less: 55 kB of a
+# default session's 0.44 MB file (benchmarks/README.md, storage_size.py).
 # SQLite applies it only to an empty database: an existing one keeps its size.
 PAGE_SIZE = 2048
 

@@ -49,11 +49,11 @@ def test_a_default_session_is_stored_in_under_half_a_megabyte(tmp_path: Path) ->
     """Issue 20 item 5: a default 4-arm session must stay under 0.5 MB, as the store leaves the file.
 
     The bound is the issue's target, not a measured figure: the store left
-    0.541 MB before (4 kB pages, columns uncompressed) and 0.387 MB now
-    (2026-12-01). The 113 kB margin (23%) is room for sessions less
-    compressible than this one: through a CLI compare on a stub answering
-    with random 150k-vocabulary ids and random float32 logprobs (the least
-    compressible top-k) the first session took 0.446 MB. The file is
+    0.541 MB before (4 kB pages, columns uncompressed) and 0.371 MB now
+    (2026-12-01). The 129 kB margin (26%) is room for sessions less
+    compressible than this one: a CLI compare on the pacing stub answering
+    with random ids of a 151,936-token vocabulary and random float32
+    logprobs (the least compressible top-k) took 0.412 MB. The file is
     measured as left, no VACUUM, and nothing may stay beside it (a -wal
     file would be part of what a user keeps).
     """
