@@ -111,7 +111,6 @@ def default_compare(dst: Path) -> int:
     without token counts (`EngineClient.run_timed`); top logprobs only on the
     results a diff may use as its reference; judged with the current gates.
     """
-    from observatory.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow
     from observatory.evaluate import evaluate
     from observatory.measure import REFERENCE_MODES
     from observatory.store import Store
