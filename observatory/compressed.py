@@ -88,7 +88,8 @@ class CompressedJSON(TypeDecorator):  # type: ignore[type-arg]
 
     def process_result_value(self, value: Any, dialect: Any) -> Any:
         """On SQLite decompress and parse; decode."""
-        if dialect.name == "sqlite" and value is not None:
+        # (a bare JSON number may come back as one: SQLite's NUMERIC affinity of a JSON column)
+        if dialect.name == "sqlite" and isinstance(value, (str, bytes)):
             value = json.loads(unsqueeze(value))
         return self.decode(value)
 

@@ -175,3 +175,16 @@ def test_a_new_database_gets_small_pages_and_an_old_one_keeps_its_own(tmp_path: 
     with sqlite3.connect(old) as c:
         c.execute("DELETE FROM results WHERE id = ?", (rid,))
     assert _show(old) == before
+
+
+def test_bare_json_numbers_and_nulls_read_back(tmp_path: Path) -> None:
+    """A JSON column declared JSON has NUMERIC affinity in SQLite: a bare number written as text comes
+    back as a number, and must still read as that value; JSON null reads as None."""
+    store = Store(str(tmp_path / "t.db"))
+    s = store.add(SessionRow(host="h", command=[], options={}, machine={}, suite="d"))
+    arm = store.add(ArmRow(session_id=s.id, position=0, name="base"))
+    with store.engine.begin() as c:
+        c.execute(text("UPDATE arms SET figures = '5' WHERE id = :i"), {"i": arm.id})
+    assert store.arms(s.id)[0].figures == 5
+    store.update(ArmRow, arm.id, figures=None)
+    assert store.arms(s.id)[0].figures is None
