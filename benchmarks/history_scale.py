@@ -3,7 +3,7 @@
 
 Each database holds N copies of the real H200 session in
 ``examples/h200/h200-tiny.db`` (4 arms, 10 probes, judged): its session,
-arms, probes, streamed results (packed as the store now writes them),
+arms, probes, streamed results (packed and compressed as the store now writes them),
 verdicts and measurements, copied with fresh ids. Timed per N:
 
 - ``history``: `observatory history --limit N` as a fresh process (start-up
@@ -46,6 +46,7 @@ TABLES = {
 def template(work: Path) -> Path:
     """The source session migrated, its non-stream results dropped, judged (summaries written)."""
     sys.path.insert(0, str(REPO))
+    from observatory.db import PAGE_SIZE
     from observatory.evaluate import evaluate
     from observatory.store import Store
 
@@ -59,15 +60,20 @@ def template(work: Path) -> Path:
     c.close()
     from sqlalchemy.orm.attributes import flag_modified
 
-    from observatory.db import ResultRow
+    from observatory.compressed import CompressedJSON, CompressedText
+    from observatory.db import ArmRow, ResultRow
 
-    with store.tx() as tx:  # rewrite top logprobs packed, as new sessions are stored
-        for r in tx.query(ResultRow).all():
-            flag_modified(r, "top_logprobs")
+    with store.tx() as tx:  # rewrite packed and compressed columns as new sessions are stored
+        for cls in (ResultRow, ArmRow):
+            cols = [c.key for c in cls.__table__.columns if isinstance(c.type, (CompressedJSON, CompressedText))]
+            for r in tx.query(cls).all():
+                for col in cols:
+                    flag_modified(r, col)
     evaluate(store, 1)
     store.close()
     c = sqlite3.connect(path)
     c.execute("PRAGMA journal_mode=DELETE")  # one file, safe to copy
+    c.execute(f"PRAGMA page_size={PAGE_SIZE}")  # the page size of a database the store creates now
     c.execute("VACUUM")
     c.close()
     return path

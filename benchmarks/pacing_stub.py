@@ -14,7 +14,7 @@ It is asyncio on raw sockets (HTTP/1.1, keep-alive, chunked streams) and runs
 in its own process, so at 64 streams x 100 tok/s it spends little CPU and
 never shares the client's GIL. Used by `benchmarks/client_throughput.py`.
 
-    python benchmarks/pacing_stub.py --rate 100 [--port 0]   # prints its URL, serves until killed
+    python benchmarks/pacing_stub.py --rate 100 [--port 0] [--random-top]   # prints its URL, serves until killed
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import sys
 import time
+from array import array
 from typing import Any
 
 VOCAB = 2000
@@ -38,14 +40,28 @@ def _token(i: int) -> int:
     return 5 + (i * 7919) % VOCAB
 
 
+# --random-top: alternatives drawn from a 151,936-token vocabulary (Qwen's) with random float32
+# logprobs, the least compressible top-k a server can send (benchmarks/storage_size.py)
+RANDOM_TOP: random.Random | None = None
+
+
+def _alternatives(t: int, k: int) -> list[tuple[int, float]]:
+    """The top-K (token id, logprob) pairs of chosen token T, best first."""
+    rnd = RANDOM_TOP
+    if rnd is None:
+        return [((t + j) % VOCAB, -0.25 * j) for j in range(k)]
+    f32 = array("f", [0.0] + sorted(-rnd.random() * 8 for _ in range(k - 1)))
+    return [(t if j == 0 else rnd.randrange(151936), f32[j]) for j in range(k)]
+
+
 def _chat_logprobs(t: int, k: int) -> dict[str, Any]:
-    tops = [{"token": f"token_id:{(t + j) % VOCAB}", "logprob": -0.25 * j, "bytes": [97]} for j in range(k)]
+    tops = [{"token": f"token_id:{a}", "logprob": lp, "bytes": [97]} for a, lp in _alternatives(t, k)]
     return {"content": [{"token": f"token_id:{t}", "logprob": 0.0, "bytes": [97], "top_logprobs": tops}]}
 
 
 def _text_logprobs(t: int, k: int) -> dict[str, Any]:
     return {"tokens": [f"token_id:{t}"], "token_logprobs": [0.0], "text_offset": [0],
-            "top_logprobs": [{f"token_id:{(t + j) % VOCAB}": -0.25 * j for j in range(max(k, 1))}]}
+            "top_logprobs": [{f"token_id:{a}": lp for a, lp in _alternatives(t, max(k, 1))}]}
 
 
 class Stub:
@@ -161,7 +177,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rate", type=float, default=100.0, help="tokens per second per stream")
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--random-top", action="store_true",
+                   help="top-k alternatives with random ids (151,936-token vocabulary) and random float32 logprobs")
     a = p.parse_args(argv)
+    global RANDOM_TOP
+    RANDOM_TOP = random.Random(0) if a.random_top else None
     try:
         asyncio.run(serve(a.rate, a.port))
     except KeyboardInterrupt:

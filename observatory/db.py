@@ -12,7 +12,6 @@ same schema (a test asserts it).
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from datetime import datetime, timezone
@@ -35,6 +34,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
+from observatory.compressed import CompressedJSON, CompressedText, compact_json
 from observatory.errors import ObservatoryError
 from observatory.packed import PackedChunks, PackedLogprobs
 
@@ -93,7 +93,7 @@ class ArmRow(Base):
     engine_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
     model: Mapped[str | None] = mapped_column(Text, nullable=True)
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
-    log_tail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    log_tail: Mapped[str | None] = mapped_column(CompressedText, nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     ready_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
@@ -102,7 +102,7 @@ class ArmRow(Base):
     # [{"code": "INVALID"|"CONFOUNDED"|"LOW_N"|..., "detail": "..."}]
     validity: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     # derived figures (acceptance, speed, vs_base), recomputable from results
-    figures: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    figures: Mapped[dict[str, Any]] = mapped_column(CompressedJSON, default=dict)
 
 
 class ProbeRow(Base):
@@ -141,8 +141,9 @@ class ResultRow(Base):
     content: Mapped[str | None] = mapped_column(Text, nullable=True)
     # the thinking a reasoning parser split off (vLLM reasoning_content); None when none was sent
     reasoning: Mapped[str | None] = mapped_column(Text, nullable=True)
-    token_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
-    token_texts: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # the large columns no query filters on are compressed on SQLite (observatory.compressed)
+    token_ids: Mapped[list[int]] = mapped_column(CompressedJSON, default=list)
+    token_texts: Mapped[list[str]] = mapped_column(CompressedJSON, default=list)
     # per position: [[token_id, logprob], ...] best first (stored packed: observatory.packed)
     top_logprobs: Mapped[list[Any]] = mapped_column(PackedLogprobs, default=list)
     tool_calls: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
@@ -170,7 +171,7 @@ class VerdictRow(Base):
     # PASS | WARN | FAIL | SKIP | NOT_DISCRIMINATING
     verdict: Mapped[str] = mapped_column(String(32))
     reason: Mapped[str] = mapped_column(Text, default="")
-    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    details: Mapped[dict[str, Any]] = mapped_column(CompressedJSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
@@ -239,8 +240,17 @@ def shown_url(url: str) -> str:
         return url.split("@")[-1] if "@" in url else url
 
 
+# A new SQLite database gets 2 kB pages, not SQLite's 4 kB: every table and
+# index holds at least one page (22 of them, most empty after a compare),
+# and a page only part filled by one large row wastes less: 55 kB of a
+# default session's 0.44 MB file (benchmarks/README.md, storage_size.py).
+# SQLite applies it only to an empty database: an existing one keeps its size.
+PAGE_SIZE = 2048
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before WAL, which fixes the page size of a new file
     # WAL + a busy timeout: two observatory runs can write one file at once.
     # A read-only database cannot switch journal mode; reading it still works.
     try:
@@ -279,22 +289,6 @@ def _check_sqlite_path(path: str, create: bool) -> None:
         )
     if not p.parent.is_dir():
         raise ObservatoryError(f"--db {path}: the directory {p.parent} does not exist. Create it first. {_FIX}")
-
-
-def compact_json(value: Any) -> str:
-    """VALUE as JSON without the optional spaces and with text as UTF-8, not escapes (the same value, fewer bytes).
-
-    SQLAlchemy's default (`json.dumps`) writes ``", "`` and ``": "`` and
-    ``\\uXXXX`` for every non-ASCII character: about 7% of a session's JSON,
-    and twice the bytes for Chinese text. A string that cannot be UTF-8 (a lone
-    surrogate) keeps the escapes, as before.
-    """
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(value, separators=(",", ":"))
-    return text
 
 
 def _engine_for(url: str) -> Engine:

@@ -9,8 +9,12 @@ base64 strings (token ids, logprobs, and the pair count of each position, or
 
 Nothing is lost: ids take the smallest unsigned width that holds them, and
 logprobs are packed as float32 only when every value survives the round trip
-exactly (vLLM computes them in float32), else as float64. Rows written before
-packing (plain JSON lists) read unchanged. The column stays JSON, so no
+exactly (vLLM computes them in float32), else as float64. Each array is
+byte-shuffled (format 2: all first bytes, then all second bytes, ...), so
+the near-constant high bytes of ids and the exponents of logprobs form runs
+the SQLite column's zlib (`observatory.compressed`) finds: 11-27% fewer
+bytes than format 1, which still reads. Rows written before packing (plain
+JSON lists) read unchanged. The column stays JSON, so no
 migration is needed and PostgreSQL keeps its JSON type.
 """
 
@@ -20,19 +24,30 @@ import base64
 from array import array
 from typing import Any
 
-from sqlalchemy import JSON
-from sqlalchemy.types import TypeDecorator
+from observatory.compressed import CompressedJSON
 
-FORMAT = 1
-
-
-def _b64(a: array) -> str:  # type: ignore[type-arg]
-    return base64.b64encode(a.tobytes()).decode("ascii")
+# Top logprobs: 1 = arrays as they are in memory; 2 = the same arrays byte-shuffled (written now).
+FORMAT = 2
+CHUNKS_FORMAT = 1
 
 
-def _unb64(code: str, s: str) -> array:  # type: ignore[type-arg]
+def _b64(a: array, shuffle: bool = False) -> str:  # type: ignore[type-arg]
+    data = a.tobytes()
+    if shuffle and a.itemsize > 1:  # all first bytes, then all second bytes, ...: zlib finds the runs
+        data = b"".join(data[j::a.itemsize] for j in range(a.itemsize))
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(code: str, s: str, shuffle: bool = False) -> array:  # type: ignore[type-arg]
     a = array(code)
-    a.frombytes(base64.b64decode(s))
+    data = base64.b64decode(s)
+    if shuffle and a.itemsize > 1:
+        w, n = a.itemsize, len(data) // a.itemsize
+        out = bytearray(len(data))
+        for j in range(w):
+            out[j::w] = data[j * n:(j + 1) * n]
+        data = bytes(out)
+    a.frombytes(data)
     return a
 
 
@@ -60,23 +75,24 @@ def pack(rows: list[Any]) -> dict[str, Any] | list[Any]:
         return rows
     uniform = len(set(counts)) == 1
     return {"packed": FORMAT,
-            "counts": f"={counts[0]}x{len(counts)}" if uniform else count_code + _b64(packed_counts),
-            "ids": id_code + _b64(packed_ids),
-            "logprobs": lp_code + _b64(packed_lps)}
+            "counts": f"={counts[0]}x{len(counts)}" if uniform else count_code + _b64(packed_counts, True),
+            "ids": id_code + _b64(packed_ids, True),
+            "logprobs": lp_code + _b64(packed_lps, True)}
 
 
 def unpack(value: Any) -> Any:
     """The packed object -> [[[id, logprob], ...], ...]; anything else (old rows) as it is."""
-    if not isinstance(value, dict) or value.get("packed") != FORMAT:
+    if not isinstance(value, dict) or value.get("packed") not in (1, FORMAT):
         return value
+    shuffled = value["packed"] == 2
     c = value["counts"]
     if c.startswith("="):  # every position has the same number of pairs: "=KxN"
         k, n = c[1:].split("x")
         counts: Any = [int(k)] * int(n)
     else:
-        counts = _unb64(c[0], c[1:])
-    ids = _unb64(value["ids"][0], value["ids"][1:]).tolist()
-    lps = _unb64(value["logprobs"][0], value["logprobs"][1:]).tolist()
+        counts = _unb64(c[0], c[1:], shuffled)
+    ids = _unb64(value["ids"][0], value["ids"][1:], shuffled).tolist()
+    lps = _unb64(value["logprobs"][0], value["logprobs"][1:], shuffled).tolist()
     pairs = list(map(list, zip(ids, lps)))
     if c.startswith("="):
         k = counts[0] if counts else 0
@@ -89,23 +105,22 @@ def unpack(value: Any) -> Any:
     return out
 
 
-class PackedLogprobs(TypeDecorator):  # type: ignore[type-arg]
-    """A JSON column whose top-logprob lists are stored packed (see the module docstring)."""
+class PackedLogprobs(CompressedJSON):
+    """A JSON column whose top-logprob lists are stored packed (see the module docstring), compressed on SQLite."""
 
-    impl = JSON
     cache_ok = True
 
-    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+    def encode(self, value: Any) -> Any:
         """Pack on the way in."""
         return pack(value) if isinstance(value, list) and value else value
 
-    def process_result_value(self, value: Any, dialect: Any) -> Any:
+    def decode(self, value: Any) -> Any:
         """Unpack on the way out."""
         return unpack(value)
 
 
 def pack_chunks(rows: list[Any]) -> dict[str, Any] | list[Any]:
-    """[[ms, tokens or None], ...] -> {"chunks": FORMAT, "ms": ..., "n": ...} (ROWS unchanged if not that shape).
+    """[[ms, tokens or None], ...] -> {"chunks": CHUNKS_FORMAT, "ms": ..., "n": ...} (ROWS unchanged if not that shape).
 
     ms are float64 (or float32 when every value survives the round trip);
     the token counts are int16 with -1 for "not known", or ``=K`` / ``=None``
@@ -129,12 +144,12 @@ def pack_chunks(rows: list[Any]) -> dict[str, Any] | list[Any]:
         n_field = f"={ns[0]}"
     else:
         n_field = "h" + _b64(array("h", [-1 if n is None else n for n in ns]))
-    return {"chunks": FORMAT, "ms": ms_code + _b64(packed_ms), "n": n_field}
+    return {"chunks": CHUNKS_FORMAT, "ms": ms_code + _b64(packed_ms), "n": n_field}
 
 
 def unpack_chunks(value: Any) -> Any:
     """The packed object -> [[ms, tokens or None], ...]; anything else (old rows) as it is."""
-    if not isinstance(value, dict) or value.get("chunks") != FORMAT:
+    if not isinstance(value, dict) or value.get("chunks") != CHUNKS_FORMAT:
         return value
     ms = _unb64(value["ms"][0], value["ms"][1:]).tolist()
     n = value["n"]
@@ -145,16 +160,15 @@ def unpack_chunks(value: Any) -> Any:
     return [[m, None if k < 0 else k] for m, k in zip(ms, ns)]
 
 
-class PackedChunks(TypeDecorator):  # type: ignore[type-arg]
-    """A JSON column whose chunk timelines are stored packed (`pack_chunks`)."""
+class PackedChunks(CompressedJSON):
+    """A JSON column whose chunk timelines are stored packed (`pack_chunks`), compressed on SQLite."""
 
-    impl = JSON
     cache_ok = True
 
-    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+    def encode(self, value: Any) -> Any:
         """Pack on the way in."""
         return pack_chunks(value) if isinstance(value, list) and value else value
 
-    def process_result_value(self, value: Any, dialect: Any) -> Any:
+    def decode(self, value: Any) -> Any:
         """Unpack on the way out."""
         return unpack_chunks(value)

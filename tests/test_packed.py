@@ -100,3 +100,20 @@ def test_compact_json_keeps_escapes_for_text_that_cannot_be_utf8() -> None:
     value = {"t": ["月", "\ud800"]}  # a lone surrogate: SQLite could not store it as UTF-8
     assert compact_json(value) == '{"t":["\\u6708","\\ud800"]}' and json.loads(compact_json(value)) == value
     assert compact_json({"t": "月"}) == '{"t":"月"}'
+
+
+def test_rows_packed_before_byte_shuffling_still_read() -> None:
+    """Issue 20 item 5: format 1 (arrays as in memory) was written until 2026-12-01; format 2
+    byte-shuffles them for zlib. Both read back the same lists."""
+    import base64
+    from array import array
+
+    def b64(code: str, values: list[Any]) -> str:
+        return code + base64.b64encode(array(code, values).tobytes()).decode()
+
+    old = {"packed": 1, "counts": b64("H", [2, 1]), "ids": b64("I", [70000, 6, 7]), "logprobs": b64("f", [-0.5, -1.25, 0.0])}
+    want = [[[70000, -0.5], [6, -1.25]], [[7, 0.0]]]
+    assert unpack(old) == want
+    new = pack(want)
+    assert isinstance(new, dict) and new["packed"] == 2 and new["ids"] != old["ids"]
+    assert unpack(json.loads(json.dumps(new))) == want

@@ -208,9 +208,10 @@ def compare(resume: int | None, **kw: Any) -> None:
     given = {p.name: (p.opts[0], kw[p.name]) for p in ctx.command.params
              if p.name in kw and ctx.get_parameter_source(p.name) in typed}
     store, session_id, interrupted = run_compare(kw, resume, given=given)
-    if interrupted:
-        sys.exit(INTERRUPTED_EXIT)
-    data = build(store, session_id)
+    with store:  # closed here, not at interpreter exit: SQLite folds its -wal file back into the database
+        if interrupted:
+            sys.exit(INTERRUPTED_EXIT)
+        data = build(store, session_id)
     print_summary(data)
     if not produced_results(data):
         # Issue 19 item 10: every arm failed, so nothing was measured (exit 2, an invalid measurement).

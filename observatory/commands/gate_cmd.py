@@ -41,7 +41,8 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: A
 
     store, session_id, interrupted = run_compare(kw, before_run=check_outputs)
     report, junit, json_out = outputs["report"], outputs["junit"], outputs["json"]
-    data = build(store, session_id)
+    with store:  # closed here, not at interpreter exit: SQLite folds its -wal file back into the database
+        data = build(store, session_id)
     index = report.write(lambda d: render_session(data, d))
     if junit is not None:
         junit.write_text(junit_xml(data))
