@@ -149,8 +149,9 @@ def timed_params(probe: Probe) -> dict[str, Any]:
     A probe's own sampling in ``extra_body`` (ignore_eos, min_tokens, stop_token_ids, top_k) stays: the
     timed pass must generate what the correctness pass generated.
     """
-    params = {k: v for k, v in request_params(probe).items() if k not in ("logprobs", "top_logprobs", "extra_body")}
-    extra = {k: v for k, v in (request_params(probe).get("extra_body") or {}).items() if k not in _ID_FLAGS}
+    full = request_params(probe)
+    params = {k: v for k, v in full.items() if k not in ("logprobs", "top_logprobs", "extra_body")}
+    extra = {k: v for k, v in (full.get("extra_body") or {}).items() if k not in _ID_FLAGS}
     if extra:
         params["extra_body"] = extra
     return params

@@ -236,27 +236,35 @@ def _flags(level: str) -> list[str]:
     return [f"-DCMAKE_C_FLAGS_RELEASE={level} -DNDEBUG", f"-DCMAKE_CXX_FLAGS_RELEASE={level} -DNDEBUG"]
 
 
-@pytest.mark.parametrize("opt, expected", [(None, _flags("-O1")), ("", []), ("-O3", _flags("-O3"))],
-                         ids=["O1-default", "release-flags", "LLAMA_OPT"])
-def test_build_script_passes_the_optimisation_level(tmp_path: Path, opt: str | None, expected: list[str]) -> None:
-    """Issue 17 item 1 (the build): build-llama.sh builds at -O1 unless LLAMA_OPT names another level (empty:
-    CMake's Release flags), the knob measured in docs/engines.md; a stand-in cmake on PATH records its arguments."""
+def _stand_in_build(tmp_path: Path, cmake_script: str) -> tuple[Path, Path, dict[str, str]]:
+    """A llama.cpp cache with a source tree and a stand-in cmake (CMAKE_SCRIPT) first on PATH, for
+    build-llama.sh: (the version's cache root, the cmake log, the environment)."""
     import os
-    import subprocess
 
     root = tmp_path / "cache" / "11434.0.0"
     (root / "src").mkdir(parents=True)
     (root / "src" / "CMakeLists.txt").write_text("")
     fake = tmp_path / "fakebin"
     fake.mkdir()
-    (fake / "cmake").write_text(
-        "#!/usr/bin/env bash\nprintf '%s\\n' \"$@\" >> \"$CMAKE_LOG\"\necho --- >> \"$CMAKE_LOG\"\n"
-        "if [ \"$1\" = --build ]; then mkdir -p \"$2/bin\"; touch \"$2/bin/llama-server\"; fi\n")
+    (fake / "cmake").write_text("#!/usr/bin/env bash\n" + cmake_script)
     (fake / "cmake").chmod(0o755)
     log = tmp_path / "cmake.log"
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "CMAKE_LOG": str(log),
            "OBSERVATORY_LLAMA_CACHE": str(tmp_path / "cache")}
     env.pop("LLAMA_OPT", None)
+    return root, log, env
+
+
+@pytest.mark.parametrize("opt, expected", [(None, _flags("-O1")), ("", []), ("-O3", _flags("-O3"))],
+                         ids=["O1-default", "release-flags", "LLAMA_OPT"])
+def test_build_script_passes_the_optimisation_level(tmp_path: Path, opt: str | None, expected: list[str]) -> None:
+    """Issue 17 item 1 (the build): build-llama.sh builds at -O1 unless LLAMA_OPT names another level (empty:
+    CMake's Release flags), the knob measured in docs/engines.md; a stand-in cmake on PATH records its arguments."""
+    import subprocess
+
+    root, log, env = _stand_in_build(
+        tmp_path, "printf '%s\\n' \"$@\" >> \"$CMAKE_LOG\"\necho --- >> \"$CMAKE_LOG\"\n"
+        "if [ \"$1\" = --build ]; then mkdir -p \"$2/bin\"; touch \"$2/bin/llama-server\"; fi\n")
     if opt is not None:
         env["LLAMA_OPT"] = opt
     r = subprocess.run(["bash", str(REPO / "scripts" / "build-llama.sh"), sys.executable], env=env,
@@ -272,21 +280,11 @@ def test_two_builds_at_once_build_once(tmp_path: Path) -> None:
     """Issue 17 item 1: setup.sh builds llama-server in the background, so a second setup (or a user's
     build-llama.sh) may start while one runs; the second waits on the cache's lock and finds the binary,
     rather than building over the first. A stand-in cmake records its builds and takes a second per build."""
-    import os
     import subprocess
 
-    root = tmp_path / "cache" / "11434.0.0"
-    (root / "src").mkdir(parents=True)
-    (root / "src" / "CMakeLists.txt").write_text("")
-    fake = tmp_path / "fakebin"
-    fake.mkdir()
-    (fake / "cmake").write_text(
-        "#!/usr/bin/env bash\nif [ \"$1\" = --build ]; then echo build >> \"$CMAKE_LOG\"; sleep 1; "
+    root, log, env = _stand_in_build(
+        tmp_path, "if [ \"$1\" = --build ]; then echo build >> \"$CMAKE_LOG\"; sleep 1; "
         "mkdir -p \"$2/bin\"; touch \"$2/bin/llama-server\"; chmod +x \"$2/bin/llama-server\"; fi\n")
-    (fake / "cmake").chmod(0o755)
-    log = tmp_path / "cmake.log"
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "CMAKE_LOG": str(log),
-           "OBSERVATORY_LLAMA_CACHE": str(tmp_path / "cache")}
     argv = ["bash", str(REPO / "scripts" / "build-llama.sh"), sys.executable]
     runs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(2)]
