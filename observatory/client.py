@@ -472,8 +472,21 @@ def _take_whole(out: Response, obj: Any, chat: bool, take: Take) -> None:
 
 
 def _note_chunk(out: Response, ms: float, n_tokens: int | None) -> None:
-    """Time a streamed chunk that carried N_TOKENS (None: unknown; the first one is the TTFT)."""
+    """Time a streamed chunk that carried N_TOKENS (None: unknown)."""
     out.chunks.append([round(ms, 3), n_tokens])
+
+
+def _note_first(out: Response, ms: float) -> None:
+    """The TTFT: the first chunk that carries a choice, whatever its delta holds.
+
+    vLLM, SGLang and llama-server send their first choice (the chat role,
+    or the first text) when the engine hands back the request's first
+    token; a token whose text is still empty (an incomplete UTF-8 sequence,
+    a special token) sends no text chunk of its own, so timing the first
+    *text* would count later steps as prefill (on the H200's dense model,
+    26-34% more than `vllm bench serve`, which times the first choice too:
+    benchmarks/README.md).
+    """
     if out.ttft_ms is None:
         out.ttft_ms = ms
 
@@ -489,6 +502,7 @@ def _read_chat(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], ti
         if not choices:
             continue
         choice = choices[0]
+        _note_first(out, ms)
         delta = choice.get("delta") or {}
         carried = False
         if delta.get("content"):
@@ -533,6 +547,7 @@ def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]
         if not choices:
             continue
         choice = choices[0]
+        _note_first(out, ms)
         text = choice.get("text") or ""
         parts.append(text)
         if timed:
