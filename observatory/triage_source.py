@@ -15,12 +15,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from observatory.arms import Arm
+from observatory.arms import LLAMA_CPP, Arm
 from observatory.db import ArmRow, ResultRow, SessionRow
 from observatory.errors import ObservatoryError
 from observatory.gates import FAIL, WARN, Gate
+from observatory.images import arm_image
 from observatory.judge import base_reference, full_sequence, results_by_mode, session_registry, to_output
 from observatory.probes import Probe
+from observatory.roles import engine_of
 from observatory.server import EngineSettings
 
 CHANNELS = ("stream", "nonstream", "batch")
@@ -99,9 +101,14 @@ def rebuild_arm(row: ArmRow) -> Arm:
             "the arm under other engine settings, so run the session with a launched arm (no NAME=URL)."
         )
     env = {k: v for k, v in (launch.get("env") or {}).items() if k not in ("CUDA_VISIBLE_DEVICES", "OBSERVATORY_FAULT")}
+    image = arm_image(launch)
     return Arm(name=row.name, speculative_config=launch.get("speculative_config"),
                engine_args=list(launch.get("engine_args") or []), env=env, fault=launch.get("fault")
-               or (launch.get("env") or {}).get("OBSERVATORY_FAULT"))
+               or (launch.get("env") or {}).get("OBSERVATORY_FAULT"),
+               # the engine it ran on (a llama.cpp arm relaunched as vLLM would be another experiment),
+               # and the image named on the arm itself (the session's own comes back with its settings)
+               engine=LLAMA_CPP if engine_of(launch) == LLAMA_CPP else "vllm",
+               image=str(image["ref"]) if image and image.get("asked") and image.get("ref") else None)
 
 
 def rebuild_settings(session: SessionRow) -> EngineSettings:
@@ -119,8 +126,7 @@ def find_target(store: Any, session_id: int | None, arm_name: str | None = None,
     """The failing arm of a session (ARM_NAME, or the one with most failures) and its failures."""
     session = store.session(session_id)
     arms = store.arms(session.id)
-    base = base_reference(arms)
-    if base is None:
+    if base_reference(arms) is None:
         raise ObservatoryError(f"Session {session.id} has no base arm: triage diffs against base's stored output, "
                                "so run a session with `--arms base,...`.")
     probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session.id)}
@@ -131,22 +137,27 @@ def find_target(store: Any, session_id: int | None, arm_name: str | None = None,
             raise ObservatoryError(f"Session {session.id} has no probe {', '.join(unknown)}; its probes: "
                                    f"{', '.join(p.name for p in probes.values())}.")
     gate = session_registry(store, session.id).get("token_diff")
-    base_modes = results_by_mode(store, base.id)
-    candidates = [a for a in arms if a.id != base.id]
+    # each arm against the base of its own engine (observatory.roles); a base is no candidate
+    bases: dict[int, ArmRow] = {}
+    for a in arms:
+        b = base_reference(arms, of=a)
+        if b is not None and b.id != a.id:
+            bases[a.id] = b
+    candidates = [a for a in arms if a.id in bases]
     if arm_name is not None:
         candidates = [a for a in candidates if a.name == arm_name]
         if not candidates:
             raise ObservatoryError(f"Session {session.id} has no arm {arm_name!r} other than base; its arms: "
                                    f"{', '.join(a.name for a in arms)}.")
-    scored = [(a, *_failures(store, a, base_modes, probes, gate, wanted)) for a in candidates]
+    base_modes = {bid: results_by_mode(store, bid) for bid in {bases[a.id].id for a in candidates}}
+    scored = [(a, *_failures(store, a, base_modes[bases[a.id].id], probes, gate, wanted)) for a in candidates]
     scored = [s for s in scored if s[1]]
     if not scored:
         which = f"arm {arm_name}" if arm_name else "any arm"
         raise ObservatoryError(f"Session {session.id}: {which} matches base's output on every probe"
                                f"{' asked for' if wanted else ''}; there is no failure to triage.")
     row, failures, refs = max(scored, key=lambda s: len(s[1]))
-    plan = (session.options or {}).get("plan") or {}
-    return Target(session=session, arm_row=row, base_row=base, arm=rebuild_arm(row),
+    arm = rebuild_arm(row)
+    return Target(session=session, arm_row=row, base_row=bases[row.id], arm=arm,
                   settings=rebuild_settings(session), probes=list(probes.values()), failures=failures,
-                  references=refs, gate=gate, engine=str(plan.get("engine") or "vllm"),
-                  gpus=(row.launch or {}).get("gpus"))
+                  references=refs, gate=gate, engine=arm.engine, gpus=(row.launch or {}).get("gpus"))

@@ -210,3 +210,38 @@ def test_bundle_check_says_when_no_server_answers(tmp_path: Path, launches: list
                            f"http://127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert "start the server with launch.sh first" in done.stderr
+
+
+def test_a_llama_cpp_arm_is_triaged_against_its_own_base_and_never_relaunched_as_vllm(
+        launches: list[dict[str, Any]]) -> None:
+    """A cross-engine session: the llama.cpp spec arm's base is llama.cpp's, its engine stays llama.cpp.
+
+    Before, `rebuild_arm` dropped the engine (triage would have launched vLLM
+    with llama-server's flags) and every arm was diffed against the first base.
+    """
+    from observatory.triage_source import find_target
+
+    store = Store()
+    sid = make_session(store)
+    pids = [p.id for p in store.probes(sid)]
+    llama = {"engine_args": ["--draft-max", "2"], "env": {}, "fault": None, "engine": "llama.cpp",
+             "argv": ["/cache/llama-server", "-m", "m.gguf"]}
+    lbase = store.add(ArmRow(session_id=sid, position=2, name="llama.cpp:base", status="ok",
+                             launch={**llama, "speculative_config": None, "engine_args": [], "role": "base"}))
+    lspec = store.add(ArmRow(session_id=sid, position=3, name="llama.cpp:draft2", status="ok",
+                             launch={**llama, "speculative_config": {"method": "draft", "num_speculative_tokens": 2},
+                                     "role": "spec"}))
+    other = [21, 22, 23, 24, 25, 26, 27, 28]  # llama.cpp's own greedy output: not vLLM's, and not a failure
+    for pid in pids:
+        store.add(_result(lbase.id, pid, other))
+        store.add(_result(lspec.id, pid, other[:5] + [99, 98, 97] if pid == pids[1] else other))
+    t = find_target(store, sid, "llama.cpp:draft2")
+    assert t.base_row.id == lbase.id and t.arm.engine == "llama.cpp" and t.engine == "llama.cpp"
+    assert [f.probe for f in t.failures] == ["p2"] and t.failures[0].first_divergence == 5
+    assert t.arm.engine_args == ["--draft-max", "2"]
+    with pytest.raises(Exception, match="no arm 'llama.cpp:base' other than base"):
+        find_target(store, sid, "llama.cpp:base")  # a base is never a candidate
+    assert find_target(store, sid).arm.name == "mtp2"  # the vLLM arm still against vLLM's base
+    r = CliRunner().invoke(cli, ["triage", str(sid), "--arm", "llama.cpp:draft2"])
+    assert r.exit_code == 3 and "No knobs are declared for engine 'llama.cpp'" in r.stderr
+    assert launches == []
