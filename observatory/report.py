@@ -34,6 +34,7 @@ from observatory.images import arm_image
 from observatory.paths import TEMPLATES_DIR
 from observatory.previews import PREVIEW_CHARS
 from observatory.read_model import ArmView, ResultView, SessionFacts, SessionView
+from observatory.roles import engine_of
 from observatory.verdict import INVALID_CODES, arm_role
 
 # gate -> (reference label, compared label (None: the arm's name), what is compared)
@@ -314,8 +315,9 @@ def token_rows(r: ResultView) -> list[dict[str, Any]]:
     return rows
 
 
-def _base(data: SessionView) -> ArmView | None:
-    return next((a for a in data.arms if arm_role(a) == "base"), None)
+def _base(data: SessionView, engine: str | None = None) -> ArmView | None:
+    """DATA's base arm (ENGINE given: the base of that engine, observatory.roles)."""
+    return next((a for a in data.arms if arm_role(a) == "base" and engine in (None, engine_of(a.launch))), None)
 
 
 def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
@@ -324,12 +326,12 @@ def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
 
     out = []
     for spec_s, base_s in ((a, b), (b, a)):
-        base = _base(base_s)
-        base_speed = base.figures.speed if base is not None else None
-        if base is None or not base_speed:
-            continue
         for arm in spec_s.arms:
             if not arm.is_spec or not arm.figures.speed:
+                continue
+            base = _base(base_s, engine_of(arm.launch))  # a llama.cpp arm over the other session's llama.cpp base
+            base_speed = base.figures.speed if base is not None else None
+            if base is None or not base_speed:
                 continue
             vb = vs_base(dict(arm.figures.acceptance or {}), dict(arm.figures.speed), dict(base_speed),
                          _g(arm.speculative_config, "num_speculative_tokens"))
