@@ -21,7 +21,7 @@ before roles existed applies the same rule to the stored launch dicts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 BASE = "base"
@@ -63,7 +63,7 @@ def assign_roles(arms: Sequence[Any]) -> dict[str, str]:
     return dict(zip([f[0] for f in facts], _roles(facts)))
 
 
-def engine_of(launch: dict[str, Any] | None) -> str:
+def engine_of(launch: Mapping[str, Any] | None) -> str:
     """The engine a stored arm ran on: its launch's ``engine``, else told by the binary (older sessions)."""
     launch = launch or {}
     if launch.get("engine"):
