@@ -118,20 +118,23 @@ def parse_faults(value: str | None) -> frozenset[str]:
     `FAULTS`, case-insensitive; ``-`` is accepted for ``_``. Raises
     `FaultConfigError` on any unknown name.
     """
-    if value is None:
-        return frozenset()
-    text = value.strip()
-    if text.lower() in _OFF:
-        return frozenset()
-    names = [n.strip().lower().replace("-", "_") for n in text.replace(",", " ").split()]
-    unknown = sorted({n for n in names if n not in FAULTS})
+    names = split_names(value)
+    unknown = sorted(names - FAULTS.keys())
     if unknown:
         raise FaultConfigError(
             f"{ENV_VAR}={value!r}: unknown fault(s) {', '.join(unknown)}; "
             f"known faults: {', '.join(sorted(FAULTS))} "
             f"(comma-separated to combine; unset or 'none' for no fault)"
         )
-    return frozenset(names)
+    return names
+
+
+def split_names(value: str | None) -> frozenset[str]:
+    """The names in one of the plugin's variables (faults, repairs): comma- or whitespace-separated,
+    any case, ``-`` for ``_``; unset, empty or one of ``none/off/0/false/no``: none."""
+    if value is None or value.strip().lower() in _OFF:
+        return frozenset()
+    return frozenset(n.strip().lower().replace("-", "_") for n in value.replace(",", " ").split())
 
 
 def active_faults(environ: Mapping[str, str] | None = None) -> frozenset[str]:

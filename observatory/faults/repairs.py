@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from observatory.errors import ObservatoryError
-from observatory.faults import _OFF  # the values that switch the plugin's variables off
+from observatory.faults import split_names  # one parser for the plugin's variables
 
 ENV_VAR = "OBSERVATORY_REPAIR"
 REPAIRS: dict[str, str] = {
@@ -48,9 +48,7 @@ class RepairConfigError(ObservatoryError, ValueError):
 def active_repairs(environ: Mapping[str, str] | None = None) -> frozenset[str]:
     """The repairs named by the environment; raises `RepairConfigError` on an unknown name."""
     value = (os.environ if environ is None else environ).get(ENV_VAR, "")
-    if value.strip().lower() in _OFF:
-        return frozenset()
-    names = frozenset(n.strip().lower().replace("-", "_") for n in value.replace(",", " ").split())
+    names = split_names(value)
     unknown = sorted(names - REPAIRS.keys())
     if unknown:
         raise RepairConfigError(f"{ENV_VAR}={value!r}: unknown repair(s) {', '.join(unknown)}; "
