@@ -7,14 +7,7 @@
 # Writes four files to $OUT: bench-timed.json, bench-timed.txt, bench-full.json, bench-full.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source .gpu/activate.sh
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-ep=/tmp/ep/observatory-0.dist-info; mkdir -p $ep
-printf 'Metadata-Version: 2.1\nName: observatory\nVersion: 0.1.0\n' > $ep/METADATA
-printf '[vllm.general_plugins]\nobservatory_faults = observatory.faults:register\n' > $ep/entry_points.txt
-export PYTHONPATH=$PWD:/tmp/site:/tmp/ep:${PYTHONPATH:-}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source examples/gpu/device_env.sh  # the bundle, the wheels, PYTHONPATH, $out
 common=(--engine-arg=--attention-backend=TRITON_ATTN --engine-arg=--gpu-memory-utilization=0.2
         --engine-arg=--enforce-eager)
 if [ "${1:-}" = decode ]; then

@@ -9,16 +9,7 @@
 set -uo pipefail
 mode=${1:?tiny or hybrid}
 cd "$(dirname "$0")/../.."
-source .gpu/activate.sh
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-# observatory itself: from this checkout, plus SQLAlchemy (carried as a wheel)
-# and an entry-point record so vLLM finds the fault plugin.
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/sqlalchemy-*.whl
-ep=/tmp/ep/observatory-0.dist-info; mkdir -p $ep
-printf 'Metadata-Version: 2.1\nName: observatory\nVersion: 0.1.0\n' > $ep/METADATA
-printf '[vllm.general_plugins]\nobservatory_faults = observatory.faults:register\n' > $ep/entry_points.txt
-export PYTHONPATH=$PWD:/tmp/ep:$PYTHONPATH
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source examples/gpu/device_env.sh  # the bundle, the wheels, PYTHONPATH, $out
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import vllm; print('vllm', vllm.__version__)"
 # The bundle needs Triton attention, in the speculative config too (see shared/gpu/README.md).

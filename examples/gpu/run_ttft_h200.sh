@@ -8,13 +8,8 @@
 # (REPEATS, MAX_TOKENS; the engine start takes about 2 minutes of a 10-minute call).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source .gpu/activate.sh
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-ep=/tmp/ep/observatory-0.dist-info; mkdir -p $ep
-printf 'Metadata-Version: 2.1\nName: observatory\nVersion: 0.1.0\n' > $ep/METADATA
-printf '[vllm.general_plugins]\nobservatory_faults = observatory.faults:register\n' > $ep/entry_points.txt
-export PYTHONPATH=$PWD:$PWD/benchmarks:/tmp/site:/tmp/ep:${PYTHONPATH:-}
+source examples/gpu/device_env.sh  # the bundle, the wheels, PYTHONPATH, $out
+export PYTHONPATH=$PWD/benchmarks:$PYTHONPATH  # ttft_ab.py imports bench_vs_vllm
 export PYTHONUNBUFFERED=1
 python3 examples/gpu/make_dense_config.py /tmp/dense
 port=8123
