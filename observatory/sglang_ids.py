@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from observatory.errors import ObservatoryError
 
 if TYPE_CHECKING:
-    from observatory.client import Response
+    from observatory.answer import Response
 
 ENGINE = "sglang"
 FLAG = "return_token_ids"

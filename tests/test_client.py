@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 from sse_stub import SseStub, chunked, sse, whole
 
-from observatory.client import EngineClient, Response, read_stream, timed_params
+from observatory.answer import Response, read_stream
+from observatory.client import EngineClient, timed_params
 from observatory.probes import Probe
 from observatory.sse import events
 

@@ -156,7 +156,7 @@ def _logprob_fixture() -> dict[str, Any]:
 
 def test_token_ids_read_from_llamacpp_ids() -> None:
     """Issue 17: ids parsed only in vLLM's token_id:N form; llama.cpp gives an integer id per entry."""
-    from observatory.client import Response, _take_chat_logprobs, _take_completion_logprobs
+    from observatory.answer import Response, _take_chat_logprobs, _take_completion_logprobs
 
     fx = _logprob_fixture()
     out = Response()
@@ -170,7 +170,7 @@ def test_token_ids_read_from_llamacpp_ids() -> None:
 
 
 def test_a_bad_llamacpp_id_is_malformed_not_a_number() -> None:
-    from observatory.client import item_token_id
+    from observatory.answer import item_token_id
 
     assert item_token_id({"token": "token_id:7"}) == 7  # vLLM's form still reads
     for bad in (-1, "12", 1.5, True):

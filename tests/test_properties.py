@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from observatory.answer import parse_token_id
 from observatory.arms import load_arms_file
-from observatory.client import parse_token_id
 from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.errors import ArmError, ObservatoryError, ProbeFileError
 from observatory.gates import Output, default_registry
