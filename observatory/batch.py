@@ -29,7 +29,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from observatory.client import EngineClient, Response
+from observatory.answer import Response
+from observatory.client import EngineClient
 from observatory.probes import Probe
 from observatory.wire import DeadlineExceeded, WireError
 

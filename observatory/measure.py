@@ -13,9 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from observatory.answer import Response
 from observatory.arms import Arm
 from observatory.batch import timed_batch
-from observatory.client import EngineClient, RequestFailed, Response
+from observatory.client import EngineClient, RequestFailed
 from observatory.db import ArmRow, MeasurementRow, ResultRow
 from observatory.errors import ObservatoryError
 from observatory.metrics import SpecCounters

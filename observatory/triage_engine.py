@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from observatory.client import EngineClient, Response
+from observatory.answer import Response
+from observatory.client import EngineClient
 from observatory.db import TriageRow
 from observatory.errors import ObservatoryError
 from observatory.gates import FAIL, PASS, WARN, Output

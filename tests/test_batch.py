@@ -15,8 +15,9 @@ import pytest
 from sse_stub import SseStub, chunked, sse, whole
 from test_client import CHAT, TEXT, _completion, _error_event, _five_hundred, _not_json, chat_stream
 
+from observatory.answer import Response
 from observatory.batch import timed_batch
-from observatory.client import EngineClient, Response
+from observatory.client import EngineClient
 
 
 def _comparable(r: Response) -> tuple[Any, ...]:

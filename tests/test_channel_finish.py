@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from semantics_store import result, session
 
+from observatory.answer import Response
 from observatory.channels import finish
 from observatory.channels.view import ChannelView
-from observatory.client import Response
 from observatory.gates import default_registry
 from observatory.probes import Probe
 from observatory.roles import stored_roles

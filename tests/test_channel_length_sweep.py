@@ -8,8 +8,8 @@ from typing import Any
 
 from state_channels import CLEAN, build, by_arm
 
+from observatory.answer import Response
 from observatory.channels import length_sweep
-from observatory.client import Response
 from observatory.faults import field_state
 from observatory.probes import Probe
 

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 from stub_server import StubServer
 
+from observatory.answer import Response
 from observatory.cli import cli
-from observatory.client import Response
 from observatory.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow
 from observatory.errors import ObservatoryError
 from observatory.figures import compute_figures, validity

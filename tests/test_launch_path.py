@@ -145,7 +145,8 @@ def test_check_alive_reads_the_error_kind_not_the_text(tmp_path: Path) -> None:
     say "Timeout" from a server that still answers /health is a per-request error (was marked HUNG)."""
     from stub_server import StubServer
 
-    from observatory.client import EngineClient, Response
+    from observatory.answer import Response
+    from observatory.client import EngineClient
     from observatory.measure import ArmCrashed, ArmRun
     from observatory.runner import NullReporter
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from observatory.answer import Response
 from observatory.arms import Arm
-from observatory.client import Response
 from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.judge import judge_session
 from observatory.measure import ArmRun

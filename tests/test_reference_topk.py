@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from observatory.client import Response
+from observatory.answer import Response
 from observatory.measure import stream_is_reference
 
 

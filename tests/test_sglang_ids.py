@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from sse_stub import SseStub, chunked, sse, whole
 
-from observatory.client import EngineClient, Response, request_params, timed_params
+from observatory.answer import Response
+from observatory.client import EngineClient, request_params, timed_params
 from observatory.gates import FAIL, Output, default_registry
 from observatory.probes import Probe
 

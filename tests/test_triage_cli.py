@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from observatory import triage_engine
+from observatory.answer import Response
 from observatory.cli import cli
-from observatory.client import Response
 from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow, TriageRow
 from observatory.probes import Probe
 from observatory.store import Store

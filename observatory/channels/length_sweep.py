@@ -28,10 +28,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from observatory.answer import Response
 from observatory.channels import Channel
 from observatory.channels.pairs import Keyed, judge_against_base
 from observatory.channels.view import ChannelView
-from observatory.client import Response
 from observatory.db import ArmRow, VerdictRow
 from observatory.probes import Probe
 
