@@ -2,7 +2,7 @@
 """The observatory's single-stream speed figures against `vllm bench serve`.
 
 One run, one server, the same prompts: the observatory's timed request path
-(`observatory.batch.timed_batch`, what `observatory compare`'s timed passes
+(`observatory.client.batch.timed_batch`, what `observatory compare`'s timed passes
 send: no logprobs, usage counted, as `vllm bench serve` asks) and vLLM's
 serving benchmark (`vllm.benchmarks.serve`, chat endpoint, max
 concurrency 1) take turns on the same running engine, prompt by prompt (or
@@ -94,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--full", action="store_true",
                    help="for information: the observatory side sends its correctness requests (EngineClient.run: "
                         "top-10 logprobs, token ids) and vllm bench the same; default: the timed path "
-                        "(observatory.batch.timed_batch, no logprobs, as vllm bench serve asks)")
+                        "(observatory.client.batch.timed_batch, no logprobs, as vllm bench serve asks)")
     p.add_argument("--tokenizer", default=None, help="tokenizer for vllm bench (default: the served model)")
     p.add_argument("--api-key", default=None, help="API key of the server (passed to both sides)")
     p.add_argument("--out", default=None, help="JSON result file (default: bench_vs_vllm.json in the work dir)")
@@ -110,7 +110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def spec_config_from(text: str | None) -> dict[str, Any] | None:
     """--spec-config: None, a preset name (mtp1, ngram3) or JSON."""
-    from observatory.arms import parse_speculative_config, preset_config
+    from observatory.model.arms import parse_speculative_config, preset_config
 
     if text is None or text in ("", "base", "none"):
         return None
@@ -156,12 +156,12 @@ def write_dataset(probes: list[Any], path: Path) -> Path:
 def bench_extra_body(probe: Any, plain: bool = False, full: bool = False) -> dict[str, Any]:
     """The observatory's sampling parameters for PROBE, as vllm bench's --extra-body.
 
-    Built from `observatory.client.timed_params` (FULL: `request_params`, the
+    Built from `observatory.client.send.timed_params` (FULL: `request_params`, the
     correctness pass's, with logprobs) so the two stay in step; temperature
     goes through --temperature and max_tokens through the dataset. PLAIN:
     none (vllm bench's own request).
     """
-    from observatory.client import request_params, timed_params
+    from observatory.client.send import request_params, timed_params
 
     if plain:
         return {}
@@ -435,11 +435,11 @@ def _figures(requests: list[dict[str, Any]]) -> dict[str, Any]:
     """Decode tok/s, TTFT and TPOT of one side's requests, by the observatory's formulas.
 
     Each request: tokens, ttft_ms, duration_ms (ms from send to the end).
-    decode tok/s and single-stream tok/s come from `observatory.figures.speed`;
+    decode tok/s and single-stream tok/s come from `observatory.judge.figures.speed`;
     TPOT per request is vLLM's (latency - TTFT) / (tokens - 1).
     """
-    from observatory.db import ResultRow
-    from observatory.figures import speed
+    from observatory.judge.figures import speed
+    from observatory.store.db import ResultRow
 
     ok = [r for r in requests if r.get("ok", True) and r["ttft_ms"] is not None]
     rows = [ResultRow(token_ids=[0] * r["tokens"], ttft_ms=r["ttft_ms"], duration_ms=r["duration_ms"], chunks=[])
@@ -558,13 +558,13 @@ def token_match(names: list[str], repeats: list[dict[str, Any]]) -> dict[str, An
 
 
 def observatory_request(client: Any, probe: Any, timed: bool = True) -> dict[str, Any]:
-    """One probe as `observatory compare` measures it: a timed pass (`observatory.batch.timed_batch` of
+    """One probe as `observatory compare` measures it: a timed pass (`observatory.client.batch.timed_batch` of
     one request, concurrency 1), or with TIMED false its streamed correctness pass (`EngineClient.run`).
 
     Spec counters are read around it as the runner does (outside the timed
     request); client CPU is `time.process_time` around the request only.
     """
-    from observatory.batch import timed_batch
+    from observatory.client.batch import timed_batch
 
     before = _counters(client)
     c0, w0 = time.process_time(), time.perf_counter()
@@ -588,8 +588,8 @@ def observatory_request(client: Any, probe: Any, timed: bool = True) -> dict[str
 
 def observatory_side(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The observatory's figures for one repeat from its request records (in probe order)."""
-    from observatory.figures import acceptance
-    from observatory.metrics import SpecCounters
+    from observatory.engines.metrics import SpecCounters
+    from observatory.judge.figures import acceptance
 
     def total(key: str) -> int | None:
         values = [r.get(key) for r in records]
@@ -628,7 +628,7 @@ def _bench_cpu_ms(repeats: list[dict[str, Any]]) -> float | None:
 
 
 def _counters(client: Any) -> Any:
-    from observatory.errors import ObservatoryError
+    from observatory.model.errors import ObservatoryError
 
     try:
         return client.counters()
@@ -644,15 +644,15 @@ class Engine:
 
     def __init__(self, args: argparse.Namespace, work: Path):
         self.args, self.work = args, work
-        self.engine: Any = None  # observatory.launch.RunningEngine once started here
+        self.engine: Any = None  # observatory.session.launch.RunningEngine once started here
         self.launch: dict[str, Any] = {}
 
     def start(self) -> str:
         """The base URL of a healthy server."""
-        from observatory.arms import Arm
-        from observatory.launch import launch
-        from observatory.paths import DEFAULT_MODEL_DIR
-        from observatory.server import EngineProcess, EngineSettings
+        from observatory.engines.server import EngineProcess, EngineSettings
+        from observatory.model.arms import Arm
+        from observatory.model.paths import DEFAULT_MODEL_DIR
+        from observatory.session.launch import launch
 
         a = self.args
         if a.url:
@@ -674,7 +674,7 @@ class Engine:
             self.launch = {"argv": proc.argv, "env": proc.env, "log": str(log)}
             print(f"launching engine on port {port} (log: {log})", flush=True)
 
-        # the observatory's own launch path (observatory.launch), so both sides measure the same engine
+        # the observatory's own launch path (observatory.session.launch), so both sides measure the same engine
         self.engine = launch(arm, settings, None, log, on_start=started)
         print(f"engine healthy after {self.engine.ready_s:.0f} s", flush=True)
         self.launch["ready_s"] = self.engine.ready_s
@@ -704,7 +704,7 @@ def table(result: dict[str, Any]) -> str:
     cmp = result["comparison"]
     path = result.get("config", {}).get("observatory_path", "timed")
     lines = [f"the observatory's {path} path "
-             + ("(observatory.batch.timed_batch: no logprobs, as vllm bench serve asks)" if path == "timed" else
+             + ("(observatory.client.batch.timed_batch: no logprobs, as vllm bench serve asks)" if path == "timed" else
                 "(EngineClient.run: top-10 logprobs, token ids; vllm bench sends the same; for information)"),
              f"{'figure (median of repeats)':<48} {'observatory':>11} {'vllm bench':>11} {'ratio':>7} "
              f"{'[min, max]':>16} {'pooled':>7}"]
@@ -746,9 +746,9 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; write the JSON; print the table."""
     args = parse_args(argv)
-    from observatory.batch import timed_batch
-    from observatory.client import EngineClient
-    from observatory.probes import load_probe_file, resolve_suite
+    from observatory.client.batch import timed_batch
+    from observatory.client.send import EngineClient
+    from observatory.model.probes import load_probe_file, resolve_suite
 
     suite = resolve_suite(args.suite)
     probes = bench_probes(load_probe_file(suite), args.max_tokens, args.ignore_eos)

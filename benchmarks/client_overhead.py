@@ -4,7 +4,7 @@
 `EngineClient.run` is fed a canned vLLM chat stream (role chunk, TOKENS token
 chunks each with top-10 logprobs as the observatory requests them, finish and
 usage chunks) through a local HTTP server in a thread, so what is timed is the
-client alone: request build, SSE and JSON parsing (observatory.wire, observatory.sse),
+client alone: request build, SSE and JSON parsing (observatory.client.wire, observatory.client.sse),
 the observatory's token bookkeeping. For scale, the same bytes are also parsed
 the way `vllm bench serve` does (`json.loads` of each SSE message).
 
@@ -21,8 +21,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from observatory.client import TOP_LOGPROBS, EngineClient
-from observatory.probes import Probe
+from observatory.client.send import TOP_LOGPROBS, EngineClient
+from observatory.model.probes import Probe
 
 
 def _chunk(delta: dict[str, Any], logprobs: dict[str, Any] | None = None, finish: str | None = None) -> str:

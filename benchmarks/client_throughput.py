@@ -8,7 +8,7 @@ workers), and reports received tok/s (tokens counted by the client over
 the wall time of the batch) against offered (STREAMS x RATE x the ideal
 duration). Clients compared:
 
-- ``batch``: `observatory.batch.timed_batch`, what `compare`'s timed passes run (one select
+- ``batch``: `observatory.client.batch.timed_batch`, what `compare`'s timed passes run (one select
   loop, connections opened before the clock; the wall is the batch's own);
 - ``timed``: `EngineClient.run_timed` from a thread pool (how timed passes ran before);
 - ``full``: `EngineClient.run`, a correctness pass (top-10 logprobs);
@@ -30,9 +30,9 @@ from typing import Any
 
 import httpx
 
-from observatory.batch import timed_batch
-from observatory.client import EngineClient
-from observatory.probes import Probe
+from observatory.client.batch import timed_batch
+from observatory.client.send import EngineClient
+from observatory.model.probes import Probe
 
 HERE = Path(__file__).resolve().parent
 

@@ -4,7 +4,7 @@
 Starts `benchmarks/pacing_stub.py` (RATE tok/s per stream, on an absolute
 schedule), runs the real CLI in a fresh process against it RUNS times, and
 prints the throughput each session stored at the level (the runner's own
-figure: usage tokens of the timed batch / its wall time, `observatory.batch`)
+figure: usage tokens of the timed batch / its wall time, `observatory.client.batch`)
 against what the stub offers (LEVEL x RATE), with the load average at the
 start of each run: the machine is shared, and its load moves the figure.
 

@@ -46,9 +46,9 @@ TABLES = {
 def template(work: Path) -> Path:
     """The source session migrated, its non-stream results dropped, judged (summaries written)."""
     sys.path.insert(0, str(REPO))
-    from observatory.db import PAGE_SIZE
-    from observatory.evaluate import evaluate
-    from observatory.store import Store
+    from observatory.commands.evaluate import evaluate
+    from observatory.store.db import PAGE_SIZE
+    from observatory.store.session_store import Store
 
     path = work / "template.db"
     shutil.copy(SOURCE, path)
@@ -60,8 +60,8 @@ def template(work: Path) -> Path:
     c.close()
     from sqlalchemy.orm.attributes import flag_modified
 
-    from observatory.compressed import CompressedJSON, CompressedText
-    from observatory.db import ArmRow, ResultRow
+    from observatory.store.compressed import CompressedJSON, CompressedText
+    from observatory.store.db import ArmRow, ResultRow
 
     with store.tx() as tx:  # rewrite packed and compressed columns as new sessions are stored
         for cls in (ResultRow, ArmRow):
@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(a.work or tempfile.mkdtemp(prefix="history-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     src = template(work)
-    from observatory.history import find_alerts, load_points
-    from observatory.store import Store
+    from observatory.report.history import find_alerts, load_points
+    from observatory.store.session_store import Store
 
     print(f"{'sessions':>8} {'db MB':>7} {'history s':>9} {'--json s':>8} {'first run s':>11} {'report s':>8} "
           f"{'points ms':>9} {'alerts ms':>9}")

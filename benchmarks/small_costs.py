@@ -5,7 +5,7 @@
 
 - token_diff offline input check (`_arm`) against the diff itself
   (`compare_outputs`) on TOKENS tokens with top-10 logprobs;
-- reading one TOKENS-token row's packed top logprobs (`observatory.packed.unpack`)
+- reading one TOKENS-token row's packed top logprobs (`observatory.store.packed.unpack`)
   against decoding the same rows stored as JSON;
 - the tool_calls gate on one tool probe, 100 checks, schemas cached vs
   re-validated each time (the cache cleared);
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens", type=int, default=32768)
     p.add_argument("--runs", type=int, default=5)
     a = p.parse_args(argv)
-    from observatory.gates import Output, default_registry
-    from observatory.packed import pack, unpack
-    from observatory.probes import Probe
+    from observatory.model.gates import Output, default_registry
+    from observatory.model.probes import Probe
+    from observatory.store.packed import pack, unpack
 
     rnd = random.Random(0)
     ids = [rnd.randrange(150000) for _ in range(a.tokens)]
@@ -91,8 +91,8 @@ def detok_requests() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from client_throughput import start_stub, stop_stub
 
-    from observatory.client import EngineClient
-    from observatory.probes import Probe
+    from observatory.client.send import EngineClient
+    from observatory.model.probes import Probe
 
     proc, url = start_stub(100000.0)
     try:

@@ -76,10 +76,10 @@ def restore(path: Path) -> None:
     from sqlalchemy import JSON
     from sqlalchemy.orm.attributes import flag_modified
 
-    from observatory.compressed import CompressedText
-    from observatory.db import Base, ResultRow
-    from observatory.measure import REFERENCE_MODES
-    from observatory.store import Store
+    from observatory.session.measure import REFERENCE_MODES
+    from observatory.store.compressed import CompressedText
+    from observatory.store.db import Base, ResultRow
+    from observatory.store.session_store import Store
 
     store = Store(str(path))
     with store.tx() as tx:
@@ -111,9 +111,9 @@ def default_compare(dst: Path) -> int:
     without token counts (`EngineClient.run_timed`); top logprobs only on the
     results a diff may use as its reference; judged with the current gates.
     """
-    from observatory.evaluate import evaluate
-    from observatory.measure import REFERENCE_MODES
-    from observatory.store import Store
+    from observatory.commands.evaluate import evaluate
+    from observatory.session.measure import REFERENCE_MODES
+    from observatory.store.session_store import Store
 
     src_path = dst.parent / (dst.name + ".src")
     shutil.copy(SOURCE, src_path)  # opening migrates: never touch the example itself
@@ -179,8 +179,8 @@ def cli_sessions(work: Path, n: int, random_top: bool = False) -> list[int]:
 
 def rejudge(path: Path) -> None:
     """Judge PATH's session again with the current gates (its verdicts and figures as stored today)."""
-    from observatory.evaluate import evaluate
-    from observatory.store import Store
+    from observatory.commands.evaluate import evaluate
+    from observatory.store.session_store import Store
 
     store = Store(str(path))
     evaluate(store, 1)

@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     """Command line."""
     from bench_vs_vllm import bench_probes
 
-    from observatory.batch import timed_batch
-    from observatory.client import EngineClient, request_body, timed_params
-    from observatory.probes import load_probe_file, resolve_suite
+    from observatory.client.batch import timed_batch
+    from observatory.client.send import EngineClient, request_body, timed_params
+    from observatory.model.probes import load_probe_file, resolve_suite
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--url", required=True)

@@ -13,9 +13,9 @@ returned only newlines on every probe, and the session was called WARN.
 
 from typing import Any
 
-from observatory.errors import ObservatoryError
-from observatory.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
+from observatory.model.probes import Probe
 
 MAX_BLANK_SHARE = 0.5
 

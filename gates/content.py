@@ -31,10 +31,10 @@ correct answers ("4", "Paris.") coincide for different prompts legitimately.
 import json
 from typing import Any
 
-from observatory.errors import ObservatoryError
-from observatory.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
-from observatory.previews import PREVIEW_CHARS, tool_calls_text
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
+from observatory.model.previews import PREVIEW_CHARS, tool_calls_text
+from observatory.model.probes import Probe
 
 DISTINCT_MIN_CHARS = 20
 

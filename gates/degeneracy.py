@@ -45,9 +45,9 @@ Empty (or whitespace-only) outputs are SKIPped (the content gate fails them),
 and so are pure tool calls (no text to score).
 """
 
-from observatory.errors import ObservatoryError
-from observatory.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
+from observatory.model.probes import Probe
 
 THRESHOLD = 0.40
 SHORT_CHARS = 20

@@ -17,9 +17,9 @@ correctness gate so the runner can mark it NOT_DISCRIMINATING.
 import re
 from typing import Any
 
-from observatory.errors import ObservatoryError
-from observatory.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
+from observatory.model.probes import Probe
 
 _KEYS = ("exact", "regex", "contains")
 

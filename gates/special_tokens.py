@@ -18,9 +18,9 @@ import re
 from collections import Counter
 from typing import Any
 
-from observatory.errors import ObservatoryError
-from observatory.gates import FAIL, PASS, GateResult, Output, gate, offline
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import FAIL, PASS, GateResult, Output, gate, offline
+from observatory.model.probes import Probe
 
 MARKER = re.compile(
     r"<\|[^|<>\s]{1,40}\|>|<｜[^｜<>\s]{1,40}｜>|</?s>|<(?:unk|pad|bos|eos|mask)>|\[/?INST\]"

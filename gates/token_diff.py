@@ -33,9 +33,9 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
-from observatory.errors import ObservatoryError
-from observatory.gates import FAIL, PASS, SKIP, WARN, GateResult, Output, gate, offline
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import FAIL, PASS, SKIP, WARN, GateResult, Output, gate, offline
+from observatory.model.probes import Probe
 
 # Between 0.1 and 0.5 nats, from the A/A control (the base arm run twice in one
 # session; docs/design.md mistake 3), which measures the engine's own

@@ -28,9 +28,9 @@ import json
 import re
 from typing import Any
 
-from observatory.errors import ObservatoryError
-from observatory.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
+from observatory.model.probes import Probe
 
 _CALL_MARKERS = ("<tool_call", "[TOOL_CALLS]", "<function=")
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)

@@ -19,11 +19,10 @@ from typing import Any
 import click
 
 from observatory import __version__
-from observatory.errors import ObservatoryError
+from observatory.model.errors import ObservatoryError
 
-SETUP_ERROR = 3
-# An unexpected exception: nothing measured can be trusted (the gate's INVALID), never a traceback.
-INTERNAL_ERROR = 2
+# An unexpected exception exits INTERNAL_ERROR: nothing measured can be trusted, never a traceback.
+from observatory.model.vocabulary import INTERNAL_ERROR, SETUP_ERROR
 
 # name -> (module, attribute): each command is imported when it is looked up.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -99,7 +98,7 @@ class ObservatoryGroup(click.Group):
 
 def _one_line(e: BaseException | str) -> str:
     """An error message as one line, credentials masked."""
-    from observatory.redact import redact_text
+    from observatory.model.redact import redact_text
 
     return redact_text(" ".join(str(e).split()))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow
-from observatory.probes import Probe
-from observatory.store import Store
+from observatory.model.probes import Probe
+from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
+from observatory.store.session_store import Store
 
 T0 = datetime(2026, 11, 1, 2, 0, 0)
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from observatory.channels import Channel
 from observatory.channels.view import ChannelView
-from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow
-from observatory.gates import default_registry
-from observatory.probes import Probe, load_probe_file
-from observatory.roles import BASE
-from observatory.store import Store
+from observatory.model.gates import default_registry
+from observatory.model.probes import Probe, load_probe_file
+from observatory.model.roles import BASE
+from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
+from observatory.store.session_store import Store
 
 SUITE = Path(__file__).resolve().parent.parent / "probes" / "default.toml"
 CLEAN = [5, 6, 7, 8]  # the tokens every request answers with unless the test says otherwise

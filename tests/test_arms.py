@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from observatory.arms import parse_arms, parse_speculative_config
-from observatory.errors import ArmError
+from observatory.model.arms import parse_arms, parse_speculative_config
+from observatory.model.errors import ArmError
 
 
 def test_presets_in_order() -> None:

@@ -1,4 +1,4 @@
-"""Timed batches (observatory.batch): the same answers as run_timed, the set-up outside the clock.
+"""Timed batches (observatory.client.batch): the same answers as run_timed, the set-up outside the clock.
 
 Wire-level behaviour comes from the hand-made stub in tests/sse_stub.py (its
 answers are the shapes vLLM sends); the throughput this buys is measured by
@@ -15,9 +15,9 @@ import pytest
 from sse_stub import SseStub, chunked, sse, whole
 from test_client import CHAT, TEXT, _completion, _error_event, _five_hundred, _not_json, chat_stream
 
-from observatory.answer import Response
-from observatory.batch import timed_batch
-from observatory.client import EngineClient
+from observatory.client.answer import Response
+from observatory.client.batch import timed_batch
+from observatory.client.send import EngineClient
 
 
 def _comparable(r: Response) -> tuple[Any, ...]:

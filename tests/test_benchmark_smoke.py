@@ -67,7 +67,7 @@ def test_spec_config_presets_and_json() -> None:
 
 
 def test_prompts_are_the_non_tool_default_probes(tmp_path: Path) -> None:
-    from observatory.probes import load_probe_file, resolve_suite
+    from observatory.model.probes import load_probe_file, resolve_suite
 
     all_probes = load_probe_file(resolve_suite(None))
     probes = bvv.bench_probes(all_probes)
@@ -86,7 +86,7 @@ def test_prompts_are_the_non_tool_default_probes(tmp_path: Path) -> None:
 
 
 def test_bench_sends_the_observatory_sampling_parameters(tmp_path: Path) -> None:
-    from observatory.probes import load_probe_file, resolve_suite
+    from observatory.model.probes import load_probe_file, resolve_suite
 
     probe = bvv.bench_probes(load_probe_file(resolve_suite(None)))[0]
     extra = bvv.bench_extra_body(probe)  # the timed path's: what `vllm bench serve` asks, plus the seed
@@ -109,8 +109,8 @@ def test_bench_sends_the_observatory_sampling_parameters(tmp_path: Path) -> None
 def test_ignore_eos_goes_to_both_sides() -> None:
     """--ignore-eos (random-weights models end their greedy answers at once): the observatory's timed pass
     and vllm bench (through --extra-body) both ask the server to ignore EOS."""
-    from observatory.client import request_body, timed_params
-    from observatory.probes import load_probe_file, resolve_suite
+    from observatory.client.send import request_body, timed_params
+    from observatory.model.probes import load_probe_file, resolve_suite
 
     probe = bvv.bench_probes(load_probe_file(resolve_suite(None)), max_tokens=128, ignore_eos=True)[0]
     assert bvv.bench_extra_body(probe) == {"seed": 0, "ignore_eos": True}
@@ -221,7 +221,7 @@ def test_client_overhead_mock_stream_is_parsed_like_a_server_stream() -> None:
     assert spec and spec.loader
     co = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(co)
-    from observatory.probes import Probe
+    from observatory.model.probes import Probe
 
     client = co.mocked_client(co.stream_body(8))
     try:

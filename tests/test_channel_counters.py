@@ -10,12 +10,12 @@ from semantics_store import result, session
 
 from observatory.channels import counters
 from observatory.channels.view import ChannelView
-from observatory.db import MeasurementRow
-from observatory.gates import default_registry
-from observatory.metrics import SpecCounters
-from observatory.probes import Probe
-from observatory.roles import stored_roles
-from observatory.store import Store
+from observatory.engines.metrics import SpecCounters
+from observatory.model.gates import default_registry
+from observatory.model.probes import Probe
+from observatory.model.roles import stored_roles
+from observatory.store.db import MeasurementRow
+from observatory.store.session_store import Store
 
 SUITE = [Probe("count", "counting", prompt="Count"), Probe("count2", "counting", prompt="Count more"),
          Probe("prose", "prose_en", prompt="Write"), Probe("zh", "prose_zh", prompt="写")]

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from semantics_store import result, session
 
-from observatory.answer import Response
 from observatory.channels import finish
 from observatory.channels.view import ChannelView
-from observatory.gates import default_registry
-from observatory.probes import Probe
-from observatory.roles import stored_roles
-from observatory.store import Store
+from observatory.client.answer import Response
+from observatory.model.gates import default_registry
+from observatory.model.probes import Probe
+from observatory.model.roles import stored_roles
+from observatory.store.session_store import Store
 
 SUITE = [Probe("count", "counting", messages=[{"role": "user", "content": "Count"}], max_tokens=32),
          Probe("tool", "tool_call", messages=[{"role": "user", "content": "w"}], tools=[{"type": "function"}]),

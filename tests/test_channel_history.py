@@ -10,13 +10,13 @@ from semantics_store import result, session
 
 from observatory.channels import history
 from observatory.channels.view import ChannelView
-from observatory.db import SummaryRow
-from observatory.gates import default_registry
-from observatory.perf_gates import parse_fail_on
-from observatory.probes import Probe
-from observatory.roles import stored_roles
-from observatory.store import Store
-from observatory.summaries import suite_hash
+from observatory.judge.perf_gates import parse_fail_on
+from observatory.judge.summaries import suite_hash
+from observatory.model.gates import default_registry
+from observatory.model.probes import Probe
+from observatory.model.roles import stored_roles
+from observatory.store.db import SummaryRow
+from observatory.store.session_store import Store
 
 SUITE = [Probe("prose", "prose_en", messages=[{"role": "user", "content": "Write"}], gates=["content", "degeneracy"])]
 HEALTHY = "The ocean covers most of the planet and holds a great variety of life, from plankton to whales."

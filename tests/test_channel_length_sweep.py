@@ -8,10 +8,10 @@ from typing import Any
 
 from state_channels import CLEAN, build, by_arm
 
-from observatory.answer import Response
 from observatory.channels import length_sweep
+from observatory.client.answer import Response
 from observatory.faults import field_state
-from observatory.probes import Probe
+from observatory.model.probes import Probe
 
 ROLES = {"base": "base", "mtp2": "spec"}
 

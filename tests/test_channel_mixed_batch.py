@@ -10,7 +10,7 @@ from state_channels import CLEAN, build, by_arm, suite
 
 from observatory.channels import mixed_batch
 from observatory.faults import field_state
-from observatory.probes import Probe
+from observatory.model.probes import Probe
 
 ROLES = {"base": "base", "mtp2": "spec"}
 

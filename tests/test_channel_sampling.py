@@ -17,11 +17,11 @@ import pytest
 
 from observatory.channels import sampling
 from observatory.channels.view import ChannelView
-from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow
-from observatory.probes import Probe
-from observatory.roles import AA_COPY, BASE, FAULT, SPEC
-from observatory.stats import chi2_sf, chi2_two_sample, holm, null_rate, power, shifted
-from observatory.store import Store
+from observatory.judge.stats import chi2_sf, chi2_two_sample, holm, null_rate, power, shifted
+from observatory.model.probes import Probe
+from observatory.model.roles import AA_COPY, BASE, FAULT, SPEC
+from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
+from observatory.store.session_store import Store
 
 # A next-token law with a clear favourite, as a sampled position of a trained model has.
 TYPICAL = [0.5, 0.2, 0.1, 0.1, 0.1]

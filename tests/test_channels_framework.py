@@ -20,11 +20,11 @@ from observatory import channels as channels_mod
 from observatory.channels import Channel
 from observatory.channels.view import ChannelView
 from observatory.cli import cli
-from observatory.client import request_params
-from observatory.db import VerdictRow
-from observatory.errors import ObservatoryError
-from observatory.measure import ArmRun
-from observatory.probes import Probe
+from observatory.client.send import request_params
+from observatory.model.errors import ObservatoryError
+from observatory.model.probes import Probe
+from observatory.session.measure import ArmRun
+from observatory.store.db import VerdictRow
 
 SUITE = """
 [[probe]]

@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 from sse_stub import SseStub, chunked, sse, whole
 
-from observatory.answer import Response, read_stream
-from observatory.client import EngineClient, timed_params
-from observatory.probes import Probe
-from observatory.sse import events
+from observatory.client.answer import Response, read_stream
+from observatory.client.send import EngineClient, timed_params
+from observatory.client.sse import events
+from observatory.model.probes import Probe
 
 CHAT = Probe(name="p", category="prose_en", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
 TEXT = Probe(name="t", category="prose_en", prompt="Once", max_tokens=3)

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from test_llamacpp_reference import IDS, PROBE, TEXTS, _launch, _row
 
-from observatory.arms import parse_arms
-from observatory.cross_engine import ALIGNED, NOT_COMPARABLE, NOT_MEASURED, align
-from observatory.db import ArmRow, ProbeRow, SessionRow
-from observatory.evaluate import evaluate
-from observatory.read_model import to_plain
-from observatory.report import render_session
-from observatory.report_data import build
-from observatory.store import Store
+from observatory.commands.evaluate import evaluate
+from observatory.judge.cross_engine import ALIGNED, NOT_COMPARABLE, NOT_MEASURED, align
+from observatory.model.arms import parse_arms
+from observatory.model.read_model import to_plain
+from observatory.report.data import build
+from observatory.report.html import render_session
+from observatory.store.db import ArmRow, ProbeRow, SessionRow
+from observatory.store.session_store import Store
 
 NGRAM_V = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
 NGRAM_L = {"method": "ngram-simple", "num_speculative_tokens": 3}

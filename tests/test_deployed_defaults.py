@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from observatory.arms import parse_arms
-from observatory.db import ArmRow, SessionRow
-from observatory.figures import validity
-from observatory.knobs import candidate_values, current_value, knobs_for
-from observatory.server import EngineSettings, engine_args
-from observatory.server_facts import cache_config
-from observatory.store import Store
+from observatory.engines.knobs import candidate_values, current_value, knobs_for
+from observatory.engines.server import EngineSettings, engine_args
+from observatory.engines.server_facts import cache_config
+from observatory.judge.figures import validity
+from observatory.model.arms import parse_arms
+from observatory.store.db import ArmRow, SessionRow
+from observatory.store.session_store import Store
 
 CACHE_INFO = ('vllm:cache_config_info{block_size="128",cache_dtype="auto",enable_prefix_caching="%s",'
               'engine="0",num_gpu_blocks="%d"} 1.0\n')

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from observatory.containers import OWNER_LABEL, reap_orphans
+from observatory.engines.containers import OWNER_LABEL, reap_orphans
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE = "observatory/vllm-cpu:local"

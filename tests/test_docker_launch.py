@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from observatory.arms import parse_arms
-from observatory.containers import OWNER_LABEL, owner_alive, owner_token, spawn_watchdog
-from observatory.db import ArmRow
-from observatory.errors import ArmError
-from observatory.figures import launch_differences
-from observatory.images import image_comparison, image_differences, split_docker_argv
-from observatory.server import EngineSettings, engine_argv, engine_env
+from observatory.engines.containers import OWNER_LABEL, owner_alive, owner_token, spawn_watchdog
+from observatory.engines.images import image_comparison, image_differences, split_docker_argv
+from observatory.engines.server import EngineSettings, engine_argv, engine_env
+from observatory.judge.figures import launch_differences
+from observatory.model.arms import parse_arms
+from observatory.model.errors import ArmError
+from observatory.store.db import ArmRow
 
 IMG_A, IMG_B = "observatory/vllm-cpu:local", "observatory/vllm-cpu:nightly-2"
 
@@ -165,7 +165,7 @@ def test_owner_token_names_a_live_process_and_not_a_reused_pid() -> None:
 def test_watchdog_imports_this_package_whatever_the_owners_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Item 2: the watchdog must run even when the owner found observatory through its own sys.path.
 
-    It once died at import (ModuleNotFoundError: observatory.containers) when
+    It once died at import (ModuleNotFoundError: observatory.engines.containers) when
     the installed package was another checkout, and containers outlived a
     SIGKILLed observatory. A dead owner and no such container: it must exit 0.
     """

@@ -28,8 +28,8 @@ from click.testing import CliRunner
 from conftest import requires_engine
 
 from observatory.cli import cli
-from observatory.paths import REPO_ROOT
-from observatory.store import Store
+from observatory.model.paths import REPO_ROOT
+from observatory.store.session_store import Store
 
 pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 SUITE = REPO_ROOT / "tests" / "fixtures" / "channel_tiny.toml"

@@ -22,8 +22,8 @@ from conftest import requires_engine
 from sqlalchemy import select
 
 from observatory.cli import cli
-from observatory.db import ArmRow, SessionRow, SummaryRow
-from observatory.store import Store
+from observatory.store.db import ArmRow, SessionRow, SummaryRow
+from observatory.store.session_store import Store
 
 pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from conftest import requires_engine
 
 from observatory.cli import cli
-from observatory.store import Store
+from observatory.store.session_store import Store
 
 pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 

@@ -28,10 +28,10 @@ from click.testing import CliRunner
 from conftest import requires_engine
 from sqlalchemy import select
 
-from observatory import launch as launch_mod
 from observatory.cli import cli
-from observatory.db import ArmRow, ResultRow, SessionRow
-from observatory.store import Store
+from observatory.session import launch as launch_mod
+from observatory.store.db import ArmRow, ResultRow, SessionRow
+from observatory.store.session_store import Store
 
 pytestmark = [pytest.mark.engine, requires_engine]
 FAST = ["--engine-arg=--enforce-eager", "--quiet"]

@@ -11,8 +11,8 @@ from conftest import requires_engine
 
 from observatory.cli import cli
 from observatory.commands.selftest import FAULTS, selftest_findings
-from observatory.report_data import build
-from observatory.store import Store
+from observatory.report.data import build
+from observatory.store.session_store import Store
 
 pytestmark = [pytest.mark.engine, requires_engine]
 

@@ -20,12 +20,12 @@ from click.testing import CliRunner
 from conftest import requires_engine
 
 from observatory.cli import cli
-from observatory.junit import junit_xml
-from observatory.paths import DEFAULT_MODEL_DIR
-from observatory.probes import load_probe_file, resolve_suite
-from observatory.report_data import build
-from observatory.store import Store
-from observatory.verdict import session_verdict
+from observatory.judge.verdict import session_verdict
+from observatory.model.paths import DEFAULT_MODEL_DIR
+from observatory.model.probes import load_probe_file, resolve_suite
+from observatory.report.data import build
+from observatory.report.junit import junit_xml
+from observatory.store.session_store import Store
 
 pytestmark = [pytest.mark.engine, requires_engine]
 

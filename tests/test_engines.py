@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from observatory.engines import (
+from observatory.engines.spec_counters import (
     FIELDS,
     EngineCounters,
     LlamaCppAdapter,
@@ -18,8 +18,8 @@ from observatory.engines import (
     counters_from_chunks,
     version_from,
 )
-from observatory.errors import ObservatoryError
-from observatory.figures import acceptance
+from observatory.judge.figures import acceptance
+from observatory.model.errors import ObservatoryError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from observatory import faults
-from observatory.errors import ObservatoryError
 from observatory.faults import patches, transforms
+from observatory.model.errors import ObservatoryError
 
 # --------------------------------------------------------------------------
 # Env parsing and register()

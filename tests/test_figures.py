@@ -14,17 +14,17 @@ import pytest
 from click.testing import CliRunner
 from stub_server import StubServer
 
-from observatory.answer import Response
 from observatory.cli import cli
-from observatory.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow
-from observatory.errors import ObservatoryError
-from observatory.figures import compute_figures, validity
-from observatory.measure import _completion_tokens
-from observatory.perf_gates import parse_fail_on, performance, stream_tau_check
-from observatory.probes import Probe
-from observatory.server_facts import cache_config, served_facts
-from observatory.speed import bunching, speed, stream_tau
-from observatory.store import Store
+from observatory.client.answer import Response
+from observatory.engines.server_facts import cache_config, served_facts
+from observatory.judge.figures import compute_figures, validity
+from observatory.judge.perf_gates import parse_fail_on, performance, stream_tau_check
+from observatory.judge.speed import bunching, speed, stream_tau
+from observatory.model.errors import ObservatoryError
+from observatory.model.probes import Probe
+from observatory.session.measure import _completion_tokens
+from observatory.store.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow
+from observatory.store.session_store import Store
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 
@@ -340,7 +340,7 @@ def test_url_arm_facts_not_reported_are_unchecked(store: Store) -> None:
 
 def test_served_facts_from_v1_models() -> None:
     """Issue item 13: max_model_len read from the server's /v1/models (a stub stands in for it)."""
-    from observatory.client import EngineClient
+    from observatory.client.send import EngineClient
 
     with StubServer("ok", max_model_len=8192) as s:
         assert served_facts(EngineClient(s.url)) == {"served_model": "stub-model", "root": None, "max_model_len": 8192}

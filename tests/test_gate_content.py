@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from observatory.errors import ObservatoryError
-from observatory.gates import Output, default_registry
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import Output, default_registry
+from observatory.model.probes import Probe
 
 CONTENT = default_registry().get("content")
 DISTINCT = default_registry().get("distinct_outputs")
@@ -105,7 +105,7 @@ def test_preview_is_the_first_80_unicode_characters_raw() -> None:
 
 def test_preview_of_a_pure_tool_call() -> None:
     """Issue 14 item 9: the gate's preview of a tool call is the one rendering the matrix shows too."""
-    from observatory.previews import tool_calls_text
+    from observatory.model.previews import tool_calls_text
 
     res = CONTENT.check(Output(text="", tool_calls=[CALL]), PROBE)
     assert res.details["preview"] == '→ get_weather({"city": "Paris"})' == tool_calls_text([CALL])

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from observatory.gates import Output, default_registry
-from observatory.probes import Probe
+from observatory.model.gates import Output, default_registry
+from observatory.model.probes import Probe
 
 GATE = default_registry().get("degeneracy")
 HELPERS = GATE.check.__globals__

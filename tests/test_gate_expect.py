@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from observatory.errors import ObservatoryError
-from observatory.gates import Output, default_registry
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import Output, default_registry
+from observatory.model.probes import Probe
 
 GATE = default_registry().get("expect")
 

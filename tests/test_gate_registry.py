@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from observatory.errors import ObservatoryError
-from observatory.gates import load_gates
-from observatory.paths import GATES_DIR
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import load_gates
+from observatory.model.paths import GATES_DIR
 
 BUILT_INS = {
     # name: (kind, correctness)
@@ -44,7 +44,7 @@ def test_gate_files_are_not_imported_as_modules() -> None:
 
 
 GOOD = """
-from observatory.gates import PASS, GateResult, gate
+from observatory.model.gates import PASS, GateResult, gate
 
 @gate("{name}", "A test gate.")
 def check(output, probe):
@@ -82,19 +82,19 @@ def test_user_gate_clashing_with_a_built_in_is_rejected(tmp_path: Path) -> None:
     ("source", "fragment"),
     [
         (
-            'from observatory.gates import gate\n@gate("bad", "x")\ndef check(out, probe): ...\n',
+            'from observatory.model.gates import gate\n@gate("bad", "x")\ndef check(out, probe): ...\n',
             "takes arguments ('out', 'probe'); a result gate must take ('output', 'probe')",
         ),
         (
-            'from observatory.gates import gate\n@gate("bad", "x", kind="pair")\ndef check(base, spec, probe): ...\n',
+            'from observatory.model.gates import gate\n@gate("bad", "x", kind="pair")\ndef check(base, spec, probe): ...\n',
             "a pair gate must take ('spec', 'base', 'probe')",
         ),
         (
-            'from observatory.gates import gate\n@gate("bad", "x", kind="arm")\ndef check(outputs, probe): ...\n',
+            'from observatory.model.gates import gate\n@gate("bad", "x", kind="arm")\ndef check(outputs, probe): ...\n',
             "takes arguments ('outputs', 'probe')",
         ),
         (
-            'from observatory.gates import gate\n@gate("bad", "x", kind="session")\ndef check(output, probe): ...\n',
+            'from observatory.model.gates import gate\n@gate("bad", "x", kind="session")\ndef check(output, probe): ...\n',
             "has kind 'session'",
         ),
     ],

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from observatory.gates import Output, default_registry
-from observatory.probes import Probe
+from observatory.model.gates import Output, default_registry
+from observatory.model.probes import Probe
 
 PROBE = Probe(name="p", category="prose_en", prompt="x")
 

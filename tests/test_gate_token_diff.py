@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from observatory.errors import ObservatoryError
-from observatory.gates import Output, default_registry
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import Output, default_registry
+from observatory.model.probes import Probe
 
 GATE = default_registry().get("token_diff")
 # Gate files are loaded by path; their helpers are reached through the loaded gate.

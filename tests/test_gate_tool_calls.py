@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from observatory.errors import ObservatoryError
-from observatory.gates import Output, default_registry
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import Output, default_registry
+from observatory.model.probes import Probe
 
 GATE = default_registry().get("tool_calls")
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from observatory.commands.gates_cmd import calibrate, gates
-from observatory.errors import ObservatoryError
+from observatory.model.errors import ObservatoryError
 
 HEALTHY = [
     "北京是中华人民共和国的首都，也是全国的政治、文化和国际交往中心，有三千多年的建城史。",

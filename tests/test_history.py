@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 from test_report import HOSTILE, HOSTILE_ESCAPED, PROBES, _cli, make_session
 
-from observatory.history import Alert, find_alerts, load_points, render_history, session_points
-from observatory.read_model import ValidityFlag
-from observatory.report_data import build
-from observatory.store import Store
+from observatory.model.read_model import ValidityFlag
+from observatory.report.data import build
+from observatory.report.history import Alert, find_alerts, load_points, render_history, session_points
+from observatory.store.session_store import Store
 
 
 @pytest.fixture

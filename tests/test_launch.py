@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from observatory.arms import parse_arms
-from observatory.db import ArmRow
-from observatory.errors import ObservatoryError
-from observatory.figures import cudagraph_gap, launch_differences
-from observatory.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
-from observatory.server import EngineSettings, engine_argv, engine_env
+from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
+from observatory.engines.server import EngineSettings, engine_argv, engine_env
+from observatory.judge.figures import cudagraph_gap, launch_differences
+from observatory.model.arms import parse_arms
+from observatory.model.errors import ObservatoryError
+from observatory.store.db import ArmRow
 
 
 def _argv(name: str, **kw: object) -> list[str]:
@@ -119,7 +119,7 @@ def _acc(drafts: int) -> dict[str, int]:
 
 def test_validity_codes() -> None:
     """Issue 5: spec inactive and base speculating are INVALID; an extra flag is CONFOUNDED; few drafts LOW_N."""
-    from observatory.figures import validity
+    from observatory.judge.figures import validity
 
     base = ArmRow(name="base", status="ok", launch={"speculative_config": None, "argv": _argv("base"), "env": {}})
     spec = {"method": "mtp", "num_speculative_tokens": 1}

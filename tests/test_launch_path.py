@@ -1,4 +1,4 @@
-"""One launch path: `observatory.launch.launch` for the runner, triage and the benchmark (issue 14 item 5).
+"""One launch path: `observatory.session.launch.launch` for the runner, triage and the benchmark (issue 14 item 5).
 
 The engine here is a STUB: a tiny Python script given as the engine
 interpreter, so `engine_argv` runs it with vLLM's arguments. It stands in for
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from observatory.arms import Arm
-from observatory.launch import launch
-from observatory.probes import load_probe_file, resolve_suite
-from observatory.runner import CompareOptions, Runner
-from observatory.server import EngineProcess, EngineSettings, EngineStartError
-from observatory.store import Store
+from observatory.engines.server import EngineProcess, EngineSettings, EngineStartError
+from observatory.model.arms import Arm
+from observatory.model.probes import load_probe_file, resolve_suite
+from observatory.session.launch import launch
+from observatory.session.runner import CompareOptions, Runner
+from observatory.store.session_store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,25 +119,25 @@ def test_the_runner_launches_through_launch(stub_engine: Path, tmp_path: Path) -
 
 
 def test_launch_is_the_one_path() -> None:
-    """Issue 14 item 5: runner, triage and bench_vs_vllm use observatory.launch.launch; no other module
+    """Issue 14 item 5: runner, triage and bench_vs_vllm use observatory.session.launch.launch; no other module
     builds an EngineProcess, and the run does not know the judge (no import of evaluate/judge; measure
     does not import the runner)."""
-    import observatory.runner
-    import observatory.triage_engine
+    import observatory.session.runner
+    import observatory.triage.experiment
 
-    assert observatory.runner.launch is launch and observatory.triage_engine.launch is launch
+    assert observatory.session.runner.launch is launch and observatory.triage.experiment.launch is launch
     sources = [*sorted((REPO / "observatory").rglob("*.py")), *sorted((REPO / "benchmarks").glob("*.py"))]
     builders = [p.name for p in sources if "EngineProcess(" in p.read_text() and p.name != "launch.py"]
     assert builders == []
-    assert "from observatory.launch import launch" in (REPO / "benchmarks" / "bench_vs_vllm.py").read_text()
+    assert "from observatory.session.launch import launch" in (REPO / "benchmarks" / "bench_vs_vllm.py").read_text()
 
     def imports(name: str) -> set[str]:
         tree = ast.parse((REPO / "observatory" / name).read_text())
         return {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
             {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
 
-    assert not imports("runner.py") & {"observatory.evaluate", "observatory.judge"}
-    assert "observatory.runner" not in imports("measure.py")
+    assert not imports("runner.py") & {"observatory.commands.evaluate", "observatory.judge.session"}
+    assert "observatory.session.runner" not in imports("measure.py")
 
 
 def test_check_alive_reads_the_error_kind_not_the_text(tmp_path: Path) -> None:
@@ -145,10 +145,10 @@ def test_check_alive_reads_the_error_kind_not_the_text(tmp_path: Path) -> None:
     say "Timeout" from a server that still answers /health is a per-request error (was marked HUNG)."""
     from stub_server import StubServer
 
-    from observatory.answer import Response
-    from observatory.client import EngineClient
-    from observatory.measure import ArmCrashed, ArmRun
-    from observatory.runner import NullReporter
+    from observatory.client.answer import Response
+    from observatory.client.send import EngineClient
+    from observatory.session.measure import ArmCrashed, ArmRun
+    from observatory.session.runner import NullReporter
 
     with StubServer("ok") as server, Store(str(tmp_path / "k.db"), write=True) as store:
         run = ArmRun(Arm(name="base"), 1, store, {}, [], NullReporter(), client=EngineClient(server.url))

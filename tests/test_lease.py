@@ -14,10 +14,11 @@ from click.testing import CliRunner
 from stub_server import StubServer
 from test_faults_survived import _suite
 
-from observatory import lease
 from observatory.cli import cli
-from observatory.db import SessionRow, utcnow
-from observatory.store import Store
+from observatory.store import lease
+from observatory.store.clock import utcnow
+from observatory.store.db import SessionRow
+from observatory.store.session_store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 

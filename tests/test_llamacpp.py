@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from observatory import llamacpp
-from observatory.arms import parse_arms
-from observatory.errors import ArmError, ObservatoryError
-from observatory.server import EngineSettings, engine_argv
+from observatory.engines import llamacpp
+from observatory.engines.server import EngineSettings, engine_argv
+from observatory.model.arms import parse_arms
+from observatory.model.errors import ArmError, ObservatoryError
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO / "observatory" / "default_model"
@@ -120,7 +120,7 @@ def test_gguf_export_carries_our_vocabulary_and_the_trunk(tmp_path: Path) -> Non
     gguf = _gguf_module()
     if gguf is None:
         pytest.skip("gguf-py is not installed and llama.cpp's source is not in the cache (scripts/build-llama.sh)")
-    from observatory.llamacpp_gguf import export
+    from observatory.engines.llamacpp_gguf import export
 
     out = export(tmp_path / "m.gguf")
     draft = export(tmp_path / "d.gguf", layers=2)
@@ -141,7 +141,7 @@ def test_gguf_export_carries_our_vocabulary_and_the_trunk(tmp_path: Path) -> Non
 
 
 def test_gguf_export_refuses_a_foreign_pre_tokenizer() -> None:
-    from observatory.llamacpp_gguf import check_pre_tokenizer
+    from observatory.engines.llamacpp_gguf import check_pre_tokenizer
 
     tok = json.loads((DEFAULT_MODEL / "tokenizer.json").read_text(encoding="utf-8"))
     check_pre_tokenizer(tok)
@@ -156,7 +156,7 @@ def _logprob_fixture() -> dict[str, Any]:
 
 def test_token_ids_read_from_llamacpp_ids() -> None:
     """Issue 17: ids parsed only in vLLM's token_id:N form; llama.cpp gives an integer id per entry."""
-    from observatory.answer import Response, _take_chat_logprobs, _take_completion_logprobs
+    from observatory.client.answer import Response, _take_chat_logprobs, _take_completion_logprobs
 
     fx = _logprob_fixture()
     out = Response()
@@ -170,7 +170,7 @@ def test_token_ids_read_from_llamacpp_ids() -> None:
 
 
 def test_a_bad_llamacpp_id_is_malformed_not_a_number() -> None:
-    from observatory.answer import item_token_id
+    from observatory.client.answer import item_token_id
 
     assert item_token_id({"token": "token_id:7"}) == 7  # vLLM's form still reads
     for bad in (-1, "12", 1.5, True):
@@ -182,7 +182,7 @@ def test_llama_spec_flags_are_speculation_not_a_confound(tmp_path: Path, monkeyp
     """A draft arm differs from llama.cpp base only in --spec-* flags: not CONFOUNDED; other flags are."""
     from types import SimpleNamespace
 
-    from observatory.figures import launch_differences
+    from observatory.judge.figures import launch_differences
 
     _fake_binary(tmp_path, monkeypatch)
     model = tmp_path / "m.gguf"
@@ -204,8 +204,8 @@ def test_gguf_chat_template_has_no_sort_keys_and_renders_as_ours() -> None:
     """
     from transformers import AutoTokenizer
 
-    from observatory.llamacpp_gguf import llama_chat_template
-    from observatory.probes import load_probe_file, resolve_suite
+    from observatory.engines.llamacpp_gguf import llama_chat_template
+    from observatory.model.probes import load_probe_file, resolve_suite
 
     tok = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL))
     ours = tok.chat_template
@@ -224,7 +224,7 @@ def test_gguf_chat_template_has_no_sort_keys_and_renders_as_ours() -> None:
 
 def test_gguf_chat_template_refuses_a_sort_keys_it_cannot_rewrite() -> None:
     """A template without sort_keys is kept as is; one using sort_keys another way is refused, not shipped."""
-    from observatory.llamacpp_gguf import llama_chat_template
+    from observatory.engines.llamacpp_gguf import llama_chat_template
 
     plain = "{{ messages[0].content | tojson }}"
     assert llama_chat_template(plain) == plain

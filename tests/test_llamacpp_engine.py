@@ -19,15 +19,15 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from observatory import llamacpp
-from observatory.arms import parse_arms
 from observatory.cli import cli
-from observatory.judge import full_sequence, results_by_mode
-from observatory.launch import RunningEngine, launch
-from observatory.paths import DEFAULT_MODEL_DIR
-from observatory.probes import load_probe_file, resolve_suite
-from observatory.server import EngineSettings
-from observatory.store import Store
+from observatory.engines import llamacpp
+from observatory.engines.settings import EngineSettings
+from observatory.judge.session import full_sequence, results_by_mode
+from observatory.model.arms import parse_arms
+from observatory.model.paths import DEFAULT_MODEL_DIR
+from observatory.model.probes import load_probe_file, resolve_suite
+from observatory.session.launch import RunningEngine, launch
+from observatory.store.session_store import Store
 
 pytestmark = [
     pytest.mark.engine,

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from observatory.answer import Response
-from observatory.arms import Arm
-from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow
-from observatory.judge import judge_session
-from observatory.measure import ArmRun
-from observatory.probes import Probe
-from observatory.roles import assign_roles, engine_of, stored_roles
-from observatory.store import Store
+from observatory.client.answer import Response
+from observatory.judge.session import judge_session
+from observatory.model.arms import Arm
+from observatory.model.probes import Probe
+from observatory.model.roles import assign_roles, engine_of, stored_roles
+from observatory.session.measure import ArmRun
+from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
+from observatory.store.session_store import Store
 
 PROBE = Probe("count", "counting", prompt="1, 2, 3, 4, 5,", max_tokens=12, gates=["content"])
 IDS = [223, 24, 14, 223, 25, 14, 223, 26, 14, 223, 27, 14]  # " 6, 7, 8, 9," as llama-server answered
@@ -133,10 +133,10 @@ def test_no_diffs_still_fetches_the_reference_where_the_stream_is_short(tmp_path
                             top_logprobs=[[[i, -0.01]] for i in IDS[:n]], usage={"completion_tokens": len(IDS)})
 
         def counters(self) -> Any:
-            from observatory.metrics import SpecCounters
+            from observatory.engines.metrics import SpecCounters
             return SpecCounters()
 
-    from observatory.runner import NullReporter
+    from observatory.session.runner import NullReporter
 
     for short, expected in ((True, ["stream", "stream", "nonstream"]), (False, ["stream", "stream"])):
         with Store(str(tmp_path / f"{short}.db"), write=True) as st:

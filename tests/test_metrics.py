@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from observatory.metrics import SpecCounters, parse_spec_counters
+from observatory.engines.metrics import SpecCounters, parse_spec_counters
 
 # Shape as vLLM 0.32 (CPU) exposes it, trimmed to the relevant families.
 REAL = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -115,7 +115,7 @@ def test_other_gauges_under_the_prefix_are_not_read() -> None:
 
 def test_one_prometheus_reader() -> None:
     """Issue 14 item 6: /metrics is parsed in metrics.py only (server facts read their info gauge through it)."""
-    from observatory.metrics import read_info
+    from observatory.engines.metrics import read_info
 
     repo = Path(__file__).resolve().parent.parent
     parsers = [p.name for p in [*(repo / "observatory").rglob("*.py"), *(repo / "benchmarks").glob("*.py")]
@@ -128,10 +128,10 @@ def test_one_prometheus_reader() -> None:
 
 def test_counters_never_read_are_unknown_in_the_session_data(tmp_path: Path) -> None:
     """Issue 14 item 6: an arm that failed before its counters were read showed drafts 0; they are unknown."""
-    from observatory.db import ArmRow, SessionRow
-    from observatory.read_model import to_plain
-    from observatory.report_data import build
-    from observatory.store import Store
+    from observatory.model.read_model import to_plain
+    from observatory.report.data import build
+    from observatory.store.db import ArmRow, SessionRow
+    from observatory.store.session_store import Store
 
     with Store(str(tmp_path / "c.db")) as store:
         sid = store.add(SessionRow(host="h", machine={}, command=[], options={}, suite="s", status="complete")).id

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from observatory.db import Base, open_engine
-from observatory.errors import ObservatoryError
-from observatory.migrations import MIGRATIONS, applied, migrate
+from observatory.model.errors import ObservatoryError
+from observatory.store.db import Base, open_engine
+from observatory.store.migrations import MIGRATIONS, applied, migrate
 
 
 def test_blank_database_gets_every_migration(tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ def test_loser_of_a_migration_race_retries(tmp_path: Path, monkeypatch: pytest.M
     recorded its migrations, so its DDL found the tables made (a no-op) and recording the name hit
     "UNIQUE constraint failed: _migrations.name" (seen once in tests/test_storage.py's two writers). The
     loser retries, reads the names again, and has nothing left to apply."""
-    import observatory.migrations as mig
+    import observatory.store.migrations as mig
 
     url = f"sqlite:///{tmp_path / 'race.db'}"
     assert migrate(create_engine(url)) == [m.__name__ for m in MIGRATIONS]  # the winner

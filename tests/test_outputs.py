@@ -12,9 +12,9 @@ from stub_server import StubServer
 from test_faults_survived import _suite
 
 from observatory.cli import cli
-from observatory.errors import ObservatoryError
-from observatory.jsonout import to_json
-from observatory.outputs import MARKER, OutputFile, ReportDir
+from observatory.model.errors import ObservatoryError
+from observatory.report.jsonout import to_json
+from observatory.report.outputs import MARKER, OutputFile, ReportDir
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow, compact_json
-from observatory.packed import pack, unpack
-from observatory.store import Store
+from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow, compact_json
+from observatory.store.packed import pack, unpack
+from observatory.store.session_store import Store
 
 
 def _result(store: Store, top: Any) -> int:
@@ -65,7 +65,7 @@ def test_values_that_are_not_id_logprob_pairs_are_stored_as_given(odd: Any) -> N
 
 def test_chunk_timelines_round_trip_exactly() -> None:
     """Issue 20 item 5: chunk timelines are stored packed and read back unchanged (None counts kept as None)."""
-    from observatory.packed import pack_chunks, unpack_chunks
+    from observatory.store.packed import pack_chunks, unpack_chunks
 
     cases = [
         [[12.345678901234, 1], [13.5, 3], [20.25, None]],

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from observatory.errors import ProbeFileError
-from observatory.probes import CATEGORIES, load_probe_file, resolve_suite
+from observatory.model.errors import ProbeFileError
+from observatory.model.probes import CATEGORIES, load_probe_file, resolve_suite
 
 GOOD = '''
 [[probe]]

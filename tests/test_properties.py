@@ -13,16 +13,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from observatory.answer import parse_token_id
-from observatory.arms import load_arms_file
-from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow
-from observatory.errors import ArmError, ObservatoryError, ProbeFileError
-from observatory.gates import Output, default_registry
-from observatory.metrics import SpecCounters, parse_spec_counters
-from observatory.previews import PREVIEW_CHARS
-from observatory.probes import Probe, load_probe_file
-from observatory.report_data import build
-from observatory.store import Store, storable
+from observatory.client.answer import parse_token_id
+from observatory.engines.metrics import SpecCounters, parse_spec_counters
+from observatory.model.arms import load_arms_file
+from observatory.model.errors import ArmError, ObservatoryError, ProbeFileError
+from observatory.model.gates import Output, default_registry
+from observatory.model.previews import PREVIEW_CHARS
+from observatory.model.probes import Probe, load_probe_file
+from observatory.report.data import build
+from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
+from observatory.store.session_store import Store, storable
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

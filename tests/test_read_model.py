@@ -25,13 +25,13 @@ from state_channels import build as channel_build
 
 from observatory.channels import soak
 from observatory.cli import cli
-from observatory.db import SessionRow
-from observatory.evaluate import evaluate
-from observatory.jsonout import to_json
-from observatory.paths import REPO_ROOT
-from observatory.read_model import ArmFigures, SessionView
-from observatory.report_data import build, counters
-from observatory.store import Store
+from observatory.commands.evaluate import evaluate
+from observatory.model.paths import REPO_ROOT
+from observatory.model.read_model import ArmFigures, SessionView
+from observatory.report.data import build, counters
+from observatory.report.jsonout import to_json
+from observatory.store.db import SessionRow
+from observatory.store.session_store import Store
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "show_json"
 PACKAGE = REPO_ROOT / "observatory"
@@ -156,7 +156,7 @@ def test_import_graph_has_no_cycles() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]  # the check can fail
     assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
     graph = _graph()
-    assert len(graph) > 50 and "observatory.report_data" in graph["observatory.commands.sessions"]
+    assert len(graph) > 50 and "observatory.report.data" in graph["observatory.commands.sessions"]
     cycle = _cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
@@ -165,7 +165,7 @@ def test_read_model_imports_nothing_and_its_readers_import_it() -> None:
     """The read model sits between the figures and the renderers: it imports no observatory module,
     and the builder and every reader import it."""
     graph = _graph()
-    assert graph["observatory.read_model"] == set()
+    assert graph["observatory.model.read_model"] == set()
     readers = ("report_data", "verdict", "report", "junit", "terminal", "summaries", "history", "jsonout",
                "commands.selftest")
-    assert [r for r in readers if "observatory.read_model" not in graph[f"observatory.{r}"]] == []
+    assert [r for r in readers if "observatory.model.read_model" not in graph[f"observatory.{r}"]] == []

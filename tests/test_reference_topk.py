@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from observatory.answer import Response
-from observatory.measure import stream_is_reference
+from observatory.client.answer import Response
+from observatory.session.measure import stream_is_reference
 
 
 def _resp(ids: list[int], usage: int | None, top: bool = True, error: str | None = None) -> Response:

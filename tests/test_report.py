@@ -22,14 +22,14 @@ from click.testing import CliRunner
 
 from observatory.cli import ObservatoryGroup
 from observatory.commands import report_cmd
-from observatory.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow
-from observatory.evaluate import evaluate
-from observatory.probes import Probe
-from observatory.read_model import SessionView
-from observatory.report import CROSS_BANNER, overall, render_cross, render_session
-from observatory.report_data import build
-from observatory.store import Store
-from observatory.verdict import session_verdict
+from observatory.commands.evaluate import evaluate
+from observatory.judge.verdict import session_verdict
+from observatory.model.probes import Probe
+from observatory.model.read_model import SessionView
+from observatory.report.data import build
+from observatory.report.html import CROSS_BANNER, overall, render_cross, render_session
+from observatory.store.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow
+from observatory.store.session_store import Store
 
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 HOSTILE_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;"
@@ -341,7 +341,7 @@ def test_cross_session_is_flagged_and_computes_no_speedup(store: Store, tmp_path
 
 def test_cross_session_speedups_take_the_other_sessions_base_of_the_same_engine(store: Store) -> None:
     """A spec arm's speedup across sessions is over the other session's base of its own engine, or none."""
-    from observatory.report import cross_speedups
+    from observatory.report.html import cross_speedups
 
     a = build(store, make_session(store))
     b = build(store, make_session(store, spec_rate=60.0))

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from test_report import HOSTILE, make_session
 
-from observatory.report import render_session
-from observatory.report_data import build
-from observatory.store import Store
+from observatory.report.data import build
+from observatory.report.html import render_session
+from observatory.store.session_store import Store
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),

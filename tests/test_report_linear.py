@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from test_report import make_session
 
-from observatory import report
-from observatory.report_data import build
-from observatory.store import Store
+from observatory.report import html as report
+from observatory.report.data import build
+from observatory.store.session_store import Store
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:

@@ -11,10 +11,10 @@ from stub_server import StubServer
 from test_faults_survived import _suite
 
 from observatory.cli import cli
-from observatory.db import ArmRow, SessionRow
-from observatory.errors import ObservatoryError
-from observatory.plan import PLAN_VERSION, SessionPlan
-from observatory.store import Store
+from observatory.model.errors import ObservatoryError
+from observatory.session.plan import PLAN_VERSION, SessionPlan
+from observatory.store.db import ArmRow, SessionRow
+from observatory.store.session_store import Store
 
 
 def _compare(tmp_path: Path, url: str, *extra: str) -> tuple[str, Any]:
@@ -128,7 +128,7 @@ def test_a_plan_that_cannot_be_read_is_refused_clearly(tmp_path: Path, change: d
 def test_verdicts_are_stored_after_every_wave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 14 item 5: the command judges (the runner no longer imports evaluate), still after every wave:
     when the second arm starts, the first one's verdicts are in the database."""
-    from observatory.runner import Runner
+    from observatory.session.runner import Runner
 
     seen: list[int] = []
     run_wave = Runner._run_wave

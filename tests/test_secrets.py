@@ -75,7 +75,7 @@ def test_key_in_url_and_echoed_key_are_never_stored_or_shown(tmp_path: Path, mon
 
 def test_redact_masks_url_credentials_and_remembered_keys() -> None:
     """Issue 19 item 5: one redaction function for every stored or shown string."""
-    from observatory.redact import forget_all, redact, remember
+    from observatory.model.redact import forget_all, redact, remember
 
     try:
         remember("sk-abcdef123")

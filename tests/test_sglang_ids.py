@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sse_stub import SseStub, chunked, sse, whole
 
-from observatory.answer import Response
-from observatory.client import EngineClient, request_params, timed_params
-from observatory.gates import FAIL, Output, default_registry
-from observatory.probes import Probe
+from observatory.client.answer import Response
+from observatory.client.send import EngineClient, request_params, timed_params
+from observatory.model.gates import FAIL, Output, default_registry
+from observatory.model.probes import Probe
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures/engines/sglang_token_ids_reconstructed.json").read_text())
 CHAT = Probe(name="c", category="prose_en", messages=[{"role": "user", "content": "Capital of France?"}],
@@ -161,7 +161,7 @@ def test_an_sglang_url_arm_reaches_the_sglang_path(tmp_path: Path) -> None:
     from test_faults_survived import _suite
 
     from observatory.cli import cli
-    from observatory.store import Store
+    from observatory.store.session_store import Store
 
     db = tmp_path / "s.db"
     with StubServer("ok", token=5) as base:

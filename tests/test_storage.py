@@ -16,12 +16,12 @@ import pytest
 from pg import pg_bin, postgres_server
 from sqlalchemy import func, inspect, select
 
-from observatory.db import ArmRow, Base, ProbeRow, ResultRow, SessionRow
-from observatory.evaluate import evaluate
-from observatory.probes import load_probe_file, resolve_suite
-from observatory.read_model import SessionView, to_plain
-from observatory.report_data import build
-from observatory.store import Store, storable
+from observatory.commands.evaluate import evaluate
+from observatory.model.probes import load_probe_file, resolve_suite
+from observatory.model.read_model import SessionView, to_plain
+from observatory.report.data import build
+from observatory.store.db import ArmRow, Base, ProbeRow, ResultRow, SessionRow
+from observatory.store.session_store import Store, storable
 
 
 @pytest.fixture(scope="module")

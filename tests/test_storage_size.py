@@ -23,9 +23,9 @@ from sqlalchemy import text
 from stub_server import StubServer
 
 from observatory.cli import cli
-from observatory.compressed import MIN_BYTES, squeeze, unsqueeze
-from observatory.db import PAGE_SIZE, ArmRow, ProbeRow, ResultRow, SessionRow, VerdictRow
-from observatory.store import Store
+from observatory.store.compressed import MIN_BYTES, squeeze, unsqueeze
+from observatory.store.db import PAGE_SIZE, ArmRow, ProbeRow, ResultRow, SessionRow, VerdictRow
+from observatory.store.session_store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 

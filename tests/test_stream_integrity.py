@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from semantics_store import result, session
 
-from observatory.judge import judge_session, stream_text_mismatch, stream_text_unmeasurable
-from observatory.probes import Probe
-from observatory.store import Store
+from observatory.judge.session import judge_session, stream_text_mismatch, stream_text_unmeasurable
+from observatory.model.probes import Probe
+from observatory.store.session_store import Store
 
 IDS = [11, 12, 13, 14]
 TEXTS = [" one", " two", " three", " four"]
@@ -66,7 +66,7 @@ def test_the_eos_token_kept_among_the_ids_is_not_a_mismatch(store: Store) -> Non
 
 def test_results_whose_ids_carry_markup_are_not_measurable() -> None:
     """Tool calls, reasoning and split characters are SKIPped with the reason, never passed."""
-    from observatory.db import ResultRow
+    from observatory.store.db import ResultRow
 
     tool = ResultRow(token_ids=[1], token_texts=["<tool_call>"], text="", tool_calls=[{"function": {}}],
                      usage={"completion_tokens": 1})

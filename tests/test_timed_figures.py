@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from observatory.db import ResultRow
-from observatory.figures import speed
+from observatory.judge.figures import speed
+from observatory.store.db import ResultRow
 
 
 def test_timed_results_are_counted_by_usage_and_their_chunks_give_no_itl() -> None:

@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest
 
-from observatory.arms import Arm
-from observatory.delta import ddmin
-from observatory.errors import ObservatoryError
+from observatory.engines.knobs import apply_change, candidate_values, knobs_for, not_applicable
+from observatory.engines.server import EngineSettings, engine_args
 from observatory.faults import parse_faults
 from observatory.faults.conditions import step_faults, tracks_ghost
-from observatory.knobs import apply_change, candidate_values, knobs_for, not_applicable
-from observatory.server import EngineSettings, engine_args
-from observatory.triage import FAIL, INVALID, PASS, TriageRun, change_key, narrow
+from observatory.model.arms import Arm
+from observatory.model.errors import ObservatoryError
+from observatory.triage.delta import ddmin
+from observatory.model.vocabulary import FAIL, INVALID, PASS
+from observatory.triage.search import TriageRun, change_key, narrow
 
 SINGLES = [("num_speculative_tokens", 1), ("prefix_caching", True), ("max_num_seqs", 1), ("enforce_eager", True)]
 

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from observatory import triage_engine
-from observatory.answer import Response
 from observatory.cli import cli
-from observatory.db import ArmRow, ProbeRow, ResultRow, SessionRow, TriageRow
-from observatory.probes import Probe
-from observatory.store import Store
+from observatory.client.answer import Response
+from observatory.model.probes import Probe
+from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow, TriageRow
+from observatory.store.session_store import Store
+from observatory.triage import experiment as triage_engine
 
 CLEAN = [11, 12, 13, 14, 15, 16, 17, 18]
 GHOST = [11, 12, 13, 13, 14, 15, 16, 17]  # the token at 2 emitted again at 3
@@ -200,7 +200,7 @@ def test_bundle_check_says_when_no_server_answers(tmp_path: Path, launches: list
     import subprocess
     import sys
 
-    from observatory.server import free_port
+    from observatory.engines.server import free_port
 
     sid = make_session(Store())
     r = _invoke(["triage", str(sid), "--knob", "num_speculative_tokens", "--bundle", str(tmp_path / "b"),
@@ -219,7 +219,7 @@ def test_a_llama_cpp_arm_is_triaged_against_its_own_base_and_never_relaunched_as
     Before, `rebuild_arm` dropped the engine (triage would have launched vLLM
     with llama-server's flags) and every arm was diffed against the first base.
     """
-    from observatory.triage_source import find_target
+    from observatory.triage.source import find_target
 
     store = Store()
     sid = make_session(store)

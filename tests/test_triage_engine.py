@@ -25,12 +25,12 @@ from click.testing import CliRunner
 from conftest import requires_engine
 
 from observatory.cli import cli
-from observatory.client import EngineClient
-from observatory.launch import launch
-from observatory.paths import DEFAULT_MODEL_DIR
-from observatory.server import EngineProcess, EngineStartError, free_port
-from observatory.store import Store
-from observatory.triage_source import rebuild_arm, rebuild_settings
+from observatory.client.send import EngineClient
+from observatory.engines.server import EngineProcess, EngineStartError, free_port
+from observatory.model.paths import DEFAULT_MODEL_DIR
+from observatory.session.launch import launch
+from observatory.store.session_store import Store
+from observatory.triage.source import rebuild_arm, rebuild_settings
 
 pytestmark = [pytest.mark.engine, requires_engine]
 

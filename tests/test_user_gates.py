@@ -2,7 +2,7 @@
 
 The servers are the hand-made STUB of tests/stub_answers.py; the gates are
 written here as a user would, against the public plugin API only
-(`observatory.gates.gate`, `GateResult`, the kinds result, pair and arm).
+(`observatory.model.gates.gate`, `GateResult`, the kinds result, pair and arm).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from test_verdict_policy import SUITE
 from observatory.cli import cli
 
 USER_GATES = '''
-from observatory.gates import FAIL, PASS, WARN, GateResult, gate
+from observatory.model.gates import FAIL, PASS, WARN, GateResult, gate
 
 
 @gate("no_fox", "The output must not mention a fox.", kind="result")

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from views import facts, hand_arm, hand_result
 
-from observatory.gates import default_registry
-from observatory.read_model import ArmView, SessionFacts
-from observatory.verdict import decide, discriminates
+from observatory.judge.verdict import decide, discriminates
+from observatory.model.gates import default_registry
+from observatory.model.read_model import ArmView, SessionFacts
 
 USER_GATE = '''
-from observatory.gates import PASS, GateResult, gate
+from observatory.model.gates import PASS, GateResult, gate
 
 
 @gate("token_diff_strict", "A user correctness gate whose name only looks like a token diff.",

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from stub_answers import Answer, AnswerStub, fixed
 
 from observatory.cli import cli
-from observatory.paths import REPO_ROOT
+from observatory.model.paths import REPO_ROOT
 
 SUITE = """
 [[probe]]

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
-from observatory.read_model import (
+from observatory.judge.verdict import decide
+from observatory.model.read_model import (
     ArmFigures,
     ArmView,
     Counters,
@@ -19,7 +20,6 @@ from observatory.read_model import (
     ValidityFlag,
     VerdictView,
 )
-from observatory.verdict import decide
 
 
 def redecided(d: SessionView) -> SessionView:

@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from observatory.gates import FAIL, Output, default_registry
-from observatory.judge import result_gates
-from observatory.probes import Probe, load_probe_file, resolve_suite
+from observatory.judge.session import result_gates
+from observatory.model.gates import FAIL, Output, default_registry
+from observatory.model.probes import Probe, load_probe_file, resolve_suite
 from training.build_tokenizer import DEFAULT_OUT
 from training.corpus import check_held_out, generate
 from training.model import MiMoForCausalLM, load

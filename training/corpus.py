@@ -518,7 +518,7 @@ def generate(seed: int = SEED) -> list[Example]:
 
 
 def check_held_out(probes: list[Any], examples: list[Example]) -> list[str]:
-    """Problems: chat probes (`observatory.probes.Probe`) whose user message
+    """Problems: chat probes (`observatory.model.probes.Probe`) whose user message
     occurs in `examples` or is missing from `HELD_OUT_PROMPTS`."""
     prompts = {ex.user_text for ex in examples}
     problems = []

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer
 
-from observatory.probes import load_probe_file, resolve_suite
+from observatory.model.probes import load_probe_file, resolve_suite
 from training import build_tokenizer, corpus, train
 from training.check_mtp import check_probe, greedy, summarize
 from training.render import EOS_TOKEN

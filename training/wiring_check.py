@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from observatory.judge import full_sequence, results_by_mode
-from observatory.probes import Probe
-from observatory.read_model import to_plain
-from observatory.report_data import build
-from observatory.store import Store
+from observatory.judge.session import full_sequence, results_by_mode
+from observatory.model.probes import Probe
+from observatory.model.read_model import to_plain
+from observatory.report.data import build
+from observatory.store.session_store import Store
 from training.build_tokenizer import DEFAULT_OUT
 from training.check_mtp import draft_table, prompt_ids, simulate
 from training.model import load
@@ -53,7 +53,7 @@ def _alpha(accepted: int, drafted: int) -> float | None:
 
 def compare(store: Store, session_id: int | None, arm: str, model_dir: Path = DEFAULT_OUT) -> list[Row]:
     """Rows for every probe of `arm` in a stored session (the newest by default)."""
-    data = to_plain(build(store, session_id))  # the documented JSON shape (observatory.read_model)
+    data = to_plain(build(store, session_id))  # the documented JSON shape (observatory.model.read_model)
     names = [a["name"] for a in data["arms"]]
     if arm not in names:
         raise ValueError(f"no arm {arm!r} in the session (arms: {names})")

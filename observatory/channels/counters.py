@@ -21,7 +21,7 @@ without any noise allowance:
 
 The stream's own acceptance estimate (tokens per chunk: the engine sends one
 chunk per step) against the counters' tau is the performance check
-``stream_tau`` (`observatory.perf_gates.stream_tau_check`), applied here to
+``stream_tau`` (`observatory.judge.perf_gates.stream_tau_check`), applied here to
 this channel's fresh requests as part ``counters:stream_tau`` (WARN beyond
 its noise, as there). An arm with no speculation, or counters the engine
 does not report, is "not measurable". Cost: 3 requests per arm.
@@ -35,11 +35,11 @@ from typing import Any
 
 from observatory.channels import Channel
 from observatory.channels.view import ChannelView
-from observatory.db import ArmRow, VerdictRow
-from observatory.metrics import SpecCounters
-from observatory.perf_gates import stream_tau_check
-from observatory.probes import Probe
-from observatory.speed import stream_tau
+from observatory.engines.metrics import SpecCounters
+from observatory.judge.perf_gates import stream_tau_check
+from observatory.judge.speed import stream_tau
+from observatory.model.probes import Probe
+from observatory.store.db import ArmRow, VerdictRow
 
 NAME = "counters"
 REQUESTS = 3
@@ -168,7 +168,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
 
 def _stream_tau_row(view: ChannelView, arm: ArmRow, total: SpecCounters) -> VerdictRow:
     """This channel's fresh requests: tokens per streamed chunk against the counters' tau (perf_gates' check)."""
-    from observatory.figures import acceptance
+    from observatory.judge.figures import acceptance
 
     mine = [r for r in view.results(arm) if r.ok]
     tau = acceptance(total)["tau"] if mine else None

@@ -30,9 +30,9 @@ from typing import Any
 
 from observatory.channels import Channel
 from observatory.channels.view import ChannelView
-from observatory.db import ArmRow, ResultRow, VerdictRow
-from observatory.probes import Probe
-from observatory.roles import AA_COPY
+from observatory.model.probes import Probe
+from observatory.model.roles import AA_COPY
+from observatory.store.db import ArmRow, ResultRow, VerdictRow
 
 NAME = "finish"
 PROBES_PER_SUITE = 3

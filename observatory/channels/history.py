@@ -4,11 +4,11 @@ Acceptance that drops quietly over the nights (a drafter regressed, a
 kernel changed) passes every same-session check. For each spec arm this
 channel takes the earlier sessions in the same database with the same model,
 arm name, engine version and suite (the stored per-arm summaries,
-`observatory.summaries`; only trusted arms; the last `NIGHTS`), and flags:
+`observatory.judge.summaries`; only trusted arms; the last `NIGHTS`), and flags:
 
 - ``drop``: alpha, tau or S below the earlier nights' mean by more than
   their noise: `SIGMAS` standard deviations of the earlier values, at least
-  `observatory.history.DEFAULT_ACCEPTANCE_TOLERANCE` (5%) of the mean for
+  `observatory.judge.summaries.DEFAULT_ACCEPTANCE_TOLERANCE` (5%) of the mean for
   alpha and tau, and at least this session's own S noise (half its bootstrap
   interval, or the A/A throughput spread) for S;
 - ``jump``: alpha or tau above the mean beyond the same noise while the arm's
@@ -30,10 +30,9 @@ from sqlalchemy import select
 
 from observatory.channels import Channel
 from observatory.channels.view import ChannelView
-from observatory.db import ArmRow, SummaryRow, VerdictRow
-from observatory.history import DEFAULT_ACCEPTANCE_TOLERANCE
-from observatory.probes import Probe
-from observatory.summaries import suite_hash
+from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash
+from observatory.model.probes import Probe
+from observatory.store.db import ArmRow, SummaryRow, VerdictRow
 
 NAME = "history"
 NIGHTS = 7
@@ -54,7 +53,7 @@ def measure(run: Any, probes: list[Probe]) -> None:
 
 def degeneracy_score(view: ChannelView, session_id: int, arm_id: int) -> float | None:
     """The mean character 3-gram score of an arm's scored streamed outputs (probes that name degeneracy)."""
-    from observatory.judge import to_output
+    from observatory.judge.session import to_output
 
     if "degeneracy" not in view.registry:
         return None
@@ -105,7 +104,7 @@ def _own_s_noise(fig: dict[str, Any]) -> float:
 
 def judge(view: ChannelView) -> list[VerdictRow]:
     """Per spec arm: this session's alpha, tau, S and degeneracy against the earlier nights."""
-    from observatory.figures import compute_figures
+    from observatory.judge.figures import compute_figures
 
     session = view.store.session(view.session_id)
     fail_on = dict((session.options or {}).get("fail_on") or {})

@@ -28,12 +28,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from observatory.answer import Response
 from observatory.channels import Channel
 from observatory.channels.pairs import Keyed, judge_against_base
 from observatory.channels.view import ChannelView
-from observatory.db import ArmRow, VerdictRow
-from observatory.probes import Probe
+from observatory.client.answer import Response
+from observatory.model.probes import Probe
+from observatory.store.db import ArmRow, VerdictRow
 
 NAME = "length_sweep"
 BLOCKS = 2  # KV-cache blocks the range spans

@@ -25,8 +25,8 @@ from typing import Any
 from observatory.channels import Channel
 from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
 from observatory.channels.view import ChannelView
-from observatory.db import ArmRow, VerdictRow
-from observatory.probes import Probe
+from observatory.model.probes import Probe
+from observatory.store.db import ArmRow, VerdictRow
 
 NAME = "mixed_batch"
 BATCH = 8

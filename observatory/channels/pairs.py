@@ -29,13 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from observatory.channels.view import ChannelView
-from observatory.db import ArmRow, ResultRow, VerdictRow
-from observatory.gates import FAIL, PASS, WARN
-from observatory.roles import AA_COPY, BASE
+from observatory.model.roles import AA_COPY, BASE
+from observatory.model.vocabulary import FAIL, INVALID, PASS, TOKEN_DIFF, UNJUDGED, WARN
+from observatory.store.db import ArmRow, ResultRow, VerdictRow
 
 PREVIEW = 80  # characters of each output shown in a table row
-UNJUDGED = "UNJUDGED"
-INVALID = "INVALID"
 
 
 @dataclass(frozen=True)
@@ -67,15 +65,15 @@ def preview(r: ResultRow | None) -> str:
 
 def diff(view: ChannelView, cand: ResultRow, ref: ResultRow) -> tuple[str, dict[str, Any]]:
     """(verdict, details) of CAND against REF by the token_diff gate (REF's top-k logprobs give the margin)."""
-    from observatory.judge import to_output  # judge imports the channels: keep this import lazy
+    from observatory.judge.session import to_output  # judge imports the channels: keep this import lazy
 
-    res = view.registry.get("token_diff").check(to_output(cand), to_output(ref), view.probe(cand))
+    res = view.registry.get(TOKEN_DIFF).check(to_output(cand), to_output(ref), view.probe(cand))
     return res.verdict, dict(res.details)
 
 
 def _withheld(r: ResultRow, where: str) -> str | None:
     """Why R cannot be diffed token by token (fewer ids than its usage count: withheld), or None."""
-    from observatory.judge import tokens_complete  # judge imports the channels: keep this import lazy
+    from observatory.judge.session import tokens_complete  # judge imports the channels: keep this import lazy
 
     if tokens_complete(r):
         return None

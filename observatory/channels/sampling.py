@@ -17,7 +17,7 @@ base and its A/A copy would give identical draws and calibrate nothing.
 Judge: for every probe and every position j < MAX_TOKENS, the marginal
 distribution of the token at j (``END`` when the output stopped earlier)
 on the arm vs on base, Pearson's chi-square with rare tokens merged
-(`observatory.stats`). Marginals, not conditionals: under a lossless
+(`observatory.judge.stats`). Marginals, not conditionals: under a lossless
 sampler the whole continuation has base's distribution, so the token at
 each position does too, and every draw counts at every position (no
 conditioning on prefixes that agree, which would leave few draws past the
@@ -36,14 +36,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
-from observatory.probes import Probe
-from observatory.roles import AA_COPY, JUDGED_AGAINST_BASE
-from observatory.stats import chi2_two_sample, holm
+from observatory.judge.stats import chi2_two_sample, holm
+from observatory.model.probes import Probe
+from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
 
 if TYPE_CHECKING:  # pragma: no cover
+    from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
-    from observatory.db import ArmRow, ResultRow, VerdictRow
-    from observatory.measure import ArmRun
+    from observatory.store.db import ArmRow, ResultRow, VerdictRow
 
 NAME = "sampling"
 SAMPLES = 128  # draws per probe per arm (5 x 128 x 6 tokens: about 40 s per arm on the tiny CPU model)
@@ -94,7 +94,7 @@ def request_seed(seed0: int, arm_id: int, index: int) -> int:
     return (seed0 + 1_000_003 * arm_id + index) % (2**31 - 1)
 
 
-def measure(run: ArmRun, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Send every draw of every probe to the live arm (seeded per arm), store each with its seed."""
     assert run.client is not None
     client = run.client

@@ -36,10 +36,10 @@ from typing import Any
 from observatory.channels import Channel
 from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
 from observatory.channels.view import ChannelView
-from observatory.db import ArmRow, VerdictRow
-from observatory.gates import PASS, SKIP, WARN
-from observatory.probes import Probe
-from observatory.roles import SPECULATING
+from observatory.model.gates import PASS, SKIP, WARN
+from observatory.model.probes import Probe
+from observatory.model.roles import SPECULATING
+from observatory.store.db import ArmRow, VerdictRow
 
 NAME = "soak"
 MAX_TOKENS = 16

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from observatory.db import ArmRow, ResultRow, VerdictRow
-from observatory.gates import GateRegistry
-from observatory.probes import Probe
-from observatory.roles import BASE
+from observatory.model.gates import GateRegistry
+from observatory.model.probes import Probe
+from observatory.model.roles import base_arm
+from observatory.store.db import ArmRow, ResultRow, VerdictRow
 
 
 @dataclass
@@ -19,7 +19,7 @@ class ChannelView:
     session_id: int
     channel: str
     arms: list[ArmRow]
-    roles: dict[str, str]  # arm name -> role (observatory.roles)
+    roles: dict[str, str]  # arm name -> role (observatory.model.roles)
     probes: dict[int, Probe]  # this channel's probes, by probe id
     registry: GateRegistry
     _results: dict[int, list[ResultRow]] = field(default_factory=dict)
@@ -27,7 +27,8 @@ class ChannelView:
     @property
     def base(self) -> ArmRow | None:
         """The arm every other arm is judged against (role base), if any."""
-        return next((a for a in self.arms if self.roles.get(a.name) == BASE), None)
+        base: ArmRow | None = base_arm(self.arms, roles=self.roles)
+        return base
 
     def role(self, arm: ArmRow) -> str:
         """An arm's role."""

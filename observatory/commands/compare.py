@@ -11,16 +11,16 @@ import click
 from click.core import ParameterSource
 
 from observatory.commands import INTERRUPTED_EXIT
-from observatory.db import SessionRow
-from observatory.gates import registry_for
-from observatory.perf_gates import parse_fail_on
-from observatory.plan import SessionPlan, plan_compare
-from observatory.read_model import SessionView
-from observatory.redact import redact_text, remember, remember_url
-from observatory.report_data import build
-from observatory.runner import Interrupted, Reporter, Runner
-from observatory.store import Store
-from observatory.terminal import RichReporter, print_summary
+from observatory.judge.perf_gates import parse_fail_on
+from observatory.model.gates import registry_for
+from observatory.model.read_model import SessionView
+from observatory.model.redact import redact_text, remember, remember_url
+from observatory.report.data import build
+from observatory.report.terminal import RichReporter, print_summary
+from observatory.session.plan import SessionPlan, plan_compare
+from observatory.session.runner import Interrupted, Reporter, Runner
+from observatory.store.db import SessionRow
+from observatory.store.session_store import Store
 
 
 def positive_seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -138,7 +138,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         before_run()
     if store is None:
         store = Store(db, write=True)
-    from observatory.evaluate import evaluate  # here: the judge pulls in numpy, which --help never needs
+    from observatory.commands.evaluate import evaluate  # here: the judge pulls in numpy, which --help never needs
 
     judged: Store = store
 

@@ -8,13 +8,13 @@ from typing import Any
 import click
 
 from observatory.commands.compare import compare_options, run_compare
-from observatory.jsonout import to_json
-from observatory.junit import junit_xml
-from observatory.outputs import OutputFile, ReportDir
-from observatory.report import render_session
-from observatory.report_data import build
-from observatory.terminal import print_summary
-from observatory.verdict import EXIT
+from observatory.judge.verdict import EXIT
+from observatory.report.data import build
+from observatory.report.html import render_session
+from observatory.report.jsonout import to_json
+from observatory.report.junit import junit_xml
+from observatory.report.outputs import OutputFile, ReportDir
+from observatory.report.terminal import print_summary
 
 
 @click.command(name="gate")

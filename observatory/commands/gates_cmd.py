@@ -20,8 +20,8 @@ from typing import Any
 
 import click
 
-from observatory.errors import ObservatoryError
-from observatory.gates import Gate, GateRegistry, default_registry, registry_for
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import Gate, GateRegistry, default_registry, registry_for
 
 PERCENTILES = (10, 25, 50, 75, 90)
 

@@ -7,20 +7,20 @@ from pathlib import Path
 import click
 
 from observatory.commands.sessions import db_option
-from observatory.errors import ObservatoryError
-from observatory.history import (
-    DEFAULT_ACCEPTANCE_TOLERANCE,
+from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE
+from observatory.model.errors import ObservatoryError
+from observatory.report.data import build
+from observatory.report.history import (
     find_alerts,
     history_json,
     load_points,
     print_history,
     render_history,
 )
-from observatory.jsonout import to_json
-from observatory.outputs import ReportDir
-from observatory.report import render_cross, render_session
-from observatory.report_data import build
-from observatory.store import Store
+from observatory.report.html import render_cross, render_session
+from observatory.report.jsonout import to_json
+from observatory.report.outputs import ReportDir
+from observatory.store.session_store import Store
 
 
 def _out_dir(out: str) -> Path:

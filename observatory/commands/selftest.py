@@ -31,12 +31,12 @@ from observatory.channels import get as get_channel
 from observatory.channels import resolve as resolve_channels
 from observatory.commands import INTERRUPTED_EXIT
 from observatory.commands.compare import compare_options, run_compare
-from observatory.errors import ObservatoryError
 from observatory.faults import FAULTS as FAULT_REGISTRY
-from observatory.read_model import ArmView, SessionView
-from observatory.report_data import build
-from observatory.roles import AA_COPY, FAULT, SPEC
-from observatory.verdict import SessionVerdict, arm_role
+from observatory.judge.verdict import SessionVerdict, arm_role
+from observatory.model.errors import ObservatoryError
+from observatory.model.read_model import ArmView, SessionView
+from observatory.model.roles import AA_COPY, FAULT, SPEC
+from observatory.report.data import build
 
 DEFAULT_ARM = "mtp1"
 # The faults selftest injects: the unconditional ones (the knob-conditional ghost_* faults are triage's).
@@ -63,7 +63,7 @@ def selftest_findings(data: SessionView) -> dict[str, Any]:
 
     A fault counts as caught by FAIL verdicts only: probes the base arm fails
     are NOT_DISCRIMINATING for the fault arm and do not count. Roles come from
-    the session (`observatory.roles`); cleanliness from the one verdict policy.
+    the session (`observatory.model.roles`); cleanliness from the one verdict policy.
     """
     verdict = data.verdict
     findings: dict[str, Any] = {"faults": {}, "aa": None, "clean": None}

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from observatory.db import SessionRow
-from observatory.gates import registry_for
-from observatory.jsonout import to_json
-from observatory.report_data import build
-from observatory.store import Store
-from observatory.terminal import print_summary
+from observatory.model.gates import registry_for
+from observatory.report.data import build
+from observatory.report.jsonout import to_json
+from observatory.report.terminal import print_summary
+from observatory.store.db import SessionRow
+from observatory.store.session_store import Store
 
 db_option = click.option(
     "--db", envvar="OBSERVATORY_DB", default=None,
@@ -66,7 +66,7 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...]) -
     observatory judge 12
     observatory judge 12 --gates-dir my_gates/
     """
-    from observatory.evaluate import evaluate  # here: it pulls in numpy, which reading commands never need
+    from observatory.commands.evaluate import evaluate  # here: it pulls in numpy, which reading commands never need
 
     store = Store(db, create=False, write=True)
     s = store.session(session_id)

@@ -9,11 +9,11 @@ from pathlib import Path
 import click
 
 from observatory.commands import INTERRUPTED_EXIT
-from observatory.runner import Interrupted
-from observatory.store import Store
-from observatory.triage import DEFAULT_MAX_RUNS
-from observatory.triage_engine import Progress, run_triage
-from observatory.triage_source import find_target
+from observatory.session.runner import Interrupted
+from observatory.store.session_store import Store
+from observatory.triage.experiment import Progress, run_triage
+from observatory.triage.search import DEFAULT_MAX_RUNS
+from observatory.triage.source import find_target
 
 
 class _Echo(Progress):
@@ -51,7 +51,7 @@ def triage(session_id: int | None, arm: str | None, probes: tuple[str, ...], kno
     observatory triage 12 --bundle repro/ --json
     observatory triage 12 --resume
     """
-    from observatory import bundle
+    from observatory.triage import bundle
 
     store = Store(db, create=False)
     target = find_target(store, session_id, arm, list(probes) or None)

@@ -66,8 +66,8 @@ import logging
 import os
 from collections.abc import Mapping
 
-from observatory.errors import ObservatoryError
 from observatory.faults.field_semantics import FAULTS as _SEMANTICS
+from observatory.faults.names import split_names
 
 __all__ = [
     "ENV_VAR",
@@ -98,15 +98,12 @@ FAULTS: dict[str, str] = {
     "biased_accept": "temperature > 0: drafts accepted with probability min(1, 2p/q) (greedy untouched)",
 }
 
-# Values that mean "no fault" (so a shell can switch the variable off in place).
-_OFF = frozenset({"", "none", "off", "0", "false", "no"})
-
 # A child of vLLM's logger, so messages use vLLM's handler and format in every
 # process (vLLM configures the "vllm" logger and stops propagation there).
 logger = logging.getLogger("vllm.plugins.observatory_faults")
 
 
-class FaultConfigError(ObservatoryError, ValueError):
+class FaultConfigError(ValueError):
     """``OBSERVATORY_FAULT`` names a fault that does not exist."""
 
 
@@ -127,14 +124,6 @@ def parse_faults(value: str | None) -> frozenset[str]:
             f"(comma-separated to combine; unset or 'none' for no fault)"
         )
     return names
-
-
-def split_names(value: str | None) -> frozenset[str]:
-    """The names in one of the plugin's variables (faults, repairs): comma- or whitespace-separated,
-    any case, ``-`` for ``_``; unset, empty or one of ``none/off/0/false/no``: none."""
-    if value is None or value.strip().lower() in _OFF:
-        return frozenset()
-    return frozenset(n.strip().lower().replace("-", "_") for n in value.replace(",", " ").split())
 
 
 def active_faults(environ: Mapping[str, str] | None = None) -> frozenset[str]:

@@ -30,8 +30,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from observatory.errors import ObservatoryError
-from observatory.faults import split_names  # one parser for the plugin's variables
+from observatory.faults.names import split_names  # one parser for the plugin's variables
 
 ENV_VAR = "OBSERVATORY_REPAIR"
 REPAIRS: dict[str, str] = {
@@ -41,7 +40,7 @@ _SAMPLER = "vllm.v1.sample.rejection_sampler"
 logger = logging.getLogger("vllm.plugins.observatory_faults")
 
 
-class RepairConfigError(ObservatoryError, ValueError):
+class RepairConfigError(ValueError):
     """``OBSERVATORY_REPAIR`` names a repair that does not exist."""
 
 

@@ -1,0 +1,1 @@
+"""An example observatory plugin: one gate, one field channel, one engine adapter (docs/plugins.md)."""

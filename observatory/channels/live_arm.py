@@ -1,0 +1,42 @@
+"""What a channel may use of one live arm: the measuring side `observatory.session.measure.ArmRun` provides.
+
+A Protocol, so the channels (below the session in the layering) never import
+the session: `ArmRun` satisfies it structurally, and mypy checks that it does
+where the runner hands an `ArmRun` to a channel's ``measure``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from observatory.client.answer import Response
+from observatory.client.send import EngineClient
+from observatory.engines.metrics import SpecCounters
+from observatory.model.arms import Arm
+from observatory.model.probes import Probe
+from observatory.store.db import ResultRow
+
+
+class StepReporter(Protocol):
+    """Where an arm's progress goes (the runner's Reporter is one)."""
+
+    def step(self, arm: Arm, label: str, done: int, total: int) -> None: ...
+
+
+class LiveArm(Protocol):
+    """One arm with a live engine, as a channel's ``measure`` sees it."""
+
+    arm: Arm
+    arm_id: int
+    client: EngineClient | None
+    reporter: StepReporter
+
+    @property
+    def live(self) -> bool: ...
+
+    def check_alive(self, resp: Response | None, error: str | None = None, kind: str | None = None) -> None: ...
+
+    def counters(self) -> SpecCounters: ...
+
+    def store_result(self, probe: Probe, resp: Response, mode: str, delta: SpecCounters | None = None,
+                     repeat: int = 0, concurrency: int = 1, keep_top: bool = True) -> ResultRow: ...

@@ -1,0 +1,250 @@
+"""One answer of a serving engine, read into a `Response`: whole or streamed, chat or text completion.
+
+The reading half of `observatory.client.send` (which builds and sends the
+requests): the stored fields of a request's result, and how each engine's
+answer fills them. Token ids come from the choice's logprobs entries
+(vLLM's ``token_id:N`` tokens, llama.cpp's integer ``id``) or, on SGLang,
+from ``choices[].token_ids`` (`observatory.client.sglang_ids`, passed in as a
+`Take`). TTFT is the first streamed chunk that carries a choice (see
+`_note_first`); ``chunks`` is the timeline of the chunks that carried tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from observatory.model.errors import ObservatoryError
+
+
+@dataclass
+class Response:
+    """What one request returned, parsed and timed."""
+
+    text: str = ""
+    content: str | None = None
+    # the thinking a reasoning parser split off (vLLM ``reasoning_content`` / ``reasoning``)
+    reasoning: str | None = None
+    token_ids: list[int] = field(default_factory=list)
+    token_texts: list[str] = field(default_factory=list)
+    top_logprobs: list[list[list[float]]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    ttft_ms: float | None = None
+    duration_ms: float | None = None
+    # [[ms since request start, tokens in the chunk or None when unknown (timed passes)], ...]
+    chunks: list[list[Any]] = field(default_factory=list)
+    error: str | None = None
+    # one of ERROR_KINDS when error is set: timeout | connect | http | malformed
+    error_kind: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the request completed without a transport or server error."""
+        return self.error is None
+
+    @property
+    def completion_tokens(self) -> int | None:
+        """Tokens generated: the server's usage count, else the token ids received, else None (unknown)."""
+        n = self.usage.get("completion_tokens") if isinstance(self.usage, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool):
+            return n
+        return len(self.token_ids) if self.token_ids else None
+
+
+# Reads one choice's token ids (with their texts and top-k) into a Response: (out, choice, chat) -> how many.
+Take = Callable[[Response, Mapping[str, Any], bool], int]
+
+
+def parse_token_id(token: str) -> int:
+    """``token_id:123`` -> 123 (vLLM's return_tokens_as_token_ids form)."""
+    prefix, sep, num = token.partition(":")
+    if prefix != "token_id" or not sep or not num.isdigit():
+        raise ObservatoryError(
+            f"Expected a token like 'token_id:123' from the engine, got {token!r}; "
+            "is this a vLLM server (return_tokens_as_token_ids)? An SGLang server needs --engine sglang"
+        )
+    return int(num)
+
+
+def _bytes_text(b: list[int] | None, fallback: str) -> str:
+    if b is None:
+        return fallback
+    return bytes(b).decode("utf-8", errors="replace")
+
+
+def finish(out: Response, t0: float) -> Response:
+    """OUT with its duration since T0 (`time.perf_counter()`); an answer without a finish_reason is malformed."""
+    if out.error is None and out.finish_reason is None:
+        out.error = "malformed response: the server ended without a finish_reason"
+        out.error_kind = "malformed"
+    out.duration_ms = (time.perf_counter() - t0) * 1000.0
+    return out
+
+
+def read_stream(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], chat: bool, timed: bool,
+                take: Take | None = None) -> None:
+    """Fill OUT from a streamed answer's (ms, event) pairs: chat or text completion, timed or correctness pass.
+
+    TAKE reads each chunk's token ids (default `take_logprobs`: from its logprobs entries).
+    """
+    (_read_chat if chat else _read_completion)(out, stream, timed, take or take_logprobs)
+
+
+def take_logprobs(out: Response, choice: Mapping[str, Any], chat: bool) -> int:
+    """vLLM's and llama.cpp's token ids, texts and top-k: from the choice's logprobs entries."""
+    return (_take_chat_logprobs if chat else _take_completion_logprobs)(out, choice.get("logprobs"))
+
+
+def take_whole(out: Response, obj: Any, chat: bool, take: Take) -> None:
+    """A non-streamed answer."""
+    choice = obj["choices"][0]
+    out.usage = obj.get("usage") or {}
+    out.finish_reason = choice.get("finish_reason")
+    if chat:
+        msg = choice.get("message") or {}
+        out.content = msg.get("content")
+        out.text = out.content or ""
+        out.reasoning = msg.get("reasoning_content") or msg.get("reasoning") or None
+        if msg.get("tool_calls"):
+            out.tool_calls = list(msg["tool_calls"])
+    else:
+        out.text = choice.get("text") or ""
+        out.content = out.text
+    take(out, choice, chat)
+
+
+def _note_chunk(out: Response, ms: float, n_tokens: int | None) -> None:
+    """Time a streamed chunk that carried N_TOKENS (None: unknown)."""
+    out.chunks.append([round(ms, 3), n_tokens])
+
+
+def _note_first(out: Response, ms: float) -> None:
+    """The TTFT: the first chunk that carries a choice, whatever its delta holds.
+
+    vLLM, SGLang and llama-server send their first choice (the chat role,
+    or the first text) when the engine hands back the request's first
+    token; a token whose text is still empty (an incomplete UTF-8 sequence,
+    a special token) sends no text chunk of its own, so timing the first
+    *text* would count later steps as prefill (on the H200's dense model,
+    26-34% more than `vllm bench serve`, which times the first choice too:
+    benchmarks/README.md).
+    """
+    if out.ttft_ms is None:
+        out.ttft_ms = ms
+
+
+def _read_chat(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], timed: bool, take: Take) -> None:
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for ms, obj in stream:
+        if obj.get("usage"):
+            out.usage = obj["usage"]
+        choices = obj.get("choices")
+        if not choices:
+            continue
+        choice = choices[0]
+        _note_first(out, ms)
+        delta = choice.get("delta") or {}
+        carried = False
+        if delta.get("content"):
+            content.append(delta["content"])
+            carried = True
+        think = delta.get("reasoning_content") or delta.get("reasoning")
+        if think:
+            reasoning.append(think)
+            carried = True
+        for tc in delta.get("tool_calls") or ():
+            carried = True
+            slot = calls.setdefault(tc.get("index", 0),
+                                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+            if tc.get("id"):
+                slot["id"] = tc["id"]
+            fn = tc.get("function") or {}
+            slot["function"]["name"] += fn.get("name") or ""
+            slot["function"]["arguments"] += fn.get("arguments") or ""
+        if timed:
+            if carried:
+                _note_chunk(out, ms, None)
+        else:
+            n = take(out, choice, True)
+            if n:
+                _note_chunk(out, ms, n)
+        if choice.get("finish_reason"):
+            out.finish_reason = choice["finish_reason"]
+    out.content = "".join(content) if content or not calls else None
+    out.text = out.content or ""
+    out.reasoning = "".join(reasoning) or None
+    if calls:
+        out.tool_calls = [calls[i] for i in sorted(calls)]
+
+
+def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], timed: bool,
+                     take: Take) -> None:
+    parts: list[str] = []
+    for ms, obj in stream:
+        if obj.get("usage"):
+            out.usage = obj["usage"]
+        choices = obj.get("choices")
+        if not choices:
+            continue
+        choice = choices[0]
+        _note_first(out, ms)
+        text = choice.get("text") or ""
+        parts.append(text)
+        if timed:
+            if text:
+                _note_chunk(out, ms, None)
+        else:
+            n = take(out, choice, False)
+            if n:
+                _note_chunk(out, ms, n)
+        if choice.get("finish_reason"):
+            out.finish_reason = choice["finish_reason"]
+    out.text = "".join(parts)
+    out.content = out.text
+
+
+def item_token_id(item: dict[str, Any]) -> int:
+    """A logprobs entry's token id: llama.cpp's integer ``id``, else vLLM's ``token_id:N`` token.
+
+    llama-server puts ``id`` on every entry and top-logprob entry
+    (tools/server/server-task.cpp, completion_token_output::probs_vector_to_json).
+    """
+    tid = item.get("id")
+    if type(tid) is int and tid >= 0:
+        return tid
+    if tid is not None:
+        raise ObservatoryError(f"Expected a non-negative integer token id, got id={tid!r}")
+    return parse_token_id(item["token"])
+
+
+def _take_chat_logprobs(out: Response, logprobs: Any) -> int:
+    items = (logprobs or {}).get("content") if isinstance(logprobs, dict) else None
+    if not items:
+        return 0
+    for item in items:
+        out.token_ids.append(item_token_id(item))
+        out.token_texts.append(_bytes_text(item.get("bytes"), ""))
+        out.top_logprobs.append([[item_token_id(t), float(t["logprob"])]
+                                 for t in item.get("top_logprobs") or ()])
+    return len(items)
+
+
+def _take_completion_logprobs(out: Response, logprobs: Any) -> int:
+    if isinstance(logprobs, dict) and "content" in logprobs and "tokens" not in logprobs:
+        # llama.cpp's /v1/completions answers logprobs in the chat form, with ids (server-task.cpp)
+        return _take_chat_logprobs(out, logprobs)
+    tokens = (logprobs or {}).get("tokens") if isinstance(logprobs, dict) else None
+    if not tokens:
+        return 0
+    tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+    for tok, top in zip(tokens, tops):
+        out.token_ids.append(parse_token_id(tok))
+        pairs = sorted(((parse_token_id(k), float(v)) for k, v in (top or {}).items()), key=lambda p: -p[1])
+        out.top_logprobs.append([[t, lp] for t, lp in pairs])
+    return len(tokens)

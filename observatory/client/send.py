@@ -1,0 +1,373 @@
+"""The client side of one arm: OpenAI-compatible requests, timed, with token ids.
+
+`EngineClient` is the one place requests to a serving engine are built. Two
+kinds of request:
+
+- `run(probe)`: a correctness pass. Greedy (temperature 0, fixed seed), top-k
+  logprobs with tokens returned as ``token_id:N`` (vLLM's
+  ``return_tokens_as_token_ids``; llama.cpp gives an integer ``id`` per
+  entry), normally streamed so TTFT and the chunk timeline are measured.
+  SGLang's logprobs carry no ids: it is asked for ``return_token_ids`` and
+  its ``choices[].token_ids`` are read instead (`observatory.client.sglang_ids`);
+  its chat probes go whole (its chat stream refuses the flag), and its top-k
+  alternatives, which have no ids, are stored empty: margins not measurable.
+- `run_timed(probe)`: a timed pass. It asks for what ``vllm bench serve``
+  asks for (no logprobs, ``stream_options.include_usage``) so the figures
+  measure the server, not us: the Response carries no token ids, ``usage``
+  holds ``completion_tokens`` and ``chunks`` entries are ``[ms, None]``.
+
+The answer is read into a `Response` by `observatory.client.answer`. Both are
+plain httpx requests read by the lean SSE reader of
+`observatory.client.sse` (msgspec into dicts) over the socket reader of
+`observatory.client.wire`; the openai SDK's typed objects cost 4-5x more CPU per
+token than the stream they parse, and httpx's transport about as much again.
+``--request-timeout`` is a deadline for the whole request: a server that
+drips bytes is cut off at it and the Response's ``error_kind`` is "timeout"
+(the runner marks the arm HUNG).
+API keys are passed through to the server only: never stored or logged.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import msgspec
+
+from observatory.client.answer import Response, Take, finish, read_stream, take_logprobs, take_whole
+from observatory.client.sglang_ids import ENGINE as SGLANG
+from observatory.client.sglang_ids import sglang_params, take_ids
+from observatory.client.sse import MalformedStream, ServerError, decode_json, events
+from observatory.client.wire import DeadlineExceeded, Pool, WireError
+from observatory.engines.metrics import SpecCounters, not_reported
+from observatory.model.errors import ObservatoryError
+from observatory.model.probes import Probe
+
+TOP_LOGPROBS = 10
+SEED = 0
+# Response.error_kind values
+MAX_BODY_BYTES = 64 * 1024 * 1024
+ERROR_KINDS = ("timeout", "connect", "http", "malformed")
+_encode = msgspec.json.Encoder().encode
+# A rare one-byte text used to split one /detokenize answer into per-token texts.
+_SEPARATOR = "\x1f"
+
+
+def request_params(probe: Probe, engine: str = "vllm") -> dict[str, Any]:
+    """The exact sampling parameters a correctness pass sends for PROBE to ENGINE (stored with the probe).
+
+    vLLM's ``return_tokens_as_token_ids`` (llama.cpp ignores it); on SGLang its
+    ``return_token_ids`` instead (`observatory.client.sglang_ids`).
+    """
+    params: dict[str, Any] = {
+        "temperature": 0.0,
+        "seed": SEED,
+        "max_tokens": probe.max_tokens,
+        "logprobs": True if probe.kind == "chat" else TOP_LOGPROBS,
+        "extra_body": {"return_tokens_as_token_ids": True},
+    }
+    if probe.kind == "chat":
+        params["top_logprobs"] = TOP_LOGPROBS
+        if probe.tools is not None:
+            params["tools"] = probe.tools
+        if probe.tool_choice is not None:
+            params["tool_choice"] = probe.tool_choice
+    extra = dict(probe.sampling)
+    if extra:  # a channel's probe: its parameters over the greedy defaults (vLLM's own names in extra_body)
+        for key in ("stop_token_ids", "ignore_eos", "min_tokens", "top_k"):
+            if key in extra:
+                params["extra_body"][key] = extra.pop(key)
+        params.update(extra)
+    return sglang_params(params) if engine.strip().lower() == SGLANG else params
+
+
+# What a correctness pass asks for only to read token ids (vLLM's and SGLang's flags): never in a timed pass.
+_ID_FLAGS = frozenset({"return_tokens_as_token_ids", "return_token_ids"})
+
+
+def timed_params(probe: Probe) -> dict[str, Any]:
+    """The parameters a timed pass sends: the correctness pass's minus logprobs and ids (as `vllm bench serve`).
+
+    A probe's own sampling in ``extra_body`` (ignore_eos, min_tokens, stop_token_ids, top_k) stays: the
+    timed pass must generate what the correctness pass generated.
+    """
+    full = request_params(probe)
+    params = {k: v for k, v in full.items() if k not in ("logprobs", "top_logprobs", "extra_body")}
+    extra = {k: v for k, v in (full.get("extra_body") or {}).items() if k not in _ID_FLAGS}
+    if extra:
+        params["extra_body"] = extra
+    return params
+
+
+def request_body(probe: Probe, model: str, params: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """The JSON body for PROBE: PARAMS (``extra_body`` merged in), the prompt, and streaming with usage."""
+    body: dict[str, Any] = {"model": model}
+    body.update((k, v) for k, v in params.items() if k != "extra_body")
+    body.update(params.get("extra_body") or {})
+    if probe.kind == "chat":
+        body["messages"] = probe.messages
+    else:
+        body["prompt"] = probe.prompt or ""
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+class RequestFailed(ObservatoryError):
+    """A GET the observatory needed (/v1/models, /metrics) failed; `kind` is one of ERROR_KINDS."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _kind(e: httpx.HTTPError) -> str:
+    """The Response.error_kind of an httpx failure."""
+    if isinstance(e, httpx.TimeoutException):
+        return "timeout"
+    return "http" if isinstance(e, httpx.HTTPStatusError) else "connect"
+
+
+class _Failed(Exception):
+    """A request that failed, with its Response.error_kind."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def http_error(status: int, path: str, body: bytes) -> Exception:
+    """The failure of a probe request answered with an error STATUS (its BODY's start in the message)."""
+    text = body.decode("utf-8", errors="replace")
+    return _Failed("http", f"HTTP {status} from {path}: {text[:500]}")
+
+
+# What a probe request may raise that is stored as the Response's error (`EngineClient.failed`).
+REQUEST_FAILURES = (_Failed, DeadlineExceeded, WireError, ServerError, ObservatoryError, MalformedStream,
+                    ValueError, KeyError, TypeError, AttributeError, IndexError)
+
+
+class EngineClient:
+    """Talks to one running arm: probes, health, version, metrics."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 300.0,
+                 engine: str = "vllm"):
+        from observatory.engines.spec_counters import adapter_for
+
+        self.adapter = adapter_for(engine)
+        # where a correctness pass's ids are: logprobs entries (vLLM, llama.cpp), or SGLang's choices[].token_ids
+        self._take: Take = take_ids if self.adapter.name == SGLANG else take_logprobs
+        self.base_url = base_url.rstrip("/")
+        self.timeout = float(timeout)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
+                                  headers=self._headers, limits=httpx.Limits(max_connections=None,
+                                                                             max_keepalive_connections=256))
+        self._wire = Pool(self.base_url, self._headers)
+        self._model: str | None = None
+        self._separator: int | bool | None = False  # False: not looked up yet; None: the server has none
+
+    def close(self) -> None:
+        """Release the connection pools."""
+        self._http.close()
+        self._wire.close()
+
+    def fetch(self, path: str, timeout_s: float) -> httpx.Response:
+        """GET PATH bounded as a whole by TIMEOUT_S (at most the request timeout) and by MAX_BODY_BYTES.
+
+        httpx's timeout restarts with every byte read: a server dripping a body
+        would otherwise hold the observatory forever (issue 19: hostile servers).
+        """
+        timeout_s = min(timeout_s, self.timeout)
+        deadline = time.monotonic() + timeout_s
+        with self._http.stream("GET", f"{self.base_url}{path}", timeout=timeout_s) as r:
+            body = bytearray()
+            for part in r.iter_bytes():
+                body += part
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"GET {path}: ReadTimeout, the body did not finish within {timeout_s} s")
+                if len(body) > MAX_BODY_BYTES:
+                    raise httpx.ReadError(f"GET {path}: the body is over {MAX_BODY_BYTES} bytes")
+            return httpx.Response(r.status_code, headers=r.headers, content=bytes(body), request=r.request)
+
+    def health(self) -> bool:
+        """GET /health answered 200."""
+        try:
+            return self.fetch("/health", 5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def version(self) -> str | None:
+        """The engine's version (vLLM: GET /version; see observatory.engines.spec_counters for others)."""
+        from observatory.engines.spec_counters import version_from
+
+        try:
+            r = self.fetch(self.adapter.version_path(), 10.0)
+            if r.status_code == 200:
+                return version_from(self.adapter, r.json())
+        except (httpx.HTTPError, ValueError):
+            pass
+        return None
+
+    def model(self) -> str:
+        """The served model id (first of GET /v1/models)."""
+        if self._model is None:
+            try:
+                r = self.fetch("/v1/models", 30.0)
+                r.raise_for_status()
+                self._model = str(r.json()["data"][0]["id"])
+            except httpx.HTTPError as e:
+                raise RequestFailed(f"{self.base_url}/v1/models did not name a model: {e}", _kind(e)) from None
+            except (ValueError, KeyError, IndexError, TypeError) as e:
+                raise RequestFailed(f"{self.base_url}/v1/models did not name a model: {e}", "malformed") from None
+        return self._model
+
+    def counters(self) -> SpecCounters:
+        """Current cumulative spec-decode counters from GET /metrics (None fields: not reported)."""
+        try:
+            r = self.fetch("/metrics", 30.0)
+            r.raise_for_status()
+        except httpx.HTTPError as e:
+            raise RequestFailed(f"{self.base_url}/metrics failed: {e}", _kind(e)) from None
+        found = self.adapter.counters_from_metrics(r.text)
+        return found.plain() if found is not None else not_reported()
+
+    # -- detokenising ----------------------------------------------------
+    def _post_json(self, path: str, body: dict[str, Any]) -> Any:
+        r = self._http.post(f"{self.base_url}{path}", json=body, timeout=10.0)
+        return r.json() if r.status_code == 200 else None
+
+    def tokenize(self, text: str) -> list[int] | None:
+        """TEXT's token ids as the server tokenizes it (no special tokens); None when it cannot say."""
+        try:
+            got = self._post_json("/tokenize", {"model": self.model(), "prompt": text, "add_special_tokens": False})
+        except (httpx.HTTPError, ValueError, ObservatoryError):
+            return None
+        ids = (got or {}).get("tokens") if isinstance(got, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            return None
+        return ids
+
+    def _separator_id(self) -> int | None:
+        """The token id of a one-byte separator text, looked up once (None: the server has none)."""
+        if self._separator is False:
+            self._separator = None
+            try:
+                got = self._post_json("/tokenize", {"model": self.model(), "prompt": _SEPARATOR,
+                                                    "add_special_tokens": False})
+                ids = (got or {}).get("tokens") or []
+                if len(ids) == 1 and isinstance(ids[0], int):
+                    self._separator = ids[0]
+                elif ids and isinstance(ids[-1], int) and self._detokenize_one(ids[-1]) == _SEPARATOR:
+                    self._separator = ids[-1]  # SentencePiece puts a space token first
+            except (httpx.HTTPError, ValueError, ObservatoryError, AttributeError):
+                pass
+        return self._separator
+
+    def detokenize(self, token_ids: list[int]) -> list[str]:
+        """Each token's text, in one /detokenize request for the whole output.
+
+        The ids go out interleaved with a separator token (a one-byte text
+        looked up once with /tokenize) and the answer is split on it. Where the
+        server's tokenizer has no such token, or a token's text contains the
+        separator, each token is detokenised alone (one request per token).
+        """
+        if not token_ids:
+            return []
+        sep = self._separator_id()
+        if sep is not None:
+            spaced: list[int] = []
+            for t in token_ids:
+                spaced += (t, sep)
+            try:
+                got = self._post_json("/detokenize", {"model": self.model(), "tokens": spaced})
+                parts = str((got or {}).get("prompt", "")).split(_SEPARATOR)
+                if got is not None and len(parts) == len(token_ids) + 1 and parts[-1] == "":
+                    return parts[:-1]
+            except (httpx.HTTPError, ValueError):
+                pass
+        return [self._detokenize_one(t) for t in token_ids]
+
+    def _detokenize_one(self, token_id: int) -> str:
+        try:
+            got = self._post_json("/detokenize", {"model": self.model(), "tokens": [token_id]})
+            return str(got.get("prompt", "")) if isinstance(got, dict) else ""
+        except (httpx.HTTPError, ValueError):
+            return ""
+
+    # -- probes ------------------------------------------------------------
+    def run(self, probe: Probe, stream: bool = True) -> Response:
+        """Send PROBE once with full logprobs; never raises for server/transport errors (stored instead)."""
+        return self._run(probe, request_params(probe, self.adapter.name), stream, timed=False)
+
+    def run_timed(self, probe: Probe) -> Response:
+        """Send PROBE once as a timed pass: streamed, no logprobs, usage counted by the server."""
+        return self._run(probe, timed_params(probe), True, timed=True)
+
+    def _run(self, probe: Probe, params: dict[str, Any], stream: bool, timed: bool) -> Response:
+        t0 = time.perf_counter()
+        deadline = t0 + self.timeout
+        out = Response()
+        if stream and probe.tools is not None and "logprobs" in params and self.adapter.name == "llama.cpp":
+            # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp,
+            # oaicompat_chat_params_parse): such probes are sent whole (no TTFT, no chunk timeline)
+            stream = False
+        if stream and not timed and probe.kind == "chat" and self.adapter.name == SGLANG:
+            stream = False  # SGLang refuses return_token_ids on a streamed chat completion (observatory.client.sglang_ids)
+        try:
+            body = request_body(probe, self.served_model(), params, stream)
+            path = "/v1/chat/completions" if probe.kind == "chat" else "/v1/completions"
+            self._request(path, body, stream, t0, deadline, out, timed)
+            if not timed and len(out.token_texts) != len(out.token_ids):
+                if self.adapter.name == SGLANG:
+                    out.token_texts = []  # some texts did not count as their ids: unknown, never guessed
+                elif probe.kind != "chat":
+                    out.token_texts = self.detokenize(out.token_ids)
+        except REQUEST_FAILURES as e:
+            out = self.failed(e)
+        return finish(out, t0)
+
+    def failed(self, e: BaseException) -> Response:
+        """The stored Response of a request that raised E (one of REQUEST_FAILURES)."""
+        if isinstance(e, _Failed):
+            return Response(error=str(e), error_kind=e.kind)
+        if isinstance(e, DeadlineExceeded):
+            return Response(error=self._timeout_text(), error_kind="timeout")
+        if isinstance(e, WireError):
+            return Response(error=f"{type(e).__name__}: {e}", error_kind=e.kind)
+        if isinstance(e, ServerError):
+            return Response(error=str(e), error_kind="http")
+        if isinstance(e, ObservatoryError):
+            return Response(error=f"{type(e).__name__}: {e}", error_kind="malformed")
+        # a body that is not what the API promises (malformed JSON, missing fields)
+        return Response(error=f"malformed response: {type(e).__name__}: {e}", error_kind="malformed")
+
+    def served_model(self) -> str:
+        """The served model id for a request body (a failure to name it is the request's failure)."""
+        try:
+            return self.model()
+        except RequestFailed as e:
+            # named as before this error had its own type (stored error texts stay comparable)
+            raise _Failed(e.kind, f"ObservatoryError: {e}") from None
+
+    def _timeout_text(self) -> str:
+        return (f"Timeout: no complete response within the {self.timeout:g} s request timeout "
+                "(--request-timeout)")
+
+    def _request(self, path: str, body: dict[str, Any], stream: bool, t0: float, deadline: float,
+                 out: Response, timed: bool) -> None:
+        chat = "messages" in body
+        resp = self._wire.post(path, _encode(body), deadline)
+        try:
+            if resp.status >= 400:
+                raise http_error(resp.status, path, resp.read())
+            if not stream:
+                take_whole(out, decode_json(resp.read()), chat, self._take)
+                return
+            pieces = resp.body()
+            read_stream(out, events(pieces, t0), chat, timed, self._take)
+            resp.finish(pieces)
+        finally:
+            resp.close()

@@ -1,0 +1,39 @@
+"""What every arm of a session shares when it is launched, and an arm's speculative config under it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from observatory.model.arms import Arm
+
+
+@dataclass
+class EngineSettings:
+    """What every arm of a session shares: the arms may differ only in speculation."""
+
+    model: str
+    python: str = field(default_factory=lambda: os.environ.get("OBSERVATORY_ENGINE_PYTHON", sys.executable))
+    dtype: str | None = None
+    max_model_len: int | None = None
+    seed: int = 0
+    max_logprobs: int = 20
+    tool_parser: str | None = "hermes"
+    # None: the engine's own default, as deployed (vLLM V1: on); True/False pass the flag
+    prefix_caching: bool | None = None
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    # merged into every speculative config (e.g. {"attention_backend": "TRITON_ATTN"})
+    spec_extra: dict[str, Any] = field(default_factory=dict)
+    health_timeout_s: float = 900.0
+    image: str | None = None
+
+
+
+def speculative_config_for(arm: Arm, settings: EngineSettings) -> dict[str, Any] | None:
+    """The arm's speculative config with the session-wide extras merged in."""
+    if arm.speculative_config is None:
+        return None
+    return {**arm.speculative_config, **settings.spec_extra}

@@ -1,0 +1,274 @@
+"""Engine adapters: where each serving engine reports speculative-decoding statistics.
+
+Adapters map an engine's numbers onto SpecCounters (drafts = verify steps, draft_tokens =
+drafted tokens tested, accepted = accepted draft tokens, accepted_per_pos[j] = drafts whose
+first j+1 tokens were all accepted) and return EngineCounters: SpecCounters plus the engine's
+own mean accept length. A field the engine does not report is None (`known` lists the others);
+figures.acceptance() is the one formula over them. Nothing is estimated. Per-request statistics
+that are missing give None; present but malformed ones raise ObservatoryError. /metrics goes
+through the one reader, metrics.read_counters.
+
+- vLLM: all four counters on /metrics; per request only with --per-request-spec-decode-metrics
+  (PR #48915) in body["metrics"]["speculative_decoding"].
+- SGLang: per request in /generate's meta_info (spec_verify_ct = drafts; accepted, drafted
+  and a histogram in later versions, three spellings) or, on the OpenAI endpoints with
+  return_spec_tokens_details (PR #33518), in body["sglext"]["spec_tokens_details"]. /metrics
+  has one counter, sglang:spec_verify_calls_total (drafts); its spec_accept_* gauges cover
+  the last log interval and cannot be differenced. With topk > 1 "drafted" counts tree nodes.
+  Token ids (checked against sgl-project/sglang python/sglang/srt/entrypoints/openai/protocol.py,
+  commit 004c82e07d876f6e4a0ad6e15325706b0f478f1a): SGLang's OpenAI logprobs entries carry the
+  token's text and bytes only (ChatCompletionTokenLogprob: token, bytes, logprob, top_logprobs;
+  completions: LogProbs.tokens: List[str], top_logprobs keyed by text), never an id and never
+  vLLM's "token_id:N". The ids come with ``"return_token_ids": true`` as ``choices[].token_ids``
+  (chat and completions whole; completions streamed, each chunk the ids new since the last; a
+  streamed chat completion refuses the flag). `observatory.client.send` asks for them on SGLang and
+  reads them there (`observatory.client.sglang_ids`, which cites the source): chat probes go whole,
+  texts come from the logprobs entries, and top-k alternatives, which have no ids, are stored
+  empty, so margins stay not measurable; an answer without ``token_ids`` is malformed, never
+  judged as no ids. /tokenize (TokenizeRequest: prompt or messages + tools) exists, as on vLLM.
+- llama.cpp: timings.draft_n (tokens tested) / draft_n_accepted in the final response or last
+  stream chunk, only when draft_n > 0; drafts and positions are not reported per request.
+  /metrics (PR #26389, --metrics) has the vLLM schema as llamacpp:spec_decode_num_*_total.
+
+Sources and recorded responses: tests/fixtures/engines/SOURCES.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from observatory.engines.metrics import SPEC_FAMILIES, SpecCounters, counters_from, parse_spec_counters, read_counters
+from observatory.model.errors import ObservatoryError
+
+FIELDS = frozenset({"drafts", "draft_tokens", "accepted", "accepted_per_pos"})
+
+# SGLang meta_info spellings, newest first: PR #24081, PR #23530, PR #11144 / #18332.
+_SG_ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+_SG_DRAFTED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+_SG_HISTOGRAM = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+
+
+@dataclass
+class EngineCounters(SpecCounters):
+    """SpecCounters plus the engine's own mean accept length.
+
+    `reported_tau` is what the engine itself states as tokens per verify step (bonus
+    included), kept for cross-checking only; it is dropped by sums and differences.
+    """
+
+    reported_tau: float | None = None
+
+    def __sub__(self, other: SpecCounters) -> EngineCounters:
+        return _engine(super().__sub__(other))
+
+    def __add__(self, other: SpecCounters) -> EngineCounters:
+        return _engine(super().__add__(other))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, `known` as a sorted list."""
+        return {**super().to_dict(), "known": sorted(self.known)}
+
+
+def _engine(c: SpecCounters) -> EngineCounters:
+    return EngineCounters(c.drafts, c.draft_tokens, c.accepted,
+                          None if c.accepted_per_pos is None else list(c.accepted_per_pos), c.problem)
+
+
+def _obj(x: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(x, Mapping):
+        raise ObservatoryError(f"{where} must be a JSON object, got {type(x).__name__}")
+    return x
+
+
+def _count(d: Mapping[str, Any], keys: Iterable[str], where: str) -> int | None:
+    """The first of KEYS present in D, as a non-negative integer; None if none is."""
+    for key in keys:
+        v = d.get(key)
+        if v is not None:
+            if type(v) is not int or v < 0:  # bools and floats rejected too
+                raise ObservatoryError(f"{where}: {key} must be a non-negative integer, got {v!r}")
+            return v
+    return None
+
+
+def _build(where: str, drafts: int | None, drafted: int | None, accepted: int | None,
+           histogram: Any = None, reported_tau: float | None = None) -> EngineCounters:
+    """EngineCounters from what an engine gave; histogram[j] = drafts accepting exactly j tokens."""
+    per_pos: list[int] | None = None
+    if histogram is not None and histogram != []:
+        if not isinstance(histogram, list) or not all(type(n) is int and n >= 0 for n in histogram):
+            raise ObservatoryError(f"{where}: acceptance histogram must be a list of counts, got {histogram!r}")
+        drafts = sum(histogram) if drafts is None else drafts
+        weighted = sum(j * n for j, n in enumerate(histogram))
+        accepted = weighted if accepted is None else accepted
+        if sum(histogram) != drafts or weighted != accepted:
+            raise ObservatoryError(
+                f"{where}: histogram {histogram} disagrees with {drafts} drafts / {accepted} accepted")
+        per_pos = [sum(histogram[j + 1:]) for j in range(len(histogram) - 1)]
+    if accepted is not None and drafted is not None and accepted > drafted:
+        raise ObservatoryError(f"{where}: {accepted} accepted of only {drafted} drafted tokens")
+    return EngineCounters(drafts, drafted, accepted, per_pos or None, reported_tau=reported_tau)
+
+
+def _number(x: Any) -> float | None:
+    return float(x) if type(x) in (int, float) else None
+
+
+class EngineAdapter(Protocol):
+    """Where one engine reports its version and speculative-decoding statistics."""
+
+    name: str
+    version_key: str  # the field of version_path()'s JSON that holds the version
+
+    def version_path(self) -> str:
+        """HTTP path to GET for the engine version."""
+
+    def counters_from_metrics(self, text: str) -> EngineCounters | None:
+        """Cumulative counters from /metrics text; None if the engine exposes none."""
+
+    def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
+        """Per-request counters from a response body or final stream chunk; None if absent."""
+
+
+class VLLMAdapter:
+    """vLLM: everything on /metrics; per request only behind --per-request-spec-decode-metrics."""
+
+    name = "vllm"
+    version_key = "version"
+
+    def version_path(self) -> str:
+        return "/version"
+
+    def counters_from_metrics(self, text: str) -> EngineCounters:
+        """All four counters (zero when the families are absent: speculation off)."""
+        return _engine(parse_spec_counters(text))
+
+    def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
+        metrics = _obj(body, "vLLM response").get("metrics")
+        if not isinstance(metrics, Mapping) or metrics.get("speculative_decoding") is None:
+            return None
+        where = "vLLM metrics.speculative_decoding"
+        sd = _obj(metrics["speculative_decoding"], where)
+        return _build(where, _count(sd, ["num_spec_steps"], where), _count(sd, ["num_draft_tokens"], where),
+                      _count(sd, ["num_accepted_draft_tokens"], where), sd.get("acceptance_histogram"),
+                      _number(sd.get("mean_acceptance_length")))
+
+
+class SGLangAdapter:
+    """SGLang: per request in meta_info / sglext; on /metrics only the verify-call counter."""
+
+    name = "sglang"
+    version_key = "version"
+
+    def version_path(self) -> str:
+        return "/get_server_info"
+
+    def counters_from_metrics(self, text: str) -> EngineCounters | None:
+        """Drafts from sglang:spec_verify_calls_total (added at request finish); None before it existed."""
+        counts = read_counters(text, "sglang:", "SGLang", only=frozenset({"spec_verify_calls"}))
+        if counts.problems:
+            return EngineCounters(None, None, None, None, "; ".join(counts.problems))
+        if "spec_verify_calls" not in counts.values:
+            return None
+        # accepted and drafted tokens are not on /metrics (only interval gauges): not reported
+        return EngineCounters(drafts=sum(counts.values["spec_verify_calls"].values()), draft_tokens=None,
+                              accepted=None, accepted_per_pos=None)
+
+    def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
+        body = _obj(body, "SGLang response")
+        sglext = body.get("sglext")
+        if isinstance(sglext, Mapping) and sglext.get("spec_tokens_details") is not None:
+            details = sglext["spec_tokens_details"]  # one object, or one per choice when n > 1
+            items = details if isinstance(details, list) else [details]
+            found = [c for d in items if (c := self._stats(d, "SGLang sglext.spec_tokens_details", None))]
+            return sum(found[1:], found[0]) if found else None
+        meta = body.get("meta_info")
+        if isinstance(meta, Mapping) and "spec_verify_ct" in meta:
+            return self._stats(meta, "SGLang meta_info", meta.get("completion_tokens"))
+        return None
+
+    def _stats(self, d: Any, where: str, completion: Any) -> EngineCounters | None:
+        d = _obj(d, where)
+        drafts = _count(d, ["spec_verify_ct"], where)
+        if drafts is None:
+            return None
+        if drafts == 0:
+            return EngineCounters()  # no verify step: nothing drafted, nothing accepted
+        tau = _number(d.get("spec_accept_length"))
+        if tau is None and type(completion) is int:
+            tau = completion / drafts  # SGLang's own accept length (PR #3152), not used for `accepted`
+        histogram = next((d[k] for k in _SG_HISTOGRAM if d.get(k) is not None), None)
+        drafted, accepted = _count(d, _SG_DRAFTED, where), _count(d, _SG_ACCEPTED, where)
+        if drafted == 0 and not accepted:
+            # SGLang proposes verify_ct * (num_draft_tokens - 1) > 0 tokens whenever it verified;
+            # a 0 here is spec_tokens_details_from_meta_info's default for a field the
+            # engine did not fill (PR #33518): not reported, not zero.
+            drafted = accepted = None
+        return _build(where, drafts, drafted, accepted, histogram, tau)
+
+
+class LlamaCppAdapter:
+    """llama.cpp's llama-server: draft tokens and accepted per request, full counters on /metrics."""
+
+    name = "llama.cpp"
+    version_key = "build_info"
+
+    def version_path(self) -> str:
+        return "/props"
+
+    def counters_from_metrics(self, text: str) -> EngineCounters | None:
+        """The vLLM-schema counters of PR #26389; None for builds without them."""
+        counts = read_counters(text, "llamacpp:spec_decode_", "llama.cpp", only=SPEC_FAMILIES)
+        if "num_drafts" not in counts.values and not counts.problems:
+            return None
+        return _engine(counters_from(counts, absent_is_zero=False))
+
+    def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
+        timings = _obj(body, "llama.cpp response").get("timings")
+        if timings is None:
+            return None
+        where = "llama.cpp timings"
+        t = _obj(timings, where)
+        drafted, accepted = _count(t, ["draft_n"], where), _count(t, ["draft_n_accepted"], where)
+        if (drafted is None) != (accepted is None):
+            raise ObservatoryError(f"{where}: draft_n and draft_n_accepted come together, got {dict(t)}")
+        if drafted is None:  # result_timings::to_json omits both when no draft token was tested
+            drafted = accepted = 0
+        return _build(where, None, drafted, accepted)
+
+
+def adapters() -> dict[str, Callable[[], EngineAdapter]]:
+    """Engine name -> adapter class: the built-ins and installed ones (``observatory.engines`` entry points,
+    `observatory.model.plugins`)."""
+    from observatory.model.plugins import ENGINES, discover
+
+    return {p.name.lower(): p.load() for p in discover(ENGINES)}
+
+
+def adapter_for(name: str) -> EngineAdapter:
+    """The adapter for engine NAME (case-insensitive)."""
+    known = adapters()
+    cls = known.get(name.strip().lower())
+    if cls is None:
+        raise ObservatoryError(f"Unknown engine {name!r}; known engines: {', '.join(sorted(known))}")
+    adapter = cls()
+    for attr in ("name", "version_key", "version_path", "counters_from_metrics", "counters_from_response"):
+        if not hasattr(adapter, attr):
+            raise ObservatoryError(f"engine adapter {name!r} ({cls!r}) lacks {attr!r}: see docs/plugins.md")
+    return adapter
+
+
+def version_from(adapter: EngineAdapter, body: Any) -> str | None:
+    """The version in the JSON answer of adapter.version_path(), if there is one."""
+    v = body.get(adapter.version_key) if isinstance(body, Mapping) else None
+    return str(v) if v is not None else None
+
+
+def counters_from_chunks(adapter: EngineAdapter, chunks: Iterable[Mapping[str, Any]]) -> EngineCounters | None:
+    """The statistics of a streamed response: those of the last chunk that carries any."""
+    found = None
+    for chunk in chunks:
+        found = adapter.counters_from_response(chunk) or found
+    return found

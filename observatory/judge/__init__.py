@@ -1,0 +1,1 @@
+"""Judging stored results: gates, the verdict policy, acceptance and speed figures, performance checks, statistics."""

@@ -1,0 +1,220 @@
+"""Across engines: the same probes through several engines' base arms, kept apart from every verdict.
+
+Issue 17 item 4. A session whose arms run on more than one engine
+(``--arms vllm:base,vllm:mtp2,llama.cpp:base,llama.cpp:draft2``) is judged
+engine by engine: each engine's spec arms against that engine's own base
+(`observatory.model.roles`, `observatory.judge.session`, `observatory.judge.figures`). This
+module is everything that crosses engines, and none of it is a verdict:
+
+- **Tokenizer alignment first** (`prompt_ids`, called while each engine's
+  base arm is up): every probe's rendered prompt through the server's own
+  tokenize endpoint. vLLM: ``POST /tokenize`` with the messages and tools
+  (the server applies its chat template, ``add_generation_prompt``), or the
+  completion prompt. llama.cpp: ``POST /apply-template``, then ``POST
+  /tokenize`` with ``add_special`` and ``parse_special`` (as llama-server
+  tokenizes a request). Stored in the base arm's launch dict under
+  ``prompt_ids``. Where two engines' ids differ, that probe's cross-engine
+  comparison is "not comparable", with the first differing token.
+- **Base against base** (`compare`): on aligned probes, each base's
+  complete token sequence (streamed, else non-streamed) diffed by the
+  token_diff gate's own rule with the first engine's base as the reference
+  (its top-k logprobs give the margin). Different kernels make near ties
+  expected; the kind (identical, near_tie, diverged, ...) is shown, never
+  turned into a verdict.
+- **Acceptance side by side** for speculation methods both engines offer
+  (n-gram lookup on both; a draft model; MTP), from each arm's own figures.
+
+`observatory.report.data.build` adds `compare`'s result under its own key
+``cross_engine`` after the session verdict is decided; the report shows it in
+its own section (templates/_partials/cross_engine.html).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from observatory.model.probes import Probe
+from observatory.model.roles import BASE, engine_of, stored_roles
+from observatory.model.vocabulary import TOKEN_DIFF
+
+PROMPT_IDS = "prompt_ids"  # key of the base arm's launch dict
+NOT_COMPARABLE = "not comparable"
+ALIGNED = "aligned"
+NOT_MEASURED = "not measured"
+# speculative_config.method -> the method family compared across engines
+FAMILIES = {"ngram": "n-gram", "ngram-simple": "n-gram", "ngram-mod": "n-gram", "ngram-map-k": "n-gram",
+            "draft_model": "draft model", "draft-simple": "draft model", "mtp": "MTP", "draft-mtp": "MTP"}
+
+
+def engines_of(arms: Sequence[Any]) -> list[str]:
+    """The engines of planned arms (`observatory.model.arms.Arm`), in run order of their first arm."""
+    return list(dict.fromkeys(a.engine for a in arms))
+
+
+def _post(http: httpx.Client, url: str, body: dict[str, Any]) -> Any:
+    r = http.post(url, json=body)
+    if r.status_code != 200:
+        raise ValueError(f"POST {url.rsplit('/', 1)[-1]} answered {r.status_code}: {r.text[:200]}")
+    return r.json()
+
+
+def _tokenize_one(http: httpx.Client, base_url: str, engine: str, model: str, probe: Probe) -> dict[str, Any]:
+    """{"ids", "pieces"} of PROBE's rendered prompt as the server at BASE_URL tokenizes it."""
+    tools = {"tools": probe.tools} if probe.tools is not None else {}
+    if engine == "llama.cpp":
+        text = probe.prompt
+        if probe.kind == "chat":
+            text = _post(http, f"{base_url}/apply-template", {"messages": probe.messages, **tools})["prompt"]
+        got = _post(http, f"{base_url}/tokenize", {"content": text, "add_special": True, "parse_special": True,
+                                                   "with_pieces": True})
+        toks = got["tokens"]
+        return {"ids": [int(t["id"]) for t in toks], "pieces": [str(t.get("piece", "")) for t in toks]}
+    body: dict[str, Any] = ({"model": model, "messages": probe.messages, "add_generation_prompt": True, **tools}
+                            if probe.kind == "chat" else {"model": model, "prompt": probe.prompt})
+    got = _post(http, f"{base_url}/tokenize", {**body, "return_token_strs": True})
+    ids = [int(t) for t in got["tokens"]]
+    return {"ids": ids, "pieces": [str(p) for p in got.get("token_strs") or [""] * len(ids)]}
+
+
+def prompt_ids(base_url: str, engine: str, model: str, probes: Sequence[Probe],
+               api_key: str | None = None) -> dict[str, dict[str, Any]]:
+    """Probe name -> {"ids", "pieces"} of its rendered prompt through the server's tokenize endpoint.
+
+    A probe the server cannot tokenize gets {"error": ...} (its comparison is
+    then "not measured"), never a guess.
+    """
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    out: dict[str, dict[str, Any]] = {}
+    with httpx.Client(timeout=30.0, headers=headers) as http:
+        for p in probes:
+            try:
+                out[p.name] = _tokenize_one(http, base_url.rstrip("/"), engine, model, p)
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+                out[p.name] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+@dataclass
+class Alignment:
+    """Whether two engines tokenize one probe's rendered prompt into the same ids."""
+
+    status: str  # ALIGNED, NOT_COMPARABLE, NOT_MEASURED
+    prompt_tokens: list[int | None]  # per engine, in the pair's order
+    position: int | None = None  # the first differing token
+    tokens: list[dict[str, Any]] = field(default_factory=list)  # per engine: {"id", "piece"} there
+    why: str | None = None
+
+
+def align(a: dict[str, Any] | None, b: dict[str, Any] | None) -> Alignment:
+    """Compare two stored `prompt_ids` entries of one probe."""
+    missing = [x.get("error") if x else "not tokenized" for x in (a, b) if not x or "ids" not in x]
+    if a is None or b is None or missing:
+        return Alignment(NOT_MEASURED, [len(x["ids"]) if x and "ids" in x else None for x in (a, b)],
+                         why="; ".join(str(m) for m in missing))
+    ia, ib = list(a["ids"]), list(b["ids"])
+    counts: list[int | None] = [len(ia), len(ib)]
+    if ia == ib:
+        return Alignment(ALIGNED, counts)
+    at = next((i for i, (x, y) in enumerate(zip(ia, ib)) if x != y), min(len(ia), len(ib)))
+
+    def tok(x: dict[str, Any], ids: list[int]) -> dict[str, Any]:
+        pieces = x.get("pieces") or []
+        return {"id": ids[at] if at < len(ids) else None, "piece": pieces[at] if at < len(pieces) else None}
+
+    return Alignment(NOT_COMPARABLE, counts, at, [tok(a, ia), tok(b, ib)],
+                     why=f"the prompt's token ids differ from position {at} on")
+
+
+def _family(spec: dict[str, Any] | None) -> str | None:
+    return FAMILIES.get(str((spec or {}).get("method"))) if spec else None
+
+
+def acceptance_side_by_side(arms: Sequence[Any]) -> list[dict[str, Any]]:
+    """Speculating arms grouped by method family, only families run on more than one engine."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for a in arms:
+        spec = (a.launch or {}).get("speculative_config")
+        fam = _family(spec)
+        if fam is None or spec is None:
+            continue
+        acc = (a.figures or {}).get("acceptance") or {}
+        groups.setdefault(fam, []).append({
+            "arm": a.name, "engine": engine_of(a.launch), "method": spec.get("method"),
+            "k": spec.get("num_speculative_tokens"), "status": a.status,
+            "drafts": acc.get("drafts"), "alpha": acc.get("alpha"), "tau": acc.get("tau")})
+    return [{"family": fam, "arms": rows} for fam, rows in groups.items() if len({r["engine"] for r in rows}) > 1]
+
+
+def _output_diff(store: Any, ref: Any, other: Any, pid: int, probe: Probe, gate: Any) -> dict[str, Any]:
+    """OTHER's base output against REF's (the reference, whose top-k gives margins) on one probe."""
+    from observatory.judge.session import full_sequence, results_by_mode, to_output
+
+    mine, theirs = full_sequence(results_by_mode(store, other.id), pid), full_sequence(results_by_mode(store, ref.id), pid)
+    if mine is None or theirs is None:
+        return {"kind": None, "reason": "not measurable: no complete token sequence on "
+                + ", ".join(a.name for a, r in ((ref, theirs), (other, mine)) if r is None)}
+    d = gate.check(to_output(mine), to_output(theirs), probe).details
+    keep = ("kind", "position", "margin", "margin_is_lower_bound", "base_token_id", "spec_token_id")
+    out = {k: d.get(k) for k in keep}
+    n = [len(theirs.token_ids or []), len(mine.token_ids or [])]
+    if out["kind"] == "identical":
+        reason = f"the same {n[0]} token ids"
+    elif out["position"] is None:
+        reason = f"{out['kind'] or 'no comparison'}: {n[0]} ids on {ref.name}, {n[1]} on {other.name}"
+    else:
+        margin = ("not readable" if out["margin"] is None else
+                  f"{'at least ' if out['margin_is_lower_bound'] else ''}{out['margin']:.3f} nats")
+        reason = (f"first difference at token {out['position']}: #{out['base_token_id']} on {ref.name}, "
+                  f"#{out['spec_token_id']} on {other.name}; {ref.name}'s margin there {margin} "
+                  f"({out['kind']}; kernels differ across engines, so near ties are expected)")
+    return {**out, "reason": reason, "compared": [theirs.mode, mine.mode], "tokens": n}
+
+
+def compare(store: Any, session_id: int) -> dict[str, Any] | None:
+    """The session's cross-engine comparison (None when its arms ran on one engine). Never a verdict."""
+    from observatory.model.gates import default_registry
+
+    arms = store.arms(session_id)
+    roles = stored_roles([(a.name, a.launch) for a in arms])
+    bases = [a for a in arms if roles[a.name] == BASE]
+    engines = list(dict.fromkeys(engine_of(a.launch) for a in arms))
+    if len(engines) < 2:
+        return None
+    gate = default_registry().get(TOKEN_DIFF)
+    probes = [(p.id, Probe.from_dict(p.definition)) for p in store.probes(session_id)
+              if not (p.definition or {}).get("channel")]
+    pairs = []
+    ref = bases[0] if bases else None
+    for other in bases[1:]:
+        assert ref is not None
+        rows = []
+        for pid, probe in probes:
+            al = align(((ref.launch or {}).get(PROMPT_IDS) or {}).get(probe.name),
+                       ((other.launch or {}).get(PROMPT_IDS) or {}).get(probe.name))
+            row: dict[str, Any] = {"probe": probe.name, "alignment": asdict(al), "output": None}
+            if al.status == ALIGNED:
+                row["output"] = _output_diff(store, ref, other, pid, probe, gate)
+            rows.append(row)
+        kinds = [r["output"]["kind"] for r in rows if r["output"]]
+        pairs.append({
+            "reference": ref.name, "other": other.name,
+            "engines": [engine_of(ref.launch), engine_of(other.launch)], "probes": rows,
+            "summary": {"probes": len(rows),
+                        ALIGNED: sum(r["alignment"]["status"] == ALIGNED for r in rows),
+                        NOT_COMPARABLE: sum(r["alignment"]["status"] == NOT_COMPARABLE for r in rows),
+                        NOT_MEASURED: sum(r["alignment"]["status"] == NOT_MEASURED for r in rows),
+                        **{k: kinds.count(k) for k in ("identical", "near_tie", "diverged", "base_not_greedy")}},
+        })
+    return {
+        "engines": engines,
+        "bases": {engine_of(a.launch): a.name for a in bases},
+        "missing_bases": [e for e in engines if e not in {engine_of(a.launch) for a in bases}],
+        "pairs": pairs,
+        "acceptance": acceptance_side_by_side(arms),
+        "note": ("Across engines, for information only: never part of the session verdict or of any "
+                 "within-engine verdict. Each engine's spec arms are judged against their own engine's base."),
+    }

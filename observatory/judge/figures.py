@@ -1,0 +1,372 @@
+"""Acceptance, speed, the cost of a spec step, and arm validity (docs/design.md sections 2 and 4).
+
+All figures derive from stored rows, so they can be recomputed at any time:
+
+- acceptance from the spec counter deltas read around each streamed probe
+  (per probe and per category) and around each timed batch (added into the
+  arm's totals):
+  alpha = accepted / draft_tokens, tau = 1 + accepted / drafts,
+  p_j = accepted_at_pos_j / drafts, P(n = j) = p_j - p_(j+1), P(n = 0) = 1 - p_1;
+- speed (observatory/judge/speed.py) from the timed single-stream runs (warm-up
+  excluded), tokens from ``usage.completion_tokens``: TTFT, inter-token
+  latency, end-to-end and decode tok/s (not measurable on a bursty stream),
+  and aggregate throughput per concurrency level;
+- per concurrency level: alpha and tau (the counter deltas of its timed
+  batches), median TTFT, throughput and S against base at the same level;
+- against the base arm of the same session: S = single-stream tok/s(spec) /
+  single-stream tok/s(base) (end to end: a TTFT bought for decode speed counts),
+  r = tau / S (one spec step in base steps), c = r - 1, pays while tau > r;
+  for k = 1 the break-even alpha > c; a bootstrap CI on S;
+- the performance checks of each spec arm (observatory/judge/perf_gates.py):
+  speedup, TTFT ratio, acceptance floor, tau from the stream against tau from
+  the counters, ids against usage;
+- the A/A noise floor from copies of the base arm;
+- validity codes: INVALID, CONFOUNDED, LOW_N, CRASHED, HUNG, CROSS_SESSION (an arm
+  that ran apart from base: resumed later or elsewhere), UNCHECKED (what a URL
+  arm's server does not expose to compare), CONCURRENT, ENGINE_CHOSEN (a cache setting no flag
+  sets that the engine chose differently for the spec arm: not a confound).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from observatory.engines.images import image_differences, split_docker_argv
+from observatory.engines.metrics import SpecCounters
+from observatory.engines.server_facts import cache_differences, served_differences
+from observatory.judge.perf_gates import performance
+from observatory.judge.session import base_reference
+from observatory.judge.session_parts import cross_session
+from observatory.judge.speed import speed, stream_tau, ttft_by_level
+from observatory.model.roles import by_engine
+from observatory.store.db import ArmRow
+
+MIN_DRAFTS = 200
+BOOTSTRAP_SAMPLES = 2000
+# argv flags whose values legitimately differ between arms of one session
+_IGNORED_FLAGS = {"--port", "--speculative-config"}
+_LLAMA_SPEC_FLAGS = "--spec-"  # llama-server's speculation flags (--spec-type, --spec-draft-model, ...)
+# the plugin switches change speculative steps only (a fault, or the repair of an engine bug, see
+# observatory.faults): they are the arm's treatment, shown with it, not a confound of the launch
+_IGNORED_ENV = {"OBSERVATORY_FAULT", "OBSERVATORY_REPAIR", "CUDA_VISIBLE_DEVICES"}
+
+
+def acceptance(c: SpecCounters) -> dict[str, Any]:
+    """alpha, tau, per-position acceptance and the accepted-per-draft histogram.
+
+    The one acceptance formula. Each figure is None (lists empty) unless every
+    counter it needs was reported and usable: a counter the engine does not
+    report is None, never 0 (issue 13 item 8), and unusable counters (`problem`)
+    give no figures at all (issue 19 item 1).
+    """
+    per_pos = None if c.accepted_per_pos is None else list(c.accepted_per_pos)
+    out: dict[str, Any] = {"drafts": c.drafts, "draft_tokens": c.draft_tokens, "accepted": c.accepted,
+                           "accepted_per_pos": per_pos, "problem": c.problem,
+                           "reported_tau": getattr(c, "reported_tau", None),
+                           "alpha": None, "tau": None, "per_position": [], "histogram": []}
+    if c.problem is not None:
+        return out
+    missing = [f for f in ("drafts", "draft_tokens", "accepted", "accepted_per_pos") if getattr(c, f) is None]
+    if missing:
+        out["not_reported"] = f"{', '.join(missing)}: not reported by this engine"
+    if c.accepted is not None and c.draft_tokens:
+        out["alpha"] = c.accepted / c.draft_tokens
+    if not c.drafts or c.drafts <= 0:
+        return out
+    if c.accepted is not None:
+        out["tau"] = 1.0 + c.accepted / c.drafts
+    if per_pos:
+        p = [a / c.drafts for a in per_pos]
+        out["per_position"] = p
+        # P(n = j): exactly j of the k drafted tokens accepted (prefix acceptance).
+        full = [1.0, *p, 0.0]
+        out["histogram"] = [full[j] - full[j + 1] for j in range(len(p) + 1)]
+    return out
+
+
+def _bootstrap_ratio(spec: list[list[float]], base: list[list[float]], seed: int = 0) -> list[float] | None:
+    """95% CI of tok/s(spec)/tok/s(base), resampling [tokens, seconds] requests of each arm."""
+    if len(spec) < 2 or len(base) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    s = np.asarray(spec, dtype=float)
+    b = np.asarray(base, dtype=float)
+    si = rng.integers(0, len(s), size=(BOOTSTRAP_SAMPLES, len(s)))
+    bi = rng.integers(0, len(b), size=(BOOTSTRAP_SAMPLES, len(b)))
+    rs = s[si, 0].sum(1) / s[si, 1].sum(1)
+    rb = b[bi, 0].sum(1) / b[bi, 1].sum(1)
+    ratio = rs / rb
+    return [float(np.percentile(ratio, 2.5)), float(np.percentile(ratio, 97.5))]
+
+
+def vs_base(acc: dict[str, Any], spd: dict[str, Any], base_spd: dict[str, Any], k: int | None) -> dict[str, Any]:
+    """S, r, c and the break-even against the base arm (S from the end-to-end single-stream rates)."""
+    out: dict[str, Any] = {"S": None, "r": None, "c": None, "ci": None, "pays": None, "statement": None,
+                           "break_even_alpha": None}
+    sb, ss = base_spd.get("single_stream_tok_s"), spd.get("single_stream_tok_s")
+    if not sb or not ss:
+        return out
+    S = ss / sb
+    out["S"] = S
+    out["ci"] = _bootstrap_ratio(spd["samples"], base_spd["samples"])
+    tau = acc.get("tau")
+    if tau is None:
+        return out
+    r = tau / S
+    out.update(r=r, c=r - 1.0, pays=tau > r)
+    out["statement"] = (f"one spec step costs {r:.2f} base steps; accepting tau = {tau:.2f} tokens per step "
+                        f"{'pays' if tau > r else 'does not pay'} (needs tau > r)")
+    if k == 1:
+        # S = (1 + alpha) / (1 + c) for k = 1: speculation pays while alpha > c.
+        out["break_even_alpha"] = r - 1.0
+    return out
+
+
+def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
+    """Differences between two arms' launch configs other than speculation."""
+    a, b = arm.launch or {}, base.launch or {}
+    if a.get("url") or b.get("url"):
+        return []
+    # docker hook (observatory.engines.images): compare the engine's own flags, never
+    # docker's options; the images themselves by their rules
+    diffs = image_differences(a, b)
+    fa, fb = _flags(split_docker_argv(a.get("argv", []))[2]), _flags(split_docker_argv(b.get("argv", []))[2])
+    for k in sorted(set(fa) | set(fb)):
+        if k in _IGNORED_FLAGS or k.startswith(_LLAMA_SPEC_FLAGS) or fa.get(k) == fb.get(k):
+            continue
+        diffs.append(f"{k}: {_show(fb.get(k))} on base, {_show(fa.get(k))} here")
+    ea, eb = a.get("env", {}), b.get("env", {})
+    for k in sorted(set(ea) | set(eb)):
+        if k in _IGNORED_ENV or ea.get(k) == eb.get(k):
+            continue
+        diffs.append(f"env {k}: {_show(eb.get(k))} on base, {_show(ea.get(k))} here")
+    return diffs
+
+
+# cache settings an engine derives from the model and the speculative config when no flag sets them
+# (H200, vLLM 0.26, the Qwen3.5-style hybrid: block_size 272 on base, 288 with MTP)
+_DERIVED_CACHE = {"block_size": "--block-size"}
+
+
+def _engine_chosen(diffs: list[str] | None, arm: ArmRow, base: ArmRow) -> tuple[list[str], list[str]]:
+    """Split launched arms' cache differences into confounds and values the engine chose itself."""
+    if not diffs:
+        return [], []
+    flags = [set(_flags(split_docker_argv((a.launch or {}).get("argv", []))[2])) for a in (arm, base)]
+    chosen = {key for key, flag in _DERIVED_CACHE.items() if not any(flag in f for f in flags)}
+    derived = [d for d in diffs if d.split(":")[0].removeprefix("cache ") in chosen]
+    return [d for d in diffs if d not in derived], derived
+
+
+def _show(v: Any) -> str:
+    return "absent" if v is None else ("set" if v is True else repr(v))
+
+
+def _flags(argv: list[str]) -> dict[str, Any]:
+    """argv -> {flag: value or True}, the program and module ignored."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok.startswith("--"):
+            key, eq, val = tok.partition("=")
+            if eq:
+                out[key] = val
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out[key] = argv[i + 1]
+                i += 1
+            else:
+                out[key] = True
+        i += 1
+    return out
+
+
+def cudagraph_gap(arm: ArmRow) -> str | None:
+    """A CUDA-graph capture list that leaves out batch size 1 (docs/design.md mistake 7)."""
+    flags = _flags((arm.launch or {}).get("argv", []))
+    sizes: Any = None
+    if "--cuda-graph-sizes" in flags:
+        sizes = str(flags["--cuda-graph-sizes"]).replace(",", " ").split()
+    for key in ("--compilation-config", "-O"):
+        if key in flags:
+            try:
+                sizes = json.loads(flags[key]).get("cudagraph_capture_sizes", sizes)
+            except (ValueError, AttributeError):
+                pass
+    if sizes and "1" not in [str(s) for s in sizes]:
+        return f"CUDA-graph capture sizes {sizes} leave out batch size 1 (single-stream runs uncaptured)"
+    return None
+
+
+def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts: dict[str, tuple[str, str]],
+             arms: list[ArmRow] | None = None) -> list[dict[str, str]]:
+    """Why this arm's figures cannot be trusted, if they cannot (ARMS: the session's, for CROSS_SESSION)."""
+    out = []
+    launch = arm.launch or {}
+    if arm.status in ("crashed", "hung"):
+        out.append({"code": arm.status.upper(), "detail": arm.reason or ""})
+    elif arm.status in ("failed", "interrupted"):
+        out.append({"code": "INVALID", "detail": f"arm {arm.status}: {arm.reason or ''}"})
+    is_spec = launch.get("speculative_config") is not None
+    ran = arm.status == "ok"
+    drafts = acc["drafts"]
+    if ran and acc.get("problem"):
+        out.append({"code": "INVALID", "detail": f"engine counters unusable: {acc['problem']}"})
+    elif ran and is_spec and drafts is None:
+        out.append({"code": "INVALID",
+                    "detail": "speculation not provable: the engine does not report draft counters"})
+    elif ran and is_spec and not drafts:
+        out.append({"code": "INVALID", "detail": "speculation inactive: the draft counters did not move"})
+    if ran and not is_spec and drafts:
+        out.append({"code": "INVALID", "detail": f"a non-speculating arm moved the draft counters ({drafts} drafts)"})
+    if ran and is_spec and drafts is not None and 0 < drafts < MIN_DRAFTS:
+        out.append({"code": "LOW_N", "detail": f"{acc['drafts']} drafts < {MIN_DRAFTS}: acceptance figures are noisy"})
+    for gate, (verdict, reason) in arm_verdicts.items():
+        if verdict == "INVALID":  # an invalidating arm gate failed (observatory.judge.session)
+            out.append({"code": "INVALID", "detail": f"{gate}: {reason}"})
+    if base is not None and arm is not base:
+        diffs = launch_differences(arm, base)
+        if diffs:
+            out.append({"code": "CONFOUNDED", "detail": "differs from base in more than speculation: " + "; ".join(diffs)})
+        if not (launch.get("url") or (base.launch or {}).get("url")):
+            # launched arms: the same flags may still be served differently (prefix caching is the
+            # engine's default unless a flag says otherwise), so compare what the servers report
+            cache, chosen = _engine_chosen(cache_differences(arm, base), arm, base)
+            if cache:
+                out.append({"code": "CONFOUNDED", "detail": "the servers differ in more than speculation: "
+                            + "; ".join(cache)})
+            if chosen:
+                out.append({"code": "ENGINE_CHOSEN", "detail": "; ".join(chosen) + " (no flag sets it on either "
+                            "arm: the engine chose it for each configuration, and the launches differ only in "
+                            "speculation)"})
+        if launch.get("url") or (base.launch or {}).get("url"):
+            served, unchecked = served_differences(arm, base)
+            if served:
+                out.append({"code": "CONFOUNDED", "detail": "the servers differ in more than speculation: "
+                            + "; ".join(served)})
+            out.append({"code": "UNCHECKED", "detail": "not compared with base (URL arm): launch flags and "
+                        "environment" + "".join(f", {u} (not reported)" for u in unchecked)})
+        apart = cross_session(arm, base, arms or [])
+        if apart:
+            out.append({"code": "CROSS_SESSION", "detail": apart + ": figures against base are cross-session"})
+    if launch.get("timing") == "concurrent" and launch.get("concurrent_with"):
+        out.append({"code": "CONCURRENT", "detail": "timed while " + ", ".join(launch["concurrent_with"])
+                    + " ran on the same host: throughput figures are not comparable (use --timing sequential)"})
+    gap = cudagraph_gap(arm)
+    if gap and not is_spec:
+        out.append({"code": "CONFOUNDED", "detail": gap + " on the base arm: speedups against it are inflated"})
+    return out
+
+
+def _allowed_per_chunk(arm: ArmRow) -> int | None:
+    """Most tokens one streamed chunk may carry: 1 without speculation, k + 1 with it (None: k unknown)."""
+    spec = (arm.launch or {}).get("speculative_config")
+    if spec is None:
+        return 1
+    k = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    return k + 1 if isinstance(k, int) and k > 0 else None
+
+
+def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any]:
+    """Acceptance (overall, per category, per probe, per concurrency level) and speed of one arm."""
+    stream = [r for r in store.results(a.id, "stream") if r.ok]
+    total = SpecCounters()
+    by_cat: dict[str, SpecCounters] = defaultdict(SpecCounters)
+    by_probe: dict[str, Any] = {}
+    for r in stream:
+        d = SpecCounters.from_dict(r.counters_delta)
+        total = total + d
+        cat = probes[r.probe_id].category if r.probe_id in probes else "?"
+        by_cat[cat] = by_cat[cat] + d
+        by_probe[probes[r.probe_id].name] = acceptance(d)
+    measurements = store.measurements(a.id)
+    timed_total = SpecCounters()
+    by_level: dict[int, SpecCounters] = defaultdict(SpecCounters)
+    for m in measurements:
+        d = SpecCounters.from_dict(m.counters_delta)
+        timed_total = timed_total + d
+        by_level[int(m.concurrency)] = by_level[int(m.concurrency)] + d
+    # The arm's figures count every measured request: the streamed probes
+    # (read one by one) and the timed runs (read around each batch).
+    acc = acceptance(total + timed_total)
+    acc["from"] = {"stream": total.to_dict(), "timed": timed_total.to_dict()}
+    acc["by_category"] = {k: acceptance(v) for k, v in sorted(by_cat.items())}
+    acc["by_probe"] = by_probe
+    timed = [r for r in store.results(a.id, "timed") if r.ok]
+    single = [r for r in timed if r.concurrency == 1]
+    spd = speed(single or stream, timed, measurements, _allowed_per_chunk(a), streamed=stream)
+    ttft = ttft_by_level(timed)
+    levels = {str(k): {"alpha": acceptance(v)["alpha"], "tau": acceptance(v)["tau"], "drafts": acceptance(v)["drafts"],
+                       "ttft_ms": ttft.get(str(k)), "tok_s": (spd["throughput"].get(str(k)) or {}).get("tok_s"),
+                       "S": None} for k, v in sorted(by_level.items())}
+    fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels}
+    if (a.launch or {}).get("speculative_config") is not None:
+        fig["stream_tau"] = stream_tau(stream)
+        fig["stream_counter_tau"] = acceptance(total)["tau"]
+    return fig
+
+
+def compute_figures(store: Any, session_id: int) -> dict[int, dict[str, Any]]:
+    """Compute and store figures, performance checks and validity for every arm of a session."""
+    arms = store.arms(session_id)
+    probes = {p.id: p for p in store.probes(session_id)}
+    fail_on = dict((store.session(session_id).options or {}).get("fail_on") or {})
+    per_arm = {a.id: _arm_figures(store, a, probes) for a in arms}
+    for group in by_engine(arms):  # each engine's arms against their own engine's base
+        _group_figures(store, arms, group, per_arm, fail_on)
+    return per_arm
+
+
+def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm: dict[int, dict[str, Any]],
+                   fail_on: dict[str, Any]) -> None:
+    """Figures against base, performance checks and validity for one engine's arms (GROUP) of the session."""
+    base = base_reference(group)
+    base_fig = per_arm.get(base.id) if base else None
+    copies = [a for a in group if base and (a.launch or {}).get("copy_of") == base.name]
+    floor = noise_floor(store, base, copies, per_arm) if base else None
+    for a in group:
+        fig = per_arm[a.id]
+        spec = (a.launch or {}).get("speculative_config")
+        apart = cross_session(a, base, arms) if base is not None else None
+        if spec is not None and base_fig is not None:
+            k = spec.get("num_speculative_tokens")
+            vb = vs_base(fig["acceptance"], fig["speed"], base_fig["speed"], k if isinstance(k, int) else None)
+            if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:
+                vb["within_noise"] = abs(vb["S"] - 1.0) <= floor["throughput_spread"]
+            vb["cross_session"] = apart
+            fig["vs_base"] = vb
+            for level, row in fig["by_concurrency"].items():
+                b = (base_fig["by_concurrency"].get(level) or {}).get("tok_s")
+                row["S"] = row["tok_s"] / b if row["tok_s"] and b else None
+        if spec is not None:
+            fig["performance"] = performance(fig, base_fig, floor, fail_on)
+        fig["noise_floor"] = floor
+        arm_verdicts = {v.gate: (v.verdict, v.reason) for v in store.verdicts(a.id) if v.probe_id is None}
+        store.update(ArmRow, a.id, figures=fig, validity=validity(a, base, fig["acceptance"], arm_verdicts, arms))
+
+
+def noise_floor(store: Any, base: ArmRow, copies: list[ArmRow], per_arm: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """Token-identity rate and throughput spread between base and its A/A copies."""
+    if not copies:
+        return None
+    ref = {r.probe_id: r.token_ids for r in store.results(base.id, "stream") if r.ok}
+    same = total = 0
+    spreads = []
+    sb = per_arm[base.id]["speed"].get("single_stream_tok_s")
+    for c in copies:
+        for r in store.results(c.id, "stream"):
+            if r.ok and r.probe_id in ref:
+                total += 1
+                same += int(r.token_ids == ref[r.probe_id])
+        sc = per_arm[c.id]["speed"].get("single_stream_tok_s")
+        if sb and sc:
+            spreads.append(abs(sc / sb - 1.0))
+    return {
+        "copies": [c.name for c in copies],
+        "token_identity_rate": same / total if total else None,
+        "throughput_spread": max(spreads) if spreads else None,
+    }

@@ -1,0 +1,515 @@
+"""The judge: applies every registered gate, by kind, to stored results and stores the verdicts.
+
+Judging reads only the store and is idempotent (a session's verdicts are
+replaced as a whole), so a session can be re-judged at any time, e.g. after
+a gate changed. The judge never checks a gate by name: it walks the registry
+by kind and reads each gate's metadata (`observatory.model.gates`). Arms are told
+apart by their role (`observatory.model.roles`). Verdict rows per arm:
+
+- result gates on the arm's streamed result of each probe they run on;
+- pair gates on the arm's output against the base arm's, for every arm but
+  base (spec arms, faults, and A/A copies of base, whose diffs are the
+  session's noise floor). A gate with ``sequences=True`` (token_diff) gets
+  each side's complete token-id sequence (streamed if complete, else
+  non-streamed); where one side has no complete sequence the texts are
+  compared instead (a different text is a FAIL whatever the ids; an equal
+  text with no ids to diff is UNJUDGED). It also runs as ``NAME:nonstream``
+  and ``NAME:batch`` (the arm's non-streamed and in-batch outputs against
+  its own streamed one) and as ``NAME:cN`` (every timed output at
+  concurrency N against base's output for the same prompt);
+- arm gates on all of the arm's streamed outputs (no probe); an arm gate
+  with ``invalidates=True`` that fails is stored as INVALID.
+
+A session with arms on several engines is judged engine by engine: each
+engine's arms against that engine's own base (`observatory.model.roles`); the bases
+are compared across engines apart from every verdict (`observatory.judge.cross_engine`).
+
+Verdicts the judge itself assigns (docs/design.md section 2):
+
+- NOT_DISCRIMINATING: a correctness gate that fails on the base arm makes
+  that probe non-discriminating for every other arm (mistake 1);
+- UNJUDGED: a probe with no usable base result (no base arm, or base
+  crashed, hung, failed the request) cannot be diffed or discriminated, so
+  the other arms' verdicts on it are kept only as details;
+- INVALID: an invalidating arm gate failed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import FAIL, PASS, WARN, Gate, GateRegistry, GateResult, Output, registry_for
+from observatory.model.probes import Probe
+from observatory.model.roles import AA_COPY, base_arm, by_engine, engine_of, stored_roles
+from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, UNJUDGED
+from observatory.store.db import ArmRow, ResultRow, VerdictRow
+
+SELF_PAIRS = {"nonstream": "nonstream", "batch": "batch"}
+LLAMA_SPEC_STREAM = ("llama-server sends no logprobs (no ids) for tokens accepted from a draft "
+                     "(tools/server/server-context.cpp: \"TODO: set result.probs\"); the token diff uses the "
+                     "non-streamed response, which carries every id")
+
+
+def to_output(r: ResultRow) -> Output:
+    """A stored result as gates see it."""
+    return Output(
+        text=r.text or "",
+        token_ids=list(r.token_ids or []),
+        top_logprobs=[[(int(t), float(lp)) for t, lp in pos] for pos in (r.top_logprobs or [])],
+        token_texts=list(r.token_texts or []) or None,
+        finish_reason=r.finish_reason,
+        tool_calls=r.tool_calls,
+        content=r.content,
+        reasoning=r.reasoning,
+    )
+
+
+def base_reference(arms: list[ArmRow], of: ArmRow | None = None) -> ArmRow | None:
+    """The arm every other arm is diffed against: the one whose role is base (of OF's engine, OF given)."""
+    return base_arm(arms, of)
+
+
+def _row(arm: ArmRow, gate: Gate, res: GateResult, result: ResultRow | None, probe_id: int | None,
+         name: str | None = None) -> VerdictRow:
+    return VerdictRow(arm_id=arm.id, result_id=result.id if result else None, probe_id=probe_id,
+                      gate=name or gate.name, gate_version=gate.version, verdict=res.verdict,
+                      reason=res.reason, details=_jsonable(res.details))
+
+
+def _jsonable(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {str(k): _jsonable(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [_jsonable(v) for v in d]
+    return d
+
+
+def _safe(gate: Gate, *args: Any) -> GateResult:
+    try:
+        return gate.check(*args)
+    except Exception as e:
+        return GateResult(FAIL, f"gate {gate.name} raised {type(e).__name__}: {e}", {"gate_error": True})
+
+
+def _judged(arm: ArmRow, gate: Gate, verdict: str, reason: str, result: ResultRow | None, probe_id: int | None,
+            details: dict[str, Any] | None = None) -> VerdictRow:
+    """A verdict the judge assigns itself (UNJUDGED, INVALID), not one the gate returned."""
+    return VerdictRow(arm_id=arm.id, result_id=result.id if result else None, probe_id=probe_id, gate=gate.name,
+                      gate_version=gate.version, verdict=verdict, reason=reason,
+                      details={**(details or {}), "assigned_by": "judge"})
+
+
+def _override(row: VerdictRow, verdict: str, why: str) -> VerdictRow:
+    """ROW with the judge's own VERDICT; the gate's verdict is kept in details."""
+    row.details = {**(row.details or {}), "verdict_before": row.verdict, "why": why}
+    row.verdict = verdict
+    return row
+
+
+def results_by_mode(store: Any, arm_id: int) -> dict[str, dict[int, ResultRow]]:
+    """An arm's correctness results: mode (stream, nonstream, batch) -> probe id -> result."""
+    modes: dict[str, dict[int, ResultRow]] = {}
+    for r in store.results(arm_id):
+        if r.mode in ("stream", "nonstream", "batch"):
+            modes.setdefault(r.mode, {})[r.probe_id] = r
+    return modes
+
+
+def timed_by_level(store: Any, arm_id: int) -> dict[int, dict[int, list[ResultRow]]]:
+    """An arm's timed results: concurrency level -> probe id -> results."""
+    out: dict[int, dict[int, list[ResultRow]]] = {}
+    for r in store.results(arm_id, "timed"):
+        out.setdefault(int(r.concurrency), {}).setdefault(r.probe_id, []).append(r)
+    return out
+
+
+def result_gates(registry: GateRegistry, probe: Probe) -> list[Gate]:
+    """The result gates that judge PROBE's outputs: the probe's named gates in its order, then the rest that run on all."""
+    named = [registry.get(n) for n in probe.gates if n in registry and registry.get(n).kind == "result"]
+    rest = [g for g in registry.of_kind("result") if g.applies == "all" and g not in named]
+    return named + rest
+
+
+def tokens_complete(r: ResultRow) -> bool:
+    """Whether a result carries every generated token id (its usage count agrees).
+
+    Some engines withhold the logprobs of streamed chunks their tool parser
+    swallows (seen on vLLM 0.26 for CUDA with the hermes parser: 14 of 32 ids
+    came back); a server may also withhold logprobs altogether or report an
+    absurd usage. Such a result cannot be diffed token by token.
+    """
+    n = (r.usage or {}).get("completion_tokens")
+    ids = r.token_ids or []
+    if not ids:
+        return False
+    return n is None or n == len(ids)
+
+
+def full_sequence(modes: dict[str, dict[int, ResultRow]], pid: int) -> ResultRow | None:
+    """The arm's full token sequence for a probe: streamed if complete, else non-streamed."""
+    for mode in ("stream", "nonstream"):
+        r = modes.get(mode, {}).get(pid)
+        if r is not None and r.ok and tokens_complete(r):
+            return r
+    return None
+
+
+def _arguments(raw: Any) -> Any:
+    """Tool-call arguments as data (a stream and a body may space the same JSON differently)."""
+    try:
+        return json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return raw
+
+
+def comparable_text(r: ResultRow) -> str:
+    """What a result says, as one string: reasoning, content and tool calls (name and arguments as data).
+
+    Beside tool calls, the content is compared stripped: a parser may leave a
+    newline before a call in one mode and nothing in the other.
+    """
+    calls = [[(c.get("function") or {}).get("name"), _arguments((c.get("function") or {}).get("arguments"))]
+             for c in r.tool_calls or [] if isinstance(c, dict)]
+    text = (r.text or "").strip() if calls else (r.text or "")
+    return json.dumps([r.reasoning or "", text, calls], sort_keys=True, ensure_ascii=False)
+
+
+def text_divergence(mine: ResultRow, ref: ResultRow, ref_label: str) -> GateResult:
+    """Compare two results by text where token ids cannot be diffed."""
+    a, b = comparable_text(mine), comparable_text(ref)
+    why = ("no complete token-id sequence on " + ", ".join(
+        side for side, r in (("this arm", mine), (ref_label, ref)) if not tokens_complete(r)))
+    if a == b:
+        return GateResult(PASS, f"texts equal ({why}): no token diff was made", {"kind": "text_equal", "by": "text"})
+    at = next((i for i, (x, y) in enumerate(zip(mine.text or "", ref.text or "")) if x != y),
+              min(len(mine.text or ""), len(ref.text or "")))
+    return GateResult(FAIL, f"the text differs from {ref_label}'s at character {at} ({why})", {
+        "kind": "text_diverged", "by": "text", "char_position": at,
+        "spec_text": (mine.text or "")[max(0, at - 40): at + 80], "base_text": (ref.text or "")[max(0, at - 40): at + 80],
+    })
+
+
+class _Judge:
+    """One judging pass over one session."""
+
+    def __init__(self, store: Any, session_id: int, registry: GateRegistry, arms: list[ArmRow],
+                 channels: ChannelJudge | None = None):
+        self.store, self.registry, self.channels = store, registry, channels
+        self.arms = arms  # one engine's arms: each engine's are judged against their own base
+        self.roles = stored_roles([(a.name, a.launch) for a in self.arms])
+        self.session_id = session_id
+        self.all_probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
+        # the suite's probes; field channels judge their own (channel_rows)
+        self.probes = {pid: p for pid, p in self.all_probes.items() if not p.channel}
+        self.by_arm = {a.id: results_by_mode(store, a.id) for a in self.arms}
+        self.base = base_arm(self.arms, roles=self.roles)
+        self.base_failed: set[tuple[int, str]] = set()
+        self.rows: list[VerdictRow] = []
+
+    def base_result(self, pid: int) -> ResultRow | None:
+        """Base's usable streamed result for a probe, if any."""
+        if self.base is None:
+            return None
+        r = self.by_arm[self.base.id].get("stream", {}).get(pid)
+        return r if r is not None and r.ok else None
+
+    def no_base_why(self, pid: int) -> str:
+        """Why a probe has no base result to judge against."""
+        if self.base is None:
+            return "no base arm: no token diff was made and nothing can be discriminated"
+        r = self.by_arm[self.base.id].get("stream", {}).get(pid)
+        if r is None:
+            return f"the base arm ({self.base.name}, {self.base.status}) has no result for this probe"
+        return f"the base arm's request failed ({r.error}): nothing to diff against"
+
+    def run(self) -> list[VerdictRow]:
+        """Every verdict of the session, base's first (the discriminator rule needs them)."""
+        ordered = ([self.base] if self.base else []) + [a for a in self.arms if a is not self.base]
+        for arm in ordered:
+            stream = self.by_arm[arm.id].get("stream", {})
+            if stream:
+                self.stream_token_rows(arm, stream)
+                self.result_rows(arm, stream)
+                if arm is not self.base:
+                    self.pair_rows(arm)
+                self.self_pair_rows(arm)
+                self.stream_text_rows(arm, stream)
+                self.arm_rows(arm, stream)
+            self.timed_rows(arm)
+        self.channel_rows()
+        return self.rows
+
+    def channel_rows(self) -> None:
+        """Each field channel the session ran judges its own results (through CHANNELS, from the layer above)."""
+        names = (self.store.session(self.session_id).options or {}).get("channels") or []
+        if names and self.channels is None:
+            raise ObservatoryError(f"session {self.session_id} ran field channels ({', '.join(names)}): judge it "
+                                   "with observatory.commands.evaluate, which gives the judge the channels")
+        for name in names:
+            probes = {pid: p for pid, p in self.all_probes.items() if p.channel == name}
+            assert self.channels is not None
+            self.rows.extend(self.channels(self.store, self.session_id, name, self.arms, self.roles, probes,
+                                           self.registry))
+
+    def stream_token_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+        """WARN where a stream carried fewer token ids than the engine says it generated.
+
+        Not measurable (SKIP) on a llama.cpp arm that speculates, where the
+        non-streamed response carries every id: llama-server sends no logprobs
+        for tokens accepted from a draft (`LLAMA_SPEC_STREAM`), by design of
+        its current server, so the stream cannot carry them.
+        """
+        modes = self.by_arm[arm.id]
+        llama_spec = engine_of(arm.launch) == "llama.cpp" and (arm.launch or {}).get("speculative_config") is not None
+        for pid, r in stream.items():
+            if not r.ok or tokens_complete(r) or pid not in self.probes:
+                continue
+            got, said = len(r.token_ids or []), (r.usage or {}).get("completion_tokens")
+            of = f"{got} of {said if said is not None else 'an unknown number of'} token ids"
+            if llama_spec and full_sequence(modes, pid) is not None:
+                verdict, reason = "SKIP", f"not measurable: the stream carried {of}; {LLAMA_SPEC_STREAM}"
+            else:
+                verdict, reason = WARN, (f"the stream carried {of} (the engine withheld them); token diffs use the "
+                                         "non-streamed response, or the text")
+            self.rows.append(VerdictRow(
+                arm_id=arm.id, result_id=r.id, probe_id=pid, gate="stream_tokens", gate_version="judge",
+                verdict=verdict, details={"streamed": got, "generated": said, "assigned_by": "judge"}, reason=reason,
+            ))
+
+    def result_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+        for pid, probe in self.probes.items():
+            r = stream.get(pid)
+            if r is None or not r.ok:
+                continue
+            out = to_output(r)
+            unjudged = arm is not self.base and self.base_result(pid) is None
+            for gate in result_gates(self.registry, probe):
+                row = _row(arm, gate, _safe(gate, out, probe), r, pid)
+                if arm is self.base:
+                    if gate.correctness and row.verdict == FAIL:
+                        self.base_failed.add((pid, gate.name))
+                elif unjudged:
+                    row = _override(row, UNJUDGED, self.no_base_why(pid))
+                elif gate.correctness and (pid, gate.name) in self.base_failed:
+                    row = _override(row, NOT_DISCRIMINATING,
+                                    "the base arm fails this gate too: the probe does not discriminate")
+                self.rows.append(row)
+
+    def pair_rows(self, arm: ArmRow) -> None:
+        modes = self.by_arm[arm.id]
+        for gate in self.registry.of_kind("pair"):
+            for pid, probe in self.probes.items():
+                stream = modes.get("stream", {}).get(pid)
+                if stream is None or not stream.ok:
+                    continue
+                if self.base_result(pid) is None:
+                    self.rows.append(_judged(arm, gate, UNJUDGED, self.no_base_why(pid), stream, pid))
+                    continue
+                if gate.sequences:
+                    self.rows.append(self.sequence_row(arm, gate, probe, pid))
+                else:
+                    ref = self.base_result(pid)
+                    assert ref is not None
+                    self.rows.append(_row(arm, gate, _safe(gate, to_output(stream), to_output(ref), probe), stream, pid))
+
+    def sequence_row(self, arm: ArmRow, gate: Gate, probe: Probe, pid: int) -> VerdictRow:
+        """Spec vs base on complete token sequences, or on texts where ids are missing."""
+        assert self.base is not None
+        mine = full_sequence(self.by_arm[arm.id], pid)
+        ref = full_sequence(self.by_arm[self.base.id], pid)
+        if mine is not None and ref is not None:
+            res = _safe(gate, to_output(mine), to_output(ref), probe)
+            res.details = {**res.details, "compared": [mine.mode, ref.mode]}
+            return self.checked(_row(arm, gate, res, mine, pid))
+        a = mine or self.by_arm[arm.id]["stream"][pid]
+        b = ref or self.base_result(pid)
+        assert b is not None
+        res = text_divergence(a, b, "base")
+        if res.verdict == PASS:
+            return _judged(arm, gate, UNJUDGED, f"no token diff was made: {res.reason}", a, pid, res.details)
+        return _row(arm, gate, res, a, pid)
+
+    @staticmethod
+    def checked(row: VerdictRow) -> VerdictRow:
+        """A sequence diff whose reference contradicts its own greedy choice cannot judge the arm."""
+        if (row.details or {}).get("kind") == "base_not_greedy":
+            return _override(row, UNJUDGED, row.reason)
+        return row
+
+    def self_pair_rows(self, arm: ArmRow) -> None:
+        """Non-streamed and in-batch outputs against the arm's own streamed one."""
+        modes = self.by_arm[arm.id]
+        for gate in self.registry.of_kind("pair"):
+            if not gate.sequences:
+                continue
+            for pid, probe in self.probes.items():
+                mine = full_sequence(modes, pid)
+                stream = modes.get("stream", {}).get(pid)
+                for mode, label in SELF_PAIRS.items():
+                    other = modes.get(mode, {}).get(pid)
+                    if other is None or not other.ok or other is mine:
+                        continue
+                    name = f"{gate.name}:{label}"
+                    if mine is not None and tokens_complete(other):
+                        res = _safe(gate, to_output(other), to_output(mine), probe)
+                        row = self.checked(_row(arm, gate, res, other, pid, name=name))
+                        if row.verdict == PASS and comparable_text(other) != comparable_text(mine):
+                            # Stream integrity: the same token ids must read as the same text and calls.
+                            row = _override(row, FAIL, "same token ids, different text or tool calls")
+                            row.reason = (f"{label} and {mine.mode} outputs have the same token ids but different "
+                                          "text or tool calls: the stream (or the detokeniser) assembled them wrong")
+                        self.rows.append(row)
+                    elif stream is not None and stream.ok and other is not stream:
+                        res = text_divergence(other, stream, "the streamed output")
+                        self.rows.append(_row(arm, gate, res, other, pid, name=name))
+
+    def stream_text_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+        """Stream integrity: the streamed text deltas, joined, must read as the streamed ids detokenised.
+
+        One ``token_diff:stream_text`` row per streamed result (issue 15 item 6).
+        The ids' texts are the engine's own per-token texts (stored
+        ``token_texts``); the text is what the deltas carried. A mismatch on an
+        arm judged against base is a FAIL where base's stream of the same
+        probe matches, a WARN where base's does not either (not attributable);
+        on base itself a WARN. Not measurable (SKIP): incomplete ids, tool
+        calls or reasoning (their ids carry markup the text does not),
+        per-token texts that split a character. Tool calls are compared as
+        data by ``token_diff:nonstream``.
+        """
+        is_base = arm is self.base
+        base_stream = self.by_arm[self.base.id].get("stream", {}) if self.base is not None and not is_base else {}
+        for pid, r in stream.items():
+            if not r.ok or pid not in self.probes:
+                continue
+            why_not = stream_text_unmeasurable(r)
+            at = None if why_not else stream_text_mismatch(r)
+            details: dict[str, Any] = {"assigned_by": "judge"}
+            if why_not:
+                verdict, reason = "SKIP", f"not measurable: {why_not}"
+            elif at is None:
+                verdict, reason = PASS, "the streamed deltas equal the streamed ids detokenised"
+            else:
+                joined = "".join(r.token_texts or [])
+                details.update(char_position=at, stream_text=(r.text or "")[max(0, at - 40): at + 40],
+                               ids_text=joined[max(0, at - 40): at + 40])
+                ref = base_stream.get(pid)
+                ref_clean = (ref is not None and ref.ok and stream_text_unmeasurable(ref) is None
+                             and stream_text_mismatch(ref) is None)
+                if is_base or self.roles.get(arm.name) == AA_COPY:
+                    verdict, why = WARN, "a base arm: the reference's own stream"
+                elif ref_clean:
+                    verdict, why = FAIL, "base's stream of this probe matches its ids"
+                else:
+                    verdict, why = WARN, "base's stream differs too (or is missing): not attributable to this arm"
+                reason = (f"the streamed deltas differ from the streamed ids detokenised at character {at} ({why}): "
+                          "the stream lost, added or garbled text")
+            self.rows.append(VerdictRow(arm_id=arm.id, result_id=r.id, probe_id=pid, gate="token_diff:stream_text",
+                                        gate_version="judge", verdict=verdict, reason=reason, details=details))
+
+    def timed_rows(self, arm: ArmRow) -> None:
+        """Every timed output against the reference output of its prompt, one verdict per probe and level.
+
+        The reference is base's streamed output (the arm's own for base).
+        Timed requests carry no logprobs, so they are compared by text (and
+        by token ids where both sides have them). A difference is a FAIL when
+        base's own timed outputs at that level all equal its reference (the
+        engine is batch-invariant there, so the difference is the arm's);
+        otherwise a WARN: base itself varies at that concurrency.
+        """
+        gates = [g for g in self.registry.of_kind("pair") if g.sequences]
+        if not gates or self.base is None:
+            return
+        gate = gates[0]
+        mine, base_timed = timed_by_level(self.store, arm.id), timed_by_level(self.store, self.base.id)
+        for level, per_probe in sorted(mine.items()):
+            for pid, results in per_probe.items():
+                ref = self.base_result(pid)
+                done = [r for r in results if r.ok]
+                if ref is None or not done:
+                    continue
+                differ = [r for r in done if not _same_output(r, ref)]
+                base_differ = [r for r in base_timed.get(level, {}).get(pid, []) if r.ok and not _same_output(r, ref)]
+                details: dict[str, Any] = {"concurrency": level, "outputs": len(done), "identical": len(done) - len(differ),
+                                           "base_varies": len(base_differ), "by": "text"}
+                what = "its streamed output" if arm is self.base else "base's output"
+                if not differ:
+                    res = GateResult(PASS, f"c={level}: {len(done)} of {len(done)} timed outputs equal {what}", details)
+                else:
+                    first = text_divergence(differ[0], ref, "base").details
+                    details.update(first={k: first.get(k) for k in ("char_position", "spec_text", "base_text")})
+                    if arm is self.base or base_differ:
+                        verdict = WARN
+                        why = ("the engine is not batch-invariant here" if arm is self.base else
+                               f"base's own timed outputs differ too ({len(base_differ)}): not attributable to this arm")
+                    else:
+                        verdict, why = FAIL, "base's own timed outputs at this level all equal its reference"
+                    res = GateResult(verdict, f"c={level}: {len(differ)} of {len(done)} timed outputs differ from "
+                                              f"{what} ({why})", details)
+                self.rows.append(_row(arm, gate, res, None, pid, name=f"{gate.name}:c{level}"))
+
+    def arm_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+        pairs = [(self.probes[pid], to_output(r)) for pid, r in stream.items() if r.ok and pid in self.probes]
+        for gate in self.registry.of_kind("arm"):
+            row = _row(arm, gate, _safe(gate, pairs), None, None)
+            if gate.invalidates and row.verdict == FAIL:
+                row = _override(row, INVALID, f"{gate.name} failed: this arm's measurements cannot be trusted")
+            self.rows.append(row)
+
+
+def stream_text_unmeasurable(r: ResultRow) -> str | None:
+    """Why a streamed result's text cannot be checked against its ids' texts (None: it can)."""
+    texts = r.token_texts or []
+    if not tokens_complete(r) or len(texts) != len(r.token_ids or []):
+        return "the stream did not carry every token id with its text"
+    if r.tool_calls:
+        return "tool calls (their ids carry markup the text does not)"
+    if r.reasoning:
+        return "reasoning (the parser splits the ids' text)"
+    if any("\ufffd" in t for t in texts):
+        return "a character split across tokens (per-token texts do not decode alone)"
+    return None
+
+
+def stream_text_mismatch(r: ResultRow) -> int | None:
+    """Where the streamed text departs from its ids' texts joined, or None where they agree.
+
+    A stop on EOS or a stop token id keeps that token among the ids (vLLM:
+    ``<|im_end|>``) but not in the text, so after ``finish_reason`` "stop" the
+    last token's text may be missing.
+    """
+    texts, text = list(r.token_texts or []), r.text or ""
+    joined = "".join(texts)
+    if joined == text or (r.finish_reason == "stop" and texts and "".join(texts[:-1]) == text):
+        return None
+    return next((i for i, (x, y) in enumerate(zip(text, joined)) if x != y), min(len(text), len(joined)))
+
+
+def _same_output(r: ResultRow, ref: ResultRow) -> bool:
+    if tokens_complete(r) and tokens_complete(ref):
+        return list(r.token_ids or []) == list(ref.token_ids or [])
+    return comparable_text(r) == comparable_text(ref)
+
+
+def session_registry(store: Any, session_id: int) -> GateRegistry:
+    """The gates a session is judged with: built-ins plus its stored ``--gates-dir`` folders."""
+    options = store.session(session_id).options or {}
+    return registry_for((options.get("plan") or {}).get("gates_dirs") or ())
+
+
+class ChannelJudge(Protocol):
+    """The verdicts of one field channel over one engine's arms (`observatory.channels.judge_channel`)."""
+
+    def __call__(self, store: Any, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
+                 probes: dict[int, Probe], registry: GateRegistry) -> list[VerdictRow]: ...
+
+
+def judge_session(store: Any, session_id: int, registry: GateRegistry | None = None,
+                  channels: ChannelJudge | None = None) -> list[VerdictRow]:
+    """(Re)compute and store every verdict of a session; CHANNELS judges the field channels it ran."""
+    registry = registry or session_registry(store, session_id)
+    rows = [row for arms in by_engine(store.arms(session_id))
+            for row in _Judge(store, session_id, registry, arms, channels).run()]
+    store.replace_verdicts(session_id, rows)
+    return rows

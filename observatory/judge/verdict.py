@@ -1,0 +1,186 @@
+"""The one verdict policy: a session's verdict with structured reasons.
+
+Everything that states a session's verdict renders `decide`'s result, which
+`observatory.report.data.build` stores as the read model's ``verdict``: the
+nightly gate's exit code, the HTML report's banner, the terminal summary,
+JUnit, selftest and ``show --json`` (its top-level ``"verdict"``).
+
+- FAIL (exit 1): an arm judged against base (spec, fault, A/A copy, variant)
+  fails a probe: a hard token divergence, a text divergence where ids are
+  missing, a correctness gate the base arm passes, a timed output that
+  differs where base's do not; or a performance check the user made a
+  threshold of (``--fail-on``) fails.
+- INVALID (exit 2): nothing failed, but a verdict or a figure cannot be
+  backed: the session is unfinished; there is no base arm; an arm crashed,
+  hung, failed to start, did not speculate, was confounded or resumed across
+  sessions; an arm answered blank or failed most requests; a probe has no
+  usable base result (its verdicts are UNJUDGED); a request failed; a diff
+  could not be made.
+- WARN (exit 0): nothing failed or is invalid, but something needs a look
+  (near-ties, streams that withheld ids, performance below the defaults, no
+  probe discriminates).
+- PASS (exit 0): every arm judged against base passes every discriminating
+  probe, and every arm is valid.
+
+NOTEs explain without changing the verdict (LOW_N, non-discriminating probes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from observatory.model.errors import ObservatoryError
+from observatory.model.gates import GateRegistry, default_registry, registry_for
+from observatory.model.read_model import ArmView, Reason, SessionFacts, SessionVerdict, SessionView
+from observatory.model.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
+from observatory.model.vocabulary import EXIT, INVALID_CODES, NOT_DISCRIMINATING, UNJUDGED
+
+__all__ = ["EXIT", "INVALID_CODES", "LEVELS", "NOT_DISCRIMINATING", "UNJUDGED", "WHY", "Reason", "SessionVerdict",
+           "arm_role", "decide", "discriminates", "session_gates", "session_verdict"]
+
+LEVELS = ("FAIL", "INVALID", "WARN", "NOTE")
+WHY = {
+    "FAIL": "an arm judged against base fails a probe or a performance threshold",
+    "INVALID": "nothing failed, but a verdict or a measurement cannot be backed",
+    "WARN": "nothing failed, but some outputs or figures need a look",
+    "PASS": "every arm judged against base passes every discriminating probe, and every arm is valid",
+}
+
+
+def arm_role(arm: ArmView) -> str:
+    """An arm's role: stored at planning; for arms of old sessions, the same rule on its facts."""
+    if arm.role:
+        return arm.role
+    if arm.is_spec:
+        return FAULT if arm.launch.get("fault") else SPEC
+    return AA_COPY if arm.copy_of else BASE
+
+
+def _validity_reasons(arm: ArmView, add: Any) -> None:
+    codes = [v.code for v in arm.validity]
+    for v in arm.validity:
+        level = "INVALID" if v.code in INVALID_CODES else "NOTE"
+        add(level, f"arm {arm.name}: {v.code}: {v.detail or ''}".strip(), arm=arm.name, code=v.code)
+    if arm.status != "ok" and not any(c in INVALID_CODES for c in codes):
+        add("INVALID", f"arm {arm.name}: {arm.status} {arm.reason or ''}".strip(), arm=arm.name,
+            code=str(arm.status).upper())
+    results = arm.results
+    failed = [r for r in results if not r.ok]
+    if results and len(failed) * 2 > len(results):
+        add("INVALID", f"{arm.name}: {len(failed)} of {len(results)} requests failed: the arm answers nothing usable",
+            arm=arm.name, code="NO_ANSWERS")
+    if not arm.validity:  # figures not computed (yet): the arm gates' own word
+        for gate, gv in arm.arm_verdicts.items():
+            if gv.verdict == "INVALID":
+                add("INVALID", f"{arm.name}: {gate}: {gv.reason}", arm=arm.name, gate=gate)
+
+
+def session_gates(session: SessionFacts) -> GateRegistry:
+    """The gates a session was judged with: the built-ins plus its stored ``--gates-dir`` folders.
+
+    A folder gone since is left out (its gates' metadata is then unknown: see `discriminates`).
+    """
+    plan = (session.options or {}).get("plan") or {}
+    try:
+        return registry_for(plan.get("gates_dirs") or ())
+    except ObservatoryError:
+        return default_registry()
+
+
+def discriminates(registry: GateRegistry) -> Callable[[str], bool]:
+    """Whether a verdict key's gate can make a probe discriminating: a correctness gate that does not
+    compare whole sequences (the token diffs, ``NAME`` and its channels ``NAME:nonstream`` ..., judge every
+    probe whatever base does). A gate not in REGISTRY is unknown, so it does not count."""
+    def counts(key: str) -> bool:
+        name = key.split(":", 1)[0]  # a channel verdict is its sequence gate's (judge: NAME:channel)
+        if name not in registry:
+            return False
+        g = registry.get(name)
+        return g.purpose == "correctness" and not g.sequences
+    return counts
+
+
+def _judged_arm_reasons(arm: ArmView, add: Any,
+                        counts: Callable[[str], bool]) -> tuple[int, int, set[str]]:
+    """Reasons from the results of an arm judged against base; (judged, discriminating, not-discriminating probes).
+
+    COUNTS tells which verdicts can make a probe discriminating (`discriminates`).
+    """
+    judged = discriminating = 0
+    not_discr: set[str] = set()
+    aa = " (A/A control: the engine's own non-determinism)" if arm_role(arm) == AA_COPY else ""
+    name = arm.name
+    for r in arm.results:
+        probe = r.probe
+        if not r.ok:
+            add("INVALID", f"{name} / {probe}: request failed: {r.error}", arm=name, probe=probe)
+            continue
+        judged += 1
+        verdicts = r.verdicts
+        if any(v.verdict not in (NOT_DISCRIMINATING, "SKIP", UNJUDGED) and counts(g) for g, v in verdicts.items()):
+            discriminating += 1
+        if any(v.verdict == NOT_DISCRIMINATING for v in verdicts.values()):
+            not_discr.add(probe)
+        for gate, v in verdicts.items():
+            level = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID"}.get(v.verdict)
+            if level:
+                tag = f"{v.verdict}: " if v.verdict in (UNJUDGED, "INVALID") else ""
+                add(level, f"{name} / {probe}: {gate}: {tag}{v.reason}{aa}", arm=name, probe=probe, gate=gate)
+    for gate, v in arm.arm_verdicts.items():
+        if v.verdict in ("FAIL", "WARN"):
+            add(v.verdict, f"{name}: {gate}: {v.reason}", arm=name, gate=gate)
+    for gate, v in arm.channel_verdicts.items():
+        level = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID"}.get(v.verdict)
+        if level:
+            tag = f"{v.verdict}: " if level == "INVALID" else ""
+            add(level, f"{name}: channel {gate}: {tag}{v.reason}{aa}", arm=name, gate=gate, code="CHANNEL")
+    for p in arm.figures.performance or []:
+        if p.get("verdict") in ("FAIL", "WARN"):
+            add(p["verdict"], f"{name}: {p.get('check')}: {p.get('reason')}", arm=name, gate=p.get("check"))
+    return judged, discriminating, not_discr
+
+
+def decide(session: SessionFacts, arms: Sequence[ArmView]) -> SessionVerdict:
+    """The session verdict of SESSION's ARMS (`observatory.report.data.build` stores it as ``.verdict``)."""
+    reasons: list[Reason] = []
+
+    def add(level: str, text: str, **about: Any) -> None:
+        reasons.append(Reason(level, text, **about))
+
+    if session.status != "complete":
+        add("INVALID", f"session {session.status}: {session.reason or 'not finished'}".strip())
+    if not any(arm_role(a) == BASE for a in arms):
+        add("INVALID", "no base arm: no token diff was made, and no probe can be discriminated", code="NO_BASE")
+    judged = discriminating = 0
+    not_discr: set[str] = set()
+    counts = discriminates(session_gates(session))
+    for arm in arms:
+        _validity_reasons(arm, add)
+        role = arm_role(arm)
+        if role not in JUDGED_AGAINST_BASE:
+            for gate, v in arm.channel_verdicts.items():
+                if v.verdict in ("INVALID", UNJUDGED):  # the reference itself could not be measured
+                    add("INVALID", f"{arm.name}: channel {gate}: {v.reason}", arm=arm.name, gate=gate,
+                        code="CHANNEL")
+            continue  # base's own failures make probes non-discriminating, not failures
+        j, d, nd = _judged_arm_reasons(arm, add, counts)
+        judged, discriminating, not_discr = judged + j, discriminating + d, not_discr | nd
+        cells = [r.verdict for r in arm.results if r.verdict]
+        if role in (SPEC, FAULT, VARIANT) and cells and all(c == NOT_DISCRIMINATING for c in cells):
+            add("NOTE", f"arm {arm.name}: no probe discriminates (the base arm fails every one): "
+                        "this session tests nothing about speculation", arm=arm.name)
+    if judged and not discriminating:
+        add("WARN", "no probe discriminates: the base arm fails every correctness gate the probes declare, "
+                    "so only the token diffs judge the other arms")
+    if not_discr:
+        add("NOTE", f"not discriminating (the base arm fails them too): {', '.join(sorted(not_discr))}")
+    levels = {r.level for r in reasons}
+    verdict = next((lv for lv in ("FAIL", "INVALID", "WARN") if lv in levels), "PASS")
+    ordered = tuple(sorted(reasons, key=lambda r: LEVELS.index(r.level)))
+    return SessionVerdict(verdict, WHY[verdict], ordered)
+
+
+def session_verdict(data: SessionView) -> tuple[str, list[str]]:
+    """(PASS | WARN | FAIL | INVALID, the reasons that are not NOTEs) of one `report_data.build` view."""
+    return data.verdict.verdict, data.verdict.texts()

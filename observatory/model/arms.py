@@ -1,0 +1,323 @@
+"""Arms: what each server configuration of a session is, parsed strictly.
+
+``--arms`` takes a comma list. Each item is one of
+
+- a preset: ``base`` (no speculation), ``mtpK`` (MTP, K speculative tokens),
+  ``ngramK`` (prompt-lookup n-gram, K tokens);
+- ``spec``: the JSON given with ``--speculative-config``;
+- a name defined in an arms file (``--arms-file arms.toml``);
+- ``NAME=URL``: a server someone else started (nothing is launched; NAME
+  still says what it is, e.g. ``mtp2=http://10.0.0.5:8001``);
+- an engine prefix: ``vllm:NAME`` is NAME (vLLM is the default engine);
+  ``llama.cpp:base``, ``llama.cpp:draftK`` (draft-simple with a draft model),
+  ``llama.cpp:ngramK`` (ngram-simple) run llama.cpp's llama-server (see
+  `observatory.engines.llamacpp`); the prefix stays in the arm's name;
+
+optionally followed by ``+fault=NAME`` (launch with an injected fault, see
+`observatory.faults`) and by ``@IMAGE`` (run this arm in that serving image,
+e.g. ``mtp2@observatory/vllm-cpu:local``; arms of two images in one session
+are compared image against image, see `observatory.engines.images`). The same arm listed twice is an A/A control: the
+second copy is named ``NAME#2`` and records ``copy_of``.
+
+Arms file layout (unknown keys are errors)::
+
+    [arms.mtp2-eager]
+    speculative_config = { method = "mtp", num_speculative_tokens = 2 }
+    engine_args = ["--enforce-eager"]      # flags for this arm only
+    env = { SOME_VAR = "1" }               # environment for this arm only
+    fault = "ghost"                        # optional
+    url = "http://127.0.0.1:8001"          # optional: don't launch
+    image = "vllm/vllm-openai:nightly"     # optional: run in this image
+    engine = "llama.cpp"                   # optional: "vllm" (default) or "llama.cpp"
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from observatory.faults import FAULTS as FAULT_DESCRIPTIONS
+from observatory.model.errors import ArmError
+from observatory.model.tomlfile import read_toml
+
+# One list of fault names: the plugin's (observatory.faults), whichever a spec arm may take with +fault=NAME.
+FAULTS = tuple(FAULT_DESCRIPTIONS)
+_ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "image", "engine"}
+ENGINES = ("vllm", "llama.cpp")
+LLAMA_CPP = "llama.cpp"
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
+_PRESET_RE = re.compile(r"(mtp|ngram)([1-9][0-9]?)")
+_LLAMA_PRESET_RE = re.compile(r"(draft|ngram)([1-9][0-9]?)")
+_ENGINE_PREFIX_RE = re.compile(r"(vllm|llama\.cpp):(.+)")
+
+
+@dataclass
+class Arm:
+    """One server configuration of a session."""
+
+    name: str
+    speculative_config: dict[str, Any] | None = None
+    engine_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    url: str | None = None
+    fault: str | None = None
+    copy_of: str | None = None
+    image: str | None = None  # serving image named on the arm itself (ARM@IMAGE or the arms file)
+    engine: str = "vllm"  # one of ENGINES: which server this arm launches (or is, for a url arm)
+
+    @property
+    def is_spec(self) -> bool:
+        """Whether this arm is meant to speculate."""
+        return self.speculative_config is not None
+
+    @property
+    def num_speculative_tokens(self) -> int | None:
+        """K of the speculative config, if any."""
+        if self.speculative_config is None:
+            return None
+        k = self.speculative_config.get("num_speculative_tokens")
+        return int(k) if isinstance(k, int) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+def preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
+    """(is a preset, its speculative config) for NAME."""
+    if name == "base":
+        return True, None
+    m = _PRESET_RE.fullmatch(name)
+    if not m:
+        return False, None
+    method, k = m.group(1), int(m.group(2))
+    if method == "mtp":
+        return True, {"method": "mtp", "num_speculative_tokens": k}
+    return True, {
+        "method": "ngram",
+        "num_speculative_tokens": k,
+        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 2,
+    }
+
+
+def llama_preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
+    """(is a llama.cpp preset, its speculative config) for NAME: base, draftK, ngramK.
+
+    The configs name llama.cpp's own --spec-type values (common/speculative.cpp);
+    `observatory.engines.llamacpp.spec_args` turns them into flags.
+    """
+    if name == "base":
+        return True, None
+    m = _LLAMA_PRESET_RE.fullmatch(name)
+    if not m:
+        return False, None
+    method = {"draft": "draft-simple", "ngram": "ngram-simple"}[m.group(1)]
+    return True, {"method": method, "num_speculative_tokens": int(m.group(2))}
+
+
+def parse_speculative_config(text: str, where: str = "--speculative-config") -> dict[str, Any]:
+    """A speculative config from JSON text, checked for the keys vLLM needs."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ArmError(f"{where}: not valid JSON ({e.msg} at column {e.colno}): {text!r}") from None
+    return check_speculative_config(value, where)
+
+
+def check_speculative_config(value: Any, where: str) -> dict[str, Any]:
+    """Validate a speculative config object."""
+    if not isinstance(value, dict):
+        raise ArmError(f"{where}: must be a JSON object like {{\"method\": \"mtp\", \"num_speculative_tokens\": 2}}")
+    if not isinstance(value.get("method"), str) or not value["method"]:
+        raise ArmError(f"{where}: needs a string \"method\" (e.g. \"mtp\", \"ngram\")")
+    k = value.get("num_speculative_tokens")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise ArmError(f"{where}: \"num_speculative_tokens\" must be a positive integer, got {k!r}")
+    return value
+
+
+def arms_file_fail_on(path: Path | str) -> str | None:
+    """The performance thresholds an arms file sets (top-level ``fail_on``), if any."""
+    data = read_toml(Path(path), ArmError, "arms file")
+    value = data.get("fail_on")
+    if value is not None and not isinstance(value, str):
+        raise ArmError(f"{path}: fail_on must be a string like 'speedup<1.0,ttft_ratio>3,acceptance<0.5'")
+    return value
+
+
+def load_arms_file(path: Path | str) -> dict[str, Arm]:
+    """Named arms from a TOML file, loaded strictly."""
+    path = Path(path)
+    data = read_toml(path, ArmError, "arms file")
+    unknown = sorted(set(data) - {"arms", "fail_on"})
+    if unknown:
+        raise ArmError(f"{path}: unknown top-level key {unknown[0]!r}; define arms as [arms.NAME] tables "
+                       "(the only other key is fail_on)")
+    if not isinstance(data.get("fail_on", ""), str):
+        raise ArmError(f"{path}: fail_on must be a string like 'speedup<1.0,ttft_ratio>3,acceptance<0.5'")
+    arms: dict[str, Arm] = {}
+    for name, raw in (data.get("arms") or {}).items():
+        where = f"{path}: arm {name!r}"
+        if not _NAME_RE.fullmatch(name):
+            raise ArmError(f"{where}: names may use letters, digits, '.', '_' and '-'")
+        if not isinstance(raw, dict):
+            raise ArmError(f"{where}: must be a table")
+        bad = sorted(set(raw) - _ARM_FILE_KEYS)
+        if bad:
+            raise ArmError(f"{where}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_ARM_FILE_KEYS))})")
+        spec = raw.get("speculative_config")
+        if spec is not None:
+            spec = check_speculative_config(spec, f"{where}: speculative_config")
+        engine_args = raw.get("engine_args", [])
+        if not isinstance(engine_args, list) or not all(isinstance(a, str) for a in engine_args):
+            raise ArmError(f"{where}: engine_args must be a list of strings")
+        env = raw.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise ArmError(f"{where}: env must be a table of strings")
+        fault = raw.get("fault")
+        if fault is not None and fault not in FAULTS:
+            raise ArmError(f"{where}: unknown fault {fault!r} (known: {', '.join(FAULTS)})")
+        url = raw.get("url")
+        if url is not None:
+            url = _check_url(url, where)
+        image = raw.get("image")
+        if image is not None:
+            image = _check_image(image, where, url)
+        engine = raw.get("engine", "vllm")
+        if engine not in ENGINES:
+            raise ArmError(f"{where}: engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        if engine == LLAMA_CPP and (fault is not None or image is not None):
+            raise ArmError(f"{where}: faults and images are vLLM's; a llama.cpp arm takes neither")
+        arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(engine_args),
+                         env=dict(env), url=url, fault=fault, image=image, engine=engine)
+    if not arms:
+        raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
+    return arms
+
+
+def _check_url(url: Any, where: str) -> str:
+    if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        raise ArmError(f"{where}: {url!r} is not an http(s) URL like http://127.0.0.1:8000")
+    return url.rstrip("/")
+
+
+def parse_arms(
+    spec: str,
+    arms_file: Path | str | None = None,
+    speculative_config: str | None = None,
+) -> list[Arm]:
+    """The session's arms, in run order, from the --arms list."""
+    defined = load_arms_file(arms_file) if arms_file else {}
+    custom = parse_speculative_config(speculative_config) if speculative_config else None
+    items = [s.strip() for s in spec.split(",")]
+    if not spec.strip() or any(not s for s in items):
+        raise ArmError(f"--arms {spec!r}: give a comma list of arm names, e.g. base,mtp1,mtp2")
+    arms: list[Arm] = []
+    counts: dict[str, int] = {}
+    for item in items:
+        arm = _parse_item(item, defined, custom)
+        counts[arm.name] = counts.get(arm.name, 0) + 1
+        if counts[arm.name] > 1:
+            arm.copy_of = arm.name
+            arm.name = f"{arm.name}#{counts[arm.name]}"
+        arms.append(arm)
+    # Arms on several engines: each engine keeps its own base (observatory.model.roles); the bases are
+    # compared across engines apart from every verdict (observatory.judge.cross_engine).
+    if speculative_config and not any(a.name.split("#")[0].startswith("spec") for a in arms):
+        raise ArmError("--speculative-config was given but no arm named 'spec' is in --arms")
+    return arms
+
+
+def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | None) -> Arm:
+    prefixed = _ENGINE_PREFIX_RE.fullmatch(item)
+    if prefixed and prefixed.group(1) == LLAMA_CPP:
+        return _parse_llama_item(item, prefixed.group(2), defined)
+    if prefixed:  # vllm:NAME is NAME
+        item = prefixed.group(2)
+    m = re.fullmatch(r"([^=+]+)=(https?://\S+)", item)
+    if m:
+        name, url = m.group(1), _check_url(m.group(2), f"--arms item {item!r}")
+        if not _NAME_RE.fullmatch(name):
+            raise ArmError(f"--arms item {item!r}: bad arm name {name!r}")
+        base = _resolve(name, defined, custom, allow_unknown=True)
+        base.url = url
+        return base
+    item, image = _split_image(item)
+    name, *options = item.split("+")
+    arm = _resolve(name, defined, custom, allow_unknown=False)
+    for opt in options:
+        key, _, value = opt.partition("=")
+        if key != "fault" or not value:
+            raise ArmError(f"--arms item {item!r}: unknown option {opt!r}; the only option is +fault=NAME")
+        if value not in FAULTS:
+            raise ArmError(f"--arms item {item!r}: unknown fault {value!r} (known: {', '.join(FAULTS)})")
+        arm.fault = value
+        arm.name = f"{arm.name}+fault={value}"
+    if arm.fault and not arm.is_spec:
+        raise ArmError(f"--arms item {item!r}: a fault needs a speculating arm (e.g. mtp1+fault={arm.fault})")
+    if image is not None:
+        arm.image = _check_image(image, f"--arms item {item}@{image!r}", arm.url)
+        arm.name = f"{arm.name}@{image}"
+    return arm
+
+
+def _parse_llama_item(item: str, rest: str, defined: dict[str, Arm]) -> Arm:
+    """``llama.cpp:NAME`` or ``llama.cpp:NAME=URL``: a llama-server arm, named with its prefix."""
+    name, eq, url = rest.partition("=")
+    if "+" in name or "@" in name:
+        raise ArmError(f"--arms item {item!r}: faults (+fault=) and images (@IMAGE) are vLLM's; "
+                       "a llama.cpp arm takes neither")
+    if name in defined:
+        arm = copy.deepcopy(defined[name])
+        if arm.engine != LLAMA_CPP:
+            raise ArmError(f"--arms item {item!r}: the arms file defines {name!r} without engine = \"llama.cpp\"")
+    else:
+        is_preset, config = llama_preset_config(name)
+        if not is_preset:
+            raise ArmError(f"Unknown llama.cpp arm {name!r} in {item!r}. Presets: llama.cpp:base, "
+                           "llama.cpp:draftK (draft model), llama.cpp:ngramK (n-gram), K = 1..99; "
+                           "or an arms-file name with engine = \"llama.cpp\".")
+        arm = Arm(name=name, speculative_config=config, engine=LLAMA_CPP)
+    arm.name = f"{LLAMA_CPP}:{arm.name}"
+    if eq:
+        arm.url = _check_url(url, f"--arms item {item!r}")
+    return arm
+
+
+# -- serving images per arm (ARM@IMAGE) ---------------------------------------
+_IMAGE_RE = re.compile(r"[a-z0-9][a-z0-9._/:@\-]*")
+
+
+def _split_image(item: str) -> tuple[str, str | None]:
+    """'mtp2@IMG' -> ('mtp2', 'IMG'); an image reference may itself hold '@sha256:...'."""
+    head, at, image = item.partition("@")
+    return (head, image) if at else (item, None)
+
+
+def _check_image(image: Any, where: str, url: str | None) -> str:
+    if url is not None:
+        raise ArmError(f"{where}: an arm with a url is not launched, so it cannot name an image")
+    if not isinstance(image, str) or not _IMAGE_RE.fullmatch(image):
+        raise ArmError(f"{where}: {image!r} is not a docker image reference like observatory/vllm-cpu:local")
+    return image
+
+
+def _resolve(name: str, defined: dict[str, Arm], custom: dict[str, Any] | None, allow_unknown: bool) -> Arm:
+    if name in defined:
+        return copy.deepcopy(defined[name])
+    if name == "spec" and custom is not None:
+        return Arm(name=name, speculative_config=copy.deepcopy(custom))
+    is_preset, config = preset_config(name)
+    if is_preset:
+        return Arm(name=name, speculative_config=config)
+    if allow_unknown and _NAME_RE.fullmatch(name):
+        # An external server under a free-form name: we cannot know its
+        # config; treat it as speculating unless it says "base".
+        return Arm(name=name, speculative_config={"method": "unknown"})
+    hint = "; define it in an arms file (--arms-file)" if not defined else f"; the arms file defines {', '.join(sorted(defined))}"
+    raise ArmError(f"Unknown arm {name!r}. Presets: base, mtpK, ngramK (K = 1..99), spec (with --speculative-config){hint}.")

@@ -1,0 +1,97 @@
+"""Plugins by entry point: gates, channels and engine adapters from installed packages (issue 26 item 6).
+
+One mechanism, three groups. A package adds to the observatory by declaring
+entry points in its ``pyproject.toml``::
+
+    [project.entry-points."observatory.gates"]
+    mygates = "my_package.gates"                 # a module: its @gate functions register
+    [project.entry-points."observatory.channels"]
+    mychannel = "my_package.channel:CHANNEL"     # an observatory.channels.Channel
+    [project.entry-points."observatory.engines"]
+    myengine = "my_package.engine:MyAdapter"     # an EngineAdapter class (observatory.engines.spec_counters)
+
+The built-ins are declared the same way in our own ``pyproject.toml`` and
+listed in `BUILTIN` below, so a source checkout that was never installed
+still has them (tests/test_plugins.py checks the two lists agree). Both go
+through `discover`, deduplicated by value, built-ins first.
+
+Why `importlib.metadata` and not pluggy (which simonw/llm and datasette
+use): each group is a list of objects to register, with no hook calls,
+ordering or wrappers; pluggy's entry-point loading is this same stdlib call
+underneath, and a hook-spec layer for three lists would be a dependency with
+nothing to do. docs/plugins.md shows how to write each kind.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+from observatory.model.errors import ObservatoryError
+
+GATES = "observatory.gates"
+CHANNELS = "observatory.channels"
+ENGINES = "observatory.engines"
+GROUPS = (GATES, CHANNELS, ENGINES)
+
+# The built-ins of each group, exactly as pyproject.toml declares them (name -> "module[:attribute]").
+BUILTIN: dict[str, dict[str, str]] = {
+    GATES: {"builtin": "observatory.model.paths:GATES_DIR"},
+    CHANNELS: {name: f"observatory.channels.{name}:CHANNEL"
+               for name in ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "history")},
+    ENGINES: {"vllm": "observatory.engines.spec_counters:VLLMAdapter",
+              "sglang": "observatory.engines.spec_counters:SGLangAdapter",
+              "llama.cpp": "observatory.engines.spec_counters:LlamaCppAdapter",
+              "llamacpp": "observatory.engines.spec_counters:LlamaCppAdapter",
+              "llama-server": "observatory.engines.spec_counters:LlamaCppAdapter"},
+}
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One entry point: its NAME, VALUE (``module[:attribute]``) and the distribution that declared it."""
+
+    group: str
+    name: str
+    value: str
+    dist: str  # "observatory (built-in)" for ours
+
+    @property
+    def builtin(self) -> bool:
+        return BUILTIN.get(self.group, {}).get(self.name) == self.value
+
+    def load(self) -> Any:
+        """The object the entry point names; a plugin that fails to import is a setup error naming it."""
+        module, _, attr = self.value.partition(":")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in attr.split(".") if attr else ():
+                obj = getattr(obj, part)
+        except Exception as e:  # a third party's code is input: any error in it is a setup error naming it
+            raise ObservatoryError(f"plugin {self.name!r} ({self.group}, from {self.dist}: {self.value}) "
+                                   f"failed to load: {type(e).__name__}: {e}") from None
+        return obj
+
+
+@cache
+def discover(group: str) -> tuple[Plugin, ...]:
+    """The built-ins of GROUP, then every installed package's entry points of it (a value once)."""
+    if group not in GROUPS:
+        raise ObservatoryError(f"unknown plugin group {group!r} (known: {', '.join(GROUPS)})")
+    found = [Plugin(group, name, value, "observatory (built-in)") for name, value in BUILTIN[group].items()]
+    seen = {(p.name, p.value) for p in found}
+    for ep in sorted(metadata.entry_points(group=group), key=lambda e: (e.name, e.value)):
+        if (ep.name, ep.value) in seen:
+            continue  # our own, declared in pyproject.toml too
+        seen.add((ep.name, ep.value))
+        dist = getattr(ep, "dist", None)
+        found.append(Plugin(group, ep.name, ep.value, f"{dist.name} {dist.version}" if dist else "unknown"))
+    names = [p.name for p in found]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        who = "; ".join(f"{p.name} = {p.value} ({p.dist})" for p in found if p.name in clash)
+        raise ObservatoryError(f"two plugins of {group} share a name: {who}. Uninstall one of them.")
+    return tuple(found)

@@ -1,0 +1,373 @@
+"""Static HTML reports, rendered from the read model `report_data.build()` returns (never ORM rows).
+
+A report is a directory that opens offline from ``file://`` or a CI artifact:
+``index.html`` plus ``results/A-P.html`` (arm A, probe P, both 0-based indices,
+so arm names never become file names) with the full output of each result.
+There are no external resources: CSS is inline, charts are inline SVG drawn by
+`observatory.report.charts`, and there is no JavaScript at all.
+
+Model output is untrusted (see docs/design.md, section 5): the Jinja environment
+autoescapes with StrictUndefined, and ``|safe`` is used only on ``*_html``
+values built here with `markupsafe.escape` + `Markup`.
+
+The banner states the session verdict of `observatory.judge.verdict.decide` (the
+nightly gate's), each reason linked to its result; NOTEs (LOW_N,
+non-discriminating probes) do not change it.
+
+``render_cross(a, b, out)`` puts two sessions side by side under a loud banner
+(docs/design.md mistake 6) and computes no speedup across them unless asked to.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
+
+from observatory.engines.images import arm_image
+from observatory.judge.verdict import INVALID_CODES, arm_role
+from observatory.model.paths import TEMPLATES_DIR
+from observatory.model.previews import PREVIEW_CHARS
+from observatory.model.read_model import ArmView, ResultView, SessionFacts, SessionView
+from observatory.model.roles import engine_of
+from observatory.report import charts
+
+# gate -> (reference label, compared label (None: the arm's name), what is compared)
+DIFF_GATES = {
+    "token_diff": ("base", None, "spec vs base"),
+    "token_diff:nonstream": ("streamed", "non-streamed", "non-streamed vs streamed"),
+    "token_diff:batch": ("alone (streamed)", "in a concurrent batch", "batch vs alone"),
+}
+CROSS_BANNER = ("different sessions: not comparable (docs/design.md, mistake 6): the same configuration gave "
+                "17.97 vs 9.71 tok/s in two sessions")
+
+
+def num(v: Any, digits: int = 2) -> str:
+    """A number with DIGITS decimals; "—" when missing."""
+    return "—" if v is None else f"{float(v):.{digits}f}"
+
+
+def pct(v: Any) -> str:
+    """A fraction as a percentage; "—" when missing."""
+    return "—" if v is None else f"{100.0 * float(v):.1f}%"
+
+
+def environment() -> Environment:
+    """The one Jinja environment: autoescaped, strict about undefined names."""
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES_DIR)), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=num, pct=pct, pretty=lambda v: json.dumps(v, indent=2, ensure_ascii=False,
+                                                                      default=str))
+    return env
+
+
+def result_href(ai: int, pi: int) -> str:
+    """Relative link of one result's detail page."""
+    return f"results/{ai}-{pi}.html"
+
+
+def _visible(tok: Any) -> str:
+    if not isinstance(tok, str):
+        return f"#{tok}"
+    return "".join(c if c.isprintable() else ("⏎" if c == "\n" else "⇥" if c == "\t" else "·")
+                   for c in tok) or "∅"
+
+
+def tokens_html(tokens: list[Any] | None, mark_first: bool = False) -> Markup:
+    """Tokens as boxed spans (ids as #N); the first one marked (the divergent token)."""
+    spans = []
+    for i, t in enumerate(tokens or []):
+        cls = "tok div" if mark_first and i == 0 else "tok"
+        spans.append(Markup('<span class="{}">{}</span>').format(cls, _visible(t)))
+    return Markup("").join(spans) if spans else Markup('<span class="muted">(end of output)</span>')
+
+
+def _g(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(key)
+    return d
+
+
+def role_words(a: ArmView) -> str:
+    """The arm's role in words: base, A/A copy, or the speculative config."""
+    spec = a.speculative_config
+    role = arm_role(a)
+    config = (f"{spec.get('method', 'spec')} k={spec.get('num_speculative_tokens', '?')}" if isinstance(spec, Mapping)
+              else "speculating")
+    if role == "base":
+        return "base (no speculation)"
+    if role == "aa_copy":
+        return f"A/A copy of {a.copy_of} (no speculation)"
+    if role == "variant":
+        return "variant (no speculation), diffed against base"
+    words = config + (" · injected fault" if role == "fault" else "")
+    return f"copy of {a.copy_of} · {words}" if a.copy_of else words
+
+
+def arm_view(a: ArmView) -> dict[str, Any]:
+    """One arm with every figure the templates read present (None when missing)."""
+    acc = a.figures.acceptance or {}
+    spd = a.figures.speed or {}
+    vs = a.figures.vs_base
+    per_pos, hist = acc.get("per_position") or [], acc.get("histogram") or []
+    codes = [v.code for v in a.validity]
+    levels = sorted(_g(spd, "throughput") or {}, key=int)
+    return {
+        "name": a.name, "role": role_words(a), "status": a.status,
+        "reason": a.reason, "is_spec": a.is_spec,
+        "engine_version": a.engine_version, "validity": a.validity,
+        "arm_gates": sorted((g, v.verdict, v.reason) for g, v in a.arm_verdicts.items()),
+        "bad": any(c in INVALID_CODES for c in codes), "log_tail": a.log_tail,
+        "log_path": a.log_path, "show_log": a.status not in ("ok", "pending"),
+        "argv": shlex.join(a.launch.get("argv") or []), "env": a.launch.get("env") or {},
+        "url": a.launch.get("url"), "fault": a.launch.get("fault"),
+        "image": arm_image(dict(a.launch)),  # docker hook: ref, digest, engine inside
+        "alpha": acc.get("alpha"), "tau": acc.get("tau"), "drafts": acc.get("drafts"),
+        "draft_tokens": acc.get("draft_tokens"), "accepted": acc.get("accepted"),
+        "by_category": acc.get("by_category") or {},
+        "per_pos_html": charts.bars(per_pos, [f"p{j + 1}" for j in range(len(per_pos))],
+                                    f"{a.name}: P(accepted ≥ j)", xlabel="draft position j")
+        if per_pos else None,
+        "hist_html": charts.bars(hist, [str(j) for j in range(len(hist))], f"{a.name}: P(n accepted)",
+                                 color=charts.PALETTE[2], xlabel="accepted per draft n") if hist else None,
+        "ttft_med": _g(spd, "ttft_ms", "median"), "ttft_p90": _g(spd, "ttft_ms", "p90"),
+        "itl_med": _g(spd, "itl_ms", "median"), "itl_p90": _g(spd, "itl_ms", "p90"),
+        "single": spd.get("single_stream_tok_s"), "decode": spd.get("decode_tok_s"),
+        "requests": spd.get("requests"),
+        "throughput": {lv: _g(spd, "throughput", lv, "tok_s") for lv in levels},
+        "vs": {k: _g(vs, k) for k in ("S", "ci", "r", "c", "pays", "statement", "break_even_alpha",
+                                      "within_noise", "cross_session")} if isinstance(vs, Mapping) else None,
+        "bursty": spd.get("bursty") if _g(spd, "bursty", "bursty") else None,
+        "token_source": spd.get("token_source"),
+        "by_concurrency": a.figures.by_concurrency or {},
+        "stream_tau": a.figures.stream_tau, "stream_counter_tau": a.figures.stream_counter_tau,
+        "performance": a.figures.performance or [],
+    }
+
+
+def diff_views(data: SessionView, only: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    """Every divergence of the session (or of one result): token_diff and its stream/batch variants.
+
+    For every result's own list at once, use `diffs_by_result` (one pass).
+    """
+    if only is not None:
+        return diffs_by_result(data).get(only, [])
+    return [d for ds in diffs_by_result(data).values() for d in ds]
+
+
+def diffs_by_result(data: SessionView) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    """(arm index, probe index) -> that result's divergences, in one pass over the session."""
+    pidx = {p.name: i for i, p in enumerate(data.probes)}
+    out: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for ai, a in enumerate(data.arms):
+        for r in a.results:
+            pi = pidx.get(r.probe, -1)
+            for gate, (ref, cand, label) in DIFF_GATES.items():
+                v = r.verdicts.get(gate)
+                if v is None:
+                    continue
+                d = v.details or {}
+                if d.get("kind") in ("identical", None) and v.verdict in ("PASS", "SKIP"):
+                    continue
+                if gate == "token_diff" and a.copy_of:
+                    label = "A/A control vs base"
+                out.setdefault((ai, pi), []).append({
+                    "arm": a.name, "probe": r.probe, "href": result_href(ai, pi), "gate": gate,
+                    "label": label, "verdict": v.verdict, "reason": v.reason, "kind": d.get("kind"),
+                    "position": d.get("position"), "margin": d.get("margin"),
+                    "lower_bound": bool(d.get("margin_is_lower_bound")), "near_tie_nats": d.get("near_tie_nats"),
+                    "longer": d.get("longer"), "ref_label": ref, "cand_label": cand or a.name,
+                    "prefix_html": tokens_html(d.get("prefix")) if d.get("prefix") else None,
+                    "ref_html": tokens_html(d.get("base_continuation"), mark_first=True),
+                    "cand_html": tokens_html(d.get("spec_continuation"), mark_first=True),
+                })
+    return out
+
+
+def overall(data: SessionView) -> dict[str, Any]:
+    """The verdict banner: the session verdict of `observatory.judge.verdict.decide`, each reason linked to its result.
+
+    The report renders the one verdict policy, so the banner, the gate's exit
+    status, JUnit and ``show --json`` never disagree.
+    """
+    v = data.verdict
+    pidx = {p.name: i for i, p in enumerate(data.probes)}
+    aidx = {a.name: i for i, a in enumerate(data.arms)}
+    reasons = []
+    for r in v.reasons:
+        href = (result_href(aidx[r.arm], pidx[r.probe])
+                if r.arm in aidx and r.probe in pidx else None)
+        reasons.append({"level": r.level, "text": r.text, "href": href})
+    return {"verdict": v.verdict, "why": v.why, "reasons": reasons}
+
+
+def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
+    """Probe rows, one cell per arm: worst verdict, 80-character preview, link, stream/batch flags."""
+    rows = []
+    # each arm's first result per probe, indexed once (was a scan per cell)
+    by_probe: list[dict[str, ResultView]] = [{} for _ in data.arms]
+    for ai, a in enumerate(data.arms):
+        for x in a.results:
+            by_probe[ai].setdefault(x.probe, x)
+    for pi, p in enumerate(data.probes):
+        cells: list[dict[str, Any] | None] = []
+        for ai, _a in enumerate(data.arms):
+            r = by_probe[ai].get(p.name)
+            if r is None:
+                cells.append(None)
+                continue
+            stream_flags = [(g, r.verdicts[g].verdict) for g in ("token_diff:nonstream", "token_diff:batch")
+                            if g in r.verdicts]
+            flags = [{"text": f"{DIFF_GATES[g][1]} differs", "verdict": verdict}
+                     for g, verdict in stream_flags if verdict in ("FAIL", "WARN")]
+            # timed outputs, one verdict per concurrency level (token_diff:cN)
+            flags += [{"text": f"timed at c={g.split(':c', 1)[1]} differs", "verdict": v.verdict}
+                      for g, v in sorted(r.verdicts.items())
+                      if ":c" in g and g.split(":c", 1)[1].isdigit() and v.verdict in ("FAIL", "WARN")]
+            # r.preview is report_data's: the text, or the tool calls' one-line form when there is no text
+            cells.append({"verdict": r.verdict or ("—" if r.ok else "ERROR"), "preview": r.preview, "ok": r.ok,
+                          "error": (r.error or "")[:PREVIEW_CHARS], "href": prefix + result_href(ai, pi),
+                          "flags": flags})
+        rows.append({"probe": p, "cells": cells})
+    return rows
+
+
+def facts(s: SessionFacts, arms: Sequence[ArmView]) -> list[tuple[str, Any]]:
+    """Session facts as (label, value) rows; None values render as "—"."""
+    m = s.machine or {}
+    engines = sorted({a.engine_version for a in arms if a.engine_version})
+    cpu = m.get("cpu") and f"{m.get('cpu')} ({m.get('cpus', '?')} cores, {m.get('memory_gib', '?')} GiB)"
+    return [
+        ("session", s.id), ("status", s.status), ("host", s.host), ("CPU", cpu),
+        ("GPU", s.gpu or ", ".join(m.get("gpus") or []) or None), ("driver", m.get("driver")),
+        ("engine", ", ".join(engines) or None), ("model", s.model), ("image", s.image),
+        ("suite", s.suite), ("observatory", s.observatory_version),
+        ("python / platform", " / ".join(x for x in (m.get("python"), m.get("platform")) if x) or None),
+        ("started", s.started_at), ("finished", s.finished_at),
+        ("command", shlex.join(s.command or []) or None),
+    ]
+
+
+def context(data: SessionView) -> dict[str, Any]:
+    """Everything report.html reads, derived from the read model alone."""
+    arms = [arm_view(a) for a in data.arms]
+    spec = [a for a in arms if a["is_spec"]]
+    cats = sorted({c for a in spec for c in a["by_category"]})
+    levels = sorted({lv for a in arms for lv in a["throughput"]}, key=int)
+    floor = next((a.figures.noise_floor for a in data.arms if a.figures.noise_floor), None)
+    return {
+        "s": data.session, "facts": facts(data.session, data.arms),
+        "overall": overall(data), "arms": arms, "spec": spec,
+        "matrix": matrix(data), "diffs": diff_views(data), "categories": cats, "levels": levels,
+        "floor": floor, "triages": data.triages, "channels": data.channels,
+        "cross_engine": data.cross_engine,
+        "speed_html": charts.hbars([(a["name"], [a["single"], a["decode"]]) for a in arms],
+                                   ["single-stream", "decode only"], "Speed per arm", "tok/s"),
+        "throughput_html": charts.grouped_bars(
+            [f"c={lv}" for lv in levels], [a["name"] for a in arms],
+            [[a["throughput"].get(lv) for a in arms] for lv in levels], "Throughput per concurrency", "tok/s")
+        if levels else None,
+    }
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def render_session(data: SessionView, out: Path | str) -> Path:
+    """Write index.html and one detail page per result into OUT; return index.html."""
+    out = Path(out)
+    env = environment()
+    ctx = context(data)
+    pidx = {p.name: i for i, p in enumerate(data.probes)}
+    diffs = diffs_by_result(data)
+    result_page = env.get_template("result.html")
+    for ai, a in enumerate(data.arms):
+        for r in a.results:
+            pi = pidx[r.probe]
+            page = result_page.render(
+                s=data.session, arm=ctx["arms"][ai], r=r, diffs=diffs.get((ai, pi), []),
+                tokens=token_rows(r), acc=_g(a.figures.acceptance, "by_probe", r.probe) or {}, root="../")
+            _write(out / result_href(ai, pi), page)
+    index = out / "index.html"
+    _write(index, env.get_template("report.html").render(**ctx, root=""))
+    return index
+
+
+def token_rows(r: ResultView) -> list[dict[str, Any]]:
+    """Per generated token: id, visible text, its logprob, and the top alternatives."""
+    texts = r.token_texts or []
+    tops = r.top_logprobs or []
+    rows = []
+    for i, tid in enumerate(r.token_ids or []):
+        top = tops[i] if i < len(tops) else []
+        chosen = next((lp for t, lp in top if t == tid), None)
+        rows.append({"i": i, "id": tid, "text": _visible(texts[i]) if i < len(texts) else "",
+                     "logprob": chosen, "alts": ", ".join(f"#{t} {lp:.2f}" for t, lp in top[:5])})
+    return rows
+
+
+def _base(data: SessionView, engine: str | None = None) -> ArmView | None:
+    """DATA's base arm (ENGINE given: the base of that engine, observatory.model.roles)."""
+    return next((a for a in data.arms if arm_role(a) == "base" and engine in (None, engine_of(a.launch))), None)
+
+
+def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
+    """Speedups of each session's spec arms over the OTHER session's base (flagged cross-session)."""
+    from observatory.judge.figures import vs_base  # here: numpy costs 0.3 s at start-up of every report
+
+    out = []
+    for spec_s, base_s in ((a, b), (b, a)):
+        for arm in spec_s.arms:
+            if not arm.is_spec or not arm.figures.speed:
+                continue
+            base = _base(base_s, engine_of(arm.launch))  # a llama.cpp arm over the other session's llama.cpp base
+            base_speed = base.figures.speed if base is not None else None
+            if base is None or not base_speed:
+                continue
+            vb = vs_base(dict(arm.figures.acceptance or {}), dict(arm.figures.speed), dict(base_speed),
+                         _g(arm.speculative_config, "num_speculative_tokens"))
+            out.append({"arm": arm.name, "arm_session": spec_s.session.id,
+                        "base_session": base_s.session.id, "base": base.name, **vb})
+    return out
+
+
+def render_cross(a: SessionView, b: SessionView, out: Path | str,
+                 allow_cross_session: bool = False) -> Path:
+    """Two sessions side by side (each also rendered whole under s<ID>/); return index.html."""
+    out = Path(out)
+    sides: list[dict[str, Any]] = []
+    for data in (a, b):
+        sid = data.session.id
+        render_session(data, out / f"s{sid}")
+        sides.append({"s": data.session, "prefix": f"s{sid}/", "overall": overall(data),
+                      "facts": dict(facts(data.session, data.arms)),
+                      "arms": [arm_view(x) for x in data.arms]})
+    fa, fb = sides[0]["facts"], sides[1]["facts"]
+    differs = [k for k in fa if k not in ("session", "status", "started", "finished", "command") and fa[k] != fb[k]]
+    names = list(dict.fromkeys([p.name for p in a.probes] + [p.name for p in b.probes]))
+    hashes = [{p.name: p.hash for p in d.probes} for d in (a, b)]
+    rows = []
+    # each side's matrix once, indexed by probe name (was recomputed per probe)
+    matrices = [{r["probe"].name: r for r in matrix(data, side["prefix"])} for side, data in zip(sides, (a, b))]
+    for name in names:
+        cells: list[dict[str, Any] | None] = []
+        for data, by_name in zip((a, b), matrices):
+            row = by_name.get(name)
+            cells += row["cells"] if row else [None] * len(data.arms)
+        changed = name in hashes[0] and name in hashes[1] and hashes[0][name] != hashes[1][name]
+        rows.append({"name": name, "changed": changed, "cells": cells})
+    page = environment().get_template("compare.html").render(
+        sides=sides, banner=CROSS_BANNER, differs=differs, rows=rows, allow=allow_cross_session,
+        cross=cross_speedups(a, b) if allow_cross_session else [], root="")
+    index = out / "index.html"
+    _write(index, page)
+    return index

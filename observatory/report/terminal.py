@@ -1,0 +1,195 @@
+"""Terminal output with rich: progress while a session runs, then the summary.
+
+Model output is untrusted: every piece of it goes through `rich.markup.escape`
+(or into a `Text` object, which never parses markup).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from observatory.judge.verdict import arm_role
+from observatory.model.arms import Arm
+from observatory.model.probes import Probe
+from observatory.model.read_model import ArmView, SessionView
+from observatory.model.roles import JUDGED_AGAINST_BASE
+from observatory.model.vocabulary import TOKEN_DIFF
+
+STYLE = {
+    "PASS": "green", "WARN": "yellow", "FAIL": "bold red", "NOT_DISCRIMINATING": "magenta",
+    "INVALID": "bold magenta", "SKIP": "dim", "ok": "green", "failed": "bold red", "crashed": "bold red",
+    "hung": "bold red", "interrupted": "yellow", "pending": "dim", "UNJUDGED": "bold magenta",
+}
+SHORT = {"NOT_DISCRIMINATING": "NOT_DISCR"}
+
+
+class RichReporter:
+    """Progress bars for arms and probes."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=self.console, transient=False,
+        )
+        self._arms_task: Any = None
+        self._step_task: Any = None
+
+    def __enter__(self) -> RichReporter:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def session_started(self, session_id: int, arms: list[Arm], probes: list[Probe]) -> None:
+        """Announce the session."""
+        self.console.print(f"[bold]Session {session_id}[/]: {len(arms)} arm(s) x {len(probes)} probe(s)")
+        self._arms_task = self.progress.add_task("arms", total=len(arms))
+
+    def arm_started(self, arm: Arm, what: str) -> None:
+        """An arm begins."""
+        self.console.print(f"[cyan]{escape(arm.name)}[/]: {escape(what)}")
+        if self._step_task is not None:
+            self.progress.remove_task(self._step_task)
+        self._step_task = self.progress.add_task(f"{escape(arm.name)}: loading", total=None)
+
+    def arm_waiting(self, arm: Arm, elapsed_s: float) -> None:
+        """Still waiting for /health."""
+        self.progress.update(self._step_task, description=f"{escape(arm.name)}: waiting for /health ({elapsed_s:.0f} s)")
+
+    def arm_ready(self, arm: Arm, ready_s: float, version: str | None) -> None:
+        """The engine answered /health."""
+        self.console.print(f"[cyan]{escape(arm.name)}[/]: ready after {ready_s:.0f} s (engine {escape(version or '?')})")
+
+    def step(self, arm: Arm, label: str, done: int, total: int) -> None:
+        """Progress inside an arm."""
+        self.progress.update(self._step_task, description=f"{escape(arm.name)}: {escape(label)}",
+                             completed=done, total=total)
+
+    def arm_finished(self, arm: Arm, status: str, reason: str | None) -> None:
+        """An arm ended."""
+        style = STYLE.get(status, "")
+        msg = f"[cyan]{escape(arm.name)}[/]: [{style}]{escape(status)}[/]"
+        if reason:
+            msg += f" — {escape(reason)}"
+        self.console.print(msg)
+        self.progress.advance(self._arms_task)
+        if self._step_task is not None:
+            self.progress.remove_task(self._step_task)
+            self._step_task = None
+
+
+def _count(v: Any) -> str:
+    return "not reported" if v is None else str(v)
+
+
+def verdict_text(v: str | None) -> Text:
+    """A styled verdict."""
+    v = v or "-"
+    return Text(SHORT.get(v, v), style=STYLE.get(v, ""))
+
+
+def _num(v: Any, fmt: str = "{:.2f}") -> str:
+    return "not measurable" if v is None else fmt.format(v)
+
+
+def arm_headline(a: ArmView) -> str:
+    """One line per arm judged against base: token-identical n/N, alpha, tau, S with its CI."""
+    diffs = [r.verdicts.get(TOKEN_DIFF) for r in a.results if r.ok]
+    made = [d for d in diffs if d and d.verdict != "UNJUDGED"]
+    same = sum(1 for d in made if (d.details or {}).get("kind") == "identical")
+    acc = a.figures.acceptance or {}
+    vs = a.figures.vs_base or {}
+    ci = vs.get("ci")
+    s_text = _num(vs.get("S")) + (f" (95% CI {ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+    head = f"token-identical {same}/{len(made)}" + (f" ({len(diffs) - len(made)} not diffed)" if len(diffs) > len(made) else "")
+    if not a.is_spec:
+        return head + " · no speculation"
+    return head + f" · alpha {_num(acc.get('alpha'), '{:.3f}')} · tau {_num(acc.get('tau'))} · S {s_text}"
+
+
+def print_verdict(data: SessionView, console: Console) -> None:
+    """The session verdict, its first reasons, and each judged arm's headline."""
+    v = data.verdict
+    console.print(Text(f"Verdict: {v.verdict}", style=STYLE.get(v.verdict, "bold")), Text(f" — {v.why}"))
+    shown = [r for r in v.reasons if r.level != "NOTE"]
+    for r in shown[:10]:
+        console.print(Text(f"  {r.level}: {r.text}"[:300], style=STYLE.get(r.level, "")))
+    if len(shown) > 10:
+        console.print(Text(f"  ... and {len(shown) - 10} more (see the report)", style="dim"))
+    for a in data.arms:
+        if arm_role(a) in JUDGED_AGAINST_BASE:
+            console.print(Text(f"  {a.name}:", style="cyan"), Text(arm_headline(a)))
+
+
+def print_summary(data: SessionView, console: Console | None = None) -> None:
+    """Arms and the probe x arm matrix with 80-character previews."""
+    console = console or Console()
+    s = data.session
+    console.print(
+        f"[bold]Session {s.id}[/] {escape(s.status)} · {escape(s.host or '')} · "
+        f"{escape(s.gpu or 'no GPU')} · model {escape(str(s.model))} · started {s.started_at}"
+    )
+    arms = Table(title="Arms", show_lines=False)
+    for col in ("arm", "status", "engine", "drafts", "accepted", "validity / reason"):
+        arms.add_column(col)
+    for a in data.arms:
+        c = a.counters
+        notes = [f"{v.code}: {v.detail}" for v in a.validity]
+        if a.reason:
+            notes.append(a.reason)
+        arms.add_row(
+            Text(a.name), Text(a.status, style=STYLE.get(a.status, "")),
+            Text(a.engine_version or "-"),
+            _count(c.drafts) if a.is_spec else "-",
+            _count(c.accepted) if a.is_spec else "-",
+            Text("; ".join(notes)[:200]),
+        )
+    console.print(arms)
+    print_verdict(data, console)
+    matrix = Table(title="Probe x arm (verdict, first 80 characters)", show_lines=True)
+    matrix.add_column("probe")
+    for a in data.arms:
+        matrix.add_column(Text(a.name))
+    results = [{x.probe: x for x in a.results} for a in data.arms]
+    for p in data.probes:
+        row: list[Any] = [Text(p.name)]
+        for by_probe in results:
+            r = by_probe.get(p.name)
+            if r is None:
+                row.append(Text("-", style="dim"))
+                continue
+            cell = verdict_text(r.verdict)
+            cell.append("\n")
+            cell.append(Text(r.preview if r.ok else f"error: {r.error}"[:80]))
+            row.append(cell)
+        matrix.add_row(*row)
+    console.print(matrix)
+    print_channels(data, console)
+
+
+def print_channels(data: SessionView, console: Console) -> None:
+    """One line per field channel x arm: its verdicts and the worst one's reason."""
+    if not data.channels:
+        return
+    table = Table(title="Field channels (docs/channels.md)", show_lines=False)
+    for col in ("channel", "arm", "verdict", "why"):
+        table.add_column(col)
+    for ch in data.channels:
+        for a in ch.arms:
+            vs = a.verdicts
+            if not vs:
+                table.add_row(Text(ch.name), Text(a.arm), Text("-", style="dim"), Text(f"no verdict ({a.status})"))
+                continue
+            order = ["FAIL", "INVALID", "UNJUDGED", "WARN", "PASS"]
+            gate, v = min(vs.items(), key=lambda kv: order.index(kv[1].verdict) if kv[1].verdict in order else 9)
+            table.add_row(Text(ch.name), Text(a.arm), verdict_text(v.verdict),
+                          Text(f"{gate}: {v.reason or ''}"[:160]))
+    console.print(table)

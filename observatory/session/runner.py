@@ -1,0 +1,363 @@
+"""The runner: one session, arm after arm, every result stored as it arrives.
+
+Data flows one way: runner -> store -> judge -> report; the runner never
+judges (the command runs `observatory.commands.evaluate` after each wave through
+``on_wave_done``, and once more at the end). For each arm the
+runner launches the engine (or uses the given URL), waits for readiness,
+sends one warm-up request (stored, excluded from figures), then each probe
+streamed with the spec counters read just before and after it, then each
+probe again non-streamed and all probes at once in a concurrent batch (for
+the stream/non-stream and alone/batch diffs), then the timed throughput
+runs. The engine is stopped in ``finally``. A failing arm is stored with its
+reason and log tail; the other arms still run. Ctrl-C or SIGTERM stops the
+servers and stores the session as interrupted.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+from observatory import __version__
+from observatory.client.send import EngineClient, request_params
+from observatory.engines.gpus import plan_waves
+from observatory.engines.images import inspect_image
+from observatory.engines.machine import describe
+from observatory.engines.server import (
+    EngineProcess,
+    EngineStartError,
+    arm_image_ref,
+)
+from observatory.engines.server_facts import host_facts, served_facts
+from observatory.engines.settings import EngineSettings, speculative_config_for
+from observatory.judge.cross_engine import PROMPT_IDS, engines_of, prompt_ids
+from observatory.model.arms import Arm
+from observatory.model.errors import ObservatoryError
+from observatory.model.probes import Probe
+from observatory.model.roles import BASE, assign_roles
+from observatory.session.launch import launch
+from observatory.session.measure import ArmCrashed, ArmRun
+from observatory.store import lease
+from observatory.store.clock import utcnow
+from observatory.store.db import ArmRow, ProbeRow, SessionRow
+from observatory.store.session_store import Store
+
+
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM: stop servers, store the session as interrupted."""
+
+
+class Reporter(Protocol):
+    """What the runner tells the user about (the CLI draws it with rich)."""
+
+    def session_started(self, session_id: int, arms: list[Arm], probes: list[Probe]) -> None: ...
+    def arm_started(self, arm: Arm, what: str) -> None: ...
+    def arm_waiting(self, arm: Arm, elapsed_s: float) -> None: ...
+    def arm_ready(self, arm: Arm, ready_s: float, version: str | None) -> None: ...
+    def step(self, arm: Arm, label: str, done: int, total: int) -> None: ...
+    def arm_finished(self, arm: Arm, status: str, reason: str | None) -> None: ...
+
+
+class NullReporter:
+    """Says nothing (tests, --quiet)."""
+
+    def session_started(self, session_id: int, arms: list[Arm], probes: list[Probe]) -> None:
+        """-"""
+
+    def arm_started(self, arm: Arm, what: str) -> None:
+        """-"""
+
+    def arm_waiting(self, arm: Arm, elapsed_s: float) -> None:
+        """-"""
+
+    def arm_ready(self, arm: Arm, ready_s: float, version: str | None) -> None:
+        """-"""
+
+    def step(self, arm: Arm, label: str, done: int, total: int) -> None:
+        """-"""
+
+    def arm_finished(self, arm: Arm, status: str, reason: str | None) -> None:
+        """-"""
+
+
+@dataclass
+class CompareOptions:
+    """Everything `observatory compare` decided before anything launches."""
+
+    arms: list[Arm]
+    settings: EngineSettings
+    probes: list[Probe]
+    suite: str
+    log_dir: Path
+    api_key: str | None = None
+    concurrency: list[int] = field(default_factory=lambda: [1])
+    repeat: int = 1
+    request_timeout_s: float = 300.0
+    diffs: bool = True
+    command: list[str] = field(default_factory=list)
+    engine: str = "vllm"
+    gpu_count: int = 0
+    gpus_per_arm: int = 1
+    parallel_arms: bool = False
+    # "sequential": timed runs one arm at a time; "concurrent": as the arms ran
+    timing: str = "sequential"
+    # the plan_compare() arguments, stored so `compare --resume` can rebuild this
+    plan: dict[str, Any] = field(default_factory=dict)
+    # field channels (observatory.channels) run after the correctness pass, in this order
+    channels: list[str] = field(default_factory=list)
+    channel_probes: dict[str, list[Probe]] = field(default_factory=dict)
+
+    def all_probes(self) -> list[Probe]:
+        """The suite's probes, then every channel's, in the order they are stored."""
+        return [*self.probes, *(p for name in self.channels for p in self.channel_probes.get(name, []))]
+
+
+def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
+    raise Interrupted(f"signal {signal.Signals(signum).name}")
+
+
+class Runner:
+    """Runs one compare session into a store."""
+
+    def __init__(self, store: Store, opts: CompareOptions, reporter: Reporter | None = None,
+                 on_wave_done: Callable[[int], None] | None = None):
+        self.store = store
+        self.opts = opts
+        self.reporter: Reporter = reporter or NullReporter()
+        self.probe_ids: dict[str, int] = {}
+        # called with the session id after each wave (the command judges there: verdicts stored as arms finish)
+        self.on_wave_done = on_wave_done
+
+    def engine_of(self, arm: Arm) -> str:
+        """The engine ARM runs on: its own (llama.cpp), else the session's --engine (what its URL serves)."""
+        return arm.engine if arm.engine != "vllm" else self.opts.engine
+
+    # -- session --------------------------------------------------------
+    def create_session(self) -> int:
+        """Store the session, its probes and its (pending) arms; return its id."""
+        facts = describe()
+        o = self.opts
+        pid, host = lease.holder()
+        row = self.store.add(
+            SessionRow(
+                host=facts["host"], machine=facts, gpu=", ".join(facts["gpus"]) or None,
+                observatory_version=__version__, model=o.settings.model, image=o.settings.image,
+                command=o.command, suite=o.suite, lease_pid=pid, lease_host=host, lease_at=utcnow(),
+                options={"concurrency": o.concurrency, "repeat": o.repeat, "diffs": o.diffs, "plan": o.plan,
+                         "channels": list(o.channels),
+                         "engine": {k: v for k, v in vars(o.settings).items() if k != "env"}},
+            )
+        )
+        # the params as sent: SGLang asks for its ids by another flag (observatory.client.sglang_ids); a session
+        # on several engines stores vLLM's form (the engines' bodies differ only in that flag)
+        engines = {self.engine_of(a) for a in o.arms}
+        sent_to = engines.pop() if len(engines) == 1 else "vllm"
+        for i, p in enumerate(o.all_probes()):
+            pr = self.store.add(ProbeRow(session_id=row.id, position=i, name=p.name, category=p.category,
+                                         content_hash=p.content_hash, definition=p.to_dict(),
+                                         params=request_params(p, sent_to)))
+            self.probe_ids[p.name] = pr.id
+        return int(row.id)
+
+    def attach(self, session_id: int) -> None:
+        """Continue a stored session (--resume): its probes must be the ones planned now."""
+        stored = {p.name: p for p in self.store.probes(session_id)}
+        for p in self.opts.all_probes():
+            row = stored.get(p.name)
+            if row is None or row.content_hash != p.content_hash:
+                raise ObservatoryError(
+                    f"Cannot resume session {session_id}: probe {p.name!r} changed since it ran "
+                    "(the suite file was edited). Start a new session instead."
+                )
+            self.probe_ids[p.name] = row.id
+        self.store.take_lease(session_id)  # refuses a session another live process is running
+
+    def run(self, session_id: int | None = None) -> int:
+        """Run every arm, wave by wave; return the session id. Re-raises Interrupted after storing it."""
+        if session_id is None:
+            session_id = self.create_session()
+        self.reporter.session_started(session_id, self.opts.arms, self.opts.probes)
+        old = _install_sigterm()
+        status, reason = "complete", None
+        refresher = lease.Refresher(lambda: self.store.refresh_lease(session_id)).__enter__()
+        try:
+            existing = {a.name: a for a in self.store.arms(session_id)}
+            waves = plan_waves(len(self.opts.arms), self.opts.gpu_count, self.opts.gpus_per_arm, self.opts.parallel_arms)
+            for w, wave in enumerate(waves):
+                todo = []
+                for pos, gpus in wave:
+                    arm = self.opts.arms[pos]
+                    row = existing.get(arm.name)
+                    if row is not None and row.status not in ("pending", "interrupted", "starting", "running"):
+                        continue  # --resume: this arm already ran
+                    todo.append((pos, arm, row, gpus))
+                if todo:
+                    self._run_wave(session_id, w, todo)
+                    if self.on_wave_done is not None:
+                        self.on_wave_done(session_id)
+        except (Interrupted, KeyboardInterrupt) as e:
+            status, reason = "interrupted", str(e) or "KeyboardInterrupt"
+            raise
+        except BaseException as e:
+            status, reason = "failed", f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            _restore_sigterm(old)
+            try:
+                refresher.__exit__()
+            finally:
+                self.store.finish_session(session_id, status, reason)
+        return session_id
+
+    # -- a wave of arms -------------------------------------------------
+    def _run_wave(self, session_id: int, wave: int, todo: list[tuple[int, Arm, ArmRow | None, list[int] | None]]) -> None:
+        """Launch and check the wave's arms together, time them, stop them.
+
+        One arm is a wave of one. Arms of a wave run their correctness passes
+        at once on disjoint GPUs; their timed runs follow one at a time with
+        --timing sequential, or at once (and flagged) otherwise.
+        """
+        names = [arm.name for _, arm, _, _ in todo]
+        runs: list[ArmRun] = []
+        try:
+            for pos, arm, row, gpus in todo:
+                runs.append(self._new_run(session_id, pos, arm, row, gpus, wave, [n for n in names if n != arm.name]))
+            def start_and_check(r: ArmRun) -> None:
+                self._start(r, session_id)
+                self._phase(r, r.correctness)
+                self._phase(r, r.run_channels)
+
+            self._each(runs, start_and_check)
+            if self.opts.timing == "sequential" or len(runs) == 1:
+                for r in runs:
+                    self._phase(r, r.throughput)
+            else:
+                self._each(runs, lambda r: self._phase(r, r.throughput))
+        except (Interrupted, KeyboardInterrupt):
+            for r in runs:
+                r.status, r.reason = "interrupted", "the observatory was interrupted during this arm"
+            raise
+        finally:
+            for r in runs:
+                self._finish(r)
+
+    def _each(self, runs: list[ArmRun], fn: Any) -> None:
+        if len(runs) == 1:
+            fn(runs[0])
+            return
+        with ThreadPoolExecutor(max_workers=len(runs)) as ex:
+            futures = [ex.submit(fn, r) for r in runs]
+            try:
+                for f in futures:
+                    f.result()
+            except BaseException:
+                # stop every engine so the workers' requests fail fast and the pool drains
+                for r in runs:
+                    if r.proc is not None:
+                        r.proc.stop(grace_s=5)
+                raise
+
+    def _new_run(self, session_id: int, pos: int, arm: Arm, row: ArmRow | None, gpus: list[int] | None,
+                 wave: int, concurrent_with: list[str]) -> ArmRun:
+        s = self.opts.settings
+        facts: dict[str, Any] = {
+            "speculative_config": speculative_config_for(arm, s),
+            "engine_args": arm.engine_args, "fault": arm.fault, "copy_of": arm.copy_of, "url": arm.url,
+            "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
+            "timing": self.opts.timing if concurrent_with else "alone", **host_facts(),
+            "role": assign_roles(self.opts.arms)[arm.name],
+            "engine": self.engine_of(arm),
+        }
+        values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
+                      launch=facts, started_at=utcnow(), reason=None, log_tail=None)
+        if row is None:
+            row = self.store.add(ArmRow(**values))
+        else:
+            self.store.clear_arm(row.id)
+            self.store.update(ArmRow, row.id, **values)
+        o = self.opts
+        return ArmRun(arm, int(row.id), self.store, self.probe_ids, o.probes, self.reporter, diffs=o.diffs,
+                      concurrency=o.concurrency, repeat=o.repeat, gpus=gpus, extra={"launch": facts},
+                      channels=list(o.channels), channel_probes=o.channel_probes)
+
+    def _start(self, r: ArmRun, session_id: int) -> None:
+        """Launch (or reach) the arm's engine; on failure the run carries the reason."""
+        arm = r.arm
+        try:
+            if arm.url:
+                self.reporter.arm_started(arm, f"using {arm.url}")
+                r.client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s,
+                                        engine=self.engine_of(arm))
+                if not r.client.health():
+                    raise EngineStartError(f"{arm.url}/health did not answer 200", "failed", kind="unhealthy")
+                ready_s = 0.0
+            else:
+                r.proc, r.client, ready_s = self._launch(r, session_id)
+            version = r.client.version()
+            r.extra["launch"]["served"] = served_facts(r.client)
+            if r.extra["launch"]["role"] == BASE and len(engines_of(self.opts.arms)) > 1:  # observatory.judge.cross_engine
+                r.extra["launch"][PROMPT_IDS] = prompt_ids(r.client.base_url, r.extra["launch"]["engine"],
+                                                           r.client.model(), self.opts.probes, self.opts.api_key)
+            self.store.update(ArmRow, r.arm_id, status="running", ready_at=utcnow(), launch=dict(r.extra["launch"]),
+                              engine_version=version, model=r.client.model())
+            self.reporter.arm_ready(arm, ready_s, version)
+        except EngineStartError as e:
+            r.status, r.reason = e.status, str(e)
+            self.store.update(ArmRow, r.arm_id, log_tail=e.log_tail or None)
+        except ObservatoryError as e:
+            r.status, r.reason = "failed", str(e)
+
+    def _phase(self, r: ArmRun, fn: Any) -> None:
+        """Run one measuring phase if the arm is still live; a crash ends the arm, not the session."""
+        if not r.live:
+            return
+        try:
+            fn()
+        except ArmCrashed as e:
+            r.status, r.reason = e.status, e.reason
+
+    def _finish(self, r: ArmRun) -> None:
+        if r.client is not None:
+            r.client.close()
+        if r.proc is not None:
+            r.proc.stop()
+            self.store.update(ArmRow, r.arm_id, log_tail=r.proc.log_tail())
+        self.store.update(ArmRow, r.arm_id, status=r.status, reason=r.reason, finished_at=utcnow())
+        self.reporter.arm_finished(r.arm, r.status, r.reason)
+
+    def _launch(self, r: ArmRun, session_id: int) -> tuple[EngineProcess, EngineClient, float]:
+        """Start the engine through `observatory.session.launch.launch`, recording how as soon as it runs."""
+        arm, s, facts = r.arm, self.opts.settings, r.extra["launch"]
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in arm.name)
+        log_path = self.opts.log_dir / f"session-{session_id}-{safe}.log"
+        image = arm_image_ref(arm, s)  # docker hook (observatory.engines.images): facts stored per arm
+        if image:
+            facts["image"] = {**inspect_image(image).to_dict(), "asked": arm.image is not None}
+
+        def started(proc: EngineProcess, port: int) -> None:
+            self.reporter.arm_started(arm, f"starting engine on port {port} (log: {log_path})")
+            r.proc = proc  # registered at once, so an interrupt can stop it
+            facts.update(argv=proc.argv, env=proc.env, port=port, pid=proc.pid)
+            self.store.update(ArmRow, r.arm_id, launch=dict(facts), log_path=str(log_path))
+
+        eng = launch(arm, s, r.gpus, log_path, request_timeout_s=self.opts.request_timeout_s, on_start=started,
+                     on_wait=lambda e: self.reporter.arm_waiting(arm, e),
+                     container_prefix=f"observatory-{session_id}-{safe}")
+        return eng.proc, eng.client, eng.ready_s
+
+
+def _install_sigterm() -> Any:
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_interrupted)
+
+
+def _restore_sigterm(old: Any) -> None:
+    if old is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, old)

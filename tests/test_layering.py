@@ -1,0 +1,135 @@
+"""The package's layering: subpackages by phase, imports pointing down only, no circles (issue 26 item 1).
+
+Every import counts: module-level, function-level and ``TYPE_CHECKING`` ones
+alike, read from the source with `ast` (nothing is imported here).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "observatory"
+
+# Bottom first: a module may import its own subpackage and those before it, never one after it.
+LAYERS = ("faults", "model", "store", "engines", "client", "judge", "channels", "session", "triage", "report",
+          "commands", "cli", "__main__")
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for p in PACKAGE.rglob("*.py"):
+        if "_bundled" in p.parts:
+            continue
+        parts = list(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    return mods
+
+
+def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports (a name imported from a package counts as its submodule)."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in mods.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in mods else module for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    edges[name].add(t)
+    return edges
+
+
+def _cycles(mods: dict[str, Path], edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for m in mods:
+        if m not in index:
+            visit(m)
+    return out
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None  # None: observatory/__init__ (the version), below everything
+
+
+def test_every_module_has_a_layer() -> None:
+    strays = [m for m in _modules() if _layer(m) is not None and _layer(m) not in LAYERS]
+    assert not strays, f"modules outside the layers {LAYERS}: {strays}"
+
+
+def test_no_import_circles() -> None:
+    mods = _modules()
+    assert not _cycles(mods, _imports(mods))
+
+
+def test_imports_point_down() -> None:
+    mods = _modules()
+    upward = []
+    for a, targets in _imports(mods).items():
+        la = _layer(a)
+        for b in targets:
+            lb = _layer(b)
+            if la is None or lb is None or la == lb:
+                continue
+            if LAYERS.index(lb) > LAYERS.index(la):
+                upward.append(f"{a} -> {b}")
+    assert not upward, "imports pointing up the layers:\n" + "\n".join(sorted(upward))
+
+
+def test_the_faults_plugin_imports_nothing_else_of_ours() -> None:
+    """It loads inside vLLM's processes: nothing of the observatory beyond itself."""
+    mods = _modules()
+    edges = _imports(mods)
+    outside = [f"{a} -> {b}" for a in mods if _layer(a) == "faults" for b in edges[a] if _layer(b) != "faults"]
+    assert not outside
+
+
+def test_negative_control_a_circle_is_found() -> None:
+    """The cycle finder itself: two modules importing each other are one circle."""
+    mods = {"observatory.model.a": Path("a"), "observatory.model.b": Path("b"), "observatory.model.c": Path("c")}
+    edges: dict[str, set[str]] = defaultdict(set, {"observatory.model.a": {"observatory.model.b"},
+                                                   "observatory.model.b": {"observatory.model.a"},
+                                                   "observatory.model.c": {"observatory.model.a"}})
+    assert _cycles(mods, edges) == [["observatory.model.a", "observatory.model.b"]]

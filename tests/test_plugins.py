@@ -1,0 +1,148 @@
+"""Plugins by entry point (issue 26 item 6): the built-ins register as a third party's do, and a separately
+installed package (examples/plugin) adds a gate, a channel and an engine adapter that run in a real session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+from conftest import REPO, requires_engine
+
+from observatory.model.errors import ObservatoryError
+from observatory.model.plugins import BUILTIN, GROUPS, Plugin, discover
+
+EXAMPLE = REPO / "examples" / "plugin"
+
+
+def test_builtins_are_declared_as_entry_points_too() -> None:
+    """pyproject.toml declares our own gates, channels and adapters exactly as BUILTIN lists them."""
+    eps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
+    for group in GROUPS:
+        assert eps[group] == BUILTIN[group], group
+
+
+def test_installed_builtins_are_found_by_entry_point() -> None:
+    """With the package installed (setup.sh), the metadata carries the built-ins: nothing is found twice."""
+    from importlib import metadata
+
+    for group in GROUPS:
+        installed = {(e.name, e.value) for e in metadata.entry_points(group=group)}
+        assert set(BUILTIN[group].items()) <= installed, f"reinstall (pip install -e .): {group}"
+        found = discover(group)
+        assert len({(p.name, p.value) for p in found}) == len(found)
+
+
+def test_a_plugin_that_fails_to_import_is_a_setup_error_naming_it() -> None:
+    with pytest.raises(ObservatoryError, match=r"plugin 'broken' .*from pkg 1.0.*ModuleNotFoundError"):
+        Plugin("observatory.gates", "broken", "no_such_module_here:X", "pkg 1.0").load()
+
+
+def _install_example(target: Path) -> dict[str, str]:
+    """pip-install examples/plugin into TARGET (no network, no build isolation); the env that sees it."""
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                        "--no-build-isolation", "--target", str(target), str(EXAMPLE)],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO)])}
+
+
+def _py(env: dict[str, str], code: str) -> str:
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return _install_example(tmp_path_factory.mktemp("plugin-site"))
+
+
+def test_an_installed_package_registers_a_gate_a_channel_and_an_engine(plugin_env: dict[str, str]) -> None:
+    out = json.loads(_py(plugin_env, """
+        import json
+        from observatory.channels import channels
+        from observatory.engines.spec_counters import adapter_for
+        from observatory.model.gates import default_registry
+        from observatory.model.plugins import discover, GROUPS
+        print(json.dumps({"gates": sorted(g.name for g in default_registry()), "channels": list(channels()),
+                          "engine": adapter_for("Example-VLLM").name,
+                          "dists": {p.name: p.dist for g in GROUPS for p in discover(g) if not p.builtin}}))
+    """))
+    assert "example_no_wall" in out["gates"] and "token_diff" in out["gates"]
+    assert out["channels"][-1] == "example_repeat" and out["channels"][0] == "soak"  # built-ins first
+    assert out["engine"] == "example-vllm"
+    assert out["dists"] == {n: "observatory-example-plugin 0.1.0" for n in ("example", "example_repeat",
+                                                                             "example-vllm")}
+    listed = subprocess.run([sys.executable, "-m", "observatory", "gates", "list"], env=plugin_env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert listed.returncode == 0 and "example_no_wall" in listed.stdout, listed.stdout + listed.stderr
+
+
+def test_the_plugin_gate_trips_on_its_negative_control(plugin_env: dict[str, str]) -> None:
+    out = _py(plugin_env, """
+        from observatory.model.gates import Output, default_registry
+        from observatory.model.probes import Probe
+        g, p = default_registry().get("example_no_wall"), Probe(name="p", category="prose", prompt="x")
+        print(g.check(Output(text="x" * 61), p).verdict, g.check(Output(text="a few words"), p).verdict)
+    """)
+    assert out.split() == ["FAIL", "PASS"]
+
+
+def test_without_the_package_none_of_it_is_there() -> None:
+    """The control: the same process without the example installed knows none of its names."""
+    from observatory.channels import channels
+    from observatory.model.gates import default_registry
+
+    assert "example_no_wall" not in default_registry() and "example_repeat" not in channels()
+    with pytest.raises(ObservatoryError, match="Unknown engine 'example-vllm'"):
+        from observatory.engines.spec_counters import adapter_for
+
+        adapter_for("example-vllm")
+
+
+SUITE = """
+suite = "plugin"
+[[probe]]
+name = "recite"
+category = "recitation"
+messages = [{ role = "user", content = "Repeat the word apple 5 times." }]
+max_tokens = 16
+"""
+
+
+@pytest.mark.engine
+@requires_engine
+def test_the_plugin_runs_in_a_real_session_and_reaches_show_json(plugin_env: dict[str, str], tmp_path: Path) -> None:
+    """A URL arm of real vLLM read through the plugin's adapter, its channel run, its gate judged."""
+    from observatory.engines.settings import EngineSettings
+    from observatory.model.arms import parse_arms
+    from observatory.model.paths import DEFAULT_MODEL_DIR
+    from observatory.session.launch import launch
+
+    (tmp_path / "one.toml").write_text(SUITE)
+    db = str(tmp_path / "runs.db")
+    env = {**plugin_env, "OBSERVATORY_DB": db}
+    arm = parse_arms("base")[0]
+    with launch(arm, EngineSettings(model=str(DEFAULT_MODEL_DIR)), None, tmp_path / "engine.log") as eng:
+        r = subprocess.run([sys.executable, "-m", "observatory", "compare", "--arms",
+                            f"base=http://127.0.0.1:{eng.port}", "--engine", "example-vllm", "--channels",
+                            "example_repeat", "--suite", str(tmp_path / "one.toml"), "--no-diffs", "--quiet"],
+                           env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    shown = subprocess.run([sys.executable, "-m", "observatory", "show", "--json"], env=env, capture_output=True,
+                           text=True, timeout=120, check=True)
+    data = json.loads(shown.stdout)
+    base = data["arms"][0]
+    assert data["session"]["options"]["channels"] == ["example_repeat"]
+    gates = {g for res in base["results"] for g in res["verdicts"]}
+    assert "example_no_wall" in gates
+    assert base["channel_verdicts"]["example_repeat"]["verdict"] == "PASS", base["channel_verdicts"]
+    assert base["launch"]["engine"] == "example-vllm", base["launch"]
+    assert base["engine_version"], base  # read through the plugin's adapter (vLLM's /version)
