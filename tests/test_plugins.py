@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -44,9 +45,11 @@ def test_a_plugin_that_fails_to_import_is_a_setup_error_naming_it() -> None:
 
 
 def _install_example(target: Path) -> dict[str, str]:
-    """pip-install examples/plugin into TARGET (no network, no build isolation); the env that sees it."""
+    """pip-install (a copy of) examples/plugin into TARGET (no network, no build isolation); the env that sees it."""
+    source = target.parent / f"{target.name}-src"
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                        "--no-build-isolation", "--target", str(target), str(EXAMPLE)],
+                        "--no-build-isolation", "--target", str(target), str(source)],
                        capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO)])}
