@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,14 @@ from conftest import REPO, requires_engine
 
 from observatory.model.errors import ObservatoryError
 from observatory.model.plugins import BUILTIN, GROUPS, Plugin, discover
+from observatory.model.tomlfile import read_toml
 
 EXAMPLE = REPO / "examples" / "plugin"
 
 
 def test_builtins_are_declared_as_entry_points_too() -> None:
     """pyproject.toml declares our own gates, channels and adapters exactly as BUILTIN lists them."""
-    eps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
+    eps = read_toml(REPO / "pyproject.toml", ObservatoryError, "project file")["project"]["entry-points"]
     for group in GROUPS:
         assert eps[group] == BUILTIN[group], group
 
