@@ -26,13 +26,12 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from sqlalchemy import select
-
 from observatory.channels import Channel
 from observatory.channels.view import ChannelView
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash
 from observatory.model.probes import Probe
-from observatory.store.db import ArmRow, SummaryRow, VerdictRow
+from observatory.store.db import ArmRow, VerdictRow
+from observatory.store.summaries import earlier_trusted
 
 NAME = "history"
 NIGHTS = 7
@@ -77,14 +76,7 @@ def _earlier(view: ChannelView, arm: ArmRow, model: str | None, suite: str) -> l
     judged), never built here: building them would judge nothing new and
     would summarise this very session half-judged.
     """
-    t = SummaryRow.__table__
-    q = (select(t.c.session_id, t.c.arm_id, t.c.alpha, t.c.tau, t.c.S)
-         .where(t.c.session_id < view.session_id, t.c.arm == arm.name, t.c.model == model, t.c.suite_hash == suite,
-                t.c.engine_version == arm.engine_version, t.c.trusted.is_(True))
-         .order_by(t.c.session_id.desc()).limit(NIGHTS))
-    with view.store.tx() as tx:
-        rows = [dict(r) for r in tx.execute(q).mappings()]
-    return rows[::-1]
+    return earlier_trusted(view.store, view.session_id, arm.name, model, suite, arm.engine_version, NIGHTS)
 
 
 def _noise(values: list[float], floor: float) -> tuple[float, float]:

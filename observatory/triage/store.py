@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-
+from observatory.store import triages
 from observatory.store.clock import utcnow
-from observatory.store.db import TriageRow, TriageRunRow
+from observatory.store.db import TriageRow
 from observatory.store.session_store import Store, storable
 from observatory.triage.search import TriageOutcome, TriageRun, change_key
 
@@ -26,19 +25,13 @@ def start(store: Store, session_id: int, arm: str, probes: list[dict[str, Any]],
 
 def resumable(store: Store, session_id: int, arm: str) -> TriageRow | None:
     """The latest unfinished triage of ARM in the session (what --resume continues), if any."""
-    with store.tx() as s:
-        return s.scalars(select(TriageRow).where(TriageRow.session_id == session_id, TriageRow.arm == arm,
-                                                 TriageRow.status != "complete")
-                         .order_by(TriageRow.id.desc()).limit(1)).first()
+    return triages.latest_unfinished(store, session_id, arm)
 
 
 def runs(store: Store, triage_id: int) -> list[TriageRun]:
     """A triage's runs, in the order they were made."""
-    with store.tx() as s:
-        rows = s.scalars(select(TriageRunRow).where(TriageRunRow.triage_id == triage_id)
-                         .order_by(TriageRunRow.position)).all()
-        return [TriageRun(dict(r.change or {}), r.verdict, r.first_divergence, r.reason, dict(r.details or {}),
-                          r.log_path, r.duration_s) for r in rows]
+    return [TriageRun(dict(r.change or {}), r.verdict, r.first_divergence, r.reason, dict(r.details or {}),
+                      r.log_path, r.duration_s) for r in triages.run_rows(store, triage_id)]
 
 
 def done_runs(store: Store, triage_id: int) -> dict[str, TriageRun]:
@@ -48,11 +41,9 @@ def done_runs(store: Store, triage_id: int) -> dict[str, TriageRun]:
 
 def add_run(store: Store, triage_id: int, run: TriageRun) -> None:
     """Store one judged run."""
-    with store.tx() as s:
-        n = len(s.scalars(select(TriageRunRow.id).where(TriageRunRow.triage_id == triage_id)).all())
-        s.add(TriageRunRow(triage_id=triage_id, position=n, change=run.change, verdict=run.verdict,
-                           first_divergence=run.first_divergence, reason=storable(run.reason),
-                           details=storable(run.details), log_path=run.log_path, duration_s=run.duration_s))
+    triages.add_run_row(store, triage_id, change=run.change, verdict=run.verdict,
+                        first_divergence=run.first_divergence, reason=storable(run.reason),
+                        details=storable(run.details), log_path=run.log_path, duration_s=run.duration_s)
 
 
 def finish(store: Store, triage_id: int, status: str, outcome: TriageOutcome | None, reason: str | None = None) -> None:
@@ -80,14 +71,9 @@ def as_json(row: TriageRow, made: list[TriageRun]) -> dict[str, Any]:
 
 def summaries(store: Store, session_id: int) -> list[dict[str, Any]]:
     """Every triage of a session, oldest first, as `triage --json` prints it (for show --json and the report)."""
-    with store.tx() as s:
-        rows = s.scalars(select(TriageRow).where(TriageRow.session_id == session_id).order_by(TriageRow.id)).all()
-    return [as_json(r, runs(store, r.id)) for r in rows]
+    return [as_json(r, runs(store, r.id)) for r in triages.triage_rows(store, session_id)]
 
 
 def get(store: Store, triage_id: int) -> dict[str, Any]:
     """One stored triage as `triage --json` prints it."""
-    with store.tx() as s:
-        row = s.get(TriageRow, triage_id)
-        assert row is not None
-    return as_json(row, runs(store, triage_id))
+    return as_json(triages.triage_row(store, triage_id), runs(store, triage_id))
