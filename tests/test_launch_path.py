@@ -136,8 +136,8 @@ def test_launch_is_the_one_path() -> None:
         return {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
             {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
 
-    assert not imports("runner.py") & {"observatory.commands.evaluate", "observatory.judge.session"}
-    assert "observatory.session.runner" not in imports("measure.py")
+    assert not imports("session/runner.py") & {"observatory.commands.evaluate", "observatory.judge.session"}
+    assert "observatory.session.runner" not in imports("session/measure.py")
 
 
 def test_check_alive_reads_the_error_kind_not_the_text(tmp_path: Path) -> None:

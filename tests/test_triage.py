@@ -17,8 +17,8 @@ from observatory.faults import parse_faults
 from observatory.faults.conditions import step_faults, tracks_ghost
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
-from observatory.triage.delta import ddmin
 from observatory.model.vocabulary import FAIL, INVALID, PASS
+from observatory.triage.delta import ddmin
 from observatory.triage.search import TriageRun, change_key, narrow
 
 SINGLES = [("num_speculative_tokens", 1), ("prefix_caching", True), ("max_num_seqs", 1), ("enforce_eager", True)]
