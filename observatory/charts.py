@@ -119,7 +119,7 @@ def grouped_bars(levels: Sequence[str], arms: Sequence[str], values: Sequence[Se
     left, top, plot_h = 46, 40, 140
     bar_w = 18
     group_w = bar_w * len(arms) + 22
-    width = max(left + group_w * len(levels) + 12, 120 + 110 * min(len(arms), 4))
+    width = max(left + group_w * len(levels) + 12, 120 + 110 * min(len(arms), 4), int(len(title) * 6.6) + 8)
     height = top + plot_h + 36
     present = [v for row in values for v in row if v is not None]
     if vmax is None:

@@ -75,7 +75,8 @@ def cell_html(key: str, value: Any, row: dict[str, Any]) -> Markup:
 
 
 def table_view(rows: list[Any], pass_rows: int = PASS_ROWS_SHOWN) -> dict[str, Any]:
-    """Columns (the union of the rows' keys), rows worst first, and how many PASS rows the cap hid."""
+    """Columns (the union of the rows' keys), rows worst first, how many PASS rows the cap hid, and how many
+    rows are FAIL, INVALID or WARN (``bad``: a table with none may be folded away, one with any never is)."""
     dict_rows = [r for r in rows if isinstance(r, dict)]
     cols: list[str] = []
     for r in dict_rows:
@@ -91,7 +92,8 @@ def table_view(rows: list[Any], pass_rows: int = PASS_ROWS_SHOWN) -> dict[str, A
                 continue
         shown.append({"i": i, "level": level, "bad": level in ("FAIL", "INVALID", "WARN"),
                       "cells": [cell_html(k, r.get(k), r) for k in cols]})
-    return {"cols": cols, "rows": shown, "hidden_pass": hidden, "total": len(dict_rows)}
+    return {"cols": cols, "rows": shown, "hidden_pass": hidden, "total": len(dict_rows),
+            "bad": sum(r["bad"] for r in shown)}
 
 
 def channel_views(data: SessionView, pass_rows: int = PASS_ROWS_SHOWN) -> list[dict[str, Any]]:
