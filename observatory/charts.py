@@ -153,7 +153,8 @@ LEVEL_COLOURS = {"PASS": "#1a7f37", "FAIL": "#cf222e", "WARN": "#9a6700", "INVAL
 
 def intervals(rows: Sequence[tuple[str, float | None, Sequence[float] | None]], title: str, ref: float = 1.0,
               band: tuple[float, float] | None = None, unit: str = "×", band_label: str = "A/A noise") -> Markup:
-    """One row per label: the value as a dot, its interval as a bar, a line at REF, BAND shaded (None: none).
+    """One row per label: the value as a dot, its interval as a bar, a line at REF, BAND shaded (None: none,
+    and BAND_LABEL says why).
 
     ROWS are (label, value, (low, high) or None); a None value is drawn as "not measured".
     """
@@ -178,6 +179,8 @@ def intervals(rows: Sequence[tuple[str, float | None, Sequence[float] | None]], 
                     f"{band[0]:.3f} to {band[1]:.3f}</title></rect>")
         body.append(f'<rect x="{label_w}" y="20" width="10" height="10" fill="#d0d7de"/>')
         body.append(_text(label_w + 14, 29, f"{band_label} {band[0]:.3f}–{band[1]:.3f}", "start"))
+    elif band_label:
+        body.append(_text(label_w, 29, band_label, "start", 'fill="#666"'))
     body.append(f'<line x1="{x(ref):.1f}" x2="{x(ref):.1f}" y1="{top - 6}" y2="{y_end}" stroke="#555" '
                 'stroke-dasharray="3,3"/>')
     for tick in (lo + (hi - lo) * t for t in (0.0, 0.25, 0.5, 0.75, 1.0)):
