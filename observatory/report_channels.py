@@ -65,6 +65,11 @@ def cell_html(key: str, value: Any, row: dict[str, Any]) -> Markup:
     """One table cell's content, escaped."""
     if value is None:
         return Markup("—")
+    if key == "here" and isinstance(value, str) and value == row.get("base") and "from_token" not in row:
+        # a row stored by a judge that kept each text from its start (before observatory/channels/pairs.py
+        # `continuations`): the difference is past what was kept; re-judging the session shows it
+        return Markup('{} <span class="flag soft">same text as base from the start; the difference is in the '
+                      "token ids (`observatory judge` stores both sides from the divergence)</span>").format(value)
     if isinstance(value, list) and key.endswith("_ids"):
         return Markup('<span class="mono">{}</span>').format(" ".join(map(str, value)) or "(none)")
     if isinstance(value, list) and all(isinstance(x, (str, int)) for x in value):
