@@ -36,7 +36,7 @@ from observatory import charts
 from observatory.images import arm_image
 from observatory.paths import TEMPLATES_DIR
 from observatory.previews import PREVIEW_CHARS
-from observatory.read_model import ArmView, ResultView, SessionFacts, SessionView
+from observatory.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
 from observatory.report_channels import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
 from observatory.roles import engine_of
 from observatory.verdict import INVALID_CODES, arm_role
@@ -219,11 +219,17 @@ def diffs_by_result(data: SessionView) -> dict[tuple[int, int], list[dict[str, A
     return out
 
 
-def evidence_href(data: SessionView, arm: str | None, probe: str | None, gate: str | None,
-                  code: str | None, diffs: dict[tuple[int, int], list[dict[str, Any]]] | None = None) -> str | None:
+def evidence_href(data: SessionView, reason: Reason,
+                  diffs: dict[tuple[int, int], list[dict[str, Any]]] | None = None) -> str | None:
     """Where one verdict reason's evidence is: a divergence card, a channel block, a performance check or an
-    arm row on the index page, or the result's own page; None when the reason is about the whole session."""
+    arm row on the index page, or the result's own page; for a reason about the whole session, the arms table
+    (no base arm), the probe matrix (no probe discriminates) or the session facts (its status)."""
+    arm, probe, gate, code = reason.arm, reason.probe, reason.gate, reason.code
     aidx = {a.name: i for i, a in enumerate(data.arms)}
+    if arm is None:
+        if code == "NO_BASE":
+            return "#arms"
+        return "#facts" if reason.text.startswith("session ") else "#matrix"
     if arm not in aidx:
         return None
     ai, a = aidx[arm], data.arms[aidx[arm]]
@@ -252,8 +258,7 @@ def overall(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]
     """
     v = data.verdict
     diffs = diffs_by_result(data) if diffs is None else diffs
-    reasons = [{"level": r.level, "text": r.text, "href": evidence_href(data, r.arm, r.probe, r.gate, r.code, diffs)}
-               for r in v.reasons]
+    reasons = [{"level": r.level, "text": r.text, "href": evidence_href(data, r, diffs)} for r in v.reasons]
     reasons.sort(key=lambda x: ("FAIL", "INVALID", "WARN").index(x["level"])
                  if x["level"] in ("FAIL", "INVALID", "WARN") else 3)
     counts = {lv: sum(x["level"] == lv for x in reasons) for lv in ("FAIL", "INVALID", "WARN", "NOTE")}

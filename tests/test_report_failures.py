@@ -209,3 +209,13 @@ def test_vs_of_two_models_names_them_and_compares_no_speed(store: Store, tmp_pat
     assert "17.97" not in page
     same = render_cross(a, build(store, make_session(store)), tmp_path / "y", allow_cross_session=True).read_text()
     assert "DIFFERENT MODELS" not in same and "CROSS-SESSION</span>" in same  # the control: one model, ratios shown
+
+
+def test_reasons_about_the_whole_session_link_to_where_it_shows(data: SessionView, tmp_path: Path) -> None:
+    d = views.session(data, status="interrupted", reason="killed by the CI runner")
+    html = render_session(d, tmp_path / "r").read_text()
+    reasons = _banner(html)
+    got = next(r for r in reasons if r[2].startswith("INVALID session interrupted"))
+    assert got[1] == "#facts" and "killed by the CI runner" in html[html.index('id="facts"'):html.index('id="arms"')]
+    levels = [lv for lv, _, _ in reasons]
+    assert levels == sorted(levels, key=["FAIL", "INVALID", "WARN", "NOTE"].index)
