@@ -404,6 +404,7 @@ def render_session(data: SessionView, out: Path | str) -> Path:
             pi = pidx[r.probe]
             page = result_page.render(
                 s=data.session, arm=ctx["arms"][ai], r=r, diffs=diffs.get((ai, pi), []),
+                gate_rows=sorted(r.verdicts.items(), key=lambda gv: (rank(gv[1].verdict), gv[0])),
                 tokens=token_rows(r), acc=_g(a.figures.acceptance, "by_probe", r.probe) or {}, root="../")
             _write(out / result_href(ai, pi), page)
     index = out / "index.html"
