@@ -102,6 +102,8 @@ def test_banner_lists_fail_first_and_its_link_leads_to_both_continuations(data: 
     card = _Elements(html).ids[href[1:]]  # the anchor exists on the page, and holds the evidence
     assert '<span class="tok div"> 3</span>' in card and '<span class="tok div"> 5</span>' in card  # base, spec
     assert "margin <b>3.000</b>" in card
+    details = next(r for r in data.arms[3].results if r.probe == "count").verdicts["token_diff"].details or {}
+    assert f"(id <b>{details['base_token_id']}</b> vs <b>{details['spec_token_id']}</b>)" in card
     assert all(h for lv, h, _ in reasons if lv in ("FAIL", "WARN"))  # every FAIL and WARN is a link
     assert html.index('id="verdict"') < html.index('id="facts"')  # the banner comes first
 
