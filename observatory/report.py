@@ -213,6 +213,9 @@ def diffs_by_result(data: SessionView) -> dict[tuple[int, int], list[dict[str, A
                     "lower_bound": bool(d.get("margin_is_lower_bound")), "near_tie_nats": d.get("near_tie_nats"),
                     "longer": d.get("longer"), "ref_label": ref, "cand_label": cand or a.name,
                     "ref_id": d.get("base_token_id"), "cand_id": d.get("spec_token_id"),
+                    # equal pieces of text, other token ids (a re-tokenisation): say so, never two "same" rows
+                    "same_text": bool(d.get("base_continuation")) and
+                    d.get("base_continuation") == d.get("spec_continuation"),
                     "prefix_html": tokens_html(d.get("prefix")) if d.get("prefix") else None,
                     "ref_html": tokens_html(d.get("base_continuation"), mark_first=True),
                     "cand_html": tokens_html(d.get("spec_continuation"), mark_first=True),

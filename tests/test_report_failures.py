@@ -221,3 +221,15 @@ def test_reasons_about_the_whole_session_link_to_where_it_shows(data: SessionVie
     assert got[1] == "#facts" and "killed by the CI runner" in html[html.index('id="facts"'):html.index('id="arms"')]
     levels = [lv for lv, _, _ in reasons]
     assert levels == sorted(levels, key=["FAIL", "INVALID", "WARN", "NOTE"].index)
+
+
+def test_a_divergence_whose_texts_agree_says_the_ids_differ(data: SessionView, tmp_path: Path) -> None:
+    """Never two identical rows without a word: the same text as other token ids is named as such."""
+    r = next(r for r in data.arms[3].results if r.probe == "count")
+    v = r.verdicts["token_diff"]
+    same = {**(v.details or {}), "base_continuation": [" 3", ","], "spec_continuation": [" 3", ","]}
+    d = views.result(data, 3, "count", verdicts={**r.verdicts, "token_diff": replace(v, details=same)})
+    card = _Elements(render_session(d, tmp_path / "r").read_text()).ids["diff-3-0-token_diff"]
+    assert "the text agrees from here on; the token ids differ" in card
+    plain = _Elements(render_session(data, tmp_path / "p").read_text()).ids["diff-3-0-token_diff"]
+    assert "the text agrees" not in plain  # the control: different texts need no such note
