@@ -43,7 +43,7 @@ def _answers(ids: list[int], texts: list[str], params: dict[str, Any]) -> tuple[
     return ids, texts, "".join(texts), "length"
 
 
-def _judge(store: Store, arms: list[str], leak_on: str | None = None) -> dict[str, Any]:
+def _judge(store: Store, arms: list[str], leak_on: str | None = None, past_stop_on: str | None = None) -> dict[str, Any]:
     probes = finish.plan(SUITE)
     sid, arm_rows, pids = session(store, probes, arms, options={"channels": ["finish"]})
     for name, arm in arm_rows.items():
@@ -53,6 +53,8 @@ def _judge(store: Store, arms: list[str], leak_on: str | None = None) -> dict[st
             ids, texts, text, why = _answers(IDS, TEXTS, params)
             if name == leak_on and p.meta["variant"] == "stop_str":
                 text = "".join(texts)  # the stop string and what follows it leaked into the text
+            if name == past_stop_on and p.meta["variant"] == "stop_str":
+                ids, texts = ids + [999], texts + [" !"]  # a token past the stop kept in the ids, text still cut
             result(store, arm, pids[p.name], "finish", ids, texts, text=text, finish=why)
     all_arms = store.arms(sid)
     roles = stored_roles([(a.name, a.launch) for a in all_arms])
@@ -84,6 +86,18 @@ def test_text_past_a_stop_string_fails(store: Store) -> None:
     assert got["mtp2"].verdict == "FAIL" and got["mtp2"].gate == "finish"
     assert "stop_str" in got["mtp2"].reason
     assert got["base#2"].verdict == "PASS"
+
+
+def test_ids_past_a_stop_string_fail_showing_both_sides_from_the_divergence(store: Store) -> None:
+    """Issue 30 (the H200 nightly's finish FAILs): the text agrees, the ids do not. The row shows both sides
+    from the first divergence (base ended, the arm added a token), never the two identical texts."""
+    got = _judge(store, ["base", "mtp2"], past_stop_on="mtp2")
+    assert got["mtp2"].verdict == "FAIL"
+    row = next(r for r in got["mtp2"].details["table"] if r["result"].startswith("FAIL"))
+    assert row["variant"] == "stop_str" and row["from_token"] == len(IDS)
+    assert (row["base"], row["base_ids"], row["here"], row["here_ids"]) == ([], [], [" !"], [999])
+    equal = [r for r in got["mtp2"].details["table"] if r["result"] == "equal"]
+    assert equal and not any("here" in r for r in equal)  # only differing rows carry continuations
 
 
 def test_clean_arms_pass(store: Store) -> None:

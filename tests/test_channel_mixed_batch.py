@@ -51,6 +51,26 @@ def test_rows_broken_only_in_the_batch_fail(tmp_path: Path) -> None:
         (0, "batch"), (1, "batch")]
 
 
+def test_a_failing_row_shows_both_sides_from_the_first_divergence(tmp_path: Path) -> None:
+    """Issue 30: a differing row carries base's and this arm's tokens from the divergence on (texts and ids),
+    never each output from its start (identical up to the divergence); an arm that runs on past base's end
+    says so in its kind (no logprob margin exists there)."""
+    view = _view(tmp_path, {"mtp2": {0}})
+    row = next(r for r in by_arm(mixed_batch.judge(view), view)["mtp2"].details["table"] if r["verdict"] == "FAIL")
+    at = row["position"]
+    assert row["from_token"] == at and row["base_ids"] == CLEAN[at:] and row["here_ids"] == [9, 9][: len(CLEAN) - at]
+    assert row["base_ids"] != row["here_ids"] and len(row["base"]) == len(row["base_ids"])
+
+    def past_the_end(p: Probe, arm: str) -> list[dict[str, Any]]:  # the arm keeps one token more in the batch
+        batched = CLEAN + [9] if arm == "mtp2" and p.meta["index"] == 0 else CLEAN
+        return [{"tokens": CLEAN, "concurrency": 1}, {"tokens": batched, "concurrency": mixed_batch.BATCH}]
+
+    longer = build(tmp_path / "longer", mixed_batch.CHANNEL, ROLES, past_the_end)
+    row = next(r for r in by_arm(mixed_batch.judge(longer), longer)["mtp2"].details["table"] if r["verdict"] == "FAIL")
+    assert row["kind"] == "here continues past base's end" and row["margin"] is None
+    assert (row["from_token"], row["base_ids"], row["here_ids"]) == (len(CLEAN), [], [9])
+
+
 def test_where_base_differs_in_the_batch_it_is_not_attributable(tmp_path: Path) -> None:
     """Base's own batched output differs from its alone output: spec's divergence there is WARN only."""
     view = _view(tmp_path, {"mtp2": {0}, "base": {0}})

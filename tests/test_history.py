@@ -7,6 +7,7 @@ acceptance comes from the stored counter deltas, S from the stored timings.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -145,6 +146,10 @@ def test_history_command_table_and_html(store: Store, tmp_path: Path) -> None:
     html = (tmp_path / "site" / "history.html").read_text()
     assert html.count("<svg") >= 4 and "<polyline" in html
     assert HOSTILE_ESCAPED in html and "<script" not in html
+    # issue 30: trends with axes (first and last session), a noise band, each point linked to its run's row
+    assert ">s1</text>" in html and ">s2</text>" in html and "<polygon" in html
+    links = set(re.findall(r'<a href="#(run-\d+)">', html))
+    assert links and links <= set(re.findall(r'<tr id="(run-\d+)"', html))
 
 
 def test_history_with_nothing_to_show_says_what_to_do(store: Store) -> None:

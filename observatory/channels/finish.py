@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from observatory.channels import Channel
+from observatory.channels.pairs import continuations
 from observatory.channels.view import ChannelView
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY
@@ -135,13 +136,20 @@ def _leak(r: ResultRow, params: dict[str, Any] | None) -> str | None:
     return None
 
 
+def _diff_at(a: ResultRow, b: ResultRow) -> int | None:
+    """Index of the first differing token id (the shorter length when one is a prefix); None when equal."""
+    ia, ib = list(a.token_ids or []), list(b.token_ids or [])
+    if ia == ib:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(ia, ib)) if x != y), min(len(ia), len(ib)))
+
+
 def _first_diff(a: ResultRow, b: ResultRow) -> str:
     if a.finish_reason != b.finish_reason:
         return f"finish_reason {a.finish_reason} vs base's {b.finish_reason}"
-    ia, ib = list(a.token_ids or []), list(b.token_ids or [])
-    if ia != ib:
-        at = next((i for i, (x, y) in enumerate(zip(ia, ib)) if x != y), min(len(ia), len(ib)))
-        return f"token ids differ at {at} ({len(ia)} vs base's {len(ib)} tokens)"
+    at = _diff_at(a, b)
+    if at is not None:
+        return f"token ids differ at {at} ({len(a.token_ids or [])} vs base's {len(b.token_ids or [])} tokens)"
     return "same ids, different text"
 
 
@@ -186,6 +194,9 @@ def judge(view: ChannelView) -> list[VerdictRow]:
                     noisy = any(name in c and not _same(c[name], b) for c in copies)
                     diff = _first_diff(r, b)
                     row["result"] = ("WARN (base's A/A copy differs too): " if noisy else "FAIL: ") + diff
+                    at = _diff_at(r, b)
+                    if at is not None:  # same ids: the finish and text columns show the difference
+                        row.update(continuations(r, b, at))
                     (warns if noisy else fails).append(f"{name}: {diff}")
             table.append(row)
         details = {"table": table}

@@ -34,6 +34,7 @@ from observatory.model.vocabulary import FAIL, INVALID, PASS, TOKEN_DIFF, UNJUDG
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
 
 PREVIEW = 80  # characters of each output shown in a table row
+CONTINUATION = 12  # tokens shown per side from the first divergence in a table row
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,23 @@ def preview(r: ResultRow | None) -> str:
     if r is None:
         return ""
     return (r.text or "")[:PREVIEW] if r.ok else f"error: {(r.error or '')[:PREVIEW - 7]}"
+
+
+def continuations(r: ResultRow, ref: ResultRow, at: int | None) -> dict[str, Any]:
+    """Both sides from token AT (the first divergence) on: per-token texts and ids, base's and here's.
+
+    A row's text from the start would show two identical texts whenever the outputs agree in text
+    but not in ids (tokens past a stop string, docs/channels.md section finish); from the
+    divergence, the side that ended shows an empty list and the other what it added.
+    """
+    def side(x: ResultRow) -> tuple[list[Any], list[int]]:
+        ids = list(x.token_ids or [])[at or 0:][:CONTINUATION]
+        texts = list(x.token_texts or [])
+        shown = texts[at or 0:][:CONTINUATION] if len(texts) == len(x.token_ids or []) else ids
+        return shown, ids
+
+    (base, base_ids), (here, here_ids) = side(ref), side(r)
+    return {"from_token": at, "base": base, "base_ids": base_ids, "here": here, "here_ids": here_ids}
 
 
 def diff(view: ChannelView, cand: ResultRow, ref: ResultRow) -> tuple[str, dict[str, Any]]:
@@ -98,12 +116,15 @@ def _row(view: ChannelView, k: Keyed, ref: ResultRow | None, noise: str | None) 
         return row
     verdict, d = diff(view, r, ref)
     margin = d.get("margin")
-    row.update(verdict=verdict, kind=d.get("kind"), position=d.get("position"),
+    kind = d.get("kind")
+    if d.get("longer"):  # one side ended where the other goes on: no logprob margin exists there
+        kind = "here continues past base's end" if d["longer"] == "spec" else "base continues past the end here"
+    row.update(verdict=verdict, kind=kind, position=d.get("position"),
                margin=None if margin is None else round(float(margin), 3))
     if verdict == FAIL and noise:
         row.update(verdict=WARN, kind=f"not attributable: {noise}")
     if verdict != PASS:
-        row.update(base=preview(ref), here=preview(r))
+        row.update(continuations(r, ref, d.get("position")))
     return row
 
 
@@ -172,4 +193,5 @@ def _arm_verdict(view: ChannelView, arm: ArmRow, rows: list[dict[str, Any]], wha
     return view.verdict(arm, PASS, f"all {len(judged)} {what} equal base's token for token", details, part=part)
 
 
-_NOT_LABEL = frozenset({"verdict", "kind", "position", "margin", "base", "here"})
+_NOT_LABEL = frozenset({"verdict", "kind", "position", "margin", "base", "here", "from_token", "base_ids",
+                        "here_ids"})

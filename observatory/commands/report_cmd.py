@@ -99,7 +99,7 @@ def history(db: str | None, model: str | None, arm: str | None, limit: int, acce
                                "or loosen --model / --arm.")
     alerts = find_alerts(points, acceptance_tolerance)
     if out is not None:
-        path = render_history(points, alerts, _out_dir(out))
+        path = render_history(points, alerts, _out_dir(out), acceptance_tolerance)
         if not as_json:
             click.echo(f"wrote {path}")
     if as_json:

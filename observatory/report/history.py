@@ -226,14 +226,29 @@ def history_json(points: list[Point], alerts: list[Alert]) -> dict[str, Any]:
     return {"points": [asdict(p) for p in points], "alerts": [asdict(a) for a in alerts]}
 
 
-def render_history(points: list[Point], alerts: list[Alert], out: Path | str) -> Path:
-    """Write OUT/history.html: sparklines per model and arm, the table and the alerts."""
+def _band(p: Point, figure: str, tolerance: float) -> tuple[float, float] | None:
+    """The noise band a trend point is judged in: alpha and tau +- the relative acceptance tolerance, S its 95% CI."""
+    if not p.trusted:
+        return None
+    if figure == "S":
+        return (float(p.S_ci[0]), float(p.S_ci[1])) if p.S_ci and len(p.S_ci) == 2 else None
+    v = getattr(p, figure)
+    return None if v is None else (float(v) * (1 - tolerance), float(v) * (1 + tolerance))
+
+
+def render_history(points: list[Point], alerts: list[Alert], out: Path | str,
+                   tolerance: float = DEFAULT_ACCEPTANCE_TOLERANCE) -> Path:
+    """Write OUT/history.html: a trend per model and arm (axes, noise band, each point linked to its run's row),
+    the table and the alerts."""
     out = Path(out)
-    series: dict[tuple[str | None, str], list[Point]] = {}
-    for p in points:
-        series.setdefault((p.model, p.arm), []).append(p)
-    rows = [{"model": m, "arm": arm, "n": len(ps), "last": ps[-1],
-             **{f"{f}_html": charts.sparkline([getattr(q, f) if q.trusted else None for q in ps], f"{arm} {f}")
+    series: dict[tuple[str | None, str], list[tuple[int, Point]]] = {}
+    for i, p in enumerate(points):
+        series.setdefault((p.model, p.arm), []).append((i, p))
+    rows = [{"model": m, "arm": arm, "n": len(ps), "last": ps[-1][1],
+             **{f"{f}_html": charts.sparkline([getattr(q, f) if q.trusted else None for _, q in ps], f"{arm} {f}",
+                                              band=[_band(q, f, tolerance) for _, q in ps],
+                                              hrefs=[f"#run-{i}" for i, _ in ps],
+                                              xlabels=[f"s{q.session}" for _, q in ps])
                 for f in ("alpha", "tau", "S")}} for (m, arm), ps in series.items()]
     page = environment().get_template("history.html").render(
         series=rows, points=points, alerts=alerts, verdict_text=_verdict_text, root="")

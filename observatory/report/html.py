@@ -15,7 +15,10 @@ nightly gate's), each reason linked to its result; NOTEs (LOW_N,
 non-discriminating probes) do not change it.
 
 ``render_cross(a, b, out)`` puts two sessions side by side under a loud banner
-(docs/design.md mistake 6) and computes no speedup across them unless asked to.
+(docs/design.md mistake 6) and computes no speedup across them unless asked to;
+sessions that served different models get a second banner naming both, their
+speed columns are marked not comparable, and no speedup across them is
+computed even when asked (issue 32 item 7).
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from observatory.engines.images import arm_image
 from observatory.judge.verdict import INVALID_CODES, arm_role
 from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
-from observatory.model.read_model import ArmView, ResultView, SessionFacts, SessionView
+from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
 from observatory.model.roles import engine_of
 from observatory.report import charts
+from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
+from observatory.report.token_spans import tokens_html, visible
 
 # gate -> (reference label, compared label (None: the arm's name), what is compared)
 DIFF_GATES = {
@@ -43,8 +48,10 @@ DIFF_GATES = {
     "token_diff:nonstream": ("streamed", "non-streamed", "non-streamed vs streamed"),
     "token_diff:batch": ("alone (streamed)", "in a concurrent batch", "batch vs alone"),
 }
-CROSS_BANNER = ("different sessions: not comparable (docs/design.md, mistake 6): the same configuration gave "
-                "17.97 vs 9.71 tok/s in two sessions")
+# the passes an arm's acceptance counts (observatory.judge.figures: acc["from"]), as the report names them
+PASSES = (("stream", "streamed probes (correctness pass)"), ("timed", "timed runs (speed pass)"))
+CROSS_BANNER = ("different sessions: not comparable (docs/design.md, mistake 6): on a shared machine the same "
+                "configuration can run at very different tok/s in two sessions")
 
 
 def num(v: Any, digits: int = 2) -> str:
@@ -69,22 +76,6 @@ def environment() -> Environment:
 def result_href(ai: int, pi: int) -> str:
     """Relative link of one result's detail page."""
     return f"results/{ai}-{pi}.html"
-
-
-def _visible(tok: Any) -> str:
-    if not isinstance(tok, str):
-        return f"#{tok}"
-    return "".join(c if c.isprintable() else ("⏎" if c == "\n" else "⇥" if c == "\t" else "·")
-                   for c in tok) or "∅"
-
-
-def tokens_html(tokens: list[Any] | None, mark_first: bool = False) -> Markup:
-    """Tokens as boxed spans (ids as #N); the first one marked (the divergent token)."""
-    spans = []
-    for i, t in enumerate(tokens or []):
-        cls = "tok div" if mark_first and i == 0 else "tok"
-        spans.append(Markup('<span class="{}">{}</span>').format(cls, _visible(t)))
-    return Markup("").join(spans) if spans else Markup('<span class="muted">(end of output)</span>')
 
 
 def _g(d: Any, *path: str) -> Any:
@@ -131,6 +122,10 @@ def arm_view(a: ArmView) -> dict[str, Any]:
         "image": arm_image(dict(a.launch)),  # docker hook: ref, digest, engine inside
         "alpha": acc.get("alpha"), "tau": acc.get("tau"), "drafts": acc.get("drafts"),
         "draft_tokens": acc.get("draft_tokens"), "accepted": acc.get("accepted"),
+        # the streamed probe pass's counters: what the terminal's Arms table prints (observatory.report.terminal)
+        "probe_pass": {"drafts": a.counters.drafts, "draft_tokens": a.counters.draft_tokens,
+                       "accepted": a.counters.accepted},
+        "passes": [(label, _g(acc, "from", key) or {}) for key, label in PASSES if _g(acc, "from", key)],
         "by_category": acc.get("by_category") or {},
         "per_pos_html": charts.bars(per_pos, [f"p{j + 1}" for j in range(len(per_pos))],
                                     f"{a.name}: P(accepted ≥ j)", xlabel="draft position j")
@@ -152,6 +147,16 @@ def arm_view(a: ArmView) -> dict[str, Any]:
     }
 
 
+def diff_anchor(ai: int, pi: int, gate: str) -> str:
+    """The id of one divergence card on the index page (arm AI, probe PI, GATE)."""
+    return f"diff-{ai}-{pi}-{gate.replace(':', '-')}"
+
+
+def perf_anchor(ai: int, check: str) -> str:
+    """The id of one performance check's row of arm AI."""
+    return f"perf-{ai}-" + "".join(c if c.isalnum() or c in "_-" else "-" for c in str(check))
+
+
 def diff_views(data: SessionView, only: tuple[int, int] | None = None) -> list[dict[str, Any]]:
     """Every divergence of the session (or of one result): token_diff and its stream/batch variants.
 
@@ -159,7 +164,12 @@ def diff_views(data: SessionView, only: tuple[int, int] | None = None) -> list[d
     """
     if only is not None:
         return diffs_by_result(data).get(only, [])
-    return [d for ds in diffs_by_result(data).values() for d in ds]
+    return sorted_diffs(diffs_by_result(data))
+
+
+def sorted_diffs(by_result: Mapping[tuple[int, int], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every divergence of `diffs_by_result`, failures first (run order within a level)."""
+    return sorted((d for ds in by_result.values() for d in ds), key=lambda d: rank(d["verdict"]))
 
 
 def diffs_by_result(data: SessionView) -> dict[tuple[int, int], list[dict[str, Any]]]:
@@ -180,10 +190,15 @@ def diffs_by_result(data: SessionView) -> dict[tuple[int, int], list[dict[str, A
                     label = "A/A control vs base"
                 out.setdefault((ai, pi), []).append({
                     "arm": a.name, "probe": r.probe, "href": result_href(ai, pi), "gate": gate,
+                    "anchor": diff_anchor(ai, pi, gate),
                     "label": label, "verdict": v.verdict, "reason": v.reason, "kind": d.get("kind"),
                     "position": d.get("position"), "margin": d.get("margin"),
                     "lower_bound": bool(d.get("margin_is_lower_bound")), "near_tie_nats": d.get("near_tie_nats"),
                     "longer": d.get("longer"), "ref_label": ref, "cand_label": cand or a.name,
+                    "ref_id": d.get("base_token_id"), "cand_id": d.get("spec_token_id"),
+                    # equal pieces of text, other token ids (a re-tokenisation): say so, never two "same" rows
+                    "same_text": bool(d.get("base_continuation")) and
+                    d.get("base_continuation") == d.get("spec_continuation"),
                     "prefix_html": tokens_html(d.get("prefix")) if d.get("prefix") else None,
                     "ref_html": tokens_html(d.get("base_continuation"), mark_first=True),
                     "cand_html": tokens_html(d.get("spec_continuation"), mark_first=True),
@@ -191,21 +206,50 @@ def diffs_by_result(data: SessionView) -> dict[tuple[int, int], list[dict[str, A
     return out
 
 
-def overall(data: SessionView) -> dict[str, Any]:
-    """The verdict banner: the session verdict of `observatory.judge.verdict.decide`, each reason linked to its result.
+def evidence_href(data: SessionView, reason: Reason,
+                  diffs: dict[tuple[int, int], list[dict[str, Any]]] | None = None) -> str | None:
+    """Where one verdict reason's evidence is: a divergence card, a channel block, a performance check or an
+    arm row on the index page, or the result's own page; for a reason about the whole session, the arms table
+    (no base arm), the probe matrix (no probe discriminates) or the session facts (its status)."""
+    arm, probe, gate, code = reason.arm, reason.probe, reason.gate, reason.code
+    aidx = {a.name: i for i, a in enumerate(data.arms)}
+    if arm is None:
+        if code == "NO_BASE":
+            return "#arms"
+        return "#facts" if reason.text.startswith("session ") else "#matrix"
+    if arm not in aidx:
+        return None
+    ai, a = aidx[arm], data.arms[aidx[arm]]
+    pidx = {p.name: i for i, p in enumerate(data.probes)}
+    if probe is not None:
+        if probe not in pidx:
+            return None
+        pi = pidx[probe]
+        found = (diffs_by_result(data) if diffs is None else diffs).get((ai, pi), [])
+        if gate is not None and any(d["gate"] == gate for d in found):
+            return "#" + diff_anchor(ai, pi, gate)
+        return result_href(ai, pi) + "#verdicts"
+    if gate is not None and (code == "CHANNEL" or gate in a.channel_verdicts):
+        return "#" + channel_anchor(ai, gate)
+    if gate is not None and any(p.get("check") == gate for p in a.figures.performance or []):
+        return "#" + perf_anchor(ai, gate)
+    return f"#arm-{ai}"
+
+
+def overall(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """The verdict banner: the session verdict of `observatory.judge.verdict.decide`, each reason linked to its evidence.
 
     The report renders the one verdict policy, so the banner, the gate's exit
-    status, JUnit and ``show --json`` never disagree.
+    status, JUnit and ``show --json`` never disagree. Reasons are listed FAIL,
+    INVALID, WARN, NOTE, each with a link (`evidence_href`) where it has one.
     """
     v = data.verdict
-    pidx = {p.name: i for i, p in enumerate(data.probes)}
-    aidx = {a.name: i for i, a in enumerate(data.arms)}
-    reasons = []
-    for r in v.reasons:
-        href = (result_href(aidx[r.arm], pidx[r.probe])
-                if r.arm in aidx and r.probe in pidx else None)
-        reasons.append({"level": r.level, "text": r.text, "href": href})
-    return {"verdict": v.verdict, "why": v.why, "reasons": reasons}
+    diffs = diffs_by_result(data) if diffs is None else diffs
+    reasons = [{"level": r.level, "text": r.text, "href": evidence_href(data, r, diffs)} for r in v.reasons]
+    reasons.sort(key=lambda x: ("FAIL", "INVALID", "WARN").index(x["level"])
+                 if x["level"] in ("FAIL", "INVALID", "WARN") else 3)
+    counts = {lv: sum(x["level"] == lv for x in reasons) for lv in ("FAIL", "INVALID", "WARN", "NOTE")}
+    return {"verdict": v.verdict, "why": v.why, "reasons": reasons, "counts": counts}
 
 
 def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
@@ -235,7 +279,9 @@ def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
             cells.append({"verdict": r.verdict or ("—" if r.ok else "ERROR"), "preview": r.preview, "ok": r.ok,
                           "error": (r.error or "")[:PREVIEW_CHARS], "href": prefix + result_href(ai, pi),
                           "flags": flags})
-        rows.append({"probe": p, "cells": cells})
+        worst = min((str(c["verdict"]) for c in cells if c), key=rank, default="INFO")
+        rows.append({"probe": p, "cells": cells, "worst": worst})
+    rows.sort(key=lambda row: rank(row["worst"]))  # failures first, suite order within a level
     return rows
 
 
@@ -255,18 +301,27 @@ def facts(s: SessionFacts, arms: Sequence[ArmView]) -> list[tuple[str, Any]]:
     ]
 
 
-def context(data: SessionView) -> dict[str, Any]:
-    """Everything report.html reads, derived from the read model alone."""
-    arms = [arm_view(a) for a in data.arms]
+def context(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """Everything report.html reads, derived from the read model alone (DIFFS: `diffs_by_result`, if known)."""
+    diffs = diffs_by_result(data) if diffs is None else diffs
+    arms = [{**arm_view(a), "ai": i} for i, a in enumerate(data.arms)]
+    for a in arms:
+        a["trouble"] = bool(a["bad"] or a["status"] != "ok")
     spec = [a for a in arms if a["is_spec"]]
+    perf_rows = sorted(({**c, "arm": a, "anchor": perf_anchor(a["ai"], c.get("check", ""))}
+                        for a in spec for c in a["performance"]), key=lambda c: rank(str(c.get("verdict"))))
     cats = sorted({c for a in spec for c in a["by_category"]})
     levels = sorted({lv for a in arms for lv in a["throughput"]}, key=int)
     floor = next((a.figures.noise_floor for a in data.arms if a.figures.noise_floor), None)
+    views = channel_views(data)
+    strips(views)
     return {
         "s": data.session, "facts": facts(data.session, data.arms),
-        "overall": overall(data), "arms": arms, "spec": spec,
-        "matrix": matrix(data), "diffs": diff_views(data), "categories": cats, "levels": levels,
+        "overall": overall(data, diffs), "arms": arms, "spec": spec,
+        "matrix": matrix(data), "diffs": sorted_diffs(diffs), "categories": cats, "levels": levels,
         "floor": floor, "triages": data.triages, "channels": data.channels,
+        "channel_views": views, "pass_rows": PASS_ROWS_SHOWN, "perf_rows": perf_rows,
+        "speedup_html": speedup_chart(spec, floor), "per_pos_html": acceptance_chart(data, spec),
         "cross_engine": data.cross_engine,
         "speed_html": charts.hbars([(a["name"], [a["single"], a["decode"]]) for a in arms],
                                    ["single-stream", "decode only"], "Speed per arm", "tok/s"),
@@ -275,6 +330,47 @@ def context(data: SessionView) -> dict[str, Any]:
             [[a["throughput"].get(lv) for a in arms] for lv in levels], "Throughput per concurrency", "tok/s")
         if levels else None,
     }
+
+
+def speedup_chart(spec: Sequence[Mapping[str, Any]], floor: Mapping[str, Any] | None) -> Markup | None:
+    """S per spec arm with its 95% interval, the line S = 1 and the A/A band 1 ± throughput spread
+    (the band `observatory.judge.figures` calls "within noise"); None without a spec arm."""
+    if not spec:
+        return None
+    spread = (floor or {}).get("throughput_spread")
+    band = (1.0 - float(spread), 1.0 + float(spread)) if spread is not None else None
+    rows = [(a["name"], (a["vs"] or {}).get("S"), (a["vs"] or {}).get("ci")) for a in spec]
+    return charts.intervals(rows, "S per arm (single-stream, vs base), 95% interval", band=band,
+                            band_label="A/A noise" if band else "no A/A copy: noise unmeasured")
+
+
+def acceptance_chart(data: SessionView, spec: Sequence[Mapping[str, Any]]) -> Markup | None:
+    """P(accepted >= j) per draft position j, one bar per spec arm (positions up to the largest k)."""
+    per = {a.name: list((a.figures.acceptance or {}).get("per_position") or []) for a in data.arms if a.is_spec}
+    names = [a["name"] for a in spec if per.get(a["name"])]
+    if not names:
+        return None
+    k = max(len(per[n]) for n in names)
+    values = [[per[n][j] if j < len(per[n]) else None for n in names] for j in range(k)]
+    return charts.grouped_bars([f"p{j + 1}" for j in range(k)], names, values,
+                               "Acceptance per draft position, per arm: P(accepted ≥ j)", xlabel="draft position j",
+                               vmax=1.0)
+
+
+def strips(views: Sequence[Mapping[str, Any]]) -> None:
+    """Give each length-sweep block a strip of its rows' levels in length order (`charts.strip`), in place."""
+    from observatory.report.channel_blocks import row_level
+
+    for ch in views:
+        if ch["name"] != "length_sweep":
+            continue
+        for b in ch["blocks"]:
+            rows = (b.get("rows_raw") or [])
+            items = sorted(((r.get("length"), row_level(r)) for r in rows if isinstance(r.get("length"), int)),
+                           key=lambda x: x[0])
+            b["strip_html"] = (charts.strip([(f"length {n}", lv) for n, lv in items],
+                                            f"{b['arm']}: verdict per prompt length", f"length {items[0][0]}",
+                                            f"length {items[-1][0]}") if items else None)
 
 
 def _write(path: Path, text: str) -> None:
@@ -286,15 +382,16 @@ def render_session(data: SessionView, out: Path | str) -> Path:
     """Write index.html and one detail page per result into OUT; return index.html."""
     out = Path(out)
     env = environment()
-    ctx = context(data)
-    pidx = {p.name: i for i, p in enumerate(data.probes)}
     diffs = diffs_by_result(data)
+    ctx = context(data, diffs)
+    pidx = {p.name: i for i, p in enumerate(data.probes)}
     result_page = env.get_template("result.html")
     for ai, a in enumerate(data.arms):
         for r in a.results:
             pi = pidx[r.probe]
             page = result_page.render(
                 s=data.session, arm=ctx["arms"][ai], r=r, diffs=diffs.get((ai, pi), []),
+                gate_rows=sorted(r.verdicts.items(), key=lambda gv: (rank(gv[1].verdict), gv[0])),
                 tokens=token_rows(r), acc=_g(a.figures.acceptance, "by_probe", r.probe) or {}, root="../")
             _write(out / result_href(ai, pi), page)
     index = out / "index.html"
@@ -310,7 +407,7 @@ def token_rows(r: ResultView) -> list[dict[str, Any]]:
     for i, tid in enumerate(r.token_ids or []):
         top = tops[i] if i < len(tops) else []
         chosen = next((lp for t, lp in top if t == tid), None)
-        rows.append({"i": i, "id": tid, "text": _visible(texts[i]) if i < len(texts) else "",
+        rows.append({"i": i, "id": tid, "text": visible(texts[i]) if i < len(texts) else "",
                      "logprob": chosen, "alts": ", ".join(f"#{t} {lp:.2f}" for t, lp in top[:5])})
     return rows
 
@@ -340,6 +437,12 @@ def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
     return out
 
 
+def served_models(data: SessionView) -> list[str]:
+    """Every model DATA served: the session's and each arm's (an arm's server may name its own), sorted."""
+    names = {data.session.model} | {a.model for a in data.arms}
+    return sorted(str(n) for n in names if n)
+
+
 def render_cross(a: SessionView, b: SessionView, out: Path | str,
                  allow_cross_session: bool = False) -> Path:
     """Two sessions side by side (each also rendered whole under s<ID>/); return index.html."""
@@ -353,6 +456,10 @@ def render_cross(a: SessionView, b: SessionView, out: Path | str,
                       "arms": [arm_view(x) for x in data.arms]})
     fa, fb = sides[0]["facts"], sides[1]["facts"]
     differs = [k for k in fa if k not in ("session", "status", "started", "finished", "command") and fa[k] != fb[k]]
+    models = [served_models(a), served_models(b)]
+    other_model = models[0] != models[1]
+    if other_model and "model" not in differs:
+        differs.insert(0, "model")
     names = list(dict.fromkeys([p.name for p in a.probes] + [p.name for p in b.probes]))
     hashes = [{p.name: p.hash for p in d.probes} for d in (a, b)]
     rows = []
@@ -367,7 +474,8 @@ def render_cross(a: SessionView, b: SessionView, out: Path | str,
         rows.append({"name": name, "changed": changed, "cells": cells})
     page = environment().get_template("compare.html").render(
         sides=sides, banner=CROSS_BANNER, differs=differs, rows=rows, allow=allow_cross_session,
-        cross=cross_speedups(a, b) if allow_cross_session else [], root="")
+        models=models, other_model=other_model,
+        cross=cross_speedups(a, b) if allow_cross_session and not other_model else [], root="")
     index = out / "index.html"
     _write(index, page)
     return index
