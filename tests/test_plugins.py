@@ -133,7 +133,8 @@ def test_the_plugin_runs_in_a_real_session_and_reaches_show_json(plugin_env: dic
     db = str(tmp_path / "runs.db")
     env = {**plugin_env, "OBSERVATORY_DB": db}
     arm = parse_arms("base")[0]
-    with launch(arm, EngineSettings(model=str(DEFAULT_MODEL_DIR)), None, tmp_path / "engine.log") as eng:
+    settings = EngineSettings(model=str(DEFAULT_MODEL_DIR), env={"VLLM_CPU_KVCACHE_SPACE": "1"})  # as plan sets it on a CPU
+    with launch(arm, settings, None, tmp_path / "engine.log") as eng:
         r = subprocess.run([sys.executable, "-m", "observatory", "compare", "--arms",
                             f"base=http://127.0.0.1:{eng.port}", "--engine", "example-vllm", "--channels",
                             "example_repeat", "--suite", str(tmp_path / "one.toml"), "--no-diffs", "--quiet"],

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from observatory.engines.metrics import SPEC_FAMILIES, SpecCounters, counters_from, parse_spec_counters, read_counters
 from observatory.model.errors import ObservatoryError
+from observatory.model.probes import Probe
 
 FIELDS = frozenset({"drafts", "draft_tokens", "accepted", "accepted_per_pos"})
 
@@ -117,10 +118,22 @@ def _number(x: Any) -> float | None:
 
 
 class EngineAdapter(Protocol):
-    """Where one engine reports its version and speculative-decoding statistics."""
+    """One engine as the observatory reads it: version, speculative-decoding statistics, and its dialect.
+
+    The dialect attributes (`Dialect` gives vLLM's as defaults) are what every module outside
+    engines/ asks instead of naming an engine: which binary a launched arm ran, whether a stream
+    carries every id, which launch flags are the arm's speculation, how a prompt is tokenized.
+    """
 
     name: str
     version_key: str  # the field of version_path()'s JSON that holds the version
+    binary: str | None  # a launched arm's executable (argv[0]'s file name); None: vLLM's ``python -m``
+    streams_drafted_ids: bool  # a streamed answer carries an id for every token, drafted ones too
+    stream_ids_note: str  # why not, where it does not (shown with the verdict it makes unmeasurable)
+    speculation_flags: str | None  # prefix of the launch flags that are the arm's speculation itself
+
+    def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
+        """{"ids", "pieces"} of PROBE's rendered prompt as the server tokenizes it (POST through POST)."""
 
     def version_path(self) -> str:
         """HTTP path to GET for the engine version."""
@@ -132,7 +145,28 @@ class EngineAdapter(Protocol):
         """Per-request counters from a response body or final stream chunk; None if absent."""
 
 
-class VLLMAdapter:
+Post = Callable[[str, dict[str, Any]], Any]  # POST a JSON body to a URL, return the decoded answer
+
+
+class Dialect:
+    """vLLM's dialect, the default every adapter starts from (see `EngineAdapter`)."""
+
+    binary: str | None = None
+    streams_drafted_ids = True
+    stream_ids_note = ""
+    speculation_flags: str | None = None
+
+    def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
+        """/tokenize with the chat template applied by the server (vLLM's and SGLang's form)."""
+        tools = {"tools": probe.tools} if probe.tools is not None else {}
+        body: dict[str, Any] = ({"model": model, "messages": probe.messages, "add_generation_prompt": True, **tools}
+                                if probe.kind == "chat" else {"model": model, "prompt": probe.prompt})
+        got = post(f"{base_url}/tokenize", {**body, "return_token_strs": True})
+        ids = [int(t) for t in got["tokens"]]
+        return {"ids": ids, "pieces": [str(p) for p in got.get("token_strs") or [""] * len(ids)]}
+
+
+class VLLMAdapter(Dialect):
     """vLLM: everything on /metrics; per request only behind --per-request-spec-decode-metrics."""
 
     name = "vllm"
@@ -156,7 +190,7 @@ class VLLMAdapter:
                       _number(sd.get("mean_acceptance_length")))
 
 
-class SGLangAdapter:
+class SGLangAdapter(Dialect):
     """SGLang: per request in meta_info / sglext; on /metrics only the verify-call counter."""
 
     name = "sglang"
@@ -209,11 +243,28 @@ class SGLangAdapter:
         return _build(where, drafts, drafted, accepted, histogram, tau)
 
 
-class LlamaCppAdapter:
+class LlamaCppAdapter(Dialect):
     """llama.cpp's llama-server: draft tokens and accepted per request, full counters on /metrics."""
 
     name = "llama.cpp"
     version_key = "build_info"
+    binary = "llama-server"
+    streams_drafted_ids = False
+    stream_ids_note = ("llama-server sends no logprobs (no ids) for tokens accepted from a draft "
+                       "(tools/server/server-context.cpp: \"TODO: set result.probs\"); the token diff uses the "
+                       "non-streamed response, which carries every id")
+    speculation_flags = "--spec-"  # --spec-type, --spec-draft-model, ...
+
+    def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
+        """/apply-template (chat), then /tokenize with pieces: llama-server's own endpoints."""
+        text = probe.prompt
+        if probe.kind == "chat":
+            tools = {"tools": probe.tools} if probe.tools is not None else {}
+            text = post(f"{base_url}/apply-template", {"messages": probe.messages, **tools})["prompt"]
+        got = post(f"{base_url}/tokenize", {"content": text, "add_special": True, "parse_special": True,
+                                            "with_pieces": True})
+        toks = got["tokens"]
+        return {"ids": [int(t["id"]) for t in toks], "pieces": [str(t.get("piece", "")) for t in toks]}
 
     def version_path(self) -> str:
         return "/props"
@@ -254,7 +305,8 @@ def adapter_for(name: str) -> EngineAdapter:
     if cls is None:
         raise ObservatoryError(f"Unknown engine {name!r}; known engines: {', '.join(sorted(known))}")
     adapter = cls()
-    for attr in ("name", "version_key", "version_path", "counters_from_metrics", "counters_from_response"):
+    for attr in ("name", "version_key", "version_path", "counters_from_metrics", "counters_from_response",
+                 "binary", "streams_drafted_ids", "stream_ids_note", "speculation_flags", "tokenize"):
         if not hasattr(adapter, attr):
             raise ObservatoryError(f"engine adapter {name!r} ({cls!r}) lacks {attr!r}: see docs/plugins.md")
     return adapter

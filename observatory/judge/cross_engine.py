@@ -37,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from observatory.engines.spec_counters import adapter_for
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE, engine_of, stored_roles
 from observatory.model.vocabulary import TOKEN_DIFF
@@ -63,21 +64,8 @@ def _post(http: httpx.Client, url: str, body: dict[str, Any]) -> Any:
 
 
 def _tokenize_one(http: httpx.Client, base_url: str, engine: str, model: str, probe: Probe) -> dict[str, Any]:
-    """{"ids", "pieces"} of PROBE's rendered prompt as the server at BASE_URL tokenizes it."""
-    tools = {"tools": probe.tools} if probe.tools is not None else {}
-    if engine == "llama.cpp":
-        text = probe.prompt
-        if probe.kind == "chat":
-            text = _post(http, f"{base_url}/apply-template", {"messages": probe.messages, **tools})["prompt"]
-        got = _post(http, f"{base_url}/tokenize", {"content": text, "add_special": True, "parse_special": True,
-                                                   "with_pieces": True})
-        toks = got["tokens"]
-        return {"ids": [int(t["id"]) for t in toks], "pieces": [str(t.get("piece", "")) for t in toks]}
-    body: dict[str, Any] = ({"model": model, "messages": probe.messages, "add_generation_prompt": True, **tools}
-                            if probe.kind == "chat" else {"model": model, "prompt": probe.prompt})
-    got = _post(http, f"{base_url}/tokenize", {**body, "return_token_strs": True})
-    ids = [int(t) for t in got["tokens"]]
-    return {"ids": ids, "pieces": [str(p) for p in got.get("token_strs") or [""] * len(ids)]}
+    """{"ids", "pieces"} of PROBE's rendered prompt as the server at BASE_URL tokenizes it (its engine's way)."""
+    return adapter_for(engine).tokenize(lambda url, body: _post(http, url, body), base_url, model, probe)
 
 
 def prompt_ids(base_url: str, engine: str, model: str, probes: Sequence[Probe],

@@ -38,18 +38,18 @@ import numpy as np
 from observatory.engines.images import image_differences, split_docker_argv
 from observatory.engines.metrics import SpecCounters
 from observatory.engines.server_facts import cache_differences, served_differences
+from observatory.engines.spec_counters import adapter_for
 from observatory.judge.perf_gates import performance
 from observatory.judge.session import base_reference
 from observatory.judge.session_parts import cross_session
 from observatory.judge.speed import speed, stream_tau, ttft_by_level
-from observatory.model.roles import by_engine
+from observatory.model.roles import by_engine, engine_of
 from observatory.store.db import ArmRow
 
 MIN_DRAFTS = 200
 BOOTSTRAP_SAMPLES = 2000
 # argv flags whose values legitimately differ between arms of one session
 _IGNORED_FLAGS = {"--port", "--speculative-config"}
-_LLAMA_SPEC_FLAGS = "--spec-"  # llama-server's speculation flags (--spec-type, --spec-draft-model, ...)
 # the plugin switches change speculative steps only (a fault, or the repair of an engine bug, see
 # observatory.faults): they are the arm's treatment, shown with it, not a confound of the launch
 _IGNORED_ENV = {"OBSERVATORY_FAULT", "OBSERVATORY_REPAIR", "CUDA_VISIBLE_DEVICES"}
@@ -134,9 +134,10 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     # docker hook (observatory.engines.images): compare the engine's own flags, never
     # docker's options; the images themselves by their rules
     diffs = image_differences(a, b)
+    spec_flags = adapter_for(engine_of(a)).speculation_flags  # the arm's speculation itself, on its engine
     fa, fb = _flags(split_docker_argv(a.get("argv", []))[2]), _flags(split_docker_argv(b.get("argv", []))[2])
     for k in sorted(set(fa) | set(fb)):
-        if k in _IGNORED_FLAGS or k.startswith(_LLAMA_SPEC_FLAGS) or fa.get(k) == fb.get(k):
+        if k in _IGNORED_FLAGS or (spec_flags and k.startswith(spec_flags)) or fa.get(k) == fb.get(k):
             continue
         diffs.append(f"{k}: {_show(fb.get(k))} on base, {_show(fa.get(k))} here")
     ea, eb = a.get("env", {}), b.get("env", {})

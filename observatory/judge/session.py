@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from observatory.engines.spec_counters import adapter_for
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, PASS, WARN, Gate, GateRegistry, GateResult, Output, registry_for
 from observatory.model.probes import Probe
@@ -47,9 +48,6 @@ from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, UNJUDGED
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
 
 SELF_PAIRS = {"nonstream": "nonstream", "batch": "batch"}
-LLAMA_SPEC_STREAM = ("llama-server sends no logprobs (no ids) for tokens accepted from a draft "
-                     "(tools/server/server-context.cpp: \"TODO: set result.probs\"); the token diff uses the "
-                     "non-streamed response, which carries every id")
 
 
 def to_output(r: ResultRow) -> Output:
@@ -256,20 +254,20 @@ class _Judge:
     def stream_token_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
         """WARN where a stream carried fewer token ids than the engine says it generated.
 
-        Not measurable (SKIP) on a llama.cpp arm that speculates, where the
-        non-streamed response carries every id: llama-server sends no logprobs
-        for tokens accepted from a draft (`LLAMA_SPEC_STREAM`), by design of
-        its current server, so the stream cannot carry them.
+        Not measurable (SKIP) on a speculating arm of an engine whose streams withhold drafted ids
+        (its adapter's ``streams_drafted_ids``, e.g. llama-server, which sends no logprobs for tokens
+        accepted from a draft), where the non-streamed response carries every id.
         """
         modes = self.by_arm[arm.id]
-        llama_spec = engine_of(arm.launch) == "llama.cpp" and (arm.launch or {}).get("speculative_config") is not None
+        dialect = adapter_for(engine_of(arm.launch))
+        withheld = not dialect.streams_drafted_ids and (arm.launch or {}).get("speculative_config") is not None
         for pid, r in stream.items():
             if not r.ok or tokens_complete(r) or pid not in self.probes:
                 continue
             got, said = len(r.token_ids or []), (r.usage or {}).get("completion_tokens")
             of = f"{got} of {said if said is not None else 'an unknown number of'} token ids"
-            if llama_spec and full_sequence(modes, pid) is not None:
-                verdict, reason = "SKIP", f"not measurable: the stream carried {of}; {LLAMA_SPEC_STREAM}"
+            if withheld and full_sequence(modes, pid) is not None:
+                verdict, reason = "SKIP", f"not measurable: the stream carried {of}; {dialect.stream_ids_note}"
             else:
                 verdict, reason = WARN, (f"the stream carried {of} (the engine withheld them); token diffs use the "
                                          "non-streamed response, or the text")

@@ -18,7 +18,7 @@ from typing import Any
 from observatory.engines.images import arm_image
 from observatory.engines.settings import EngineSettings
 from observatory.judge.session import base_reference, full_sequence, results_by_mode, session_registry, to_output
-from observatory.model.arms import LLAMA_CPP, Arm
+from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, WARN, Gate
 from observatory.model.probes import Probe
@@ -108,7 +108,7 @@ def rebuild_arm(row: ArmRow) -> Arm:
                or (launch.get("env") or {}).get("OBSERVATORY_FAULT"),
                # the engine it ran on (a llama.cpp arm relaunched as vLLM would be another experiment),
                # and the image named on the arm itself (the session's own comes back with its settings)
-               engine=LLAMA_CPP if engine_of(launch) == LLAMA_CPP else "vllm",
+               engine=engine_of(launch),
                image=str(image["ref"]) if image and image.get("asked") and image.get("ref") else None)
 
 
