@@ -125,8 +125,8 @@ class EngineAdapter(Protocol):
     def version_path(self) -> str:
         """HTTP path to GET for the engine version."""
 
-    def counters_from_metrics(self, text: str) -> EngineCounters | None:
-        """Cumulative counters from /metrics text; None if the engine exposes none."""
+    def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
+        """Cumulative counters from /metrics text (only MODEL's series, when given); None if the engine exposes none."""
 
     def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
         """Per-request counters from a response body or final stream chunk; None if absent."""
@@ -141,9 +141,9 @@ class VLLMAdapter:
     def version_path(self) -> str:
         return "/version"
 
-    def counters_from_metrics(self, text: str) -> EngineCounters:
+    def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters:
         """All four counters (zero when the families are absent: speculation off)."""
-        return _engine(parse_spec_counters(text))
+        return _engine(parse_spec_counters(text, model))
 
     def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
         metrics = _obj(body, "vLLM response").get("metrics")
@@ -165,9 +165,9 @@ class SGLangAdapter:
     def version_path(self) -> str:
         return "/get_server_info"
 
-    def counters_from_metrics(self, text: str) -> EngineCounters | None:
+    def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
         """Drafts from sglang:spec_verify_calls_total (added at request finish); None before it existed."""
-        counts = read_counters(text, "sglang:", "SGLang", only=frozenset({"spec_verify_calls"}))
+        counts = read_counters(text, "sglang:", "SGLang", only=frozenset({"spec_verify_calls"}), model=model)
         if counts.problems:
             return EngineCounters(None, None, None, None, "; ".join(counts.problems))
         if "spec_verify_calls" not in counts.values:
@@ -218,9 +218,9 @@ class LlamaCppAdapter:
     def version_path(self) -> str:
         return "/props"
 
-    def counters_from_metrics(self, text: str) -> EngineCounters | None:
+    def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
         """The vLLM-schema counters of PR #26389; None for builds without them."""
-        counts = read_counters(text, "llamacpp:spec_decode_", "llama.cpp", only=SPEC_FAMILIES)
+        counts = read_counters(text, "llamacpp:spec_decode_", "llama.cpp", only=SPEC_FAMILIES, model=model)
         if "num_drafts" not in counts.values and not counts.problems:
             return None
         return _engine(counters_from(counts, absent_is_zero=False))

@@ -38,7 +38,7 @@ import numpy as np
 from observatory.db import ArmRow
 from observatory.images import image_differences, split_docker_argv
 from observatory.judge import base_reference
-from observatory.metrics import SpecCounters
+from observatory.metrics import SpecCounters, impossible
 from observatory.perf_gates import performance
 from observatory.roles import by_engine
 from observatory.server_facts import cache_differences, served_differences
@@ -55,20 +55,22 @@ _LLAMA_SPEC_FLAGS = "--spec-"  # llama-server's speculation flags (--spec-type, 
 _IGNORED_ENV = {"OBSERVATORY_FAULT", "OBSERVATORY_REPAIR", "CUDA_VISIBLE_DEVICES"}
 
 
-def acceptance(c: SpecCounters) -> dict[str, Any]:
+def acceptance(c: SpecCounters, k: int | None = None) -> dict[str, Any]:
     """alpha, tau, per-position acceptance and the accepted-per-draft histogram.
 
     The one acceptance formula. Each figure is None (lists empty) unless every
     counter it needs was reported and usable: a counter the engine does not
     report is None, never 0 (issue 13 item 8), and unusable counters (`problem`)
-    give no figures at all (issue 19 item 1).
+    give no figures at all (issue 19 item 1), nor do counters that break an
+    invariant (`metrics.impossible`: alpha > 1, a position >= K; issue 32 item 2).
     """
     per_pos = None if c.accepted_per_pos is None else list(c.accepted_per_pos)
+    problem = c.problem or "; ".join(impossible(c, k)) or None
     out: dict[str, Any] = {"drafts": c.drafts, "draft_tokens": c.draft_tokens, "accepted": c.accepted,
-                           "accepted_per_pos": per_pos, "problem": c.problem,
+                           "accepted_per_pos": per_pos, "problem": problem,
                            "reported_tau": getattr(c, "reported_tau", None),
                            "alpha": None, "tau": None, "per_position": [], "histogram": []}
-    if c.problem is not None:
+    if problem is not None:
         return out
     missing = [f for f in ("drafts", "draft_tokens", "accepted", "accepted_per_pos") if getattr(c, f) is None]
     if missing:
@@ -262,18 +264,25 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
     return out
 
 
+def spec_k(arm: ArmRow) -> int | None:
+    """The arm's draft length k (num_speculative_tokens); None without speculation or when unknown."""
+    spec = (arm.launch or {}).get("speculative_config")
+    k = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
+
+
 def _allowed_per_chunk(arm: ArmRow) -> int | None:
     """Most tokens one streamed chunk may carry: 1 without speculation, k + 1 with it (None: k unknown)."""
-    spec = (arm.launch or {}).get("speculative_config")
-    if spec is None:
+    if (arm.launch or {}).get("speculative_config") is None:
         return 1
-    k = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
-    return k + 1 if isinstance(k, int) and k > 0 else None
+    k = spec_k(arm)
+    return k + 1 if k is not None else None
 
 
 def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any]:
     """Acceptance (overall, per category, per probe, per concurrency level) and speed of one arm."""
     stream = [r for r in store.results(a.id, "stream") if r.ok]
+    k = spec_k(a)
     total = SpecCounters()
     by_cat: dict[str, SpecCounters] = defaultdict(SpecCounters)
     by_probe: dict[str, Any] = {}
@@ -282,7 +291,7 @@ def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any
         total = total + d
         cat = probes[r.probe_id].category if r.probe_id in probes else "?"
         by_cat[cat] = by_cat[cat] + d
-        by_probe[probes[r.probe_id].name] = acceptance(d)
+        by_probe[probes[r.probe_id].name] = acceptance(d, k)
     measurements = store.measurements(a.id)
     timed_total = SpecCounters()
     by_level: dict[int, SpecCounters] = defaultdict(SpecCounters)
@@ -292,21 +301,22 @@ def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any
         by_level[int(m.concurrency)] = by_level[int(m.concurrency)] + d
     # The arm's figures count every measured request: the streamed probes
     # (read one by one) and the timed runs (read around each batch).
-    acc = acceptance(total + timed_total)
+    acc = acceptance(total + timed_total, k)
     acc["from"] = {"stream": total.to_dict(), "timed": timed_total.to_dict()}
-    acc["by_category"] = {k: acceptance(v) for k, v in sorted(by_cat.items())}
+    acc["by_category"] = {cat: acceptance(v, k) for cat, v in sorted(by_cat.items())}
     acc["by_probe"] = by_probe
     timed = [r for r in store.results(a.id, "timed") if r.ok]
     single = [r for r in timed if r.concurrency == 1]
     spd = speed(single or stream, timed, measurements, _allowed_per_chunk(a), streamed=stream)
     ttft = ttft_by_level(timed)
-    levels = {str(k): {"alpha": acceptance(v)["alpha"], "tau": acceptance(v)["tau"], "drafts": acceptance(v)["drafts"],
-                       "ttft_ms": ttft.get(str(k)), "tok_s": (spd["throughput"].get(str(k)) or {}).get("tok_s"),
-                       "S": None} for k, v in sorted(by_level.items())}
+    at_level = {level: acceptance(v, k) for level, v in sorted(by_level.items())}
+    levels = {str(lv): {"alpha": la["alpha"], "tau": la["tau"], "drafts": la["drafts"],
+                        "ttft_ms": ttft.get(str(lv)), "tok_s": (spd["throughput"].get(str(lv)) or {}).get("tok_s"),
+                        "S": None} for lv, la in at_level.items()}
     fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels}
     if (a.launch or {}).get("speculative_config") is not None:
         fig["stream_tau"] = stream_tau(stream)
-        fig["stream_counter_tau"] = acceptance(total)["tau"]
+        fig["stream_counter_tau"] = acceptance(total, k)["tau"]
     return fig
 
 
