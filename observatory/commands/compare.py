@@ -16,7 +16,7 @@ from observatory.gates import registry_for
 from observatory.perf_gates import parse_fail_on
 from observatory.plan import SessionPlan, plan_compare
 from observatory.read_model import SessionView
-from observatory.redact import redact_text, remember, remember_url
+from observatory.redact import redact_text, remember, remember_engine, remember_url
 from observatory.report_data import build
 from observatory.runner import Interrupted, Reporter, Runner
 from observatory.store import Store
@@ -131,8 +131,10 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         plan = SessionPlan.from_options(kw)
     registry_for(list(plan.gates_dirs))  # a bad gate file is a setup error, found before anything launches
     opts = plan_compare(**plan.compare_kwargs(), api_key=api_key, command=redact_argv(sys.argv))
+    remember_engine(opts.settings.extra_args, opts.settings.env)
     for arm in opts.arms:
         remember_url(arm.url)
+        remember_engine(arm.engine_args, arm.env)  # --api-key VALUE, HF_TOKEN=... (issue 32 item 1)
     opts.plan = plan.to_stored()  # never the API key: it is not part of a plan
     if before_run is not None:
         before_run()
