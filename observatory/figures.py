@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from observatory.answer import MALFORMED
 from observatory.db import ArmRow
 from observatory.images import image_differences, split_docker_argv
 from observatory.judge import base_reference
@@ -205,8 +206,11 @@ def cudagraph_gap(arm: ArmRow) -> str | None:
 
 
 def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts: dict[str, tuple[str, str]],
-             arms: list[ArmRow] | None = None) -> list[dict[str, str]]:
-    """Why this arm's figures cannot be trusted, if they cannot (ARMS: the session's, for CROSS_SESSION)."""
+             arms: list[ArmRow] | None = None, malformed: dict[str, Any] | None = None) -> list[dict[str, str]]:
+    """Why this arm's figures cannot be trusted, if they cannot (ARMS: the session's, for CROSS_SESSION).
+
+    MALFORMED: the arm's answers with a field out of range (`malformed_answers`).
+    """
     out = []
     launch = arm.launch or {}
     if arm.status in ("crashed", "hung"):
@@ -216,6 +220,9 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
     is_spec = launch.get("speculative_config") is not None
     ran = arm.status == "ok"
     drafts = acc["drafts"]
+    if malformed:
+        out.append({"code": "INVALID", "detail": f"{malformed['answers']} malformed answer(s) from the server, "
+                    f"e.g. {malformed['first']}"})
     if ran and acc.get("problem"):
         out.append({"code": "INVALID", "detail": f"engine counters unusable: {acc['problem']}"})
     elif ran and is_spec and drafts is None:
@@ -279,6 +286,12 @@ def _allowed_per_chunk(arm: ArmRow) -> int | None:
     return k + 1 if k is not None else None
 
 
+def malformed_answers(results: list[Any]) -> dict[str, Any] | None:
+    """How many RESULTS the server answered with a field out of range (observatory.answer), and the first error."""
+    bad = [r.error for r in results if not r.ok and (r.error or "").startswith(MALFORMED)]
+    return {"answers": len(bad), "first": bad[0][:300]} if bad else None
+
+
 def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any]:
     """Acceptance (overall, per category, per probe, per concurrency level) and speed of one arm."""
     stream = [r for r in store.results(a.id, "stream") if r.ok]
@@ -313,7 +326,8 @@ def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any
     levels = {str(lv): {"alpha": la["alpha"], "tau": la["tau"], "drafts": la["drafts"],
                         "ttft_ms": ttft.get(str(lv)), "tok_s": (spd["throughput"].get(str(lv)) or {}).get("tok_s"),
                         "S": None} for lv, la in at_level.items()}
-    fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels}
+    fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels,
+                           "malformed": malformed_answers(store.results(a.id))}
     if (a.launch or {}).get("speculative_config") is not None:
         fig["stream_tau"] = stream_tau(stream)
         fig["stream_counter_tau"] = acceptance(total, k)["tau"]
@@ -356,7 +370,8 @@ def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm:
             fig["performance"] = performance(fig, base_fig, floor, fail_on)
         fig["noise_floor"] = floor
         arm_verdicts = {v.gate: (v.verdict, v.reason) for v in store.verdicts(a.id) if v.probe_id is None}
-        store.update(ArmRow, a.id, figures=fig, validity=validity(a, base, fig["acceptance"], arm_verdicts, arms))
+        store.update(ArmRow, a.id, figures=fig, validity=validity(a, base, fig["acceptance"], arm_verdicts, arms,
+                                                                      fig.get("malformed")))
 
 
 def noise_floor(store: Any, base: ArmRow, copies: list[ArmRow], per_arm: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
