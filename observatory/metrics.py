@@ -54,6 +54,8 @@ _COUNTER_TYPES = frozenset({"counter", "unknown", "untyped"})
 # method uses (vLLM's per-position series are 0..k-1, k a handful); a larger label is
 # a lie, and one at or beyond the arm's own k is flagged by `impossible`.
 MAX_POSITION = 256
+# Prometheus values are doubles: above 2^53 a count is no longer exact (nor storable as JSON everywhere).
+MAX_COUNTER = 2**53
 # prometheus_client's process collector (vLLM, SGLang): when the server process started
 START_TIME = "process_start_time_seconds"
 
@@ -197,8 +199,8 @@ def read_counters(text: str, prefix: str, engine: str, only: frozenset[str] | No
                 continue
             pos = -1 if raw is None else int(raw)
             v = s.value
-            if not math.isfinite(v) or v < 0 or v != int(v):
-                out.problems.append(f"{s.name} = {v!r} is not a count (a finite non-negative integer)")
+            if not math.isfinite(v) or v < 0 or v != int(v) or v > MAX_COUNTER:
+                out.problems.append(f"{s.name} = {v!r} is not a count (an integer in 0..2^53)")
                 continue
             by_pos = out.values.setdefault(name, {})
             by_pos[pos] = by_pos.get(pos, 0) + int(v)

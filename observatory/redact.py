@@ -14,14 +14,17 @@ the masked text back, never the key); the Basic-auth form the client itself
 sends for a URL's user name alone (base64 of ``user:``); and values given to
 the engine: an arm's or the session's env values whose name says they are a
 credential (`SECRET_NAME`), and the value of an engine argument such as
-``--api-key VALUE`` / ``--api-key=VALUE`` (`remember_engine`).
+``--api-key VALUE`` / ``--api-key=VALUE`` (`remember_engine`); and an
+engine's own log once it has stopped (`redact_file`: vLLM logs its arguments).
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -184,3 +187,25 @@ def redact(value: Any) -> Any:
     if isinstance(value, dict):
         return {redact(k): redact(v) for k, v in value.items()}
     return value
+
+
+def redact_file(path: Path) -> None:
+    """Rewrite the text file PATH masked line by line (an engine's log: the engine wrote it, e.g. its argv).
+
+    Left as it is when nothing in it needs masking or it cannot be read.
+    """
+    tmp = path.with_name(path.name + ".masking")
+    changed = False
+    try:
+        with open(path, "rb") as src, open(tmp, "wb") as dst:
+            for line in src:
+                text = line.decode("utf-8", errors="surrogateescape")
+                masked = redact_text(text)
+                changed = changed or masked != text
+                dst.write(masked.encode("utf-8", errors="surrogateescape"))
+        if changed:
+            os.replace(tmp, path)
+    except OSError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -148,3 +148,11 @@ def test_parse_bounds_positions_and_drops_other_models() -> None:
     mixed = _text(1, others=(('engine="0",model_name="x"', 7),))
     assert parse_spec_counters(mixed, "stub-model").drafts == 10
     assert parse_spec_counters(mixed).drafts == 80  # negative control: without the model, both are summed
+
+
+def test_a_count_beyond_a_double_is_not_a_count() -> None:
+    """A counter of 1e30 is finite and integral but no exact count: unusable, never stored as 10^30."""
+    c = parse_spec_counters(_text(1).replace("vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"stub-model\"} 10",
+                                             "vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"stub-model\"} 1e30"))
+    assert c.problem and "is not a count" in c.problem and c.drafts is None
+    assert parse_spec_counters(_text(1)).drafts == 10  # negative control

@@ -171,7 +171,10 @@ def test_url_user_name_alone_and_its_basic_header_are_masked(tmp_path: Path, mon
 
 
 # passes the "can it import vllm" check (`python -c ...`), then exits at once as an engine
-_EXIT_ENGINE = ("import sys\nif sys.argv[1:2] == ['-c']:\n    sys.exit(0)\n"
+# passes the "can it import vllm" check (`python -c ...`), then logs its arguments and environment as
+# vLLM does ("non-default args: ...") and exits at once as an engine
+_EXIT_ENGINE = ("import os, sys\nif sys.argv[1:2] == ['-c']:\n    sys.exit(0)\n"
+                "print('args:', sys.argv, os.environ.get('HF_TOKEN'), flush=True)\n"
                 "print('stub engine: giving up', flush=True)\nsys.exit(1)\n")
 
 
@@ -204,6 +207,8 @@ def test_engine_env_and_engine_arg_keys_are_not_stored(tmp_path: Path, monkeypat
     data = CliRunner().invoke(cli, ["show", "--db", str(db), "--json"]).output
     assert "plain-value-1" in data  # env values that are not credentials are kept
     assert "HF_TOKEN" in data and "--api-key" in data  # the names stay, the values go
+    logs = list((out / "logs").glob("*.log"))
+    assert logs and all("stub engine: giving up" in p.read_text() for p in logs)  # the engine's log, masked
     files = [db, *tmp_path.glob("s.db*"), *out.rglob("*")]
     for secret in (env_token, eq_key, spaced_key):
         assert secret not in r.output and secret not in data
