@@ -126,7 +126,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     if resume is not None:
         store = Store(db, create=False, write=True)
         plan = SessionPlan.from_stored(store.check_not_running(resume).options.get("plan"), resume)
-        plan.refuse_conflicts(given or {}, resume)
+        plan = plan.refuse_conflicts(given or {}, resume)
     else:
         plan = SessionPlan.from_options(kw)
     registry_for(list(plan.gates_dirs))  # a bad gate file is a setup error, found before anything launches
