@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from pg import pg_bin, postgres_server
 from stub_server import StubServer
 from test_faults_survived import _suite
 from test_hostile import _gate
@@ -98,3 +100,29 @@ def test_a_400kb_version_is_bounded(tmp_path: Path) -> None:
     version = data["arms"][1]["engine_version"]
     assert version.endswith("[truncated]") and len(version) <= 256
     assert sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) < 5_000_000
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    if pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed (bash scripts/setup.sh --test installs it)")
+    with postgres_server() as url:
+        yield url
+
+
+def test_out_of_range_answers_store_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    """usage.completion_tokens of 10^30 ('integer out of range') and a finish_reason object crashed the
+    PostgreSQL store and no report was written."""
+    out = tmp_path / "out"
+    with StubServer("ok", token=5) as base, StubServer("ok", token=5, completion_tokens=10**30) as huge, \
+            StubServer("ok", token=5, finish_reason={"why": "object"}) as obj:
+        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url},mtp1={huge.url},mtp2={obj.url}",
+                                     "--suite", _suite(tmp_path), "--db", pg_url, "--report", str(out / "report"),
+                                     "--json", str(out / "session.json"), "--no-diffs", "--quiet"])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert (out / "report" / "index.html").is_file()
+    arms = {a["name"]: a for a in json.loads((out / "session.json").read_text())["arms"]}
+    for name, named in (("mtp1", "usage.completion_tokens"), ("mtp2", "finish_reason {'why': 'object'}")):
+        flagged = [v["detail"] for v in arms[name]["validity"] if v["code"] == "INVALID"]
+        assert any("malformed answer(s)" in d and named in d for d in flagged), flagged
