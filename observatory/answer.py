@@ -98,12 +98,22 @@ def checked_usage(out: Response, usage: Any) -> dict[str, Any]:
         if key in kept and kept[key] is not None and not is_count(kept[key]):
             out.bad_fields.append(f"usage.{key} = {_shown(kept.pop(key))} is not a count (an integer in "
                                   f"0..{MAX_COUNT})")
-    for key in [k for k, v in kept.items() if k not in _USAGE_COUNTS and not isinstance(v, (str, dict, list))]:
-        v = kept[key]
-        if v is not None and not (type(v) is int and abs(v) <= MAX_COUNT) and not (
-                isinstance(v, float) and math.isfinite(v)):
-            out.bad_fields.append(f"usage.{key} = {_shown(kept.pop(key))} is out of range")
+    for key in [k for k in kept if k not in _USAGE_COUNTS and not _in_range(kept[k])]:
+        out.bad_fields.append(f"usage.{key} = {_shown(kept.pop(key))} is out of range")
     return kept
+
+
+def _in_range(value: Any, depth: int = 0) -> bool:
+    """Whether every number in VALUE (nested a few levels) is finite and every integer within +-MAX_COUNT."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    if isinstance(value, int):
+        return abs(value) <= MAX_COUNT
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (dict, list)) and depth < 4:
+        return all(_in_range(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 def checked_logprob(out: Response, value: Any) -> float | None:

@@ -40,7 +40,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from observatory.errors import ObservatoryError
-from observatory.metrics import SPEC_FAMILIES, SpecCounters, counters_from, parse_spec_counters, read_counters
+from observatory.metrics import (
+    MAX_COUNTER,
+    SPEC_FAMILIES,
+    SpecCounters,
+    counters_from,
+    parse_spec_counters,
+    read_counters,
+)
 
 FIELDS = frozenset({"drafts", "draft_tokens", "accepted", "accepted_per_pos"})
 
@@ -87,8 +94,9 @@ def _count(d: Mapping[str, Any], keys: Iterable[str], where: str) -> int | None:
     for key in keys:
         v = d.get(key)
         if v is not None:
-            if type(v) is not int or v < 0:  # bools and floats rejected too
-                raise ObservatoryError(f"{where}: {key} must be a non-negative integer, got {v!r}")
+            if type(v) is not int or v < 0 or v > MAX_COUNTER:  # bools and floats rejected too
+                raise ObservatoryError(f"{where}: {key} must be a non-negative integer up to 2^53, "
+                                       f"got {repr(v)[:60]}")
             return v
     return None
 

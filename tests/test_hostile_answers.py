@@ -126,3 +126,16 @@ def test_out_of_range_answers_store_on_postgresql(tmp_path: Path, pg_url: str) -
     for name, named in (("mtp1", "usage.completion_tokens"), ("mtp2", "finish_reason {'why': 'object'}")):
         flagged = [v["detail"] for v in arms[name]["validity"] if v["code"] == "INVALID"]
         assert any("malformed answer(s)" in d and named in d for d in flagged), flagged
+
+
+def test_usage_is_checked_at_the_edge() -> None:
+    """The edge check itself: nested usage numbers too; ordinary usage passes (negative control)."""
+    from observatory.answer import Response, checked_usage
+
+    ok = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": None}
+    r = Response()
+    assert checked_usage(r, ok) == ok and r.bad_fields == []
+    bad = {"completion_tokens": True, "prompt_tokens_details": {"cached_tokens": 10**30}}
+    r = Response()
+    assert checked_usage(r, bad) == {}
+    assert len(r.bad_fields) == 2 and "usage.completion_tokens = True" in r.bad_fields[0]
