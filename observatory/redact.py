@@ -76,7 +76,7 @@ def remember_engine(args: Iterable[str], env: Mapping[str, str]) -> None:
     for name, value in env.items():
         if SECRET_NAME.search(name):
             remember(value)
-    args = list(args)
+    args = [part for a in args for part in a.split()]  # "--api-key VALUE" given as one argument too
     for i, a in enumerate(args):
         if not a.startswith("-"):
             continue

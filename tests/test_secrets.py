@@ -101,6 +101,19 @@ def _token_texts(obj: object) -> list[list[str]]:
     return found
 
 
+def test_remember_engine_takes_every_form_of_a_credential_argument() -> None:
+    """Issue 32 item 1: --api-key=V, --api-key V, "--api-key V" as one argument, credential-named env values."""
+    from observatory.redact import forget_all, redact_text, remember_engine
+
+    try:
+        remember_engine(["--api-key=sk-eq-000001", "--hf-token", "hf_spaced_000002", "--api-key sk-one-000003",
+                         "--max-model-len", "4096000"], {"MY_ACCESS_KEY": "key-env-000004", "PATHS": "/opt/x-y-z"})
+        text = "sk-eq-000001 hf_spaced_000002 sk-one-000003 key-env-000004 4096000 /opt/x-y-z"
+        assert redact_text(text) == "*** *** *** *** 4096000 /opt/x-y-z"  # other flags and env values kept
+    finally:
+        forget_all()
+
+
 def test_redact_pieces_masks_a_secret_split_over_pieces() -> None:
     """Issue 32 item 1: each piece loses its part of the secret; the joined pieces are the masked text."""
     from observatory.redact import forget_all, redact_pieces, redact_text, remember
