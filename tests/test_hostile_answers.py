@@ -139,3 +139,12 @@ def test_usage_is_checked_at_the_edge() -> None:
     r = Response()
     assert checked_usage(r, bad) == {}
     assert len(r.bad_fields) == 2 and "usage.completion_tokens = True" in r.bad_fields[0]
+
+
+def test_usage_counts_whose_batch_sum_is_unstorable_fail_the_arm(tmp_path: Path) -> None:
+    """Each usage count in range (2^31 - 1) but their sum over one timed batch is not storable on
+    PostgreSQL: the arm fails with the reason, the session goes on."""
+    code, arms, output = _session(tmp_path, completion_tokens=2**31 - 1)
+    assert code == 2, output
+    assert arms["mtp1"]["status"] == "failed" and "usage is not believable" in arms["mtp1"]["reason"]
+    assert arms["mtp2"]["status"] == "ok"
