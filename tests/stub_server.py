@@ -30,12 +30,17 @@ class StubServer:
     Hostile extras: `metrics` are served by /metrics in turn (the last one
     repeated); `version`, `finish_reason` and `logprob` go into the answers as given;
     `with_logprobs=False` withholds logprobs; `drip_metrics=True` makes /metrics drip
-    a comment line every 0.2 s, never finishing.
+    a comment line every 0.2 s, never finishing. Out-of-range answers (issue 32):
+    `models` are the ids /v1/models answers in turn (the last repeated; any JSON
+    value); `completion_tokens` goes into every usage as given; `finish_reason`
+    and `logprob` may be any JSON value; `pieces` are the answer's token texts,
+    one logprobs entry each (e.g. a key split over two tokens).
     """
 
     def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5, metrics: list[str] | None = None,
                  version: str = "stub-0", finish_reason: str = "stop", logprob: float = 0.0,
-                 with_logprobs: bool = True, drip_metrics: bool = False, max_model_len: int | None = None):
+                 with_logprobs: bool = True, drip_metrics: bool = False, max_model_len: int | None = None,
+                 models: list[object] | None = None, completion_tokens: object = 1, pieces: list[str] | None = None):
         self.mode = mode
         self.max_model_len = max_model_len
         self.delay_s = delay_s
@@ -47,6 +52,10 @@ class StubServer:
         self.logprob = logprob
         self.with_logprobs = with_logprobs
         self.drip_metrics = drip_metrics
+        self.models = models or ["stub-model"]
+        self.models_reads = 0
+        self.completion_tokens = completion_tokens
+        self.pieces = pieces or ["ok"]
         self.completions = 0
         self.authorizations: list[str] = []
         self.stop_event = threading.Event()
@@ -92,7 +101,8 @@ class StubServer:
                 if self.path == "/version":
                     return self._send(200, json.dumps({"version": stub.version}).encode())
                 if self.path == "/v1/models":
-                    model: dict[str, object] = {"id": "stub-model"}
+                    model: dict[str, object] = {"id": stub.models[min(stub.models_reads, len(stub.models) - 1)]}
+                    stub.models_reads += 1
                     if stub.max_model_len is not None:
                         model["max_model_len"] = stub.max_model_len
                     return self._send(200, json.dumps({"data": [model]}).encode())
@@ -130,30 +140,34 @@ class StubServer:
                 if stub.mode == "drip":
                     return self._drip()
                 lp = stub.logprob
-                logprobs = {"content": [{"token": f"token_id:{stub.token}", "logprob": lp, "bytes": [111, 107],
-                                         "top_logprobs": [{"token": f"token_id:{stub.token}", "logprob": lp, "bytes": []}]}]}
+                text = "".join(stub.pieces)
+                usage = {"prompt_tokens": 1, "completion_tokens": stub.completion_tokens, "total_tokens": 2}
+                logprobs = {"content": [{"token": f"token_id:{stub.token}", "logprob": lp, "bytes": list(p.encode()),
+                                         "top_logprobs": [{"token": f"token_id:{stub.token}", "logprob": lp, "bytes": []}]}
+                                        for p in stub.pieces]}
                 if not stub.with_logprobs:
                     logprobs = None
                 if request.get("stream"):
                     chunks = [
                         {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
-                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"},
+                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
                                       "logprobs": logprobs, "finish_reason": None}]},
                         {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
                          "choices": [{"index": 0, "delta": {}, "finish_reason": stub.finish_reason}]},
                         {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "stub-model",
-                         "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
+                         "choices": [], "usage": usage},
                     ]
                     data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
                     return self._send(200, data.encode(), "text/event-stream")
                 body = {
                     "id": "c", "object": "chat.completion", "created": int(time.time()), "model": "stub-model",
                     "choices": [{"index": 0, "finish_reason": stub.finish_reason,
-                                 "message": {"role": "assistant", "content": "ok"},
+                                 "message": {"role": "assistant", "content": text},
                                  "logprobs": {"content": [{"token": "token_id:5", "logprob": 0.0,
-                                                           "bytes": [111, 107], "top_logprobs": []}]}
+                                                           "bytes": list(p.encode()), "top_logprobs": []}
+                                                          for p in stub.pieces]}
                                  if stub.with_logprobs else None}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    "usage": usage,
                 }
                 if request.get("return_token_ids"):  # SGLang's ids (observatory.client.sglang_ids), chat: whole only
                     body["choices"][0]["token_ids"] = [stub.token]

@@ -143,3 +143,22 @@ def test_verdicts_are_stored_after_every_wave(tmp_path: Path, monkeypatch: pytes
                                      _suite(tmp_path), "--db", str(tmp_path / "w.db"), "--no-diffs", "--quiet"])
     assert r.exit_code == 0, r.output
     assert seen[0] == 0 and seen[1] > 0
+
+
+def test_a_masked_engine_arg_key_must_be_given_again_to_resume(tmp_path: Path) -> None:
+    """Issue 32 item 1: an --engine-arg key is stored masked, so --resume needs it again: refused with one
+    line without it (never launched as '***'), resumed with it."""
+    key = "sk-resume-engarg-41d0"
+    with StubServer("ok") as base:
+        db, _ = _compare(tmp_path, base.url, f"--engine-arg=--api-key={key}")
+        with Store(db) as store:
+            assert store.session(1).options["plan"]["engine_args"] == ["--api-key=***"]
+        _interrupt_arm(db)
+        r = CliRunner().invoke(cli, ["compare", "--resume", "1", "--db", db, "--quiet"])
+        assert r.exit_code == 3 and "give the same --engine-arg flags again" in r.output, r.output
+        r = CliRunner().invoke(cli, ["compare", "--resume", "1", "--db", db, "--quiet",
+                                     f"--engine-arg=--api-key={key}"])
+        assert r.exit_code == 0, r.output
+    with Store(db) as store:
+        assert [a.status for a in store.arms(1)] == ["ok"]
+    assert key.encode() not in Path(db).read_bytes()

@@ -35,7 +35,7 @@ from typing import Any
 
 from observatory.channels import Channel
 from observatory.channels.view import ChannelView
-from observatory.engines.metrics import SpecCounters
+from observatory.engines.metrics import SpecCounters, impossible
 from observatory.judge.perf_gates import stream_tau_check
 from observatory.judge.speed import stream_tau
 from observatory.model.probes import Probe
@@ -93,11 +93,8 @@ def breaches(c: SpecCounters, k: int | None, tokens: int | None = None) -> list[
     if c.problem:
         out.append(c.problem)
         return out
-    d, dt, a, per = c.drafts, c.draft_tokens, c.accepted, c.accepted_per_pos
-    if a is not None and dt is not None and a > dt:
-        out.append(f"accepted {a} > draft tokens {dt}")
-    if k is not None and d is not None and dt is not None and dt > k * d:
-        out.append(f"draft tokens {dt} > k x drafts = {k} x {d}")
+    d, a, per = c.drafts, c.accepted, c.accepted_per_pos
+    out += impossible(c, k)  # the invariants the arm's figures are refused on too (observatory.judge.figures)
     if per and a is not None and sum(per) != a:
         out.append(f"per-position accepted {per} sum to {sum(per)}, not accepted {a}")
     if per and any(later > earlier for earlier, later in pairwise(per)):
@@ -171,8 +168,8 @@ def _stream_tau_row(view: ChannelView, arm: ArmRow, total: SpecCounters) -> Verd
     from observatory.judge.figures import acceptance
 
     mine = [r for r in view.results(arm) if r.ok]
-    tau = acceptance(total)["tau"] if mine else None
     k = _k(arm)
+    tau = acceptance(total, k)["tau"] if mine else None
     bursty = any(n is not None and k is not None and n > k + 1 for r in mine for _, n in (r.chunks or []))
     check = stream_tau_check(stream_tau(mine), tau, bursty)
     verdict = check["verdict"]

@@ -7,10 +7,18 @@ answer fills them. Token ids come from the choice's logprobs entries
 from ``choices[].token_ids`` (`observatory.client.sglang_ids`, passed in as a
 `Take`). TTFT is the first streamed chunk that carries a choice (see
 `_note_first`); ``chunks`` is the timeline of the chunks that carried tokens.
+
+Every field is validated here, at the edge (issue 32 item 3): a usage count
+that is not an integer in 0..MAX_COUNT, a finish_reason that is not one of
+FINISH_REASONS, a logprob that is NaN, +inf or above 0 (-inf, probability
+zero, is allowed) make the answer *malformed*: what was received is kept
+(text, ids), the bad values are left out of the stored fields and named in
+the error, and the result is not ok.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +48,8 @@ class Response:
     error: str | None = None
     # one of ERROR_KINDS when error is set: timeout | connect | http | malformed
     error_kind: str | None = None
+    # fields of the answer that were out of range (the answer is malformed: see `finish`)
+    bad_fields: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -53,6 +63,77 @@ class Response:
         if isinstance(n, int) and not isinstance(n, bool):
             return n
         return len(self.token_ids) if self.token_ids else None
+
+
+# The finish reasons an OpenAI-compatible server may give: OpenAI's, vLLM's ("abort", "error"), SGLang's
+# and llama-server's (all within these).
+FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "abort", "error"})
+# The largest count stored: PostgreSQL's integer (SQLite's is 64-bit); no answer has more tokens.
+MAX_COUNT = 2**31 - 1
+_USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+# how the error of an answer with a field out of range starts (observatory.judge.figures counts them)
+MALFORMED = "malformed response: "
+
+
+def _shown(value: Any) -> str:
+    """VALUE as named in an error: bounded (a server may send megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def is_count(value: Any) -> bool:
+    """Whether VALUE is a storable count: an int (not a bool) in 0..MAX_COUNT."""
+    return type(value) is int and 0 <= value <= MAX_COUNT
+
+
+def checked_usage(out: Response, usage: Any) -> dict[str, Any]:
+    """USAGE as stored: a dict whose counts are counts; anything else named in OUT.bad_fields and left out."""
+    if not usage:
+        return {}
+    if not isinstance(usage, dict):
+        out.bad_fields.append(f"usage = {_shown(usage)} is not an object")
+        return {}
+    kept = dict(usage)
+    for key in _USAGE_COUNTS:
+        if key in kept and kept[key] is not None and not is_count(kept[key]):
+            out.bad_fields.append(f"usage.{key} = {_shown(kept.pop(key))} is not a count (an integer in "
+                                  f"0..{MAX_COUNT})")
+    for key in [k for k in kept if k not in _USAGE_COUNTS and not _in_range(kept[k])]:
+        out.bad_fields.append(f"usage.{key} = {_shown(kept.pop(key))} is out of range")
+    return kept
+
+
+def _in_range(value: Any, depth: int = 0) -> bool:
+    """Whether every number in VALUE (nested a few levels) is finite and every integer within +-MAX_COUNT."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    if isinstance(value, int):
+        return abs(value) <= MAX_COUNT
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (dict, list)) and depth < 4:
+        return all(_in_range(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
+def checked_logprob(out: Response, value: Any) -> float | None:
+    """VALUE as a logprob: a number <= 0 (-inf allowed: probability zero); else None, named in OUT.bad_fields."""
+    if type(value) in (int, float) and value <= 0:  # NaN and +inf fail the comparison or the bound
+        return float(value)
+    if len(out.bad_fields) < 8:
+        out.bad_fields.append(f"logprob {_shown(value)} is not a log-probability (a number <= 0)")
+    return None
+
+
+def _check_finish(out: Response) -> None:
+    reason = out.finish_reason
+    if reason is None:
+        return
+    if not isinstance(reason, str):
+        out.bad_fields.append(f"finish_reason {_shown(reason)} is not a string")
+        out.finish_reason = None
+    elif reason not in FINISH_REASONS:
+        out.bad_fields.append(f"finish_reason {_shown(reason)} is not one of {sorted(FINISH_REASONS)}")
 
 
 # Reads one choice's token ids (with their texts and top-k) into a Response: (out, choice, chat) -> how many.
@@ -77,7 +158,15 @@ def _bytes_text(b: list[int] | None, fallback: str) -> str:
 
 
 def finish(out: Response, t0: float) -> Response:
-    """OUT with its duration since T0 (`time.perf_counter()`); an answer without a finish_reason is malformed."""
+    """OUT with its duration since T0 (`time.perf_counter()`); an answer without a finish_reason is malformed.
+
+    So is one with a field out of range (`bad_fields`): kept as received, not ok.
+    """
+    _check_finish(out)
+    out.usage = checked_usage(out, out.usage)
+    if out.error is None and out.bad_fields:
+        out.error = MALFORMED + "; ".join(dict.fromkeys(out.bad_fields))
+        out.error_kind = "malformed"
     if out.error is None and out.finish_reason is None:
         out.error = "malformed response: the server ended without a finish_reason"
         out.error_kind = "malformed"
@@ -230,8 +319,10 @@ def _take_chat_logprobs(out: Response, logprobs: Any) -> int:
     for item in items:
         out.token_ids.append(item_token_id(item))
         out.token_texts.append(_bytes_text(item.get("bytes"), ""))
-        out.top_logprobs.append([[item_token_id(t), float(t["logprob"])]
-                                 for t in item.get("top_logprobs") or ()])
+        if "logprob" in item:
+            checked_logprob(out, item["logprob"])
+        top = [(item_token_id(t), checked_logprob(out, t["logprob"])) for t in item.get("top_logprobs") or ()]
+        out.top_logprobs.append([[t, lp] for t, lp in top if lp is not None])
     return len(items)
 
 
@@ -245,6 +336,7 @@ def _take_completion_logprobs(out: Response, logprobs: Any) -> int:
     tops = logprobs.get("top_logprobs") or [None] * len(tokens)
     for tok, top in zip(tokens, tops):
         out.token_ids.append(parse_token_id(tok))
-        pairs = sorted(((parse_token_id(k), float(v)) for k, v in (top or {}).items()), key=lambda p: -p[1])
+        checked = [(parse_token_id(k), checked_logprob(out, v)) for k, v in (top or {}).items()]
+        pairs = sorted(((t, lp) for t, lp in checked if lp is not None), key=lambda p: -p[1])
         out.top_logprobs.append([[t, lp] for t, lp in pairs])
     return len(tokens)

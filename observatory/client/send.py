@@ -40,7 +40,8 @@ from observatory.client.sglang_ids import ENGINE as SGLANG
 from observatory.client.sglang_ids import sglang_params, take_ids
 from observatory.client.sse import MalformedStream, ServerError, decode_json, events
 from observatory.client.wire import DeadlineExceeded, Pool, WireError
-from observatory.engines.metrics import SpecCounters, not_reported
+from observatory.engines.metrics import CounterWatch, SpecCounters, not_reported
+from observatory.engines.server_facts import fact_text
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 
@@ -48,6 +49,8 @@ TOP_LOGPROBS = 10
 SEED = 0
 # Response.error_kind values
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# A served model id longer than this is no model name (vLLM's is a path or an alias; paths stop at 4096).
+MAX_MODEL_CHARS = 4096
 ERROR_KINDS = ("timeout", "connect", "http", "malformed")
 _encode = msgspec.json.Encoder().encode
 # A rare one-byte text used to split one /detokenize answer into per-token texts.
@@ -167,6 +170,7 @@ class EngineClient:
                                                                              max_keepalive_connections=256))
         self._wire = Pool(self.base_url, self._headers)
         self._model: str | None = None
+        self._watch = CounterWatch()  # restarts and new label sets across this server's reads (issue 32 item 2)
         self._separator: int | bool | None = False  # False: not looked up yet; None: the server has none
 
     def close(self) -> None:
@@ -206,23 +210,44 @@ class EngineClient:
         try:
             r = self.fetch(self.adapter.version_path(), 10.0)
             if r.status_code == 200:
-                return version_from(self.adapter, r.json())
+                return fact_text(version_from(self.adapter, r.json()))
         except (httpx.HTTPError, ValueError):
             pass
         return None
 
     def model(self) -> str:
-        """The served model id (first of GET /v1/models)."""
+        """The served model id (first of GET /v1/models), read once."""
         if self._model is None:
-            try:
-                r = self.fetch("/v1/models", 30.0)
-                r.raise_for_status()
-                self._model = str(r.json()["data"][0]["id"])
-            except httpx.HTTPError as e:
-                raise RequestFailed(f"{self.base_url}/v1/models did not name a model: {e}", _kind(e)) from None
-            except (ValueError, KeyError, IndexError, TypeError) as e:
-                raise RequestFailed(f"{self.base_url}/v1/models did not name a model: {e}", "malformed") from None
+            self._model = self._read_model()
         return self._model
+
+    def _read_model(self) -> str:
+        """GET /v1/models' first id: a non-empty string of at most MAX_MODEL_CHARS (issue 32 item 3)."""
+        try:
+            r = self.fetch("/v1/models", 30.0)
+            r.raise_for_status()
+            model = r.json()["data"][0]["id"]
+        except httpx.HTTPError as e:
+            raise RequestFailed(f"{self.base_url}/v1/models did not name a model: {e}", _kind(e)) from None
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise RequestFailed(f"{self.base_url}/v1/models did not name a model: {e}", "malformed") from None
+        if not isinstance(model, str) or not model.strip() or len(model) > MAX_MODEL_CHARS:
+            raise RequestFailed(f"{self.base_url}/v1/models did not name a model: id {fact_text(repr(model), 80)} "
+                                f"is not a model name (a non-empty string of at most {MAX_MODEL_CHARS} characters)",
+                                "malformed")
+        return model
+
+    def model_change(self) -> str | None:
+        """Why the served model is no longer the one this arm started with (read again now); None if it is."""
+        if self._model is None:
+            return None
+        try:
+            now = self._read_model()
+        except RequestFailed as e:
+            return f"the served model could not be read again at the arm's end: {e}"
+        if now != self._model:
+            return f"the served model changed mid-arm: {fact_text(self._model, 80)!r} -> {fact_text(now, 80)!r}"
+        return None
 
     def counters(self) -> SpecCounters:
         """Current cumulative spec-decode counters from GET /metrics (None fields: not reported)."""
@@ -231,8 +256,8 @@ class EngineClient:
             r.raise_for_status()
         except httpx.HTTPError as e:
             raise RequestFailed(f"{self.base_url}/metrics failed: {e}", _kind(e)) from None
-        found = self.adapter.counters_from_metrics(r.text)
-        return found.plain() if found is not None else not_reported()
+        found = self.adapter.counters_from_metrics(r.text, self._model)
+        return self._watch.check(found.plain() if found is not None else not_reported(), r.text, self._model)
 
     # -- detokenising ----------------------------------------------------
     def _post_json(self, path: str, body: dict[str, Any]) -> Any:

@@ -14,7 +14,7 @@ from observatory.commands import INTERRUPTED_EXIT
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.model.gates import registry_for
 from observatory.model.read_model import SessionView
-from observatory.model.redact import redact_text, remember, remember_url
+from observatory.model.redact import redact_text, remember, remember_engine, remember_url
 from observatory.report.data import build
 from observatory.report.terminal import RichReporter, print_summary
 from observatory.session.plan import SessionPlan, plan_compare
@@ -126,13 +126,15 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     if resume is not None:
         store = Store(db, create=False, write=True)
         plan = SessionPlan.from_stored(store.check_not_running(resume).options.get("plan"), resume)
-        plan.refuse_conflicts(given or {}, resume)
+        plan = plan.refuse_conflicts(given or {}, resume)
     else:
         plan = SessionPlan.from_options(kw)
     registry_for(list(plan.gates_dirs))  # a bad gate file is a setup error, found before anything launches
     opts = plan_compare(**plan.compare_kwargs(), api_key=api_key, command=redact_argv(sys.argv))
+    remember_engine(opts.settings.extra_args, opts.settings.env)
     for arm in opts.arms:
         remember_url(arm.url)
+        remember_engine(arm.engine_args, arm.env)  # --api-key VALUE, HF_TOKEN=... (issue 32 item 1)
     opts.plan = plan.to_stored()  # never the API key: it is not part of a plan
     if before_run is not None:
         before_run()

@@ -11,7 +11,9 @@ vLLM exposes, per engine and model label set (llama.cpp the same names under
 - ``vllm:spec_decode_num_accepted_tokens_total``
 - ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``
 
-Label sets other than ``position`` are summed (one engine may report several).
+Label sets other than ``position`` are summed (one engine may report several),
+except those of another model: a sample whose ``model_name`` is not the arm's
+served model is not this arm's and is left out (issue 32 item 2).
 
 /metrics is untrusted input (issue 19 item 1): a NaN or infinite value, a
 negative or fractional count, a family declared as something other than a
@@ -19,11 +21,22 @@ counter, or a counter that goes down between two reads makes the counters
 *unusable*: `SpecCounters.problem` says why, the figures built on them are
 unknown, and the session goes on. A counter the engine does not report is
 None, never 0 (issue 13 item 8): "not reported" and "zero" stay distinct.
+
+Issue 32 item 2 adds, each making the counters unusable the same way: two
+samples with identical labels (a doubled series); a ``position`` label that
+is not a position in 0..MAX_POSITION (bounded before anything is allocated
+by it); and, per arm across its reads (`CounterWatch`), a server that
+restarted (``process_start_time_seconds`` changed, or any counter lower than
+at the previous read) and a label set that appeared after the first read
+(another engine summed in). `impossible` holds the invariants a delta must
+keep once k is known: accepted <= draft tokens (alpha <= 1), draft tokens
+<= k x drafts, and no position at or beyond k.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +49,15 @@ COUNTS = ("drafts", "draft_tokens", "accepted")
 SPEC_FAMILIES = frozenset({"num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos"})
 # Prometheus family types a cumulative count may carry ("unknown": no TYPE line).
 _COUNTER_TYPES = frozenset({"counter", "unknown", "untyped"})
+# The largest per-position label parsed: positions index accepted_per_pos, so a server's
+# position 1,000,000,000 must never size a list. 256 is far above any k a speculative
+# method uses (vLLM's per-position series are 0..k-1, k a handful); a larger label is
+# a lie, and one at or beyond the arm's own k is flagged by `impossible`.
+MAX_POSITION = 256
+# Prometheus values are doubles: above 2^53 a count is no longer exact (nor storable as JSON everywhere).
+MAX_COUNTER = 2**53
+# prometheus_client's process collector (vLLM, SGLang): when the server process started
+START_TIME = "process_start_time_seconds"
 
 
 @dataclass
@@ -129,13 +151,21 @@ class PromCounts:
     problems: list[str] = field(default_factory=list)
 
 
-def read_counters(text: str, prefix: str, engine: str, only: frozenset[str] | None = None) -> PromCounts:
+def _other_model(labels: dict[str, str], model: str | None) -> bool:
+    """Whether a sample's labels name a model other than MODEL (no model_name label: the arm's own)."""
+    return model is not None and "model_name" in labels and labels["model_name"] != model
+
+
+def read_counters(text: str, prefix: str, engine: str, only: frozenset[str] | None = None,
+                  model: str | None = None) -> PromCounts:
     """Every counter family named PREFIX* in a Prometheus text, checked (the one /metrics reader).
 
-    Names lose PREFIX and any ``_total``; ``_created`` series, and names outside
-    ONLY when it is given, are skipped. A value
-    that is not a finite non-negative integer, or a family that is not a counter,
-    is recorded in `problems` and left out; so is text that does not parse at all.
+    Names lose PREFIX and any ``_total``; ``_created`` series, names outside
+    ONLY when it is given, and samples of a model other than MODEL are skipped.
+    A value that is not a finite non-negative integer, a family that is not a
+    counter, a position outside 0..MAX_POSITION and a sample repeated with
+    identical labels are recorded in `problems` and left out; so is text that
+    does not parse at all.
     """
     out = PromCounts()
     try:
@@ -143,6 +173,7 @@ def read_counters(text: str, prefix: str, engine: str, only: frozenset[str] | No
     except ValueError as e:
         out.problems.append(f"{engine} /metrics is not valid Prometheus text: {e}")
         return out
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for fam in families:
         for s in fam.samples:
             if not s.name.startswith(prefix) or s.name.endswith("_created"):
@@ -153,14 +184,23 @@ def read_counters(text: str, prefix: str, engine: str, only: frozenset[str] | No
             if fam.type not in _COUNTER_TYPES:
                 out.problems.append(f"{s.name} is a {fam.type}, not a counter")
                 continue
-            try:
-                pos = int(s.labels.get("position", -1))
-            except ValueError:
-                out.problems.append(f"{s.name} has position label {s.labels['position']!r}, not an integer")
+            if _other_model(s.labels, model):
                 continue
+            key = (s.name, tuple(sorted(s.labels.items())))
+            if key in seen:
+                out.problems.append(f"{s.name}{dict(s.labels)} appears twice with identical labels")
+                continue
+            seen.add(key)
+            raw = s.labels.get("position")
+            if raw is not None and not (raw.isascii() and raw.isdigit() and len(raw) <= 4
+                                        and int(raw) <= MAX_POSITION):
+                out.problems.append(f"{s.name} has position label {raw[:40]!r}, not a position in "
+                                    f"0..{MAX_POSITION}")
+                continue
+            pos = -1 if raw is None else int(raw)
             v = s.value
-            if not math.isfinite(v) or v < 0 or v != int(v):
-                out.problems.append(f"{s.name} = {v!r} is not a count (a finite non-negative integer)")
+            if not math.isfinite(v) or v < 0 or v != int(v) or v > MAX_COUNTER:
+                out.problems.append(f"{s.name} = {v!r} is not a count (an integer in 0..2^53)")
                 continue
             by_pos = out.values.setdefault(name, {})
             by_pos[pos] = by_pos.get(pos, 0) + int(v)
@@ -197,6 +237,92 @@ def counters_from(counts: PromCounts, absent_is_zero: bool) -> SpecCounters:
     return c
 
 
-def parse_spec_counters(text: str) -> SpecCounters:
+def parse_spec_counters(text: str, model: str | None = None) -> SpecCounters:
     """The vLLM spec-decode counters in a Prometheus text (absent families: speculation off, zero)."""
-    return counters_from(read_counters(text, _PREFIX, "Engine", only=SPEC_FAMILIES), absent_is_zero=True)
+    return counters_from(read_counters(text, _PREFIX, "Engine", only=SPEC_FAMILIES, model=model),
+                         absent_is_zero=True)
+
+
+def impossible(c: SpecCounters, k: int | None) -> list[str]:
+    """The invariants counters C (a delta or a sum of deltas) break; K: the arm's draft length, when known.
+
+    Each is a count no engine can produce: more accepted than drafted tokens
+    (alpha > 1), more draft tokens than k per draft, an accepted count at a
+    position >= k (positions are 0..k-1).
+    """
+    out: list[str] = []
+    d, dt, a, per = c.drafts, c.draft_tokens, c.accepted, c.accepted_per_pos
+    if a is not None and dt is not None and a > dt:
+        out.append(f"accepted {a} > draft tokens {dt}")
+    if k is not None and d is not None and dt is not None and dt > k * d:
+        out.append(f"draft tokens {dt} > k x drafts = {k} x {d}")
+    if k is not None and per is not None and len(per) > k:
+        out.append(f"per-position series up to position {len(per) - 1}, beyond k = {k} (positions 0..{k - 1})")
+    return out
+
+
+def _series(text: str, model: str | None) -> tuple[float | None, frozenset[tuple[str, ...]]]:
+    """TEXT's process start time (None if not exposed) and the label sets of its spec-decode series."""
+    start: float | None = None
+    series: set[tuple[str, ...]] = set()
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError:
+        return None, frozenset()
+    for fam in families:
+        for s in fam.samples:
+            if s.name == START_TIME and start is None:
+                start = s.value
+            elif ("spec_decode_" in s.name or "spec_verify" in s.name) and not s.name.endswith("_created") \
+                    and not _other_model(s.labels, model):
+                series.add(tuple(f"{k}={v}" for k, v in sorted(s.labels.items()) if k != "position"))
+    return start, frozenset(series)
+
+
+class CounterWatch:
+    """One server's successive /metrics reads: counters that fail across reads are marked unusable for good.
+
+    A restart (``process_start_time_seconds`` changed, or any counter lower
+    than at the previous read: a restarted server's counters may overtake the
+    old ones before the next read, so a delta alone cannot see it), and a
+    label set that appears after the first read (another engine's series
+    summed in), set a problem that every later read carries.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._start: float | None = None
+        self._series: frozenset[tuple[str, ...]] | None = None
+        self._last: SpecCounters | None = None
+        self.problem: str | None = None
+
+    def check(self, c: SpecCounters, text: str, model: str | None = None) -> SpecCounters:
+        """C (read from TEXT) with this server's lasting problem, if it has one."""
+        start, series = _series(text, model)
+        with self._lock:
+            found: list[str] = []
+            if start is not None and self._start is not None and start != self._start:
+                found.append(f"the server restarted between reads ({START_TIME} {self._start!r} -> {start!r})")
+            if start is not None and self._start is None:
+                self._start = start
+            if self._series and series - self._series:
+                new = sorted(series - self._series)[:3]
+                found.append(f"label sets {[','.join(x) for x in new]} appeared after the first read "
+                             "(another engine or model summed in)")
+            if self._series is None and series:
+                self._series = series
+            last = self._last
+            if last is not None and c.problem is None and last.problem is None:
+                fell = [f"{n} {getattr(last, n)} -> {getattr(c, n)}" for n in COUNTS
+                        if getattr(c, n) is not None and getattr(last, n) is not None
+                        and getattr(c, n) < getattr(last, n)]
+                if fell:
+                    found.append("counters decreased since the previous read, the server restarted? ("
+                                 + ", ".join(fell) + ")")
+            self._last = c
+            if found and self.problem is None:
+                self.problem = "; ".join(found)
+            if self.problem is None:
+                return c
+            c.problem = "; ".join(dict.fromkeys(p for p in (c.problem, self.problem) if p))
+            return c

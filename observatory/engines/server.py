@@ -24,6 +24,7 @@ from observatory.engines import containers
 from observatory.engines.settings import EngineSettings, speculative_config_for
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
+from observatory.model.redact import redact_file
 
 # EngineStartError.kind values: why the engine did not become ready
 START_ERROR_KINDS = ("exited", "port_in_use", "hung", "not_found", "unhealthy")
@@ -224,6 +225,7 @@ class EngineProcess:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
+        redact_file(self.log_path)  # the engine wrote it unmasked (vLLM logs its --api-key): issue 32 item 1
 
     def log_tail(self, lines: int = 60, max_chars: int = 8000) -> str:
         """The last lines of the engine log."""

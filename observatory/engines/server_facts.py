@@ -19,6 +19,7 @@ import httpx
 
 from observatory.engines.machine import describe
 from observatory.engines.metrics import read_info
+from observatory.store.session_store import TRUNCATED
 
 # (fact, where it lives: "launch" for launch["served"][fact], "row" for the arm row's attribute);
 # root is the model path or repo the server loaded, behind the served name
@@ -39,6 +40,19 @@ def host_facts() -> dict[str, Any]:
     return {"host": socket.gethostname(), "gpu_models": list(gpus)}
 
 
+# The most characters of one server fact (a version, a model root) stored or shown: a server may
+# answer megabytes (issue 32 item 3: a 400 KB /version stalled the report); real versions are < 64.
+MAX_FACT_CHARS = 256
+
+
+def fact_text(value: Any, limit: int = MAX_FACT_CHARS) -> str | None:
+    """VALUE as a stored server fact: a string of at most LIMIT characters (None stays None)."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
+
+
 def served_facts(client: Any, timeout: float = 10.0) -> dict[str, Any]:
     """{"max_model_len": ..., "served_model": ..., "root": ...} from the server's /v1/models; {} if unreadable.
 
@@ -53,8 +67,8 @@ def served_facts(client: Any, timeout: float = 10.0) -> dict[str, Any]:
     if not isinstance(data, list) or not data or not isinstance(data[0], dict):
         return {}
     m = data[0]
-    out: dict[str, Any] = {"served_model": m.get("id"), "root": m.get("root")}
-    if isinstance(m.get("max_model_len"), int):
+    out: dict[str, Any] = {"served_model": fact_text(m.get("id"), 4096), "root": fact_text(m.get("root"), 4096)}
+    if type(m.get("max_model_len")) is int and 0 < m["max_model_len"] <= 2**31 - 1:
         out["max_model_len"] = m["max_model_len"]
     try:
         r = client.fetch("/metrics", timeout)

@@ -39,7 +39,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from observatory.engines.metrics import SPEC_FAMILIES, SpecCounters, counters_from, parse_spec_counters, read_counters
+from observatory.engines.metrics import (
+    MAX_COUNTER,
+    SPEC_FAMILIES,
+    SpecCounters,
+    counters_from,
+    parse_spec_counters,
+    read_counters,
+)
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 
@@ -88,8 +95,9 @@ def _count(d: Mapping[str, Any], keys: Iterable[str], where: str) -> int | None:
     for key in keys:
         v = d.get(key)
         if v is not None:
-            if type(v) is not int or v < 0:  # bools and floats rejected too
-                raise ObservatoryError(f"{where}: {key} must be a non-negative integer, got {v!r}")
+            if type(v) is not int or v < 0 or v > MAX_COUNTER:  # bools and floats rejected too
+                raise ObservatoryError(f"{where}: {key} must be a non-negative integer up to 2^53, "
+                                       f"got {repr(v)[:60]}")
             return v
     return None
 
@@ -138,8 +146,8 @@ class EngineAdapter(Protocol):
     def version_path(self) -> str:
         """HTTP path to GET for the engine version."""
 
-    def counters_from_metrics(self, text: str) -> EngineCounters | None:
-        """Cumulative counters from /metrics text; None if the engine exposes none."""
+    def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
+        """Cumulative counters from /metrics text (only MODEL's series, when given); None if the engine exposes none."""
 
     def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
         """Per-request counters from a response body or final stream chunk; None if absent."""
@@ -175,9 +183,9 @@ class VLLMAdapter(Dialect):
     def version_path(self) -> str:
         return "/version"
 
-    def counters_from_metrics(self, text: str) -> EngineCounters:
+    def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters:
         """All four counters (zero when the families are absent: speculation off)."""
-        return _engine(parse_spec_counters(text))
+        return _engine(parse_spec_counters(text, model))
 
     def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
         metrics = _obj(body, "vLLM response").get("metrics")
@@ -199,9 +207,9 @@ class SGLangAdapter(Dialect):
     def version_path(self) -> str:
         return "/get_server_info"
 
-    def counters_from_metrics(self, text: str) -> EngineCounters | None:
+    def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
         """Drafts from sglang:spec_verify_calls_total (added at request finish); None before it existed."""
-        counts = read_counters(text, "sglang:", "SGLang", only=frozenset({"spec_verify_calls"}))
+        counts = read_counters(text, "sglang:", "SGLang", only=frozenset({"spec_verify_calls"}), model=model)
         if counts.problems:
             return EngineCounters(None, None, None, None, "; ".join(counts.problems))
         if "spec_verify_calls" not in counts.values:
@@ -269,9 +277,9 @@ class LlamaCppAdapter(Dialect):
     def version_path(self) -> str:
         return "/props"
 
-    def counters_from_metrics(self, text: str) -> EngineCounters | None:
+    def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
         """The vLLM-schema counters of PR #26389; None for builds without them."""
-        counts = read_counters(text, "llamacpp:spec_decode_", "llama.cpp", only=SPEC_FAMILIES)
+        counts = read_counters(text, "llamacpp:spec_decode_", "llama.cpp", only=SPEC_FAMILIES, model=model)
         if "num_drafts" not in counts.values and not counts.problems:
             return None
         return _engine(counters_from(counts, absent_is_zero=False))
@@ -291,7 +299,7 @@ class LlamaCppAdapter(Dialect):
 
 
 def adapters() -> dict[str, Callable[[], EngineAdapter]]:
-    """Engine name -> adapter class: the built-ins and installed ones (``observatory.engines`` entry points,
+    """Engine name -> adapter class: the built-ins and installed ones (``observatory.engines.spec_counters`` entry points,
     `observatory.model.plugins`)."""
     from observatory.model.plugins import ENGINES, discover
 

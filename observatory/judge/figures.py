@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from observatory.client.answer import MALFORMED
 from observatory.engines.images import image_differences, split_docker_argv
-from observatory.engines.metrics import SpecCounters
+from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
 from observatory.engines.spec_counters import adapter_for
 from observatory.judge.perf_gates import performance
@@ -55,20 +56,22 @@ _IGNORED_FLAGS = {"--port", "--speculative-config"}
 _IGNORED_ENV = {"OBSERVATORY_FAULT", "OBSERVATORY_REPAIR", "CUDA_VISIBLE_DEVICES"}
 
 
-def acceptance(c: SpecCounters) -> dict[str, Any]:
+def acceptance(c: SpecCounters, k: int | None = None) -> dict[str, Any]:
     """alpha, tau, per-position acceptance and the accepted-per-draft histogram.
 
     The one acceptance formula. Each figure is None (lists empty) unless every
     counter it needs was reported and usable: a counter the engine does not
     report is None, never 0 (issue 13 item 8), and unusable counters (`problem`)
-    give no figures at all (issue 19 item 1).
+    give no figures at all (issue 19 item 1), nor do counters that break an
+    invariant (`metrics.impossible`: alpha > 1, a position >= K; issue 32 item 2).
     """
     per_pos = None if c.accepted_per_pos is None else list(c.accepted_per_pos)
+    problem = c.problem or "; ".join(impossible(c, k)) or None
     out: dict[str, Any] = {"drafts": c.drafts, "draft_tokens": c.draft_tokens, "accepted": c.accepted,
-                           "accepted_per_pos": per_pos, "problem": c.problem,
+                           "accepted_per_pos": per_pos, "problem": problem,
                            "reported_tau": getattr(c, "reported_tau", None),
                            "alpha": None, "tau": None, "per_position": [], "histogram": []}
-    if c.problem is not None:
+    if problem is not None:
         return out
     missing = [f for f in ("drafts", "draft_tokens", "accepted", "accepted_per_pos") if getattr(c, f) is None]
     if missing:
@@ -204,8 +207,11 @@ def cudagraph_gap(arm: ArmRow) -> str | None:
 
 
 def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts: dict[str, tuple[str, str]],
-             arms: list[ArmRow] | None = None) -> list[dict[str, str]]:
-    """Why this arm's figures cannot be trusted, if they cannot (ARMS: the session's, for CROSS_SESSION)."""
+             arms: list[ArmRow] | None = None, malformed: dict[str, Any] | None = None) -> list[dict[str, str]]:
+    """Why this arm's figures cannot be trusted, if they cannot (ARMS: the session's, for CROSS_SESSION).
+
+    MALFORMED: the arm's answers with a field out of range (`malformed_answers`).
+    """
     out = []
     launch = arm.launch or {}
     if arm.status in ("crashed", "hung"):
@@ -215,6 +221,9 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
     is_spec = launch.get("speculative_config") is not None
     ran = arm.status == "ok"
     drafts = acc["drafts"]
+    if malformed:
+        out.append({"code": "INVALID", "detail": f"{malformed['answers']} malformed answer(s) from the server, "
+                    f"e.g. {malformed['first']}"})
     if ran and acc.get("problem"):
         out.append({"code": "INVALID", "detail": f"engine counters unusable: {acc['problem']}"})
     elif ran and is_spec and drafts is None:
@@ -263,18 +272,31 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
     return out
 
 
+def spec_k(arm: ArmRow) -> int | None:
+    """The arm's draft length k (num_speculative_tokens); None without speculation or when unknown."""
+    spec = (arm.launch or {}).get("speculative_config")
+    k = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
+
+
 def _allowed_per_chunk(arm: ArmRow) -> int | None:
     """Most tokens one streamed chunk may carry: 1 without speculation, k + 1 with it (None: k unknown)."""
-    spec = (arm.launch or {}).get("speculative_config")
-    if spec is None:
+    if (arm.launch or {}).get("speculative_config") is None:
         return 1
-    k = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
-    return k + 1 if isinstance(k, int) and k > 0 else None
+    k = spec_k(arm)
+    return k + 1 if k is not None else None
+
+
+def malformed_answers(results: list[Any]) -> dict[str, Any] | None:
+    """How many RESULTS the server answered with a field out of range (observatory.client.answer), and the first error."""
+    bad = [r.error for r in results if not r.ok and (r.error or "").startswith(MALFORMED)]
+    return {"answers": len(bad), "first": bad[0][:300]} if bad else None
 
 
 def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any]:
     """Acceptance (overall, per category, per probe, per concurrency level) and speed of one arm."""
     stream = [r for r in store.results(a.id, "stream") if r.ok]
+    k = spec_k(a)
     total = SpecCounters()
     by_cat: dict[str, SpecCounters] = defaultdict(SpecCounters)
     by_probe: dict[str, Any] = {}
@@ -283,7 +305,7 @@ def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any
         total = total + d
         cat = probes[r.probe_id].category if r.probe_id in probes else "?"
         by_cat[cat] = by_cat[cat] + d
-        by_probe[probes[r.probe_id].name] = acceptance(d)
+        by_probe[probes[r.probe_id].name] = acceptance(d, k)
     measurements = store.measurements(a.id)
     timed_total = SpecCounters()
     by_level: dict[int, SpecCounters] = defaultdict(SpecCounters)
@@ -293,21 +315,23 @@ def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any
         by_level[int(m.concurrency)] = by_level[int(m.concurrency)] + d
     # The arm's figures count every measured request: the streamed probes
     # (read one by one) and the timed runs (read around each batch).
-    acc = acceptance(total + timed_total)
+    acc = acceptance(total + timed_total, k)
     acc["from"] = {"stream": total.to_dict(), "timed": timed_total.to_dict()}
-    acc["by_category"] = {k: acceptance(v) for k, v in sorted(by_cat.items())}
+    acc["by_category"] = {cat: acceptance(v, k) for cat, v in sorted(by_cat.items())}
     acc["by_probe"] = by_probe
     timed = [r for r in store.results(a.id, "timed") if r.ok]
     single = [r for r in timed if r.concurrency == 1]
     spd = speed(single or stream, timed, measurements, _allowed_per_chunk(a), streamed=stream)
     ttft = ttft_by_level(timed)
-    levels = {str(k): {"alpha": acceptance(v)["alpha"], "tau": acceptance(v)["tau"], "drafts": acceptance(v)["drafts"],
-                       "ttft_ms": ttft.get(str(k)), "tok_s": (spd["throughput"].get(str(k)) or {}).get("tok_s"),
-                       "S": None} for k, v in sorted(by_level.items())}
-    fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels}
+    at_level = {level: acceptance(v, k) for level, v in sorted(by_level.items())}
+    levels = {str(lv): {"alpha": la["alpha"], "tau": la["tau"], "drafts": la["drafts"],
+                        "ttft_ms": ttft.get(str(lv)), "tok_s": (spd["throughput"].get(str(lv)) or {}).get("tok_s"),
+                        "S": None} for lv, la in at_level.items()}
+    fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels,
+                           "malformed": malformed_answers(store.results(a.id))}
     if (a.launch or {}).get("speculative_config") is not None:
         fig["stream_tau"] = stream_tau(stream)
-        fig["stream_counter_tau"] = acceptance(total)["tau"]
+        fig["stream_counter_tau"] = acceptance(total, k)["tau"]
     return fig
 
 
@@ -347,7 +371,8 @@ def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm:
             fig["performance"] = performance(fig, base_fig, floor, fail_on)
         fig["noise_floor"] = floor
         arm_verdicts = {v.gate: (v.verdict, v.reason) for v in store.verdicts(a.id) if v.probe_id is None}
-        store.update(ArmRow, a.id, figures=fig, validity=validity(a, base, fig["acceptance"], arm_verdicts, arms))
+        store.update(ArmRow, a.id, figures=fig, validity=validity(a, base, fig["acceptance"], arm_verdicts, arms,
+                                                                      fig.get("malformed")))
 
 
 def noise_floor(store: Any, base: ArmRow, copies: list[ArmRow], per_arm: dict[int, dict[str, Any]]) -> dict[str, Any] | None:

@@ -7,12 +7,24 @@ and the user and password of every URL arm), which are masked wherever they
 appear, e.g. in an error body where a server echoed the Authorization header.
 `observatory.store.session_store` applies `redact` to everything it writes; the terminal
 reporter applies it to what it prints.
+
+Issue 32 item 1 adds: a secret split over several token texts is masked in
+each piece it touches (`redact_pieces`, so joining the stored pieces gives
+the masked text back, never the key); the Basic-auth form the client itself
+sends for a URL's user name alone (base64 of ``user:``); and values given to
+the engine: an arm's or the session's env values whose name says they are a
+credential (`SECRET_NAME`), and the value of an engine argument such as
+``--api-key VALUE`` / ``--api-key=VALUE`` (`remember_engine`); and an
+engine's own log once it has stopped (`redact_file`: vLLM logs its arguments).
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -21,6 +33,9 @@ MASK = "***"
 _AUTHORITY_END = re.compile(r"[/?#@\s]")
 # Shorter values would mask ordinary words; a real key is longer.
 MIN_SECRET_CHARS = 6
+
+# env names and engine flags whose value is a credential: API_KEY, HF_TOKEN, --api-key, --hf-token, ...
+SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 
 _known: set[str] = set()
 
@@ -43,10 +58,35 @@ def remember_url(url: str | None) -> None:
         if value:
             remember(value)
             remember(unquote(value))
-    if parts.password:
-        # HTTP clients send URL credentials as Basic auth: base64("user:password"), echoed by some servers.
-        pair = f"{unquote(parts.username or '')}:{unquote(parts.password)}"
-        remember(base64.b64encode(pair.encode()).decode())
+    if parts.username is not None:
+        # The client sends URL credentials as Basic auth (observatory.client.wire): base64("user:password"),
+        # base64("user:") for a user name alone; some servers echo the header.
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        if parts.username or parts.password:
+            remember(base64.b64encode(pair.encode()).decode())
+
+
+def remember_engine(args: Iterable[str], env: Mapping[str, str]) -> None:
+    """Mask the credentials given to an engine: ENV values named like one, and ARGS' ``--api-key`` values.
+
+    An argument is a credential flag when its name matches `SECRET_NAME`
+    (``--api-key``, ``--hf-token``); its value is the next argument or what
+    follows ``=``.
+    """
+    for name, value in env.items():
+        if SECRET_NAME.search(name):
+            remember(value)
+    args = [part for a in args for part in a.split()]  # "--api-key VALUE" given as one argument too
+    for i, a in enumerate(args):
+        if not a.startswith("-"):
+            continue
+        flag, eq, value = a.partition("=")
+        if not SECRET_NAME.search(flag):
+            continue
+        if eq:
+            remember(value)
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            remember(args[i + 1])
 
 
 def forget_all() -> None:
@@ -54,35 +94,85 @@ def forget_all() -> None:
     _known.clear()
 
 
-def _mask_url_userinfo(text: str) -> str:
-    """TEXT with the userinfo of every `scheme://userinfo@host` replaced by ***.
+def _userinfo_spans(text: str) -> list[tuple[int, int]]:
+    """The [start, end) of the userinfo of every `scheme://userinfo@host` in TEXT.
 
     A scan from each "://" to the end of its authority: linear in the text,
     which may be megabytes of untrusted model output (a backtracking regex
     over a long run of letters would not be).
     """
     if "://" not in text or "@" not in text:
-        return text
-    parts: list[str] = []
-    done = 0
+        return []
+    spans: list[tuple[int, int]] = []
     at = text.find("://")
     while at != -1:
         start = at + 3
         end = _AUTHORITY_END.search(text, start)
         if end is not None and text[end.start()] == "@" and end.start() > start:
-            parts += [text[done:start], MASK]
-            done = end.start()
+            spans.append((start, end.start()))
         at = text.find("://", end.start() if end is not None else len(text))
-    parts.append(text[done:])
-    return "".join(parts)
+    return spans
+
+
+def _secret_spans(text: str) -> list[tuple[int, int]]:
+    """The merged, sorted [start, end) spans of TEXT to mask: URL userinfo and every remembered key."""
+    spans = _userinfo_spans(text)
+    for secret in _known:
+        at = text.find(secret)
+        while at != -1:
+            spans.append((at, at + len(secret)))
+            at = text.find(secret, at + 1)
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def redact_text(text: str) -> str:
     """TEXT with URL credentials and every remembered key replaced by ***."""
-    out = _mask_url_userinfo(text)
-    for secret in sorted(_known, key=len, reverse=True):
-        if secret in out:
-            out = out.replace(secret, MASK)
+    spans = _secret_spans(text)
+    if not spans:
+        return text
+    parts: list[str] = []
+    done = 0
+    for start, end in spans:
+        parts += [text[done:start], MASK]
+        done = end
+    parts.append(text[done:])
+    return "".join(parts)
+
+
+def redact_pieces(pieces: list[str]) -> list[str]:
+    """PIECES (e.g. per-token texts) masked as their joined text is: a secret split over pieces never survives.
+
+    Each piece keeps its characters outside any secret; the piece where a
+    secret starts carries the ***, the others it spans lose their part of it.
+    So ``"".join(redact_pieces(p)) == redact_text("".join(p))`` and the list
+    keeps its length (one text per token).
+    """
+    joined = "".join(pieces)
+    spans = _secret_spans(joined)
+    if not spans:
+        return list(pieces)
+    out: list[str] = []
+    pos = 0
+    for piece in pieces:
+        lo, hi = pos, pos + len(piece)
+        pos = hi
+        kept: list[str] = []
+        cur = lo
+        for start, end in spans:
+            if end <= lo or start >= hi:
+                continue
+            kept.append(joined[cur:max(start, lo)])
+            if start >= lo:
+                kept.append(MASK)
+            cur = max(cur, min(end, hi))
+        kept.append(joined[cur:hi])
+        out.append("".join(kept))
     return out
 
 
@@ -97,3 +187,25 @@ def redact(value: Any) -> Any:
     if isinstance(value, dict):
         return {redact(k): redact(v) for k, v in value.items()}
     return value
+
+
+def redact_file(path: Path) -> None:
+    """Rewrite the text file PATH masked line by line (an engine's log: the engine wrote it, e.g. its argv).
+
+    Left as it is when nothing in it needs masking or it cannot be read.
+    """
+    tmp = path.with_name(path.name + ".masking")
+    changed = False
+    try:
+        with open(path, "rb") as src, open(tmp, "wb") as dst:
+            for line in src:
+                text = line.decode("utf-8", errors="surrogateescape")
+                masked = redact_text(text)
+                changed = changed or masked != text
+                dst.write(masked.encode("utf-8", errors="surrogateescape"))
+        if changed:
+            os.replace(tmp, path)
+    except OSError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import types
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -36,6 +36,7 @@ from observatory.model.arms import arms_file_fail_on, parse_arms
 from observatory.model.errors import ObservatoryError
 from observatory.model.paths import DEFAULT_MODEL_DIR
 from observatory.model.probes import load_probe_file, resolve_suite
+from observatory.model.redact import MASK, redact, remember_engine
 from observatory.session.runner import CompareOptions
 
 PLAN_VERSION = 1
@@ -109,15 +110,28 @@ class SessionPlan:
         values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         return cls(**values)
 
-    def refuse_conflicts(self, given: Mapping[str, tuple[str, Any]], session_id: int) -> None:
-        """Refuse flags given with --resume that differ from this plan; GIVEN is {option: (flag, value)}."""
+    def refuse_conflicts(self, given: Mapping[str, tuple[str, Any]], session_id: int) -> SessionPlan:
+        """Refuse flags given with --resume that differ from this plan; GIVEN is {option: (flag, value)}.
+
+        Returns the plan to run: this one, with the credentials its stored form masked given back.
+        """
+        plan = self
         for name, (flag, value) in given.items():
             for key, want in plan_value(name, value).items():
                 have = getattr(self, key, None)
-                if key in {f.name for f in fields(self)} and want != have:
+                if key == "engine_args":
+                    remember_engine(want, {})  # so the masked stored form is recognised below
+                if key in {f.name for f in fields(self)} and want != have and redact(want) == have:
+                    plan = replace(plan, **{key: want})  # the credential the stored plan masked, given again
+                elif key in {f.name for f in fields(self)} and want != have:
                     raise ObservatoryError(
                         f"{flag} conflicts with session {session_id}'s stored plan: {key} {_shown(want)} given, "
                         f"{_shown(have)} stored. Drop {flag} to resume it, or start a new session.")
+        if any(MASK in a for a in plan.engine_args):  # issue 32 item 1: never launched as "***"
+            raise ObservatoryError(
+                f"Session {session_id}'s stored --engine-arg values hold a credential masked when stored "
+                f"({_shown(plan.engine_args)}); give the same --engine-arg flags again with --resume.")
+        return plan
 
     def compare_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of `plan_compare` (everything but the gate folders)."""

@@ -323,6 +323,11 @@ class Runner:
             r.status, r.reason = e.status, e.reason
 
     def _finish(self, r: ArmRun) -> None:
+        if r.client is not None and r.status == "ok":
+            # a served model that changed under the arm makes its results another model's (issue 32 item 3)
+            change = r.client.model_change()
+            if change is not None:
+                r.status, r.reason = "failed", change
         if r.client is not None:
             r.client.close()
         if r.proc is not None:

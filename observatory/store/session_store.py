@@ -17,7 +17,7 @@ from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.orm import Session
 
 from observatory.model.errors import ObservatoryError
-from observatory.model.redact import redact, redact_text
+from observatory.model.redact import redact, redact_pieces, redact_text
 from observatory.store import lease
 from observatory.store.clock import utcnow
 from observatory.store.db import (
@@ -70,7 +70,11 @@ def clean(column: Column[Any], value: Any) -> Any:
     """
     if value is None:
         return None
-    value = redact(storable(value))
+    value = storable(value)
+    if column.key == "token_texts" and isinstance(value, list) and all(isinstance(t, str) for t in value):
+        # a key split over two tokens is masked in both pieces, not only in the joined text (issue 32 item 1)
+        value = redact_pieces(value)
+    value = redact(value)
     if column.key == "text_raw" and isinstance(value, list) and all(isinstance(c, int) for c in value):
         raw = "".join(map(chr, value))
         if redact_text(raw) != raw:
