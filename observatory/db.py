@@ -248,6 +248,12 @@ def shown_url(url: str) -> str:
 PAGE_SIZE = 2048
 
 
+def busy_timeout_ms() -> int:
+    """How long SQLite waits for another writer's lock: OBSERVATORY_SQLITE_BUSY_MS, default 30000 (30 s)."""
+    raw = os.environ.get("OBSERVATORY_SQLITE_BUSY_MS", "")
+    return int(raw) if raw.isdigit() else 30000
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before WAL, which fixes the page size of a new file
@@ -257,7 +263,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
         cur.execute("PRAGMA journal_mode=WAL")
     except sqlite3.OperationalError:
         pass
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={busy_timeout_ms()}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 

@@ -45,6 +45,8 @@ from observatory.server import (
     speculative_config_for,
 )
 from observatory.server_facts import host_facts, served_facts
+from observatory.storage_failure import StorageFailed
+from observatory.storage_failure import problem as storage_problem
 from observatory.store import Store
 
 
@@ -183,7 +185,7 @@ class Runner:
             session_id = self.create_session()
         self.reporter.session_started(session_id, self.opts.arms, self.opts.probes)
         old = _install_sigterm()
-        status, reason = "complete", None
+        status, reason, marked = "complete", None, False
         refresher = lease.Refresher(lambda: self.store.refresh_lease(session_id)).__enter__()
         try:
             existing = {a.name: a for a in self.store.arms(session_id)}
@@ -204,15 +206,32 @@ class Runner:
             status, reason = "interrupted", str(e) or "KeyboardInterrupt"
             raise
         except BaseException as e:
-            status, reason = "failed", f"{type(e).__name__}: {e}"
-            raise
+            why = storage_problem(e)
+            if why is None:
+                status, reason = "failed", f"{type(e).__name__}: {e}"
+                raise
+            status, reason, marked = "interrupted", f"storage failed ({why})", True
+            raise StorageFailed(self._storage_failed(session_id, reason)) from e
         finally:
             _restore_sigterm(old)
             try:
                 refresher.__exit__()
             finally:
-                self.store.finish_session(session_id, status, reason)
+                if not marked:  # (a storage failure marked it already, as far as the database let it)
+                    self.store.finish_session(session_id, status, reason)
         return session_id
+
+    def _storage_failed(self, session_id: int, reason: str) -> str:
+        """Mark the session interrupted after a storage failure (if the database takes it); the CLI's line."""
+        resume = f"once the cause is gone, `observatory compare --resume {session_id}` goes on"
+        try:
+            self.store.finish_session(session_id, "interrupted", reason)
+        except Exception as e:
+            if storage_problem(e) is None:
+                raise
+            return (f"{reason}: session {session_id} could not be marked interrupted either (it shows as "
+                    f"abandoned); the database is intact; {resume}.")
+        return f"{reason}: session {session_id} stored as interrupted; the database is intact; {resume}."
 
     # -- a wave of arms -------------------------------------------------
     def _run_wave(self, session_id: int, wave: int, todo: list[tuple[int, Arm, ArmRow | None, list[int] | None]]) -> None:
@@ -243,8 +262,15 @@ class Runner:
                 r.status, r.reason = "interrupted", "the observatory was interrupted during this arm"
             raise
         finally:
+            # every arm's engine is stopped, even when storing one arm's end fails (a full disk)
+            failed: list[Exception] = []
             for r in runs:
-                self._finish(r)
+                try:
+                    self._finish(r)
+                except Exception as e:
+                    failed.append(e)
+            if failed:
+                raise failed[0]
 
     def _each(self, runs: list[ArmRun], fn: Any) -> None:
         if len(runs) == 1:
@@ -326,8 +352,8 @@ class Runner:
             r.client.close()
         if r.proc is not None:
             r.proc.stop()
-            self.store.update(ArmRow, r.arm_id, log_tail=r.proc.log_tail())
-        self.store.update(ArmRow, r.arm_id, status=r.status, reason=r.reason, finished_at=utcnow())
+        self.store.update(ArmRow, r.arm_id, status=r.status, reason=r.reason, finished_at=utcnow(),
+                          **({"log_tail": r.proc.log_tail()} if r.proc is not None else {}))
         self.reporter.arm_finished(r.arm, r.status, r.reason)
 
     def _launch(self, r: ArmRun, session_id: int) -> tuple[EngineProcess, EngineClient, float]:

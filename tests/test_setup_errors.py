@@ -123,8 +123,9 @@ def test_usage_errors_are_one_line_exit_3() -> None:
 
 
 def test_unexpected_exception_is_one_line_outside_tests(tmp_path: Path) -> None:
-    """Never a traceback in CI: an unexpected exception (a bug) is one line, exit 2 (nothing measured
-    can be trusted). Run in a subprocess: under pytest such exceptions are re-raised on purpose."""
+    """Never a traceback in CI: an unexpected exception (a bug) is one line naming the file its traceback
+    went to, exit 4: never 2, which CI reads as an INVALID measurement (issue 32 item 5). Run in a
+    subprocess: under pytest such exceptions are re-raised on purpose."""
     import subprocess
     import sys
 
@@ -136,6 +137,12 @@ def test_unexpected_exception_is_one_line_outside_tests(tmp_path: Path) -> None:
     env = {k: v for k, v in __import__("os").environ.items() if k != "OBSERVATORY_RAISE_ERRORS"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 4, r.stderr
     assert "Traceback" not in r.stderr
-    assert _one_error_line(r.stderr).startswith("Error: internal error, KeyError")
+    line = _one_error_line(r.stderr)
+    assert line.startswith("Error: internal error, KeyError")
+    written = Path(line.split("the traceback is in ", 1)[1].split(":", 1)[0])
+    try:
+        assert "Traceback" in written.read_text() and "KeyError: 'surprise'" in written.read_text()
+    finally:
+        written.unlink()

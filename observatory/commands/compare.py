@@ -19,6 +19,7 @@ from observatory.read_model import SessionView
 from observatory.redact import redact_text, remember, remember_url
 from observatory.report_data import build
 from observatory.runner import Interrupted, Reporter, Runner
+from observatory.storage_failure import StorageFailed
 from observatory.store import Store
 from observatory.terminal import RichReporter, print_summary
 
@@ -156,6 +157,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     store.update(SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on),
                                                   "plan": opts.plan})  # a resumed legacy plan is stored typed
     try:
+        stored = True
         try:
             if quiet:
                 runner.run(session_id)
@@ -163,8 +165,12 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
                 with RichReporter() as rep:
                     runner.reporter = cast(Reporter, RedactingReporter(rep))
                     runner.run(session_id)
+        except StorageFailed:
+            stored = False  # the database takes no more: nothing to judge now (`judge` or --resume later)
+            raise
         finally:
-            judge(session_id)  # the judge runs after the runner, however the run ended
+            if stored:
+                judge(session_id)  # the judge runs after the runner, however the run ended
     except (Interrupted, KeyboardInterrupt):
         click.echo(f"Interrupted: servers stopped; session {session_id} stored as interrupted.", err=True)
         return store, session_id, True

@@ -1,0 +1,94 @@
+"""Storage that fails mid-session: which database errors they are, retrying them, and the clean failure.
+
+A database locked by another writer past SQLite's busy timeout, and a disk
+or database that is full (SQLite "database or disk is full", OSError ENOSPC,
+PostgreSQL's "No space left on device"), ended a session in an internal
+error with the session left running (issue 32). Now a locked database is
+retried (`retry_locked`: RETRIES more times, BACKOFF_S apart, each waiting
+the busy timeout again); what still fails, and a full disk, becomes
+`StorageFailed`: the runner marks the session interrupted with the reason
+(where the database still takes that one small write; otherwise its dead
+lease shows it as abandoned), and the CLI prints one line and exits
+STORAGE_EXIT. SQLite keeps the database intact (a failed transaction rolls
+back), so `compare --resume N` goes on once the cause is gone.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+# The exit code of a storage failure: not 2 (INVALID, a measurement) nor 4 (an internal error, a bug).
+STORAGE_EXIT = 5
+RETRIES = 2
+BACKOFF_S = 1.0
+_LOCKED = ("database is locked", "database table is locked", "database is busy", "lock timeout",
+           "could not obtain lock")
+_FULL = ("database or disk is full", "no space left on device", "disk quota exceeded", "disk i/o error")
+_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded", errno.EIO: "disk I/O error"}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class StorageFailed(Exception):
+    """The database could not store what the session produced; the message says what and what next."""
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    todo: list[BaseException | None] = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or any(x is y for y in out) or len(out) > 20:
+            continue
+        out.append(x)
+        todo += [x.__cause__, x.__context__, getattr(x, "orig", None)]
+    return out
+
+
+def problem(e: BaseException) -> str | None:
+    """"locked: ..." or "full: ..." when E (or what caused it) is a storage failure; None otherwise."""
+    for x in _chain(e):
+        if isinstance(x, OSError) and x.errno in _ERRNOS:
+            return f"full: {_ERRNOS[x.errno]}"
+        text = str(x).lower()
+        if any(k in text for k in _LOCKED):
+            return "locked: the database is locked by another writer (past the busy timeout)"
+        if any(k in text for k in _FULL):
+            return f"full: {next(k for k in _FULL if k in text)}"
+    return None
+
+
+def failed_in(e: BaseException) -> StorageFailed | None:
+    """The StorageFailed in E's chain (the runner's, with the session it marked), if any."""
+    return next((x for x in _chain(e) if isinstance(x, StorageFailed)), None)
+
+
+def retry_locked(fn: F) -> F:
+    """FN retried when the database is locked (a transaction that failed rolled back whole)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for attempt in range(RETRIES + 1):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                why = problem(e)
+                if why is None or not why.startswith("locked") or attempt == RETRIES:
+                    raise
+            time.sleep(BACKOFF_S * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return wrapper  # type: ignore[return-value]
+
+
+def one_line(e: BaseException) -> str:
+    """The CLI's line for a storage failure E."""
+    found = failed_in(e)
+    if found is not None:
+        return str(found)
+    return (f"storage failed ({problem(e)}); nothing more was stored. The database is intact: fix the cause "
+            "and run the command again.")
