@@ -39,6 +39,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from observatory.errors import ArmError
 from observatory.faults import FAULTS as FAULT_DESCRIPTIONS
@@ -210,6 +211,16 @@ def load_arms_file(path: Path | str) -> dict[str, Arm]:
 def _check_url(url: Any, where: str) -> str:
     if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
         raise ArmError(f"{where}: {url!r} is not an http(s) URL like http://127.0.0.1:8000")
+    u = urlsplit(url)
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+        bad = True
+    else:
+        bad = u.netloc.endswith(":")  # an empty port: urlsplit reads it as none, the client as 80
+    if bad or not u.hostname or (port is not None and port < 1):
+        raise ArmError(f"{where}: {url!r} has no valid host and port; give e.g. http://127.0.0.1:8000")
     return url.rstrip("/")
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import types
@@ -24,12 +25,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
-from observatory.arms import arms_file_fail_on, parse_arms
+from observatory.arms import Arm, arms_file_fail_on, parse_arms
 from observatory.channels import plan_probes
 from observatory.channels import resolve as resolve_channels
 from observatory.engines import adapter_for
-from observatory.errors import ObservatoryError
+from observatory.errors import ArmError, ObservatoryError
 from observatory.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.images import require_image
 from observatory.paths import DEFAULT_MODEL_DIR
@@ -253,7 +255,9 @@ def plan_compare(
         try:
             extra = json.loads(spec_extra)
         except json.JSONDecodeError as e:
-            raise ObservatoryError(f"--spec-extra: not valid JSON ({e.msg}): {spec_extra!r}") from None
+            raise ObservatoryError(f"--spec-extra: not valid JSON ({e.msg}): {spec_extra[:200]!r}") from None
+        except RecursionError:
+            raise ObservatoryError("--spec-extra: nested too deeply") from None
         if not isinstance(extra, dict):
             raise ObservatoryError("--spec-extra must be a JSON object")
     if repeat < 1:
@@ -283,6 +287,7 @@ def plan_compare(
     refs = {ref for a in arm_list if a.url is None and (ref := a.image or image)}
     for ref in sorted(refs):
         require_image(ref)  # docker hook (observatory.images): a missing image is a setup error
+    check_listening(arm_list)
     return CompareOptions(
         arms=arm_list, settings=settings, probes=probes, suite=str(resolve_suite(suite)),
         log_dir=Path(log_dir), api_key=api_key,
@@ -291,3 +296,27 @@ def plan_compare(
         gpu_count=n_gpus, gpus_per_arm=gpus_per_arm, parallel_arms=parallel_arms, timing=timing, engine=engine,
         channels=channel_names, channel_probes=channel_probes,
     )
+
+
+# How long planning waits for a URL arm's server to accept a connection.
+CONNECT_CHECK_S = 5.0
+
+
+def check_listening(arms: list[Arm]) -> None:
+    """Every URL arm's server accepts a TCP connection now: an unreachable one is a setup error (exit 3),
+    found before any session is stored (README: "found before any arm launches"; issue 32 item 7)."""
+    seen: set[tuple[str, int]] = set()
+    for a in arms:
+        if not a.url:
+            continue
+        u = urlsplit(a.url)
+        where = (u.hostname or "", u.port or (443 if u.scheme == "https" else 80))
+        if where in seen:
+            continue
+        seen.add(where)
+        try:
+            socket.create_connection(where, timeout=CONNECT_CHECK_S).close()
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+            raise ArmError(f"arm {a.name}: nothing answers at {a.url} ({why}); start the server or fix the "
+                           "URL") from None

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 import msgspec
-from sqlalchemy import Text, delete, func, select, type_coerce
+from sqlalchemy import Text, delete, func, or_, select, type_coerce
 
 from observatory.db import ArmRow, SessionRow, SummaryRow
 from observatory.read_model import SessionView
@@ -67,7 +67,9 @@ def arm_summaries(data: SessionView) -> list[dict[str, Any]]:
         ci = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else None
         cells = [r.verdict for r in a.results if r.verdict]
         out.append({
-            "position": a.position, "arm": a.name, "model": s.model,
+            # the model the arm's server served (a URL arm's own), else the session's --model: history never
+            # draws one trend across two models that one session model string hid (issue 32 item 7)
+            "position": a.position, "arm": a.name, "model": a.model or s.model,
             "engine_version": a.engine_version, "image": s.image, "suite_hash": suite,
             "status": a.status, "validity": codes,
             "trusted": a.status == "ok" and not any(c in INVALID_CODES for c in codes),
@@ -101,7 +103,9 @@ def write_summaries(store: Any, session_id: int) -> int:
 def _latest_sessions(model: str | None, limit: int) -> Any:
     q = select(SessionRow.id)
     if model:
-        q = q.where(func.lower(SessionRow.model).contains(model.lower(), autoescape=True))
+        served = select(ArmRow.session_id).where(func.lower(ArmRow.model).contains(model.lower(), autoescape=True))
+        q = q.where(or_(func.lower(SessionRow.model).contains(model.lower(), autoescape=True),
+                        SessionRow.id.in_(served)))
     return q.order_by(SessionRow.id.desc()).limit(limit)
 
 
@@ -143,6 +147,8 @@ def read_summaries(store: Any, model: str | None = None, arm: str | None = None,
          .where(t.c.session_id.in_(_latest_sessions(model, limit).scalar_subquery())))
     if arm is not None:
         q = q.where(t.c.arm == arm)
+    if model:
+        q = q.where(func.lower(t.c.model).contains(model.lower(), autoescape=True))
     with store.tx() as tx:
         rows = [dict(r) for r in tx.execute(q.order_by(t.c.session_id, t.c.position)).mappings()]
     for r in rows:
