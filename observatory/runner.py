@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -224,14 +225,19 @@ class Runner:
     def _storage_failed(self, session_id: int, reason: str) -> str:
         """Mark the session interrupted after a storage failure (if the database takes it); the CLI's line."""
         resume = f"once the cause is gone, `observatory compare --resume {session_id}` goes on"
-        try:
-            self.store.finish_session(session_id, "interrupted", reason)
-        except Exception as e:
-            if storage_problem(e) is None:
-                raise
-            return (f"{reason}: session {session_id} could not be marked interrupted either (it shows as "
-                    f"abandoned); the database is intact; {resume}.")
-        return f"{reason}: session {session_id} stored as interrupted; the database is intact; {resume}."
+        give_up = time.monotonic() + MARK_WAIT_S  # a lock may be released meanwhile: one small write to make
+        while True:
+            try:
+                self.store.finish_session(session_id, "interrupted", reason)
+                return f"{reason}: session {session_id} stored as interrupted; the database is intact; {resume}."
+            except Exception as e:
+                why = storage_problem(e)
+                if why is None:
+                    raise
+                if not why.startswith("locked") or time.monotonic() > give_up:
+                    return (f"{reason}: session {session_id} could not be marked interrupted either (it shows "
+                            f"as abandoned); the database is intact; {resume}.")
+            time.sleep(1.0)
 
     # -- a wave of arms -------------------------------------------------
     def _run_wave(self, session_id: int, wave: int, todo: list[tuple[int, Arm, ArmRow | None, list[int] | None]]) -> None:
@@ -375,6 +381,10 @@ class Runner:
                      on_wait=lambda e: self.reporter.arm_waiting(arm, e),
                      container_prefix=f"observatory-{session_id}-{safe}")
         return eng.proc, eng.client, eng.ready_s
+
+
+# After a storage failure, how long the runner keeps trying to mark the session interrupted (a locked database).
+MARK_WAIT_S = 30.0
 
 
 def _install_sigterm() -> Any:

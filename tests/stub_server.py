@@ -35,8 +35,10 @@ class StubServer:
 
     def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5, metrics: list[str] | None = None,
                  version: str = "stub-0", finish_reason: str = "stop", logprob: float = 0.0,
-                 with_logprobs: bool = True, drip_metrics: bool = False, max_model_len: int | None = None):
+                 with_logprobs: bool = True, drip_metrics: bool = False, max_model_len: int | None = None,
+                 model: str = "stub-model"):
         self.mode = mode
+        self.model = model  # the id /v1/models serves
         self.max_model_len = max_model_len
         self.delay_s = delay_s
         self.token = token
@@ -92,7 +94,7 @@ class StubServer:
                 if self.path == "/version":
                     return self._send(200, json.dumps({"version": stub.version}).encode())
                 if self.path == "/v1/models":
-                    model: dict[str, object] = {"id": "stub-model"}
+                    model: dict[str, object] = {"id": stub.model}
                     if stub.max_model_len is not None:
                         model["max_model_len"] = stub.max_model_len
                     return self._send(200, json.dumps({"data": [model]}).encode())

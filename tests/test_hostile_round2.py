@@ -1,0 +1,307 @@
+"""Hostile servers and inputs, round two (issue 32 items 4-7), each tried from outside through the CLI.
+
+Every case asserts the exit code, one line on stderr where the contract is a
+one-line error, no traceback, the database's integrity check, and no session
+left running. Servers are the hand-made STUBs of tests/stub_server.py and
+tests/sse_stub.py: a real engine cannot send a negative chunk size, drip its
+/tokenize, or serve two models on demand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sse_stub import SseStub, sse, whole
+from stub_server import StubServer
+from test_faults_survived import _suite
+
+from observatory.cli import cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _db_sound(db: Path) -> None:
+    """The database passes SQLite's integrity check and holds no session still marked running."""
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        running = con.execute("SELECT id FROM sessions WHERE status = 'running'").fetchall()
+    finally:
+        con.close()
+    assert running == [], running
+
+
+def _one_line(stderr: str) -> str:
+    lines = [x for x in stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def _observatory(*args: str, env: dict[str, str] | None = None, code: str | None = None,
+                 timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """The CLI in a subprocess, outside pytest (where unexpected errors re-raise on purpose)."""
+    full = {k: v for k, v in os.environ.items() if k != "OBSERVATORY_RAISE_ERRORS"}
+    full["PYTHONPATH"] = str(REPO)
+    full.update(env or {})
+    prog = code or "from observatory.cli import cli\ncli()\n"
+    return subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True, env=full,
+                          timeout=timeout, cwd=REPO)
+
+
+# -- item 4: deadlines that hold everywhere ---------------------------------------------------------
+
+def _bad_chunk(size: bytes) -> object:
+    def script(req: dict[str, object]) -> list[bytes]:
+        return [b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + size + b"\r\n" + b"data: {}\n\n" * 4 + b"\r\n"]
+    return script
+
+
+@pytest.mark.parametrize("size", [b"-5", b"-1", b"+5", b"1_0", b"zz"], ids=["neg5", "neg1", "plus", "underscore", "hex"])
+def test_a_garbage_chunk_size_fails_the_request_and_the_gate_finishes(tmp_path: Path, size: bytes) -> None:
+    """A negative chunk size moved the reader backwards over its buffer forever (2 GB RSS past the 5 s
+    deadline); int(x, 16) also took "+5" and "1_0". Now the request fails as malformed at once."""
+    db = tmp_path / "g.db"
+    with StubServer("ok", token=5) as base, SseStub({"/v1/chat/completions": _bad_chunk(size)}) as bad:  # type: ignore[dict-item]
+        t0 = time.monotonic()
+        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url},mtp1={bad.url}", "--suite", _suite(tmp_path),
+                                     "--db", str(db), "--no-diffs", "--quiet", "--request-timeout", "5",
+                                     "--json", str(tmp_path / "s.json"), "--report", str(tmp_path / "report")])
+        took = time.monotonic() - t0
+    assert r.exit_code == 2, r.output
+    assert took < 60
+    mtp1 = json.loads((tmp_path / "s.json").read_text())["arms"][1]
+    errors = [x["error"] for x in mtp1["results"] if x.get("error")]
+    assert errors and all("bad chunk size" in e for e in errors), errors
+    _db_sound(db)
+
+
+def _completion_stream(req: dict[str, object]) -> list[bytes]:
+    chunk = {"id": "c", "object": "text_completion", "created": 0, "model": "stub-model",
+             "choices": [{"index": 0, "text": "ok", "finish_reason": None,
+                          "logprobs": {"tokens": ["token_id:5"], "token_logprobs": [0.0],
+                                       "top_logprobs": [{"token_id:5": 0.0}], "text_offset": [0]}}]}
+    end = {"id": "c", "object": "text_completion", "created": 0, "model": "stub-model",
+           "choices": [{"index": 0, "text": "", "finish_reason": "stop", "logprobs": None}]}
+    usage = {"id": "c", "object": "text_completion", "created": 0, "model": "stub-model", "choices": [],
+             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    return whole(sse([chunk, end, usage]), ctype="text/event-stream")
+
+
+COMPLETION_PROBES = '''
+[[probe]]
+name = "one"
+category = "prose_en"
+prompt = "Say something."
+max_tokens = 8
+'''
+
+
+def test_dripping_tokenize_and_detokenize_end_at_the_request_deadline(tmp_path: Path) -> None:
+    """/tokenize and /detokenize dripping a byte every 0.2 s kept an arm alive forever (httpx's timeout is
+    per read, and every token was detokenised alone after the batch call failed). Now the request's
+    deadline bounds them: the arm is hung within --request-timeout, the gate finishes."""
+    suite = tmp_path / "c.toml"
+    suite.write_text(COMPLETION_PROBES)
+    db = tmp_path / "d.db"
+    scripts = {"/v1/completions": _completion_stream, "/tokenize": "drip", "/detokenize": "drip"}
+    with SseStub(scripts) as stub:  # type: ignore[arg-type]
+        t0 = time.monotonic()
+        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={stub.url}", "--suite", str(suite), "--db", str(db),
+                                     "--no-diffs", "--quiet", "--request-timeout", "3",
+                                     "--json", str(tmp_path / "s.json"), "--report", str(tmp_path / "report")])
+        took = time.monotonic() - t0
+    assert r.exit_code == 2, r.output
+    assert took < 45, took
+    base = json.loads((tmp_path / "s.json").read_text())["arms"][0]
+    assert base["status"] == "hung" and "request timeout" in base["reason"], base["reason"]
+    _db_sound(db)
+
+
+def test_a_catastrophic_expect_regex_is_bounded_in_time(tmp_path: Path) -> None:
+    """`(x+x+)+y` on 28 characters of output took 44 s in re, doubling per character: the regex module
+    sees that no 'y' is there and fails it at once. `(x|xx)+y` backtracks exponentially even there; its
+    timeout bounds it: not judged (WARN offline, UNJUDGED in a session), within a few seconds.
+    The controls: ordinary patterns on the same output are still judged."""
+    f = tmp_path / "in.jsonl"
+    lines = [{"text": "x" * 40, "expect": {"regex": "(x|xx)+y"}}, {"text": "x" * 28, "expect": {"regex": "x+"}},
+             {"text": "x" * 28, "expect": {"regex": "(x+x+)+y"}}]
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    t0 = time.monotonic()
+    r = CliRunner().invoke(cli, ["gates", "check", "expect", "--input", str(f)])
+    took = time.monotonic() - t0
+    assert r.exit_code == 0, r.output
+    assert took < 10, took
+    out = [json.loads(x) for x in r.output.splitlines()]
+    assert out[0]["verdict"] == "WARN" and "not judged" in out[0]["not_judged"]
+    assert [o["verdict"] for o in out[1:]] == ["PASS", "FAIL"]
+
+
+def test_a_regex_that_cannot_finish_is_unjudged_in_a_session() -> None:
+    """The judge stores a gate's 'not judged' as UNJUDGED (never PASS or WARN), which makes the session
+    INVALID (docs/design.md 3.3)."""
+    from types import SimpleNamespace
+
+    from observatory.gates import default_registry
+    from observatory.judge import UNJUDGED, _row
+    from observatory.probes import Probe
+
+    g = default_registry().get("expect")
+    probe = Probe(name="p", category="prose_en", prompt="", expect={"regex": "(x|xx)+y"})
+    from observatory.gates import Output
+
+    res = g.check(Output(text="x" * 40), probe)
+    row = _row(SimpleNamespace(id=1), g, res, None, 1)  # type: ignore[arg-type]
+    assert row.verdict == UNJUDGED
+    ok = g.check(Output(text="xy"), probe)
+    assert _row(SimpleNamespace(id=1), g, ok, None, 1).verdict == "PASS"  # type: ignore[arg-type]
+
+
+def test_judges_see_a_bounded_output() -> None:
+    from types import SimpleNamespace
+
+    from observatory.gates import MAX_JUDGED_CHARS
+    from observatory.judge import to_output
+
+    r = SimpleNamespace(text="a" * (MAX_JUDGED_CHARS * 3), token_ids=[], top_logprobs=[], token_texts=None,
+                        finish_reason="stop", tool_calls=None, content="b" * (MAX_JUDGED_CHARS + 1), reasoning=None)
+    out = to_output(r)  # type: ignore[arg-type]
+    assert len(out.text) == MAX_JUDGED_CHARS and len(out.content or "") == MAX_JUDGED_CHARS
+
+
+def test_a_400kb_version_does_not_stall_the_terminal(tmp_path: Path) -> None:
+    """A 400 kB /version went through rich's highlighter whole and stalled the gate (over 150 s) unless
+    --quiet. Server strings are cut before they are printed."""
+    db = tmp_path / "v.db"
+    with StubServer("ok", token=5, version="v" * 400_000) as base, StubServer("ok", token=5) as spec:
+        t0 = time.monotonic()
+        r = _observatory("gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", _suite(tmp_path),
+                         "--db", str(db), "--no-diffs", "--report", str(tmp_path / "report"), timeout=200)
+        took = time.monotonic() - t0
+    assert r.returncode in (0, 1, 2), r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    assert took < 90, took
+    assert "v" * 301 not in "".join((r.stderr + r.stdout).split())  # cut to 300 characters, wherever rich wraps
+    _db_sound(db)
+
+
+# -- item 5: storage that fails mid-session, internal errors -----------------------------------------
+
+_LIMITED = '''
+import sys
+import observatory.db as d
+_orig = d._sqlite_pragmas
+def _limited(conn, record):
+    _orig(conn, record)
+    conn.execute("PRAGMA max_page_count={pages}")
+d._sqlite_pragmas = _limited
+from observatory.cli import cli
+cli()
+'''
+
+
+def _pages(db: Path) -> int:
+    con = sqlite3.connect(db)
+    try:
+        return int(con.execute("PRAGMA page_count").fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_a_database_that_fills_mid_session_fails_cleanly_and_resumes(tmp_path: Path) -> None:
+    """A full database (SQLite's own "database or disk is full", here from PRAGMA max_page_count on the
+    observatory's connections) ended in an internal error, exit 2, with the session left running. Now:
+    one line, exit 5, the session interrupted with the reason, the database intact, and
+    `compare --resume` goes on once there is room."""
+    db = tmp_path / "full.db"
+    suite = _suite(tmp_path)
+    with StubServer("ok", token=5) as base, StubServer("ok", token=5) as spec:
+        arms = f"base={base.url},mtp1={spec.url}"
+        first = _observatory("compare", "--arms", arms, "--suite", suite, "--db", str(db), "--no-diffs", "--quiet")
+        assert first.returncode == 0, first.stderr
+        room = _pages(db) + 2  # a little room: the next session's first rows fit, its results do not
+        full = _observatory("compare", "--arms", arms, "--suite", suite, "--db", str(db), "--no-diffs", "--quiet",
+                            code=_LIMITED.format(pages=room))
+        assert full.returncode == 5, full.stderr
+        line = _one_line(full.stderr)
+        assert "database or disk is full" in line and "--resume 2" in line, line
+        _db_sound(db)
+        con = sqlite3.connect(db)
+        status, reason = con.execute("SELECT status, reason FROM sessions WHERE id = 2").fetchone()
+        con.close()
+        assert status == "interrupted" and "storage failed" in reason, (status, reason)
+        resumed = _observatory("compare", "--resume", "2", "--db", str(db), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    _db_sound(db)
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT status FROM sessions WHERE id = 2").fetchone()[0] == "complete"
+    con.close()
+
+
+def _hold_lock_once_running(db: Path, proc: subprocess.Popen[str], hold_s: float | None) -> None:
+    """Take SQLite's write lock as soon as session 1 runs; hold it HOLD_S seconds (None: until PROC ends)."""
+    give_up = time.monotonic() + 120
+    while time.monotonic() < give_up and proc.poll() is None:
+        try:
+            con = sqlite3.connect(db, timeout=0.1)
+            row = con.execute("SELECT status FROM sessions WHERE id = 1").fetchone()
+        except sqlite3.OperationalError:
+            row = None
+        else:
+            if row is not None and row[0] == "running":
+                con.execute("BEGIN IMMEDIATE")
+                end = time.monotonic() + (hold_s if hold_s is not None else 300)
+                while time.monotonic() < end and proc.poll() is None:
+                    time.sleep(0.05)
+                con.rollback()
+                con.close()
+                return
+            con.close()
+        time.sleep(0.02)
+    raise AssertionError("session 1 never ran")
+
+
+def _compare_popen(db: Path, arms: str, suite: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "OBSERVATORY_RAISE_ERRORS"}
+    env.update(PYTHONPATH=str(REPO), OBSERVATORY_SQLITE_BUSY_MS="300")
+    return subprocess.Popen([sys.executable, "-m", "observatory", "compare", "--arms", arms, "--suite", suite,
+                             "--db", str(db), "--no-diffs", "--quiet"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+
+def test_a_lock_held_past_the_busy_timeout_is_retried(tmp_path: Path) -> None:
+    """Another writer holding the database for 2 s, past the 0.3 s busy timeout: the write is retried and
+    the session completes (the control for the case below)."""
+    db = tmp_path / "l.db"
+    with StubServer("ok", token=5, delay_s=0.3) as base, StubServer("ok", token=5, delay_s=0.3) as spec:
+        proc = _compare_popen(db, f"base={base.url},mtp1={spec.url}", _suite(tmp_path))
+        _hold_lock_once_running(db, proc, 2.0)
+        _, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr
+    _db_sound(db)
+
+
+def test_a_lock_held_for_good_fails_cleanly_and_marks_the_session(tmp_path: Path) -> None:
+    """Held past every retry (the writes fail at about 4 s), then released at 12 s: one line, exit 5, the
+    session marked interrupted once the lock is gone, the database intact, and --resume completes it."""
+    db = tmp_path / "l.db"
+    with StubServer("ok", token=5, delay_s=0.3) as base, StubServer("ok", token=5, delay_s=0.3) as spec:
+        proc = _compare_popen(db, f"base={base.url},mtp1={spec.url}", _suite(tmp_path))
+        _hold_lock_once_running(db, proc, 12.0)
+        _, stderr = proc.communicate(timeout=240)
+        assert proc.returncode == 5, stderr
+        line = _one_line(stderr)
+        assert "locked" in line and "stored as interrupted" in line and "--resume 1" in line, line
+        _db_sound(db)
+        resumed = _observatory("compare", "--resume", "1", "--db", str(db), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    _db_sound(db)
