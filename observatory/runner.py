@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from observatory.server import (
     speculative_config_for,
 )
 from observatory.server_facts import host_facts, served_facts
-from observatory.storage_failure import StorageFailed
+from observatory.storage_failure import StorageFailed, guarded, mark_interrupted
 from observatory.storage_failure import problem as storage_problem
 from observatory.store import Store
 
@@ -160,11 +159,15 @@ class Runner:
         # on several engines stores vLLM's form (the engines' bodies differ only in that flag)
         engines = {self.engine_of(a) for a in o.arms}
         sent_to = engines.pop() if len(engines) == 1 else "vllm"
-        for i, p in enumerate(o.all_probes()):
-            pr = self.store.add(ProbeRow(session_id=row.id, position=i, name=p.name, category=p.category,
-                                         content_hash=p.content_hash, definition=p.to_dict(),
-                                         params=request_params(p, sent_to)))
-            self.probe_ids[p.name] = pr.id
+
+        def store_probes() -> None:
+            for i, p in enumerate(o.all_probes()):
+                pr = self.store.add(ProbeRow(session_id=row.id, position=i, name=p.name, category=p.category,
+                                             content_hash=p.content_hash, definition=p.to_dict(),
+                                             params=request_params(p, sent_to)))
+                self.probe_ids[p.name] = pr.id
+
+        guarded(self.store, int(row.id), store_probes)  # a storage failure now still marks the session
         return int(row.id)
 
     def attach(self, session_id: int) -> None:
@@ -212,7 +215,7 @@ class Runner:
                 status, reason = "failed", f"{type(e).__name__}: {e}"
                 raise
             status, reason, marked = "interrupted", f"storage failed ({why})", True
-            raise StorageFailed(self._storage_failed(session_id, reason)) from e
+            raise StorageFailed(mark_interrupted(self.store, session_id, reason)) from e
         finally:
             _restore_sigterm(old)
             try:
@@ -221,23 +224,6 @@ class Runner:
                 if not marked:  # (a storage failure marked it already, as far as the database let it)
                     self.store.finish_session(session_id, status, reason)
         return session_id
-
-    def _storage_failed(self, session_id: int, reason: str) -> str:
-        """Mark the session interrupted after a storage failure (if the database takes it); the CLI's line."""
-        resume = f"once the cause is gone, `observatory compare --resume {session_id}` goes on"
-        give_up = time.monotonic() + MARK_WAIT_S  # a lock may be released meanwhile: one small write to make
-        while True:
-            try:
-                self.store.finish_session(session_id, "interrupted", reason)
-                return f"{reason}: session {session_id} stored as interrupted; the database is intact; {resume}."
-            except Exception as e:
-                why = storage_problem(e)
-                if why is None:
-                    raise
-                if not why.startswith("locked") or time.monotonic() > give_up:
-                    return (f"{reason}: session {session_id} could not be marked interrupted either (it shows "
-                            f"as abandoned); the database is intact; {resume}.")
-            time.sleep(1.0)
 
     # -- a wave of arms -------------------------------------------------
     def _run_wave(self, session_id: int, wave: int, todo: list[tuple[int, Arm, ArmRow | None, list[int] | None]]) -> None:
@@ -381,10 +367,6 @@ class Runner:
                      on_wait=lambda e: self.reporter.arm_waiting(arm, e),
                      container_prefix=f"observatory-{session_id}-{safe}")
         return eng.proc, eng.client, eng.ready_s
-
-
-# After a storage failure, how long the runner keeps trying to mark the session interrupted (a locked database).
-MARK_WAIT_S = 30.0
 
 
 def _install_sigterm() -> Any:

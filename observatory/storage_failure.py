@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 STORAGE_EXIT = 5
 RETRIES = 2
 BACKOFF_S = 1.0
+# After a storage failure, how long the session is still tried to be marked interrupted (a lock may lift).
+MARK_WAIT_S = 30.0
 _LOCKED = ("database is locked", "database table is locked", "database is busy", "lock timeout",
            "could not obtain lock")
 _FULL = ("database or disk is full", "no space left on device", "disk quota exceeded", "disk i/o error")
@@ -83,6 +85,39 @@ def retry_locked(fn: F) -> F:
         raise AssertionError("unreachable")  # pragma: no cover
 
     return wrapper  # type: ignore[return-value]
+
+
+def mark_interrupted(store: Any, session_id: int, reason: str) -> str:
+    """Mark SESSION_ID interrupted for REASON (a storage failure) as far as the database lets it, retrying
+    a lock for MARK_WAIT_S; the CLI's line saying what was stored and how to go on."""
+    resume = f"once the cause is gone, `observatory compare --resume {session_id}` goes on"
+    give_up = time.monotonic() + MARK_WAIT_S
+    while True:
+        try:
+            store.finish_session(session_id, "interrupted", reason)
+            return f"{reason}: session {session_id} stored as interrupted; the database is intact; {resume}."
+        except Exception as e:
+            why = problem(e)
+            if why is None:
+                raise
+            if not why.startswith("locked") or time.monotonic() > give_up:
+                return (f"{reason}: session {session_id} could not be marked interrupted either (it shows "
+                        f"as abandoned); the database is intact; {resume}.")
+        time.sleep(1.0)
+
+
+def guarded(store: Any, session_id: int, fn: Callable[[], Any]) -> Any:
+    """FN() (a write of SESSION_ID's outside the runner); a storage failure marks the session interrupted
+    and raises StorageFailed."""
+    try:
+        return fn()
+    except StorageFailed:
+        raise
+    except Exception as e:
+        why = problem(e)
+        if why is None:
+            raise
+        raise StorageFailed(mark_interrupted(store, session_id, f"storage failed ({why})")) from e
 
 
 def one_line(e: BaseException) -> str:

@@ -19,7 +19,7 @@ from observatory.read_model import SessionView
 from observatory.redact import redact_text, remember, remember_url
 from observatory.report_data import build
 from observatory.runner import Interrupted, Reporter, Runner
-from observatory.storage_failure import StorageFailed
+from observatory.storage_failure import StorageFailed, guarded
 from observatory.store import Store
 from observatory.terminal import RichReporter, print_summary
 
@@ -154,8 +154,8 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         session_id = runner.create_session()
     # judge re-applies the thresholds from the session's options
     options = dict(store.session(session_id).options or {})
-    store.update(SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on),
-                                                  "plan": opts.plan})  # a resumed legacy plan is stored typed
+    guarded(store, session_id, lambda: store.update(  # a resumed legacy plan is stored typed
+        SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on), "plan": opts.plan}))
     try:
         stored = True
         try:
@@ -169,8 +169,8 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
             stored = False  # the database takes no more: nothing to judge now (`judge` or --resume later)
             raise
         finally:
-            if stored:
-                judge(session_id)  # the judge runs after the runner, however the run ended
+            if stored:  # the judge runs after the runner, however the run ended
+                guarded(store, session_id, lambda: judge(session_id))
     except (Interrupted, KeyboardInterrupt):
         click.echo(f"Interrupted: servers stopped; session {session_id} stored as interrupted.", err=True)
         return store, session_id, True
