@@ -32,21 +32,21 @@ def read_text(path: Path, error: type[ObservatoryError], what: str, limit: int =
     except OSError as e:
         raise error(f"{path}: cannot read this {what} ({e.strerror})") from None
     if stat.S_ISDIR(st.st_mode):
-        raise error(f"{path}: is a directory, not a {what}") from None
+        raise error(f"{path}: is a directory; the {what} must be a file") from None
     if not stat.S_ISREG(st.st_mode):
-        raise error(f"{path}: not a regular file (a device, FIFO or socket), not a {what}")
+        raise error(f"{path}: not a regular file (a device, FIFO or socket); the {what} must be one")
     if not st.st_mode & 0o444:
         # root reads any file: the permission bits say the owner meant it unreadable
         raise error(f"{path}: not readable (mode {stat.filemode(st.st_mode)}); give it read permission")
     if st.st_size > limit:
-        raise error(f"{path}: {st.st_size} bytes, over the {limit} a {what} may have")
+        raise error(f"{path}: {st.st_size} bytes, over the {limit} the {what} may have")
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)
     except OSError as e:
         raise error(f"{path}: cannot read this {what} ({e.strerror})") from None
     if len(data) > limit:
-        raise error(f"{path}: over the {limit} bytes a {what} may have")
+        raise error(f"{path}: over the {limit} bytes the {what} may have")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -24,7 +24,7 @@ def read_toml(path: Path, error: type[ObservatoryError], what: str) -> dict[str,
     except tomllib.TOMLDecodeError as e:
         raise error(f"{path}: not valid TOML: {e}") from None
     except RecursionError:
-        raise error(f"{path}: nested too deeply to be a {what} (at most {MAX_DEPTH} levels)") from None
+        raise error(f"{path}: nested too deeply for the {what} (at most {MAX_DEPTH} levels)") from None
     if too_deep(data):
-        raise error(f"{path}: nested too deeply to be a {what} (at most {MAX_DEPTH} levels)")
+        raise error(f"{path}: nested too deeply for the {what} (at most {MAX_DEPTH} levels)")
     return data

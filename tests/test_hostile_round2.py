@@ -305,3 +305,141 @@ def test_a_lock_held_for_good_fails_cleanly_and_marks_the_session(tmp_path: Path
         resumed = _observatory("compare", "--resume", "1", "--db", str(db), "--quiet")
     assert resumed.returncode == 0, resumed.stderr
     _db_sound(db)
+
+
+# -- item 6: hostile files ------------------------------------------------------------------------
+
+def _hostile_files(tmp_path: Path) -> dict[str, str]:
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
+    deep_tables = tmp_path / "deep-tables.toml"
+    deep_tables.write_text("x = " + "{ a = " * 3000 + "1" + " }" * 3000 + "\n")
+    directory = tmp_path / "x.toml"
+    directory.mkdir()
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    unreadable = tmp_path / "unreadable.toml"
+    unreadable.write_text('[arms.a]\nspeculative_config = { method = "mtp", num_speculative_tokens = 1 }\n')
+    unreadable.chmod(0)  # root reads it anyway: the permission bits are checked explicitly
+    return {"deep": str(deep), "deep-tables": str(deep_tables), "dev-zero": "/dev/zero", "directory": str(directory),
+            "fifo": str(fifo), "unreadable": str(unreadable)}
+
+
+@pytest.mark.parametrize("kind", ["deep", "deep-tables", "dev-zero", "directory", "fifo", "unreadable"])
+@pytest.mark.parametrize("option", ["--arms-file", "--suite"])
+def test_hostile_arms_and_probe_files_are_one_line_exit_3(tmp_path: Path, kind: str, option: str) -> None:
+    """Files nested 3,000 deep (RecursionError), /dev/zero (read forever), a directory named x.toml, a FIFO
+    (blocks) and an unreadable file: each is one line and exit 3, before any database is made."""
+    path = _hostile_files(tmp_path)[kind]
+    db = tmp_path / "h.db"
+    with StubServer("ok") as s:
+        args = ["compare", "--arms", f"base={s.url}", "--db", str(db), "--quiet", option, path]
+        if option == "--arms-file":
+            args += ["--suite", _suite(tmp_path)]
+        r = _observatory(*args, timeout=60)
+    assert r.returncode == 3, r.stderr
+    _one_line(r.stderr)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("kind", ["deep", "dev-zero", "directory", "fifo", "unreadable"])
+def test_hostile_gates_check_input_is_one_line_exit_3(tmp_path: Path, kind: str) -> None:
+    """`gates check` on JSONL nested 100,000 deep (RecursionError in json), /dev/zero, a directory, a FIFO,
+    an unreadable file: one line, exit 3."""
+    files = _hostile_files(tmp_path)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"text": "a", "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    files["deep"] = str(deep)
+    r = _observatory("gates", "check", "degeneracy", "--input", files[kind], timeout=60)
+    assert r.returncode == 3, r.stderr
+    _one_line(r.stderr)
+
+
+def test_gates_check_control_still_reads_files_and_stdin(tmp_path: Path) -> None:
+    f = tmp_path / "ok.jsonl"
+    f.write_text('{"text": "' + "5, " * 30 + '"}\n')
+    for args, stdin in ((["--input", str(f)], None), (["--input", "-"], f.read_text())):
+        r = subprocess.run([sys.executable, "-m", "observatory", "gates", "check", "degeneracy", *args],
+                           input=stdin, capture_output=True, text=True, cwd=REPO, timeout=60,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["verdict"] == "FAIL"
+
+
+def test_arm_names_longer_than_stored_are_refused(tmp_path: Path) -> None:
+    """Two arm names of 300 characters were cut to the same stored name (the arms collided). Names longer
+    than ArmRow.name holds are refused with one line; the longest that fits is stored whole."""
+    from observatory.arms import MAX_NAME
+    from observatory.db import ArmRow
+
+    assert ArmRow.__table__.c.name.type.length == MAX_NAME
+    db = tmp_path / "n.db"
+    with StubServer("ok", token=5) as s:
+        long_a, long_b = "a" * 299 + "x", "a" * 299 + "y"
+        r = _observatory("compare", "--arms", f"{long_a}={s.url},{long_b}={s.url}", "--suite", _suite(tmp_path),
+                         "--db", str(db), "--quiet", timeout=60)
+        assert r.returncode == 3, r.stderr
+        assert "300 characters" in _one_line(r.stderr)
+        assert not db.exists()
+        arms_file = tmp_path / "arms.toml"
+        arms_file.write_text(f'[arms.{"b" * 300}]\nspeculative_config = {{ method = "mtp", num_speculative_tokens = 1 }}\n')
+        r = _observatory("compare", "--arms", "b" * 300, "--arms-file", str(arms_file), "--suite", _suite(tmp_path),
+                         "--db", str(db), "--quiet", timeout=60)
+        assert r.returncode == 3, r.stderr
+        _one_line(r.stderr)
+        fits = "c" * MAX_NAME
+        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url},{fits}={s.url}", "--suite", _suite(tmp_path),
+                                     "--db", str(db), "--quiet", "--no-diffs"])
+    assert r.exit_code in (0, 2), r.output
+    con = sqlite3.connect(db)
+    assert [n for (n,) in con.execute("SELECT name FROM arms ORDER BY position")] == ["base", fits]
+    con.close()
+    _db_sound(db)
+
+
+# -- item 7: comparisons across what differs ---------------------------------------------------------
+
+@pytest.mark.parametrize("arms", ["base=http://127.0.0.1:9,mtp1=http://127.0.0.1:9",
+                                  "base=http://127.0.0.1:,mtp1=http://127.0.0.1:",
+                                  "base=http://127.0.0.1:99999"], ids=["nothing-listening", "empty-port", "bad-port"])
+@pytest.mark.parametrize("command", ["compare", "gate"])
+def test_url_arms_nobody_answers_are_one_line_exit_3_before_any_session(tmp_path: Path, arms: str,
+                                                                        command: str) -> None:
+    """README: an unreachable server is one line and exit 3, found before any arm launches. Nothing
+    listening, or an empty port, stored a session and exited 2."""
+    db = tmp_path / "u.db"
+    extra = ["--report", str(tmp_path / "r")] if command == "gate" else []
+    r = _observatory(command, "--arms", arms, "--suite", _suite(tmp_path), "--db", str(db), "--quiet", *extra,
+                     timeout=60)
+    assert r.returncode == 3, r.stderr
+    _one_line(r.stderr)
+    assert not db.exists()
+
+
+def test_history_never_draws_one_trend_across_two_models(tmp_path: Path) -> None:
+    """Two nights against URL arms serving different models: both sessions' model is "(served by the URL
+    arms)", so history drew one trend and compared them. Points are keyed by the model each arm served:
+    two series, nothing compared across them; --model selects one."""
+    db = tmp_path / "h.db"
+    suite = _suite(tmp_path)
+    for model in ("model-a", "model-b"):
+        with StubServer("ok", token=5, model=model) as base, StubServer("ok", token=5, model=model) as spec:
+            r = CliRunner().invoke(cli, ["compare", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", suite,
+                                         "--db", str(db), "--quiet", "--no-diffs"])
+            assert r.exit_code in (0, 2), r.output
+    r = CliRunner().invoke(cli, ["history", "--db", str(db), "--json", "--out", str(tmp_path / "hist")])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert sorted({p["model"] for p in data["points"]}) == ["model-a", "model-b"]
+    assert not any(a["previous"] == 1 and a["session"] == 2 for a in data["alerts"]), data["alerts"]
+    later = [p for p in data["points"] if p["session"] == 2]
+    assert later and all(p["model"] == "model-b" for p in later)
+    # each of session 2's trusted points starts its own series: nothing before it served model-b
+    assert all(p["notes"] == ["first comparable session"] for p in later if p["trusted"]), later
+    assert any(p["trusted"] for p in later)
+    html = (tmp_path / "hist" / "history.html").read_text()
+    assert "model-a" in html and "model-b" in html
+    one = CliRunner().invoke(cli, ["history", "--db", str(db), "--json", "--model", "model-a"])
+    assert one.exit_code == 0, one.output
+    assert {p["model"] for p in json.loads(one.output)["points"]} == {"model-a"}
+    _db_sound(db)
