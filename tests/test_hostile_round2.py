@@ -85,6 +85,21 @@ def test_a_garbage_chunk_size_fails_the_request_and_the_gate_finishes(tmp_path: 
     _db_sound(db)
 
 
+def test_an_event_or_chunk_that_never_ends_is_refused_not_buffered_forever() -> None:
+    """An event without its blank line, and a chunk size of 2^60, were buffered until the deadline at
+    whatever rate the server sent; each is refused once past its bound."""
+    from observatory.sse import MAX_EVENT_BYTES, EventReader, MalformedStream
+    from observatory.wire import WireError, chunk_size
+
+    reader = EventReader()
+    with pytest.raises(MalformedStream, match="over"):
+        for _ in range(MAX_EVENT_BYTES // (1 << 20) + 2):
+            reader.feed(b"data: " + b"x" * (1 << 20))
+    with pytest.raises(WireError, match="over"):
+        chunk_size(b"1000000000000000")
+    assert chunk_size(b"ff;ext=1") == 255  # the control: a chunk extension is still read
+
+
 def _completion_stream(req: dict[str, object]) -> list[bytes]:
     chunk = {"id": "c", "object": "text_completion", "created": 0, "model": "stub-model",
              "choices": [{"index": 0, "text": "ok", "finish_reason": None,
