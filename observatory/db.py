@@ -333,12 +333,23 @@ def open_engine(db: str | None = None, create: bool = True, write: bool = False)
         if path and path != ":memory:" and not path.startswith("file:"):
             _check_sqlite_path(path, create)
         event.listen(engine, "connect", _sqlite_pragmas)
-    try:
+    from observatory import storage_failure
+
+    @storage_failure.retry_locked
+    def ready() -> None:  # a database locked by another writer is retried (observatory.storage_failure)
         migrate(engine)
         if write:
             _check_writable(engine)
+
+    try:
+        ready()
     except DBAPIError as e:
         engine.dispose()
+        why = storage_failure.problem(e)
+        if why is not None:  # exit 5, not 3: the database is fine, its disk or another writer is not
+            raise storage_failure.StorageFailed(
+                f"--db {shown_url(url)}: storage failed ({why}) before anything was stored; fix the cause "
+                "and run the command again") from None
         raise ObservatoryError(f"--db {shown_url(url)}: {_db_problem(e)}. {_FIX}") from None
     return engine
 

@@ -458,3 +458,27 @@ def test_history_never_draws_one_trend_across_two_models(tmp_path: Path) -> None
     assert one.exit_code == 0, one.output
     assert {p["model"] for p in json.loads(one.output)["points"]} == {"model-a"}
     _db_sound(db)
+
+
+def test_a_database_locked_from_the_start_is_exit_5_and_nothing_is_stored(tmp_path: Path) -> None:
+    """Locked by another writer before the command starts, past the busy timeout and every retry: one
+    line, exit 5 (a storage failure, not a setup error nor INVALID), no session stored."""
+    db = tmp_path / "l.db"
+    with StubServer("ok", token=5) as s:
+        first = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", _suite(tmp_path),
+                                         "--db", str(db), "--quiet", "--no-diffs"])
+        assert first.exit_code == 0, first.output
+        con = sqlite3.connect(db)
+        con.execute("BEGIN EXCLUSIVE")
+        try:
+            r = _observatory("compare", "--arms", f"base={s.url}", "--suite", _suite(tmp_path), "--db", str(db),
+                             "--quiet", env={"OBSERVATORY_SQLITE_BUSY_MS": "200"}, timeout=120)
+        finally:
+            con.rollback()
+            con.close()
+    assert r.returncode == 5, r.stderr
+    assert "locked" in _one_line(r.stderr)
+    _db_sound(db)
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM sessions").fetchone()[0] == 1
+    con.close()
