@@ -196,7 +196,7 @@ class EngineClient:
             finally:
                 resp.close()
         except DeadlineExceeded:
-            raise httpx.ReadTimeout(f"{method} {path}: ReadTimeout, no whole answer within {timeout_s:g} s") from None
+            raise httpx.ReadTimeout(f"{method} {path}: ReadTimeout, the answer did not finish within {timeout_s:g} s") from None
         except WireError as e:
             if e.kind == "timeout":
                 raise httpx.ConnectTimeout(f"{method} {path}: {e}") from None
