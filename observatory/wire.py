@@ -84,10 +84,15 @@ class WireResponse:
     def body(self) -> Iterator[bytes]:
         """The body's bytes as they arrive (transfer coding removed); the connection is reused after."""
         try:
-            if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            if self.status in (204, 304) or 100 <= self.status < 200:
+                pass  # no body, whatever the headers say (RFC 9112 6.3)
+            elif "chunked" in self.headers.get("transfer-encoding", "").lower():
                 yield from self._chunked()
             elif "content-length" in self.headers:
-                yield from self._sized(int(self.headers["content-length"]))
+                length = self.headers["content-length"].strip()
+                if not _digits(length) or len(length) > 18:  # int() takes "-5", "+5", " 5", "1_0", "²"
+                    raise WireError(f"bad Content-Length {length[:40]!r}")
+                yield from self._sized(int(length))
             else:
                 yield from self._until_close()
             self._done = True
@@ -298,6 +303,11 @@ class Pool:
         return parse_head(head)
 
 
+def _digits(text: str) -> bool:
+    """TEXT is ASCII digits only (str.isdigit takes "²", which int() refuses)."""
+    return bool(text) and all("0" <= c <= "9" for c in text)
+
+
 def chunk_size(line: bytes) -> int:
     """The size on a chunk-size LINE (hex digits, then optional extensions); WireError if it is not one.
 
@@ -321,7 +331,7 @@ def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
     """
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not _digits(parts[1]):
         raise WireError(f"not an HTTP response: {lines[0][:80]!r}")
     headers = {}
     for ln in lines[1:]:

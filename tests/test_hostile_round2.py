@@ -100,6 +100,28 @@ def test_an_event_or_chunk_that_never_ends_is_refused_not_buffered_forever() -> 
     assert chunk_size(b"ff;ext=1") == 255  # the control: a chunk extension is still read
 
 
+def test_a_garbage_content_length_fails_and_a_204_has_no_body() -> None:
+    """Content-Length "-5" or "²" raised ValueError past every caller's except (an internal error); a 204
+    without a length was read until the server closed (the whole deadline)."""
+    import httpx
+
+    from observatory.client import EngineClient
+
+    scripts = {"/neg": lambda req: [b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nabc"],
+               "/sup": lambda req: ["HTTP/1.1 200 OK\r\nContent-Length: \u00b2\r\n\r\nab".encode("latin-1")],
+               "/status": lambda req: [b"HTTP/1.1 2\xb200 OK\r\nContent-Length: 0\r\n\r\n"],
+               "/empty": lambda req: [b"HTTP/1.1 204 No Content\r\n\r\n"]}
+    with SseStub(scripts) as stub:  # type: ignore[arg-type]
+        client = EngineClient(stub.url, timeout=5)
+        for path in ("/neg", "/sup", "/status"):
+            with pytest.raises(httpx.ReadError):
+                client.fetch(path, 5, {})
+        t0 = time.monotonic()
+        assert client.fetch("/empty", 5, {}).status_code == 204
+        assert time.monotonic() - t0 < 2
+        client.close()
+
+
 def _completion_stream(req: dict[str, object]) -> list[bytes]:
     chunk = {"id": "c", "object": "text_completion", "created": 0, "model": "stub-model",
              "choices": [{"index": 0, "text": "ok", "finish_reason": None,
