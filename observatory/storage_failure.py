@@ -92,6 +92,7 @@ def mark_interrupted(store: Any, session_id: int, reason: str) -> str:
     a lock for MARK_WAIT_S; the CLI's line saying what was stored and how to go on."""
     resume = f"once the cause is gone, `observatory compare --resume {session_id}` goes on"
     give_up = time.monotonic() + MARK_WAIT_S
+    checkpointed = False
     while True:
         try:
             store.finish_session(session_id, "interrupted", reason)
@@ -100,10 +101,29 @@ def mark_interrupted(store: Any, session_id: int, reason: str) -> str:
             why = problem(e)
             if why is None:
                 raise
+            if why.startswith("full") and not checkpointed:
+                checkpointed = _free_wal(store)  # a full disk: fold SQLite's -wal file back, then once more
+                if checkpointed:
+                    continue
             if not why.startswith("locked") or time.monotonic() > give_up:
                 return (f"{reason}: session {session_id} could not be marked interrupted either (it shows "
                         f"as abandoned); the database is intact; {resume}.")
         time.sleep(1.0)
+
+
+def _free_wal(store: Any) -> bool:
+    """Checkpoint and truncate a SQLite database's -wal file (on a full disk it is most of what was
+    written); whether that ran. The database itself is unchanged: the -wal file's pages move into it."""
+    engine = getattr(store, "engine", None)
+    if engine is None or engine.dialect.name != "sqlite":
+        return False
+    try:
+        engine.dispose()  # idle pooled connections closed: none of them holds the -wal file's frames
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    except Exception:
+        return False
+    return True
 
 
 def guarded(store: Any, session_id: int, fn: Callable[[], Any]) -> Any:
