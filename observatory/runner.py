@@ -155,10 +155,7 @@ class Runner:
                          "engine": {k: v for k, v in vars(o.settings).items() if k != "env"}},
             )
         )
-        # the params as sent: SGLang asks for its ids by another flag (observatory.sglang_ids); a session
-        # on several engines stores vLLM's form (the engines' bodies differ only in that flag)
-        engines = {self.engine_of(a) for a in o.arms}
-        sent_to = engines.pop() if len(engines) == 1 else "vllm"
+        sent_to = self._params_engine()
 
         def store_probes() -> None:
             for i, p in enumerate(o.all_probes()):
@@ -170,11 +167,25 @@ class Runner:
         guarded(self.store, int(row.id), store_probes)  # a storage failure now still marks the session
         return int(row.id)
 
+    def _params_engine(self) -> str:
+        """The engine whose form of the params is stored: SGLang asks for its ids by another flag
+        (observatory.sglang_ids); a session on several engines stores vLLM's (their bodies differ only in it)."""
+        engines = {self.engine_of(a) for a in self.opts.arms}
+        return engines.pop() if len(engines) == 1 else "vllm"
+
     def attach(self, session_id: int) -> None:
         """Continue a stored session (--resume): its probes must be the ones planned now."""
         stored = {p.name: p for p in self.store.probes(session_id)}
-        for p in self.opts.all_probes():
+        # a session cut short while its probes were being stored (a full disk) ran none of them: the rest
+        # are stored now (nothing measured depends on them), so --resume goes on
+        unran = not any(self.store.results(a.id) for a in self.store.arms(session_id))
+        sent_to = self._params_engine()
+        for i, p in enumerate(self.opts.all_probes()):
             row = stored.get(p.name)
+            if row is None and unran:
+                row = self.store.add(ProbeRow(session_id=session_id, position=i, name=p.name, category=p.category,
+                                              content_hash=p.content_hash, definition=p.to_dict(),
+                                              params=request_params(p, sent_to)))
             if row is None or row.content_hash != p.content_hash:
                 raise ObservatoryError(
                     f"Cannot resume session {session_id}: probe {p.name!r} changed since it ran "

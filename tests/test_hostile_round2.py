@@ -504,3 +504,34 @@ def test_a_database_locked_from_the_start_is_exit_5_and_nothing_is_stored(tmp_pa
     con = sqlite3.connect(db)
     assert con.execute("SELECT count(*) FROM sessions").fetchone()[0] == 1
     con.close()
+
+
+def test_a_database_that_fills_while_the_probes_are_stored_resumes(tmp_path: Path) -> None:
+    """Full while the session's probes were being stored: the session is marked interrupted, and
+    `--resume` stores the probes still missing (no arm ran with any) instead of refusing them as edited."""
+    db = tmp_path / "p.db"
+    small = _suite(tmp_path)
+    big = tmp_path / "big.toml"
+    big.write_text("".join(f'[[probe]]\nname = "p{i}"\ncategory = "prose_en"\nmax_tokens = 8\n'
+                           f'messages = [{{ role = "user", content = "{os.urandom(1500).hex()}" }}]\n\n'
+                           for i in range(40)))
+    with StubServer("ok", token=5) as base:
+        first = _observatory("compare", "--arms", f"base={base.url}", "--suite", small, "--db", str(db),
+                             "--no-diffs", "--quiet")
+        assert first.returncode == 0, first.stderr
+        full = _observatory("compare", "--arms", f"base={base.url}", "--suite", str(big), "--db", str(db),
+                            "--no-diffs", "--quiet", code=_LIMITED.format(pages=_pages(db) + 12))
+        assert full.returncode == 5, full.stderr
+        assert "session 2 stored as interrupted" in _one_line(full.stderr)
+        con = sqlite3.connect(db)
+        stored = con.execute("SELECT count(*) FROM probes WHERE session_id = 2").fetchone()[0]
+        con.close()
+        assert 0 < stored < 40, stored  # cut short while storing the probes
+        _db_sound(db)
+        resumed = _observatory("compare", "--resume", "2", "--db", str(db), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM probes WHERE session_id = 2").fetchone()[0] == 40
+    assert con.execute("SELECT status FROM sessions WHERE id = 2").fetchone()[0] == "complete"
+    con.close()
+    _db_sound(db)
