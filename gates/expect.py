@@ -5,7 +5,10 @@ the last ``</think>``), with surrounding whitespace stripped:
 
 - ``exact``: equal to the expected string, itself stripped (a TOML multi-line
   string keeps its trailing newline);
-- ``regex``: ``re.fullmatch`` with ``re.DOTALL``;
+- ``regex``: a full match with DOTALL, by the ``regex`` module (the same
+  syntax as ``re``) within REGEX_TIMEOUT_S: a pattern that backtracks
+  exponentially on this output (``(x+x+)+y``) is not judged (the judge makes
+  it UNJUDGED), never a hang;
 - ``contains``: a list of substrings that must all appear.
 
 SKIP when the probe declares none of the three; ``tool_names`` and
@@ -14,14 +17,22 @@ gate is not a discriminator (docs/design.md section 2, mistake 1): the gate is a
 correctness gate so the runner can mark it NOT_DISCRIMINATING.
 """
 
-import re
 from typing import Any
 
+import regex
+
 from observatory.model.errors import ObservatoryError
-from observatory.model.gates import FAIL, PASS, SKIP, GateResult, Output, gate, offline
+from observatory.model.gates import FAIL, NOT_JUDGED, PASS, SKIP, WARN, GateResult, Output, gate, offline
 from observatory.model.probes import Probe
 
 _KEYS = ("exact", "regex", "contains")
+# A full match that takes longer is not judged. Ordinary patterns on the longest output a judge sees
+# (observatory.model.gates.MAX_JUDGED_CHARS) take milliseconds.
+REGEX_TIMEOUT_S = 1.0
+
+
+class RegexTimeout(Exception):
+    """The probe's expect.regex did not finish on this output within REGEX_TIMEOUT_S."""
 
 
 def answer_text(text: str) -> str:
@@ -47,9 +58,12 @@ def judge(answer: str, expect: dict[str, Any], probe: Probe) -> list[str]:
     if "regex" in expect:
         pattern = expect["regex"]
         try:
-            matched = re.fullmatch(pattern, answer, re.DOTALL)
-        except (re.error, TypeError) as e:
+            matched = regex.fullmatch(pattern, answer, regex.DOTALL, timeout=REGEX_TIMEOUT_S)
+        except (regex.error, TypeError) as e:
             raise _bad(probe, f"'expect.regex' does not compile: {e}") from None
+        except TimeoutError:
+            raise RegexTimeout(f"'expect.regex' {pattern[:80]!r} did not finish within {REGEX_TIMEOUT_S:g} s "
+                               f"on this output ({len(answer)} characters): not judged") from None
         if matched is None:
             problems.append(f"{answer[:80]!r} does not fully match {pattern!r}")
     if "contains" in expect:
@@ -75,7 +89,10 @@ def check(output: Output, probe: Probe) -> GateResult:
     if not declared:
         return GateResult(SKIP, "the probe declares no exact, regex or contains expectation")
     answer = answer_text(output.text or output.content or "")
-    problems = judge(answer, probe.expect, probe)
+    try:
+        problems = judge(answer, probe.expect, probe)
+    except RegexTimeout as e:
+        return GateResult(WARN, str(e), {"checked": declared, NOT_JUDGED: str(e)})
     details = {"checked": declared, "problems": problems}
     if problems:
         return GateResult(FAIL, "; ".join(problems), details)

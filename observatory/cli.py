@@ -1,7 +1,11 @@
 """The `observatory` command line: click groups, one module per subcommand.
 
 Domain code raises ObservatoryError; this module turns it into one clean
-error line (exit 3, the gate's "usage or setup error") in one place.
+error line (exit 3, the gate's "usage or setup error") in one place. A
+storage failure (database locked past its busy timeout, disk full:
+`observatory.store.storage_failure`) is one line and exit 5. Any other unexpected
+exception is an internal error: one line naming the file its traceback was
+written to, exit 4, never 2 (INVALID, which CI reads as a measurement).
 Unexpected exceptions re-raise under pytest or with OBSERVATORY_RAISE_ERRORS.
 
 Commands are imported when they run, not when the CLI starts (`COMMANDS`):
@@ -44,8 +48,8 @@ class ObservatoryGroup(click.Group):
     """A group that reports ObservatoryError and usage errors as one line and exits 3.
 
     Exit codes are a contract with CI (see `observatory gate`): 0 pass, 1 fail,
-    2 invalid measurement (also an internal error), 3 usage or setup error,
-    130 interrupted. Click's
+    2 invalid measurement, 3 usage or setup error, 4 internal error, 5 storage
+    failure, 130 interrupted. Click's
     own usage errors would exit 2, so they are mapped to 3 here.
     """
 
@@ -89,11 +93,37 @@ class ObservatoryGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise  # click's own: handled in main()
         except Exception as e:
-            if os.environ.get("OBSERVATORY_RAISE_ERRORS") or "pytest" in sys.modules:
+            from observatory.store import storage_failure
+
+            if os.environ.get("OBSERVATORY_RAISE_ERRORS"):
                 raise
-            click.echo(f"Error: internal error, {type(e).__name__}: {_one_line(e)} (this is a bug in observatory; "
-                       "rerun with OBSERVATORY_RAISE_ERRORS=1 for the traceback and report it)", err=True)
+            if storage_failure.failed_in(e) is not None or storage_failure.problem(e) is not None:
+                click.echo(f"Error: {_one_line(storage_failure.one_line(e))}", err=True)
+                sys.exit(storage_failure.STORAGE_EXIT)
+            if "pytest" in sys.modules:
+                raise
+            where = _write_traceback(e)
+            click.echo(f"Error: internal error, {type(e).__name__}: {_one_line(e)[:300]} (this is a bug in "
+                       f"observatory; the traceback is in {where}: please report it)", err=True)
             sys.exit(INTERNAL_ERROR)
+
+
+def _write_traceback(e: BaseException) -> str:
+    """E's traceback, credentials masked, written to a new file in the temp directory; that file's path."""
+    import tempfile
+    import traceback
+
+    from observatory.model.redact import redact_text
+
+    text = redact_text(f"observatory {__version__}: {' '.join(sys.argv)[:2000]}\n"
+                       + "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+    try:
+        fd, path = tempfile.mkstemp(prefix="observatory-internal-error-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(text)
+    except OSError as err:
+        return f"no file ({err.strerror}; rerun with OBSERVATORY_RAISE_ERRORS=1 to see it)"
+    return path
 
 
 def _one_line(e: BaseException | str) -> str:

@@ -40,8 +40,10 @@ class StubServer:
     def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5, metrics: list[str] | None = None,
                  version: str = "stub-0", finish_reason: str = "stop", logprob: float = 0.0,
                  with_logprobs: bool = True, drip_metrics: bool = False, max_model_len: int | None = None,
-                 models: list[object] | None = None, completion_tokens: object = 1, pieces: list[str] | None = None):
+                 models: list[object] | None = None, completion_tokens: object = 1, pieces: list[str] | None = None,
+                 model: str = "stub-model"):
         self.mode = mode
+        self.model = model  # the id /v1/models serves
         self.max_model_len = max_model_len
         self.delay_s = delay_s
         self.token = token
@@ -52,7 +54,7 @@ class StubServer:
         self.logprob = logprob
         self.with_logprobs = with_logprobs
         self.drip_metrics = drip_metrics
-        self.models = models or ["stub-model"]
+        self.models = models or [model]
         self.models_reads = 0
         self.completion_tokens = completion_tokens
         self.pieces = pieces or ["ok"]

@@ -47,10 +47,11 @@ def test_bad_db_is_one_line_exit_3(tmp_path: Path, kind: str, command: str, monk
     monkeypatch.delenv("OBSERVATORY_RAISE_ERRORS", raising=False)
     db = _bad_dbs(tmp_path)[kind]
     args = [command, "--db", db]
-    if command == "compare":
-        args += ["--arms", "base=http://127.0.0.1:9", "--suite", _suite(tmp_path), "--quiet"]
-    before = sorted(p.name for p in tmp_path.iterdir())
-    r = CliRunner().invoke(cli, args)
+    with StubServer("ok") as s:  # listening: a URL nothing answers at is a setup error of its own (issue 32)
+        if command == "compare":
+            args += ["--arms", f"base={s.url}", "--suite", _suite(tmp_path), "--quiet"]
+        before = sorted(p.name for p in tmp_path.iterdir())
+        r = CliRunner().invoke(cli, args)
     assert r.exit_code == 3, r.output
     line = _one_error_line(r.output)
     assert "--db" in line or "database" in line
@@ -67,11 +68,12 @@ def test_read_only_database_is_refused_for_writing_commands(tmp_path: Path) -> N
     ro = f"sqlite:///file:{db}?mode=ro&uri=true"
     shown = CliRunner().invoke(cli, ["show", "--db", ro, "--json"])
     assert shown.exit_code == 0, shown.output  # reading a read-only database works
-    for args in (["judge", "--db", ro],
-                 ["compare", "--db", ro, "--arms", "base=http://127.0.0.1:9", "--suite", _suite(tmp_path)]):
-        r = CliRunner().invoke(cli, args)
-        assert r.exit_code == 3, r.output
-        assert "read-only" in _one_error_line(r.output)
+    with StubServer("ok") as s:
+        for args in (["judge", "--db", ro],
+                     ["compare", "--db", ro, "--arms", f"base={s.url}", "--suite", _suite(tmp_path)]):
+            r = CliRunner().invoke(cli, args)
+            assert r.exit_code == 3, r.output
+            assert "read-only" in _one_error_line(r.output)
 
 
 def test_password_in_db_url_is_not_printed(tmp_path: Path) -> None:
@@ -123,8 +125,9 @@ def test_usage_errors_are_one_line_exit_3() -> None:
 
 
 def test_unexpected_exception_is_one_line_outside_tests(tmp_path: Path) -> None:
-    """Never a traceback in CI: an unexpected exception (a bug) is one line, exit 2 (nothing measured
-    can be trusted). Run in a subprocess: under pytest such exceptions are re-raised on purpose."""
+    """Never a traceback in CI: an unexpected exception (a bug) is one line naming the file its traceback
+    went to, exit 4: never 2, which CI reads as an INVALID measurement (issue 32 item 5). Run in a
+    subprocess: under pytest such exceptions are re-raised on purpose."""
     import subprocess
     import sys
 
@@ -136,6 +139,12 @@ def test_unexpected_exception_is_one_line_outside_tests(tmp_path: Path) -> None:
     env = {k: v for k, v in __import__("os").environ.items() if k != "OBSERVATORY_RAISE_ERRORS"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 4, r.stderr
     assert "Traceback" not in r.stderr
-    assert _one_error_line(r.stderr).startswith("Error: internal error, KeyError")
+    line = _one_error_line(r.stderr)
+    assert line.startswith("Error: internal error, KeyError")
+    written = Path(line.split("the traceback is in ", 1)[1].split(":", 1)[0])
+    try:
+        assert "Traceback" in written.read_text() and "KeyError: 'surprise'" in written.read_text()
+    finally:
+        written.unlink()

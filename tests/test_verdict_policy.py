@@ -17,6 +17,7 @@ from typing import Any
 
 from click.testing import CliRunner
 from stub_answers import Answer, AnswerStub, fixed
+from stub_server import StubServer
 
 from observatory.cli import cli
 from observatory.model.paths import REPO_ROOT
@@ -83,8 +84,10 @@ def test_no_base_arm_is_invalid(tmp_path: Path) -> None:
 
 def test_base_that_did_not_start_leaves_spec_results_unjudged(tmp_path: Path) -> None:
     """Issue 13 item 2: base failed to start, spec diverges from nothing: UNJUDGED and INVALID, never FAIL."""
-    with AnswerStub(fixed("XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX")) as spec:
-        code, data, html = _gate(tmp_path, f"base=http://127.0.0.1:9,mtp1={spec.url}")
+    # a server that accepts connections and never answers, /health included: the base arm fails to start
+    # (a URL nothing listens at is a setup error before the session, issue 32 item 7)
+    with StubServer("hang_after:0") as dead, AnswerStub(fixed("XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX")) as spec:
+        code, data, html = _gate(tmp_path, f"base={dead.url},mtp1={spec.url}")
     assert code == 2
     assert set(_cells(data, "mtp1").values()) == {"UNJUDGED"}
     mtp1 = next(a for a in data["arms"] if a["name"] == "mtp1")

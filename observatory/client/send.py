@@ -165,36 +165,48 @@ class EngineClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = float(timeout)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
-                                  headers=self._headers, limits=httpx.Limits(max_connections=None,
-                                                                             max_keepalive_connections=256))
         self._wire = Pool(self.base_url, self._headers)
+        # /health, /version, /metrics, /v1/models, /tokenize, /detokenize: their own connections (`fetch`)
+        self._aux = Pool(self.base_url, self._headers)
         self._model: str | None = None
         self._watch = CounterWatch()  # restarts and new label sets across this server's reads (issue 32 item 2)
         self._separator: int | bool | None = False  # False: not looked up yet; None: the server has none
+        # the deadline of the probe request being read: its /tokenize and /detokenize calls end by it too
+        self._deadline: float | None = None
 
     def close(self) -> None:
         """Release the connection pools."""
-        self._http.close()
         self._wire.close()
+        self._aux.close()
 
-    def fetch(self, path: str, timeout_s: float) -> httpx.Response:
-        """GET PATH bounded as a whole by TIMEOUT_S (at most the request timeout) and by MAX_BODY_BYTES.
+    def fetch(self, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> httpx.Response:
+        """GET PATH (POST BODY as JSON) bounded as a whole by TIMEOUT_S (at most the request timeout)
+        and by MAX_BODY_BYTES.
 
-        httpx's timeout restarts with every byte read: a server dripping a body
-        would otherwise hold the observatory forever (issue 19: hostile servers).
+        Over `observatory.client.wire`, whose deadline holds for the whole request,
+        head included: httpx's timeout restarts with every byte read, so a
+        server dripping a byte every 3 s held the observatory forever
+        (issues 19 and 32). Failures raise as httpx's (ReadTimeout,
+        ConnectError, ReadError) so callers catch one family.
         """
         timeout_s = min(timeout_s, self.timeout)
-        deadline = time.monotonic() + timeout_s
-        with self._http.stream("GET", f"{self.base_url}{path}", timeout=timeout_s) as r:
-            body = bytearray()
-            for part in r.iter_bytes():
-                body += part
-                if time.monotonic() > deadline:
-                    raise httpx.ReadTimeout(f"GET {path}: ReadTimeout, the body did not finish within {timeout_s} s")
-                if len(body) > MAX_BODY_BYTES:
-                    raise httpx.ReadError(f"GET {path}: the body is over {MAX_BODY_BYTES} bytes")
-            return httpx.Response(r.status_code, headers=r.headers, content=bytes(body), request=r.request)
+        url = f"{self.base_url}{path}"
+        method = "GET" if body is None else "POST"
+        try:
+            resp = self._aux.request(method, path, None if body is None else _encode(body),
+                                      time.perf_counter() + timeout_s)
+            try:
+                content = resp.read(MAX_BODY_BYTES)
+            finally:
+                resp.close()
+        except DeadlineExceeded:
+            raise httpx.ReadTimeout(f"{method} {path}: ReadTimeout, the answer did not finish within {timeout_s:g} s") from None
+        except WireError as e:
+            if e.kind == "timeout":
+                raise httpx.ConnectTimeout(f"{method} {path}: {e}") from None
+            raise httpx.ReadError(f"{method} {path}: {e}") from None
+        return httpx.Response(resp.status, headers=resp.headers, content=content,
+                              request=httpx.Request(method, url))
 
     def health(self) -> bool:
         """GET /health answered 200."""
@@ -261,8 +273,17 @@ class EngineClient:
 
     # -- detokenising ----------------------------------------------------
     def _post_json(self, path: str, body: dict[str, Any]) -> Any:
-        r = self._http.post(f"{self.base_url}{path}", json=body, timeout=10.0)
+        r = self.fetch(path, self._left(10.0), body)
         return r.json() if r.status_code == 200 else None
+
+    def _left(self, at_most: float) -> float:
+        """Seconds left to the running request's deadline, at most AT_MOST (DeadlineExceeded when none)."""
+        if self._deadline is None:
+            return at_most
+        left = self._deadline - time.perf_counter()
+        if left <= 0:
+            raise DeadlineExceeded()
+        return min(at_most, left)
 
     def tokenize(self, text: str) -> list[int] | None:
         """TEXT's token ids as the server tokenizes it (no special tokens); None when it cannot say."""
@@ -349,9 +370,14 @@ class EngineClient:
                 if self.adapter.name == SGLANG:
                     out.token_texts = []  # some texts did not count as their ids: unknown, never guessed
                 elif probe.kind != "chat":
+                    self._deadline = deadline
                     out.token_texts = self.detokenize(out.token_ids)
+                    if time.perf_counter() >= deadline:
+                        raise DeadlineExceeded()  # a /detokenize that dripped: the request's deadline passed
         except REQUEST_FAILURES as e:
             out = self.failed(e)
+        finally:
+            self._deadline = None
         return finish(out, t0)
 
     def failed(self, e: BaseException) -> Response:

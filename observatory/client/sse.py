@@ -53,6 +53,10 @@ def _data_of(event: bytes) -> bytes | None:
     return b"\n".join(ln[1:] if ln.startswith(b" ") else ln for ln in lines)
 
 
+# One server-sent event larger than this is refused (a chunk with top logprobs is a few kB).
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
 class EventReader:
     """Splits a body's bytes, fed as they arrive, into decoded data events up to [DONE] (no I/O)."""
 
@@ -73,6 +77,8 @@ class EventReader:
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n")
         if b"\n\n" not in buf:
+            if len(buf) > MAX_EVENT_BYTES:  # an event that never ends would grow until the deadline
+                raise MalformedStream(f"a streamed event over {MAX_EVENT_BYTES} bytes")
             self._buf = buf
             return []
         *whole, self._buf = buf.split(b"\n\n")

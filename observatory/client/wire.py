@@ -9,9 +9,12 @@ small pool. Every socket read waits at most until the request's deadline, so
 ``--request-timeout`` bounds the whole request, headers included, and a
 server that drips a byte a second cannot extend it.
 
-httpx still serves everything else (/health, /metrics, /v1/models, ...).
-Probe requests go straight to the arm's host: HTTP(S)_PROXY settings are not
-applied to them (serving engines are reached directly, as vllm bench does).
+Every other call the observatory makes to an engine (/health, /version,
+/metrics, /v1/models, /tokenize, /detokenize) goes through `Pool.request` too:
+httpx's timeout is per read, so a server dripping one byte every 3 s held
+those forever (issue 32). Requests go straight to the arm's host:
+HTTP(S)_PROXY settings are not applied (serving engines are reached directly,
+as vllm bench does).
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 _RECV = 65536
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+# A response head larger than this is not an HTTP server's (vLLM's are under 1 kB).
+MAX_HEAD_BYTES = 64 * 1024
+# One chunk larger than this is refused (a streamed event is a few kB; a whole answer well under it).
+MAX_CHUNK_BYTES = 64 * 1024 * 1024
 
 
 class DeadlineExceeded(Exception):
@@ -76,10 +84,15 @@ class WireResponse:
     def body(self) -> Iterator[bytes]:
         """The body's bytes as they arrive (transfer coding removed); the connection is reused after."""
         try:
-            if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            if self.status in (204, 304) or 100 <= self.status < 200:
+                pass  # no body, whatever the headers say (RFC 9112 6.3)
+            elif "chunked" in self.headers.get("transfer-encoding", "").lower():
                 yield from self._chunked()
             elif "content-length" in self.headers:
-                yield from self._sized(int(self.headers["content-length"]))
+                length = self.headers["content-length"].strip()
+                if not _digits(length) or len(length) > 18:  # int() takes "-5", "+5", " 5", "1_0", "²"
+                    raise WireError(f"bad Content-Length {length[:40]!r}")
+                yield from self._sized(int(length))
             else:
                 yield from self._until_close()
             self._done = True
@@ -97,9 +110,16 @@ class WireResponse:
         except (DeadlineExceeded, WireError):
             self.close()
 
-    def read(self) -> bytes:
-        """The whole body."""
-        return b"".join(self.body())
+    def read(self, limit: int | None = None) -> bytes:
+        """The whole body (WireError past LIMIT bytes)."""
+        if limit is None:
+            return b"".join(self.body())
+        out = bytearray()
+        for part in self.body():
+            out += part
+            if len(out) > limit:
+                raise WireError(f"the body is over {limit} bytes")
+        return bytes(out)
 
     def close(self) -> None:
         """Give the connection back (whole response read, keep-alive) or close it."""
@@ -142,10 +162,7 @@ class WireResponse:
                 eol = buf.find(b"\r\n", pos)
                 if eol < 0:
                     break
-                try:
-                    size = int(buf[pos:eol].split(b";", 1)[0], 16)
-                except ValueError:
-                    raise WireError(f"bad chunk size {buf[pos:eol][:40]!r}") from None
+                size = chunk_size(buf[pos:eol])
                 if size == 0:
                     end = buf.find(b"\r\n\r\n", eol)  # optional trailers, then an empty line
                     if end < 0 and buf[eol:eol + 4] != b"\r\n\r\n":
@@ -161,6 +178,8 @@ class WireResponse:
             buf = buf[pos:]
             if out:
                 yield b"".join(out)
+            if b"\r\n" not in buf and len(buf) > MAX_HEAD_BYTES:
+                raise WireError("a chunk-size line over 64 kB")
             data = self._recv()
             if not data:
                 raise WireError("the server closed the connection mid-stream")
@@ -232,14 +251,20 @@ class Pool:
         for c in idle:
             self.release(c, False)
 
-    def request_bytes(self, path: str, body: bytes) -> bytes:
-        """The whole HTTP/1.1 POST of a JSON BODY to PATH (this server's prefix, host and auth headers)."""
-        return (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Type: application/json\r\n"
+    def request_bytes(self, path: str, body: bytes | None, method: str = "POST") -> bytes:
+        """The whole HTTP/1.1 request: a JSON BODY (None: no body) to PATH (this server's prefix, host, auth)."""
+        if body is None:
+            return f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._head}\r\n".encode("latin-1")
+        return (f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
 
     def post(self, path: str, body: bytes, deadline: float) -> WireResponse:
         """Send one POST of a JSON BODY and read the response head (a stale kept-alive connection is retried once)."""
-        request = self.request_bytes(path, body)
+        return self.request("POST", path, body, deadline)
+
+    def request(self, method: str, path: str, body: bytes | None, deadline: float) -> WireResponse:
+        """Send one request and read the response head, all within DEADLINE (perf_counter seconds)."""
+        request = self.request_bytes(path, body, method)
         conn = self.take_idle()
         for attempt in (0, 1):
             fresh = conn is None
@@ -268,12 +293,35 @@ class Pool:
     def _head_of(resp: WireResponse) -> tuple[int, dict[str, str]]:
         c = resp._conn
         while b"\r\n\r\n" not in c.buf:
+            if len(c.buf) > MAX_HEAD_BYTES:
+                raise WireError(f"a response head over {MAX_HEAD_BYTES} bytes")
             data = resp._recv()
             if not data:
                 raise WireError("the server closed the connection before answering")
             c.buf += data
         head, c.buf = c.buf.split(b"\r\n\r\n", 1)
         return parse_head(head)
+
+
+def _digits(text: str) -> bool:
+    """TEXT is ASCII digits only (str.isdigit takes "²", which int() refuses)."""
+    return bool(text) and all("0" <= c <= "9" for c in text)
+
+
+def chunk_size(line: bytes) -> int:
+    """The size on a chunk-size LINE (hex digits, then optional extensions); WireError if it is not one.
+
+    Only hex digits: int(x, 16) also takes "-5", "+5", " 5" and "1_0", and a
+    negative size moved the reader backwards over its own buffer forever
+    without reading (issue 32).
+    """
+    digits = line.split(b";", 1)[0].rstrip(b" \t")
+    if not digits or len(digits) > 16 or not all(b in _HEX for b in digits):
+        raise WireError(f"bad chunk size {line[:40]!r}")
+    size = int(digits, 16)
+    if size > MAX_CHUNK_BYTES:
+        raise WireError(f"a chunk of {size} bytes (over {MAX_CHUNK_BYTES})")
+    return size
 
 
 def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
@@ -283,7 +331,7 @@ def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
     """
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not _digits(parts[1]):
         raise WireError(f"not an HTTP response: {lines[0][:80]!r}")
     headers = {}
     for ln in lines[1:]:

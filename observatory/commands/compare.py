@@ -21,6 +21,7 @@ from observatory.session.plan import SessionPlan, plan_compare
 from observatory.session.runner import Interrupted, Reporter, Runner
 from observatory.store.db import SessionRow
 from observatory.store.session_store import Store
+from observatory.store.storage_failure import StorageFailed, guarded
 
 
 def positive_seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -155,9 +156,10 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         session_id = runner.create_session()
     # judge re-applies the thresholds from the session's options
     options = dict(store.session(session_id).options or {})
-    store.update(SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on),
-                                                  "plan": opts.plan})  # a resumed legacy plan is stored typed
+    guarded(store, session_id, lambda: store.update(  # a resumed legacy plan is stored typed
+        SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on), "plan": opts.plan}))
     try:
+        stored = True
         try:
             if quiet:
                 runner.run(session_id)
@@ -165,8 +167,12 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
                 with RichReporter() as rep:
                     runner.reporter = cast(Reporter, RedactingReporter(rep))
                     runner.run(session_id)
+        except StorageFailed:
+            stored = False  # the database takes no more: nothing to judge now (`judge` or --resume later)
+            raise
         finally:
-            judge(session_id)  # the judge runs after the runner, however the run ended
+            if stored:  # the judge runs after the runner, however the run ended
+                guarded(store, session_id, lambda: judge(session_id))
     except (Interrupted, KeyboardInterrupt):
         click.echo(f"Interrupted: servers stopped; session {session_id} stored as interrupted.", err=True)
         return store, session_id, True

@@ -24,7 +24,8 @@ from observatory.report.terminal import print_summary
 @click.option("--junit", "junit_file", type=click.Path(dir_okay=False), help="Write JUnit XML here.")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Write the session JSON here.")
 def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: Any) -> int:
-    """Run a compare, write the report, and exit 0 PASS/WARN, 1 FAIL, 2 INVALID, 3 setup error.
+    """Run a compare, write the report, and exit 0 PASS/WARN, 1 FAIL, 2 INVALID, 3 setup error, 4 internal
+    error, 5 storage failure.
 
     \b
     observatory gate --arms base,base,mtp1,mtp2 --report report/ --junit junit.xml

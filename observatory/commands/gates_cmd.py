@@ -14,6 +14,7 @@ degeneracy gate itself, so the numbers are the ones the gate judges by.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import click
 
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import Gate, GateRegistry, default_registry, registry_for
+from observatory.model.safe_read import MAX_DEPTH, MAX_FILE_BYTES, read_text, too_deep
 
 PERCENTILES = (10, 25, 50, 75, 90)
 
@@ -32,10 +34,17 @@ def _json_lines(lines: Iterable[str], source: str) -> Iterable[tuple[int, dict[s
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
+            if len(line) > MAX_FILE_BYTES:
+                raise ObservatoryError(f"{source} line {number}: over {MAX_FILE_BYTES} characters")
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ObservatoryError(f"{source} line {number}: not valid JSON: {e}") from None
+            except RecursionError:
+                raise ObservatoryError(f"{source} line {number}: nested too deeply (at most {MAX_DEPTH} "
+                                       "levels)") from None
+            if too_deep(obj):
+                raise ObservatoryError(f"{source} line {number}: nested too deeply (at most {MAX_DEPTH} levels)")
             if not isinstance(obj, dict):
                 raise ObservatoryError(
                     f"{source} line {number}: expected a JSON object, got {type(obj).__name__}"
@@ -171,11 +180,11 @@ def gates_list(as_json: bool, gates_dirs: tuple[str, ...]) -> None:
 @click.option(
     "--input",
     "input_file",
-    type=click.File("r", encoding="utf-8"),
+    type=click.Path(exists=True, allow_dash=True),
     required=True,
     help="JSONL file, one input object per line ('-' for stdin).",
 )
-def gates_check(name: str, input_file: Any) -> None:
+def gates_check(name: str, input_file: str) -> None:
     """Run gate NAME's offline adapter on each line of a JSONL file.
 
     Prints one JSON verdict per input line, in order.
@@ -186,8 +195,21 @@ def gates_check(name: str, input_file: Any) -> None:
         observatory gates check degeneracy --input -
     """
     g = default_registry().get(name)
-    for verdict in check_lines(g, input_file, input_file.name):
+    for verdict in check_lines(g, _input_lines(input_file), "<stdin>" if input_file == "-" else input_file):
         click.echo(json.dumps(verdict, ensure_ascii=False))
+
+
+def _input_lines(input_file: str) -> list[str]:
+    """The lines of `gates check --input`: a regular file of at most MAX_FILE_BYTES, or stdin ('-')."""
+    if input_file != "-":
+        return read_text(Path(input_file), ObservatoryError, "JSONL input file").splitlines()
+    data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ObservatoryError(f"<stdin>: over the {MAX_FILE_BYTES} bytes a JSONL input may have")
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ObservatoryError(f"<stdin>: not UTF-8 text ({e})") from None
 
 
 @click.group(name="calibrate")

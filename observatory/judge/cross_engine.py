@@ -42,6 +42,7 @@ from observatory.model.probes import Probe
 from observatory.model.roles import BASE, engine_of, stored_roles
 from observatory.model.vocabulary import TOKEN_DIFF
 
+TOKENIZE_TIMEOUT_S = 30.0  # each tokenize call, as a whole
 PROMPT_IDS = "prompt_ids"  # key of the base arm's launch dict
 NOT_COMPARABLE = "not comparable"
 ALIGNED = "aligned"
@@ -56,16 +57,16 @@ def engines_of(arms: Sequence[Any]) -> list[str]:
     return list(dict.fromkeys(a.engine for a in arms))
 
 
-def _post(http: httpx.Client, url: str, body: dict[str, Any]) -> Any:
-    r = http.post(url, json=body)
+def _post(http: Any, path: str, body: dict[str, Any]) -> Any:
+    r = http.fetch(path, TOKENIZE_TIMEOUT_S, body)  # bounded as a whole (`EngineClient.fetch`)
     if r.status_code != 200:
-        raise ValueError(f"POST {url.rsplit('/', 1)[-1]} answered {r.status_code}: {r.text[:200]}")
+        raise ValueError(f"POST {path.lstrip('/')} answered {r.status_code}: {r.text[:200]}")
     return r.json()
 
 
-def _tokenize_one(http: httpx.Client, base_url: str, engine: str, model: str, probe: Probe) -> dict[str, Any]:
-    """{"ids", "pieces"} of PROBE's rendered prompt as the server at BASE_URL tokenizes it (its engine's way)."""
-    return adapter_for(engine).tokenize(lambda url, body: _post(http, url, body), base_url, model, probe)
+def _tokenize_one(http: Any, engine: str, model: str, probe: Probe) -> dict[str, Any]:
+    """{"ids", "pieces"} of PROBE's rendered prompt as HTTP's server tokenizes it (its engine's way)."""
+    return adapter_for(engine).tokenize(lambda path, body: _post(http, path, body), "", model, probe)
 
 
 def prompt_ids(base_url: str, engine: str, model: str, probes: Sequence[Probe],
@@ -75,14 +76,18 @@ def prompt_ids(base_url: str, engine: str, model: str, probes: Sequence[Probe],
     A probe the server cannot tokenize gets {"error": ...} (its comparison is
     then "not measured"), never a guess.
     """
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    from observatory.client.send import EngineClient  # here: report_data imports this module, not the client
+
     out: dict[str, dict[str, Any]] = {}
-    with httpx.Client(timeout=30.0, headers=headers) as http:
+    http = EngineClient(base_url, api_key=api_key, timeout=TOKENIZE_TIMEOUT_S, engine=engine)
+    try:
         for p in probes:
             try:
-                out[p.name] = _tokenize_one(http, base_url.rstrip("/"), engine, model, p)
+                out[p.name] = _tokenize_one(http, engine, model, p)
             except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
                 out[p.name] = {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        http.close()
     return out
 
 

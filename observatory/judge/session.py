@@ -41,7 +41,18 @@ from typing import Any, Protocol
 
 from observatory.engines.spec_counters import adapter_for
 from observatory.model.errors import ObservatoryError
-from observatory.model.gates import FAIL, PASS, WARN, Gate, GateRegistry, GateResult, Output, registry_for
+from observatory.model.gates import (
+    FAIL,
+    MAX_JUDGED_CHARS,
+    NOT_JUDGED,
+    PASS,
+    WARN,
+    Gate,
+    GateRegistry,
+    GateResult,
+    Output,
+    registry_for,
+)
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, base_arm, by_engine, engine_of, stored_roles
 from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, UNJUDGED
@@ -53,15 +64,20 @@ SELF_PAIRS = {"nonstream": "nonstream", "batch": "batch"}
 def to_output(r: ResultRow) -> Output:
     """A stored result as gates see it."""
     return Output(
-        text=r.text or "",
+        text=_judged_part(r.text) or "",
         token_ids=list(r.token_ids or []),
         top_logprobs=[[(int(t), float(lp)) for t, lp in pos] for pos in (r.top_logprobs or [])],
         token_texts=list(r.token_texts or []) or None,
         finish_reason=r.finish_reason,
         tool_calls=r.tool_calls,
-        content=r.content,
-        reasoning=r.reasoning,
+        content=_judged_part(r.content),
+        reasoning=_judged_part(r.reasoning),
     )
+
+
+def _judged_part(text: str | None) -> str | None:
+    """TEXT cut to what gates judge (`observatory.model.gates.MAX_JUDGED_CHARS`): bounded time and memory."""
+    return text[:MAX_JUDGED_CHARS] if text is not None and len(text) > MAX_JUDGED_CHARS else text
 
 
 def base_reference(arms: list[ArmRow], of: ArmRow | None = None) -> ArmRow | None:
@@ -71,8 +87,10 @@ def base_reference(arms: list[ArmRow], of: ArmRow | None = None) -> ArmRow | Non
 
 def _row(arm: ArmRow, gate: Gate, res: GateResult, result: ResultRow | None, probe_id: int | None,
          name: str | None = None) -> VerdictRow:
+    # a gate that could not judge this output (NOT_JUDGED in its details) is UNJUDGED, never its own verdict
+    verdict = UNJUDGED if res.details.get(NOT_JUDGED) else res.verdict
     return VerdictRow(arm_id=arm.id, result_id=result.id if result else None, probe_id=probe_id,
-                      gate=name or gate.name, gate_version=gate.version, verdict=res.verdict,
+                      gate=name or gate.name, gate_version=gate.version, verdict=verdict,
                       reason=res.reason, details=_jsonable(res.details))
 
 

@@ -65,7 +65,9 @@ def arm_summaries(data: SessionView) -> list[dict[str, Any]]:
         ci = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else None
         cells = [r.verdict for r in a.results if r.verdict]
         out.append({
-            "position": a.position, "arm": a.name, "model": s.model,
+            # the model the arm's server served (a URL arm's own), else the session's --model: history never
+            # draws one trend across two models that one session model string hid (issue 32 item 7)
+            "position": a.position, "arm": a.name, "model": a.model or s.model,
             "engine_version": a.engine_version, "image": s.image, "suite_hash": suite,
             "status": a.status, "validity": codes,
             "trusted": a.status == "ok" and not any(c in INVALID_CODES for c in codes),

@@ -39,9 +39,11 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from observatory.faults import FAULTS as FAULT_DESCRIPTIONS
 from observatory.model.errors import ArmError
+from observatory.model.safe_read import too_deep
 from observatory.model.tomlfile import read_toml
 
 # One list of fault names: the plugin's (observatory.faults), whichever a spec arm may take with +fault=NAME.
@@ -50,6 +52,8 @@ _ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "i
 ENGINES = ("vllm", "llama.cpp")
 LLAMA_CPP = "llama.cpp"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
+# The longest arm name stored faithfully: ArmRow.name is String(255) (tests/test_hostile_files.py checks it).
+MAX_NAME = 255
 _PRESET_RE = re.compile(r"(mtp|ngram)([1-9][0-9]?)")
 _LLAMA_PRESET_RE = re.compile(r"(draft|ngram)([1-9][0-9]?)")
 _ENGINE_PREFIX_RE = re.compile(r"(vllm|llama\.cpp):(.+)")
@@ -125,7 +129,11 @@ def parse_speculative_config(text: str, where: str = "--speculative-config") -> 
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ArmError(f"{where}: not valid JSON ({e.msg} at column {e.colno}): {text!r}") from None
+        raise ArmError(f"{where}: not valid JSON ({e.msg} at column {e.colno}): {text[:200]!r}") from None
+    except RecursionError:
+        raise ArmError(f"{where}: nested too deeply to be a speculative config") from None
+    if too_deep(value):
+        raise ArmError(f"{where}: nested too deeply to be a speculative config")
     return check_speculative_config(value, where)
 
 
@@ -203,6 +211,16 @@ def load_arms_file(path: Path | str) -> dict[str, Arm]:
 def _check_url(url: Any, where: str) -> str:
     if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
         raise ArmError(f"{where}: {url!r} is not an http(s) URL like http://127.0.0.1:8000")
+    u = urlsplit(url)
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+        bad = True
+    else:
+        bad = u.netloc.endswith(":")  # an empty port: urlsplit reads it as none, the client as 80
+    if bad or not u.hostname or (port is not None and port < 1):
+        raise ArmError(f"{where}: {url!r} has no valid host and port; give e.g. http://127.0.0.1:8000")
     return url.rstrip("/")
 
 
@@ -226,6 +244,10 @@ def parse_arms(
             arm.copy_of = arm.name
             arm.name = f"{arm.name}#{counts[arm.name]}"
         arms.append(arm)
+    for arm in arms:
+        if len(arm.name) > MAX_NAME:  # stored whole or not at all: two cut names collided (issue 32 item 6)
+            raise ArmError(f"arm name {arm.name[:40]!r}... has {len(arm.name)} characters; at most {MAX_NAME} "
+                           "(with its +fault=, @IMAGE and #N) are stored")
     # Arms on several engines: each engine keeps its own base (observatory.model.roles); the bases are
     # compared across engines apart from every verdict (observatory.judge.cross_engine).
     if speculative_config and not any(a.name.split("#")[0].startswith("spec") for a in arms):

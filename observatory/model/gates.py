@@ -60,6 +60,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "FAIL",
+    "MAX_JUDGED_CHARS",
+    "NOT_JUDGED",
     "PASS",
     "SKIP",
     "WARN",
@@ -75,6 +77,13 @@ __all__ = [
 ]
 
 VERDICTS = (PASS, WARN, FAIL, SKIP)
+# A details key: the gate could not judge this output (a regex past its time limit); the judge stores
+# the verdict as UNJUDGED (docs/design.md 3.3), never as the gate's PASS/WARN.
+NOT_JUDGED = "not_judged"
+# Gates see at most this many characters of an output's text, content and reasoning (each), so every gate
+# is bounded in time and memory on any output: a hostile server can send megabytes in one token. The
+# longest real output (max_tokens 4096 of a few characters each) is far below it.
+MAX_JUDGED_CHARS = 200_000
 
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 _SIGNATURES = {
@@ -308,7 +317,7 @@ def register_module(module: Any, path: Path, registry: GateRegistry) -> None:
 
 
 def load_plugin_gates(registry: GateRegistry) -> GateRegistry:
-    """Every gate of the ``observatory.gates`` entry points (the built-in gates/ folder among them).
+    """Every gate of the ``observatory.model.gates`` entry points (the built-in gates/ folder among them).
 
     An entry point names a module (its ``@gate`` functions register) or a directory of gate files.
     """

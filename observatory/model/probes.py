@@ -17,7 +17,7 @@ suite). Layout::
     tool_choice = "auto"              # optional: "auto" | "required" | "none" | {"type": "function", "function": {"name": ...}}
     [probe.expect]                    # optional
     exact = "..."                     # the whole output, after stripping surrounding whitespace
-    regex = "..."                     # re.fullmatch on the stripped output
+    regex = "..."                     # a full match on the stripped output (the regex module, time-bounded)
     contains = ["...", "..."]         # substrings that must all appear
     tool_names = ["get_weather"]      # expected tool names, in order
     tool_count = 1                    # expected number of tool calls
@@ -37,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import regex
 
 from observatory.model.errors import ProbeFileError
 from observatory.model.paths import PROBES_DIR
@@ -152,6 +154,8 @@ def _check_probe(path: Path, index: int, raw: Any) -> Probe:
     name = raw.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name or ""):
         raise _fail(path, where, "'name' is required: letters, digits, '.', '_' or '-'")
+    if len(name) > 255:  # ProbeRow.name is String(255): stored whole or refused, never cut
+        raise _fail(path, where, f"'name' has {len(name)} characters; at most 255 are stored")
     category = raw.get("category")
     if category not in CATEGORIES:
         raise _fail(path, where, f"'category' must be one of {', '.join(CATEGORIES)}; got {category!r}")
@@ -233,8 +237,8 @@ def _check_expect(path: Path, where: str, expect: dict[str, Any]) -> None:
             raise _fail(path, where, f"'expect.{key}' must be {what}; got {expect[key]!r}")
     if "regex" in expect:
         try:
-            re.compile(expect["regex"])
-        except re.error as e:
+            regex.compile(expect["regex"])  # the engine gates/expect.py matches with
+        except regex.error as e:
             raise _fail(path, where, f"'expect.regex' does not compile: {e}") from None
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from observatory.model.errors import ObservatoryError
+from observatory.model.safe_read import MAX_DEPTH, read_text, too_deep
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -15,10 +16,15 @@ else:  # pragma: no cover
 
 
 def read_toml(path: Path, error: type[ObservatoryError], what: str) -> dict[str, Any]:
-    """The parsed file; a missing or malformed one raises ERROR naming the path."""
+    """The parsed file; a missing, unreadable, oversized, too deeply nested or malformed one raises ERROR
+    naming the path (`observatory.model.safe_read`)."""
+    text = read_text(path, error, what)
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise error(f"{path}: no such {what}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
         raise error(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise error(f"{path}: nested too deeply for the {what} (at most {MAX_DEPTH} levels)") from None
+    if too_deep(data):
+        raise error(f"{path}: nested too deeply for the {what} (at most {MAX_DEPTH} levels)")
+    return data

@@ -38,7 +38,8 @@ INVALID_CODES = ("INVALID", "CONFOUNDED", "CRASHED", "HUNG", "CROSS_SESSION")
 # Exit codes of the CLI. The session's verdict maps onto the first four.
 EXIT = {PASS: 0, WARN: 0, FAIL: 1, INVALID: 2}
 SETUP_ERROR = 3  # a usage or setup error, found before anything is stored
-INTERNAL_ERROR = 2  # an unexpected error inside the observatory
+INTERNAL_ERROR = 4  # an unexpected error inside the observatory: never read as INVALID (2)
+STORAGE_ERROR = 5  # the database locked past its retries, or the disk full: the session marked interrupted
 
 # Gate names a reader looks up by name (the gate modules declare the same names).
 TOKEN_DIFF = "token_diff"

@@ -1,7 +1,10 @@
 """Terminal output with rich: progress while a session runs, then the summary.
 
 Model output is untrusted: every piece of it goes through `rich.markup.escape`
-(or into a `Text` object, which never parses markup).
+(or into a `Text` object, which never parses markup). Server-provided strings
+(engine version, failure reasons, errors, the model name) are cut to
+SHOWN_CHARS first: rich's highlighter runs regexes over every printed string,
+and a 400 kB /version stalled the gate's output (issue 32).
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ STYLE = {
     "hung": "bold red", "interrupted": "yellow", "pending": "dim", "UNJUDGED": "bold magenta",
 }
 SHORT = {"NOT_DISCRIMINATING": "NOT_DISCR"}
+SHOWN_CHARS = 300
+
+
+def cut(text: object, n: int = SHOWN_CHARS) -> str:
+    """TEXT (a server-provided string) as shown in the terminal: at most N characters, marked if cut."""
+    s = str(text)
+    return s if len(s) <= n else s[:n] + f"... [{len(s) - n} more characters]"
 
 
 class RichReporter:
@@ -66,7 +76,8 @@ class RichReporter:
 
     def arm_ready(self, arm: Arm, ready_s: float, version: str | None) -> None:
         """The engine answered /health."""
-        self.console.print(f"[cyan]{escape(arm.name)}[/]: ready after {ready_s:.0f} s (engine {escape(version or '?')})")
+        self.console.print(f"[cyan]{escape(arm.name)}[/]: ready after {ready_s:.0f} s "
+                           f"(engine {escape(cut(version or '?'))})")
 
     def step(self, arm: Arm, label: str, done: int, total: int) -> None:
         """Progress inside an arm."""
@@ -78,7 +89,7 @@ class RichReporter:
         style = STYLE.get(status, "")
         msg = f"[cyan]{escape(arm.name)}[/]: [{style}]{escape(status)}[/]"
         if reason:
-            msg += f" — {escape(reason)}"
+            msg += f" — {escape(cut(reason))}"
         self.console.print(msg)
         self.progress.advance(self._arms_task)
         if self._step_task is not None:
@@ -118,7 +129,7 @@ def arm_headline(a: ArmView) -> str:
 def print_verdict(data: SessionView, console: Console) -> None:
     """The session verdict, its first reasons, and each judged arm's headline."""
     v = data.verdict
-    console.print(Text(f"Verdict: {v.verdict}", style=STYLE.get(v.verdict, "bold")), Text(f" — {v.why}"))
+    console.print(Text(f"Verdict: {v.verdict}", style=STYLE.get(v.verdict, "bold")), Text(f" — {cut(v.why)}"))
     shown = [r for r in v.reasons if r.level != "NOTE"]
     for r in shown[:10]:
         console.print(Text(f"  {r.level}: {r.text}"[:300], style=STYLE.get(r.level, "")))
@@ -135,7 +146,7 @@ def print_summary(data: SessionView, console: Console | None = None) -> None:
     s = data.session
     console.print(
         f"[bold]Session {s.id}[/] {escape(s.status)} · {escape(s.host or '')} · "
-        f"{escape(s.gpu or 'no GPU')} · model {escape(str(s.model))} · started {s.started_at}"
+        f"{escape(cut(s.gpu or 'no GPU'))} · model {escape(cut(s.model))} · started {s.started_at}"
     )
     arms = Table(title="Arms", show_lines=False)
     for col in ("arm", "status", "engine", "drafts", "accepted", "validity / reason"):
@@ -147,10 +158,10 @@ def print_summary(data: SessionView, console: Console | None = None) -> None:
             notes.append(a.reason)
         arms.add_row(
             Text(a.name), Text(a.status, style=STYLE.get(a.status, "")),
-            Text(a.engine_version or "-"),
+            Text(cut(a.engine_version or "-")),
             _count(c.drafts) if a.is_spec else "-",
             _count(c.accepted) if a.is_spec else "-",
-            Text("; ".join(notes)[:200]),
+            Text(cut("; ".join(notes), 200)),
         )
     console.print(arms)
     print_verdict(data, console)

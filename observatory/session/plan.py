@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import types
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
 from observatory.channels import plan_probes
 from observatory.channels import resolve as resolve_channels
@@ -32,8 +34,8 @@ from observatory.engines.images import require_image
 from observatory.engines.settings import EngineSettings
 from observatory.engines.spec_counters import adapter_for
 from observatory.judge.perf_gates import parse_fail_on
-from observatory.model.arms import arms_file_fail_on, parse_arms
-from observatory.model.errors import ObservatoryError
+from observatory.model.arms import Arm, arms_file_fail_on, parse_arms
+from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.paths import DEFAULT_MODEL_DIR
 from observatory.model.probes import load_probe_file, resolve_suite
 from observatory.model.redact import MASK, redact, remember_engine
@@ -267,7 +269,9 @@ def plan_compare(
         try:
             extra = json.loads(spec_extra)
         except json.JSONDecodeError as e:
-            raise ObservatoryError(f"--spec-extra: not valid JSON ({e.msg}): {spec_extra!r}") from None
+            raise ObservatoryError(f"--spec-extra: not valid JSON ({e.msg}): {spec_extra[:200]!r}") from None
+        except RecursionError:
+            raise ObservatoryError("--spec-extra: nested too deeply") from None
         if not isinstance(extra, dict):
             raise ObservatoryError("--spec-extra must be a JSON object")
     if repeat < 1:
@@ -297,6 +301,7 @@ def plan_compare(
     refs = {ref for a in arm_list if a.url is None and (ref := a.image or image)}
     for ref in sorted(refs):
         require_image(ref)  # docker hook (observatory.engines.images): a missing image is a setup error
+    check_listening(arm_list)
     return CompareOptions(
         arms=arm_list, settings=settings, probes=probes, suite=str(resolve_suite(suite)),
         log_dir=Path(log_dir), api_key=api_key,
@@ -305,3 +310,27 @@ def plan_compare(
         gpu_count=n_gpus, gpus_per_arm=gpus_per_arm, parallel_arms=parallel_arms, timing=timing, engine=engine,
         channels=channel_names, channel_probes=channel_probes,
     )
+
+
+# How long planning waits for a URL arm's server to accept a connection.
+CONNECT_CHECK_S = 5.0
+
+
+def check_listening(arms: list[Arm]) -> None:
+    """Every URL arm's server accepts a TCP connection now: an unreachable one is a setup error (exit 3),
+    found before any session is stored (README: "found before any arm launches"; issue 32 item 7)."""
+    seen: set[tuple[str, int]] = set()
+    for a in arms:
+        if not a.url:
+            continue
+        u = urlsplit(a.url)
+        where = (u.hostname or "", u.port or (443 if u.scheme == "https" else 80))
+        if where in seen:
+            continue
+        seen.add(where)
+        try:
+            socket.create_connection(where, timeout=CONNECT_CHECK_S).close()
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+            raise ArmError(f"arm {a.name}: nothing answers at {a.url} ({why}); start the server or fix the "
+                           "URL") from None

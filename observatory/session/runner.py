@@ -47,6 +47,8 @@ from observatory.store import lease
 from observatory.store.clock import utcnow
 from observatory.store.db import ArmRow, ProbeRow, SessionRow
 from observatory.store.session_store import Store
+from observatory.store.storage_failure import StorageFailed, guarded, mark_interrupted
+from observatory.store.storage_failure import problem as storage_problem
 
 
 class Interrupted(BaseException):
@@ -154,22 +156,37 @@ class Runner:
                          "engine": {k: v for k, v in vars(o.settings).items() if k != "env"}},
             )
         )
-        # the params as sent: SGLang asks for its ids by another flag (observatory.client.sglang_ids); a session
-        # on several engines stores vLLM's form (the engines' bodies differ only in that flag)
-        engines = {self.engine_of(a) for a in o.arms}
-        sent_to = engines.pop() if len(engines) == 1 else "vllm"
-        for i, p in enumerate(o.all_probes()):
-            pr = self.store.add(ProbeRow(session_id=row.id, position=i, name=p.name, category=p.category,
-                                         content_hash=p.content_hash, definition=p.to_dict(),
-                                         params=request_params(p, sent_to)))
-            self.probe_ids[p.name] = pr.id
+        sent_to = self._params_engine()
+
+        def store_probes() -> None:
+            for i, p in enumerate(o.all_probes()):
+                pr = self.store.add(ProbeRow(session_id=row.id, position=i, name=p.name, category=p.category,
+                                             content_hash=p.content_hash, definition=p.to_dict(),
+                                             params=request_params(p, sent_to)))
+                self.probe_ids[p.name] = pr.id
+
+        guarded(self.store, int(row.id), store_probes)  # a storage failure now still marks the session
         return int(row.id)
+
+    def _params_engine(self) -> str:
+        """The engine whose form of the params is stored: SGLang asks for its ids by another flag
+        (observatory.client.sglang_ids); a session on several engines stores vLLM's (their bodies differ only in it)."""
+        engines = {self.engine_of(a) for a in self.opts.arms}
+        return engines.pop() if len(engines) == 1 else "vllm"
 
     def attach(self, session_id: int) -> None:
         """Continue a stored session (--resume): its probes must be the ones planned now."""
         stored = {p.name: p for p in self.store.probes(session_id)}
-        for p in self.opts.all_probes():
+        # a session cut short while its probes were being stored (a full disk) ran none of them: the rest
+        # are stored now (nothing measured depends on them), so --resume goes on
+        unran = not any(self.store.results(a.id) for a in self.store.arms(session_id))
+        sent_to = self._params_engine()
+        for i, p in enumerate(self.opts.all_probes()):
             row = stored.get(p.name)
+            if row is None and unran:
+                row = self.store.add(ProbeRow(session_id=session_id, position=i, name=p.name, category=p.category,
+                                              content_hash=p.content_hash, definition=p.to_dict(),
+                                              params=request_params(p, sent_to)))
             if row is None or row.content_hash != p.content_hash:
                 raise ObservatoryError(
                     f"Cannot resume session {session_id}: probe {p.name!r} changed since it ran "
@@ -184,7 +201,7 @@ class Runner:
             session_id = self.create_session()
         self.reporter.session_started(session_id, self.opts.arms, self.opts.probes)
         old = _install_sigterm()
-        status, reason = "complete", None
+        status, reason, marked = "complete", None, False
         refresher = lease.Refresher(lambda: self.store.refresh_lease(session_id)).__enter__()
         try:
             existing = {a.name: a for a in self.store.arms(session_id)}
@@ -205,14 +222,19 @@ class Runner:
             status, reason = "interrupted", str(e) or "KeyboardInterrupt"
             raise
         except BaseException as e:
-            status, reason = "failed", f"{type(e).__name__}: {e}"
-            raise
+            why = storage_problem(e)
+            if why is None:
+                status, reason = "failed", f"{type(e).__name__}: {e}"
+                raise
+            status, reason, marked = "interrupted", f"storage failed ({why})", True
+            raise StorageFailed(mark_interrupted(self.store, session_id, reason)) from e
         finally:
             _restore_sigterm(old)
             try:
                 refresher.__exit__()
             finally:
-                self.store.finish_session(session_id, status, reason)
+                if not marked:  # (a storage failure marked it already, as far as the database let it)
+                    self.store.finish_session(session_id, status, reason)
         return session_id
 
     # -- a wave of arms -------------------------------------------------
@@ -244,8 +266,15 @@ class Runner:
                 r.status, r.reason = "interrupted", "the observatory was interrupted during this arm"
             raise
         finally:
+            # every arm's engine is stopped, even when storing one arm's end fails (a full disk)
+            failed: list[Exception] = []
             for r in runs:
-                self._finish(r)
+                try:
+                    self._finish(r)
+                except Exception as e:
+                    failed.append(e)
+            if failed:
+                raise failed[0]
 
     def _each(self, runs: list[ArmRun], fn: Any) -> None:
         if len(runs) == 1:
@@ -332,8 +361,8 @@ class Runner:
             r.client.close()
         if r.proc is not None:
             r.proc.stop()
-            self.store.update(ArmRow, r.arm_id, log_tail=r.proc.log_tail())
-        self.store.update(ArmRow, r.arm_id, status=r.status, reason=r.reason, finished_at=utcnow())
+        self.store.update(ArmRow, r.arm_id, status=r.status, reason=r.reason, finished_at=utcnow(),
+                          **({"log_tail": r.proc.log_tail()} if r.proc is not None else {}))
         self.reporter.arm_finished(r.arm, r.status, r.reason)
 
     def _launch(self, r: ArmRun, session_id: int) -> tuple[EngineProcess, EngineClient, float]:

@@ -245,6 +245,12 @@ def shown_url(url: str) -> str:
 PAGE_SIZE = 2048
 
 
+def busy_timeout_ms() -> int:
+    """How long SQLite waits for another writer's lock: OBSERVATORY_SQLITE_BUSY_MS, default 30000 (30 s)."""
+    raw = os.environ.get("OBSERVATORY_SQLITE_BUSY_MS", "")
+    return int(raw) if raw.isdigit() else 30000
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before WAL, which fixes the page size of a new file
@@ -254,7 +260,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
         cur.execute("PRAGMA journal_mode=WAL")
     except sqlite3.OperationalError:
         pass
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={busy_timeout_ms()}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 
@@ -324,12 +330,23 @@ def open_engine(db: str | None = None, create: bool = True, write: bool = False)
         if path and path != ":memory:" and not path.startswith("file:"):
             _check_sqlite_path(path, create)
         event.listen(engine, "connect", _sqlite_pragmas)
-    try:
+    from observatory.store import storage_failure
+
+    @storage_failure.retry_locked
+    def ready() -> None:  # a database locked by another writer is retried (observatory.store.storage_failure)
         migrate(engine)
         if write:
             _check_writable(engine)
+
+    try:
+        ready()
     except DBAPIError as e:
         engine.dispose()
+        why = storage_failure.problem(e)
+        if why is not None:  # exit 5, not 3: the database is fine, its disk or another writer is not
+            raise storage_failure.StorageFailed(
+                f"--db {shown_url(url)}: storage failed ({why}) before anything was stored; fix the cause "
+                "and run the command again") from None
         raise ObservatoryError(f"--db {shown_url(url)}: {_db_problem(e)}. {_FIX}") from None
     return engine
 

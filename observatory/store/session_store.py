@@ -30,6 +30,7 @@ from observatory.store.db import (
     open_engine,
     session_factory,
 )
+from observatory.store.storage_failure import retry_locked
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 TRUNCATED = "…[truncated]"
@@ -127,12 +128,14 @@ class Store:
             yield s
 
     # -- writes ---------------------------------------------------------
+    @retry_locked
     def add(self, row: Any) -> Any:
         """Insert ROW in its own transaction; return it with its id."""
         with self.tx() as s:
             s.add(_clean_row(row))
         return row
 
+    @retry_locked
     def update(self, cls: type, row_id: int, **values: Any) -> None:
         """Set VALUES on one row."""
         with self.tx() as s:
@@ -143,6 +146,7 @@ class Store:
             for k, v in values.items():
                 setattr(obj, k, clean(columns[k], v))
 
+    @retry_locked
     def replace_verdicts(self, session_id: int, rows: list[VerdictRow]) -> None:
         """Atomically swap a session's verdicts for ROWS (judging is idempotent)."""
         with self.tx() as s:
@@ -150,6 +154,7 @@ class Store:
             s.execute(delete(VerdictRow).where(VerdictRow.arm_id.in_(arm_ids)))
             s.add_all([_clean_row(r) for r in rows])
 
+    @retry_locked
     def clear_arm(self, arm_id: int) -> None:
         """Drop an arm's partial rows before it is run again (--resume)."""
         with self.tx() as s:
@@ -187,6 +192,7 @@ class Store:
             raise ObservatoryError(f"Session {session_id} was taken over by another process just now; "
                                    "`observatory sessions` shows its state.")
 
+    @retry_locked
     def refresh_lease(self, session_id: int) -> None:
         """Mark this process's lease on SESSION_ID as alive now."""
         pid, host = lease.holder()
@@ -194,6 +200,7 @@ class Store:
             s.execute(update(SessionRow).where(SessionRow.id == session_id, SessionRow.lease_pid == pid,
                                                SessionRow.lease_host == host).values(lease_at=utcnow()))
 
+    @retry_locked
     def finish_session(self, session_id: int, status: str, reason: str | None = None) -> None:
         """Mark the session finished with STATUS."""
         self.update(SessionRow, session_id, status=status, reason=reason, finished_at=utcnow())

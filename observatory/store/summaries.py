@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from sqlalchemy import Text, delete, func, select, type_coerce
+from sqlalchemy import Text, delete, func, or_, select, type_coerce
 
 from observatory.store.db import ArmRow, SessionRow, SummaryRow
 
@@ -31,7 +31,9 @@ def replace_summaries(store: Any, session_id: int, rows: Sequence[dict[str, Any]
 def _latest_sessions(model: str | None, limit: int) -> Any:
     q = select(SessionRow.id)
     if model:
-        q = q.where(func.lower(SessionRow.model).contains(model.lower(), autoescape=True))
+        served = select(ArmRow.session_id).where(func.lower(ArmRow.model).contains(model.lower(), autoescape=True))
+        q = q.where(or_(func.lower(SessionRow.model).contains(model.lower(), autoescape=True),
+                        SessionRow.id.in_(served)))
     return q.order_by(SessionRow.id.desc()).limit(limit)
 
 
@@ -67,6 +69,8 @@ def summary_rows(store: Any, model: str | None = None, arm: str | None = None,
          .where(t.c.session_id.in_(_latest_sessions(model, limit).scalar_subquery())))
     if arm is not None:
         q = q.where(t.c.arm == arm)
+    if model:
+        q = q.where(func.lower(t.c.model).contains(model.lower(), autoescape=True))
     with store.tx() as tx:
         rows = [dict(r) for r in tx.execute(q.order_by(t.c.session_id, t.c.position)).mappings()]
     for r in rows:
