@@ -38,6 +38,9 @@ DEFAULTS = {"speedup": 1.0, "ttft_ratio": 2.0, "acceptance": 0.2}
 # S whose whole noise (A/A spread, else 95% interval) lies below this FAILs without --fail-on:
 # a clearly slower deployment. Derivation from measured figures: docs/design.md section 3.3.
 SPEEDUP_FAIL_BELOW = 0.9
+# ... and only for requests this long (median, both arms): the client's own CPU per request measured
+# 3-30 ms (benchmarks/README.md), so a shorter request times the client, not the server.
+MIN_TIMED_REQUEST_S = 0.1
 # history_drop: the history channel's (observatory/channels/history.py) relative move that FAILs
 _OPS = {"speedup": "<", "ttft_ratio": ">", "acceptance": "<", "history_drop": ">"}
 STREAM_TAU_SIGMAS = 3.0
@@ -86,28 +89,54 @@ def _noise(vb: dict[str, Any], floor: dict[str, Any] | None) -> tuple[Callable[[
     return None, "no A/A control and no CI: noise unknown"
 
 
-def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_on: dict[str, float]) -> dict[str, Any]:
+def _median_request_s(spd: dict[str, Any] | None) -> float | None:
+    """The median end-to-end request time of an arm's single-stream samples ([tokens, seconds], ...)."""
+    secs = sorted(float(x[1]) for x in (spd or {}).get("samples") or [] if len(x) == 2)
+    return secs[len(secs) // 2] if secs else None
+
+
+def _too_short(speeds: list[dict[str, Any] | None]) -> str | None:
+    """Why the default floor cannot judge these arms' timing (a request shorter than MIN_TIMED_REQUEST_S), if so."""
+    medians = [_median_request_s(spd) for spd in speeds]
+    known = [m for m in medians if m is not None]
+    if len(known) < len(medians) or not known:
+        return "request times unknown"
+    if min(known) < MIN_TIMED_REQUEST_S:
+        return (f"median request {min(known) * 1000:.0f} ms < {MIN_TIMED_REQUEST_S * 1000:.0f} ms: "
+                "too short to time against the client's own cost")
+    return None
+
+
+def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_on: dict[str, float],
+                  speeds: list[dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """S against 1 (WARN) and the FAIL floor (``SPEEDUP_FAIL_BELOW`` or the user's ``speedup<X``), beyond the noise.
 
     Below a threshold but within the noise is a PASS whose reason says "within noise". The default floor
-    FAILs only where the noise is known; a user's threshold FAILs on unknown noise too (the user asked).
+    FAILs only where the noise is known and SPEEDS (the arm's and base's speed figures, when given) show
+    requests of at least MIN_TIMED_REQUEST_S; a user's threshold FAILs on unknown noise too (the user asked).
+    The entry's threshold is the user's, else the floor on a FAIL and 1 otherwise.
     """
     thr = fail_on.get("speedup", SPEEDUP_FAIL_BELOW)
     warn_below = max(DEFAULTS["speedup"], thr)
+    shown = fail_on.get("speedup", DEFAULTS["speedup"])  # the entry's threshold: the user's, else 1
     S = (vb or {}).get("S")
     if vb is None:
-        return _entry("speedup", "SKIP", "no base arm in this session: S not measurable", None, thr)
+        return _entry("speedup", "SKIP", "no base arm in this session: S not measurable", None, shown)
     if S is None:
-        return _entry("speedup", "SKIP", "S not measurable (no single-stream rate on this arm or base)", None, thr)
+        return _entry("speedup", "SKIP", "S not measurable (no single-stream rate on this arm or base)", None, shown)
     if S >= warn_below:
-        return _entry("speedup", "PASS", f"S = {S:.2f} >= {warn_below:.2f}", S, thr)
+        return _entry("speedup", "PASS", f"S = {S:.2f} >= {warn_below:.2f}", S, shown)
     below, noise = _noise(vb, floor)
+    short = None if "speedup" in fail_on or speeds is None else _too_short(speeds)
+    if short and below:
+        noise = f"{noise}; {short}"
+        below = None  # the default floor does not FAIL what the timing cannot back
     if S < thr and (below(thr) if below else "speedup" in fail_on):
         return _entry("speedup", "FAIL", f"S = {S:.2f} < {thr:.2f} beyond the noise ({noise}): clearly slower "
                       "than base", S, thr)
     if below is None or below(warn_below):
-        return _entry("speedup", "WARN", f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, thr)
-    return _entry("speedup", "PASS", f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise})", S, thr)
+        return _entry("speedup", "WARN", f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, shown)
+    return _entry("speedup", "PASS", f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise})", S, shown)
 
 
 def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: dict[str, float]) -> dict[str, Any]:
@@ -180,10 +209,11 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
         # not the same session in the sense that matters: no in-session speed comparison to judge
         why = f"cross-session against base ({apart})"
         against_base = [_entry("speedup", "SKIP", why, (fig.get("vs_base") or {}).get("S"),
-                               fail_on.get("speedup", SPEEDUP_FAIL_BELOW)),
+                               fail_on.get("speedup", DEFAULTS["speedup"])),
                         _entry("ttft_ratio", "SKIP", why, None, _threshold("ttft_ratio", fail_on)[0])]
     else:
-        against_base = [speedup_check(fig.get("vs_base"), floor, fail_on),
+        against_base = [speedup_check(fig.get("vs_base"), floor, fail_on,
+                                      [spd, base_fig["speed"] if base_fig else None]),
                         ttft_check(spd, base_fig["speed"] if base_fig else None, fail_on)]
     return [
         *against_base,

@@ -140,8 +140,7 @@ def _judged_arm_reasons(arm: ArmView, add: Any,
             add(level, f"{name}: channel {gate}: {tag}{v.reason}{aa}", arm=name, gate=gate, code="CHANNEL")
     for p in arm.figures.performance or []:
         if p.get("verdict") in ("FAIL", "WARN"):
-            add(p["verdict"], f"{name}: {p.get('check')}: {p.get('reason')}", arm=name, gate=p.get("check"),
-                code="PERFORMANCE")
+            add(p["verdict"], f"{name}: {p.get('check')}: {p.get('reason')}", arm=name, gate=p.get("check"))
     return judged, discriminating, not_discr
 
 

@@ -173,12 +173,14 @@ def test_fail_on_parses() -> None:
     assert parse_fail_on(None) == {}
 
 
-def _fig(S: float | None, ttft: float, alpha: float | None, ci: list[float] | None = None) -> dict[str, Any]:
-    return {"speed": {"ttft_ms": {"median": ttft}, "token_count": {}, "bursty": None},
+def _fig(S: float | None, ttft: float, alpha: float | None, ci: list[float] | None = None,
+         request_s: float = 2.0) -> dict[str, Any]:
+    return {"speed": {"ttft_ms": {"median": ttft}, "token_count": {}, "bursty": None,
+                      "samples": [[64.0, request_s]] * 5},
             "acceptance": {"alpha": alpha}, "vs_base": {"S": S, "ci": ci}, "by_concurrency": {}}
 
 
-BASE = {"speed": {"ttft_ms": {"median": 100.0}}}
+BASE = {"speed": {"ttft_ms": {"median": 100.0}, "samples": [[64.0, 0.5]] * 5}}
 
 
 def _by_check(perf: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -221,6 +223,11 @@ def test_four_times_slower_fails_by_default(floor: dict[str, float] | None, ci: 
     # the floor needs the whole noise below it: S = 0.85 with a CI reaching 0.95 is a WARN, not a FAIL
     near = _by_check(performance(_fig(0.85, 100.0, 0.7, ci=[0.80, 0.95]), BASE, None, {}))["speedup"]
     assert near["verdict"] == "WARN"
+    # requests too short to time (the client's own cost): the default floor does not FAIL; a user's does
+    short_base = {"speed": {"ttft_ms": {"median": 1.0}, "samples": [[2.0, 0.004]] * 5}}
+    quick = _by_check(performance(fig, short_base, floor, {}))["speedup"]
+    assert quick["verdict"] == "WARN" and "too short to time" in quick["reason"], quick
+    assert _by_check(performance(fig, short_base, floor, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
     # unknown noise: the default floor does not FAIL what it cannot back; a user's threshold does
     blind = _fig(0.25, 100.0, 0.7)
     assert _by_check(performance(blind, BASE, None, {}))["speedup"]["verdict"] == "WARN"

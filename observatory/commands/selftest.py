@@ -59,8 +59,10 @@ def _failures(arm: ArmView, verdict: SessionVerdict) -> list[str]:
     The default speed floor (an arm clearly slower than base) is left out: it judges the deployment's
     speed, not whether a fault-free arm is caught as faulty (on CPU engines a clean spec arm can be slower).
     """
+    speed = {f"{arm.name}: speedup: {p.get('reason')}" for p in arm.figures.performance or []
+             if p.get("check") == "speedup"}
     return [r.text for r in verdict.reasons if r.arm == arm.name and r.level in ("FAIL", "INVALID")
-            and not (r.code == "PERFORMANCE" and r.gate == "speedup")]
+            and r.text not in speed]
 
 
 def selftest_findings(data: SessionView) -> dict[str, Any]:
