@@ -17,7 +17,7 @@ from rich.text import Text
 from observatory.arms import Arm
 from observatory.probes import Probe
 from observatory.read_model import ArmView, SessionView
-from observatory.roles import JUDGED_AGAINST_BASE
+from observatory.roles import BASE, JUDGED_AGAINST_BASE
 from observatory.verdict import arm_role
 
 STYLE = {
@@ -192,3 +192,33 @@ def print_channels(data: SessionView, console: Console) -> None:
             table.add_row(Text(ch.name), Text(a.arm), verdict_text(v.verdict),
                           Text(f"{gate}: {v.reason or ''}"[:160]))
     console.print(table)
+
+
+def _rate_ttft(a: ArmView) -> tuple[str, str]:
+    spd = a.figures.speed or {}
+    rate, ttft = spd.get("single_stream_tok_s"), (spd.get("ttft_ms") or {}).get("median")
+    return _num(rate, "{:.1f}"), _num(ttft, "{:.0f} ms")
+
+
+def print_closing(data: SessionView, paths: dict[str, str], console: Console | None = None) -> None:
+    """The run's last words: the session verdict and why, each judged arm's headline with its tok/s and
+    TTFT against base's, and where the report, JSON and other outputs went (PATHS: label -> path)."""
+    console = console or Console()
+    v = data.verdict
+    console.rule(Text(f"Session {data.session.id}: {v.verdict}", style=STYLE.get(v.verdict, "bold")))
+    console.print(Text(f"why: {v.why}"))
+    shown = [r for r in v.reasons if r.level != "NOTE"]
+    for r in shown[:3]:
+        console.print(Text(f"  {r.level}: {r.text}"[:200], style=STYLE.get(r.level, "")))
+    if len(shown) > 3:
+        console.print(Text(f"  ... and {len(shown) - 3} more", style="dim"))
+    base = next((a for a in data.arms if arm_role(a) == BASE), None)
+    b_rate, b_ttft = _rate_ttft(base) if base else ("no base arm", "no base arm")
+    for a in data.arms:
+        if arm_role(a) not in JUDGED_AGAINST_BASE:
+            continue
+        rate, ttft = _rate_ttft(a)
+        console.print(Text(f"{a.name}:", style="cyan"), Text(arm_headline(a)))
+        console.print(Text(f"  single-stream tok/s {rate} vs base {b_rate} · TTFT median {ttft} vs base {b_ttft}"))
+    for label, path in paths.items():
+        console.print(Text(f"{label}: {path}"))

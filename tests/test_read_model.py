@@ -166,6 +166,6 @@ def test_read_model_imports_nothing_and_its_readers_import_it() -> None:
     and the builder and every reader import it."""
     graph = _graph()
     assert graph["observatory.read_model"] == set()
-    readers = ("report_data", "verdict", "report", "junit", "terminal", "summaries", "history", "jsonout",
+    readers = ("report_data", "verdict", "report", "junit", "openmetrics", "terminal", "summaries", "history", "jsonout",
                "commands.selftest")
     assert [r for r in readers if "observatory.read_model" not in graph[f"observatory.{r}"]] == []
