@@ -221,4 +221,4 @@ def print_closing(data: SessionView, paths: dict[str, str], console: Console | N
         console.print(Text(f"{a.name}:", style="cyan"), Text(arm_headline(a)))
         console.print(Text(f"  single-stream tok/s {rate} vs base {b_rate} · TTFT median {ttft} vs base {b_ttft}"))
     for label, path in paths.items():
-        console.print(Text(f"{label}: {path}"))
+        console.print(Text(f"{label}: {path}"), soft_wrap=True)  # a path stays one line, to copy

@@ -211,6 +211,8 @@ def compare(resume: int | None, metrics_out: str | None, **kw: Any) -> None:
     observatory compare --arms base,base,mtp2 --fail-on 'speedup<1.0,ttft_ratio>3,acceptance<0.5'
     """
     metrics = OutputFile(Path(metrics_out), "--metrics-out") if metrics_out else None  # checked before any arm
+    db = str(kw.get("db") or "")
+    db = "" if not db else " --db URL" if "://" in db else f" --db {db}"  # for the closing block; a URL may hold a password
     ctx = click.get_current_context()
     typed = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     given = {p.name: (p.opts[0], kw[p.name]) for p in ctx.command.params
@@ -223,8 +225,6 @@ def compare(resume: int | None, metrics_out: str | None, **kw: Any) -> None:
     print_summary(data)
     if metrics is not None:
         metrics.write_text(openmetrics_text(data))
-    db = kw.get("db") or ""
-    db = "" if not db else " --db URL" if "://" in db else f" --db {db}"  # a URL may hold a password
     paths = {"report": f"not written: observatory report {session_id}{db} --out report/",
              "json": f"not written: observatory show {session_id}{db} --json"}
     if metrics is not None:
