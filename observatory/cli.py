@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from observatory import __version__
+from observatory.env_vars import epilog as env_epilog
 from observatory.errors import ObservatoryError
 
 SETUP_ERROR = 3
@@ -104,7 +105,7 @@ def _one_line(e: BaseException | str) -> str:
     return redact_text(" ".join(str(e).split()))
 
 
-@click.group(cls=ObservatoryGroup)
+@click.group(cls=ObservatoryGroup, epilog=env_epilog())
 @click.version_option(__version__, prog_name="observatory")
 def cli() -> None:
     """Correctness-and-regression observatory for speculative decoding.
