@@ -108,11 +108,12 @@ def _too_short(speeds: list[dict[str, Any] | None]) -> str | None:
 
 
 def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_on: dict[str, float],
-                  speeds: list[dict[str, Any] | None] | None = None) -> dict[str, Any]:
+                  speeds: list[dict[str, Any] | None] | None = None, untrusted: str | None = None) -> dict[str, Any]:
     """S against 1 (WARN) and the FAIL floor (``SPEEDUP_FAIL_BELOW`` or the user's ``speedup<X``), beyond the noise.
 
     Below a threshold but within the noise is a PASS whose reason says "within noise". The default floor
-    FAILs only where the noise is known and SPEEDS (the arm's and base's speed figures, when given) show
+    FAILs only where the noise is known, the arm is trusted (UNTRUSTED: the validity code that says it is
+    not, e.g. INVALID or CONFOUNDED) and SPEEDS (the arm's and base's speed figures, when given) show
     requests of at least MIN_TIMED_REQUEST_S; a user's threshold FAILs on unknown noise too (the user asked).
     The entry's threshold is the user's, else the floor on a FAIL and 1 otherwise.
     """
@@ -127,7 +128,9 @@ def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_
     if S >= warn_below:
         return _entry("speedup", "PASS", f"S = {S:.2f} >= {warn_below:.2f}", S, shown)
     below, noise = _noise(vb, floor)
-    short = None if "speedup" in fail_on or speeds is None else _too_short(speeds)
+    short = None if "speedup" in fail_on else (
+        f"arm {untrusted}: its figures cannot back a FAIL" if untrusted else
+        _too_short(speeds) if speeds is not None else None)
     if short and below:
         noise = f"{noise}; {short}"
         below = None  # the default floor does not FAIL what the timing cannot back
@@ -200,8 +203,9 @@ def token_count_check(tc: dict[str, Any]) -> dict[str, Any]:
 
 
 def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dict[str, Any] | None,
-                fail_on: dict[str, float]) -> list[dict[str, Any]]:
-    """Every performance check of one spec arm (the figures dict's "performance" list)."""
+                fail_on: dict[str, float], untrusted: str | None = None) -> list[dict[str, Any]]:
+    """Every performance check of one spec arm (the figures dict's "performance" list); UNTRUSTED: the
+    arm's validity code that makes its figures untrustworthy, if any (the default speed floor then WARNs)."""
     spd, acc = fig["speed"], fig["acceptance"]
     bursty = bool((spd.get("bursty") or {}).get("bursty"))
     apart = (fig.get("vs_base") or {}).get("cross_session")
@@ -213,7 +217,7 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
                         _entry("ttft_ratio", "SKIP", why, None, _threshold("ttft_ratio", fail_on)[0])]
     else:
         against_base = [speedup_check(fig.get("vs_base"), floor, fail_on,
-                                      [spd, base_fig["speed"] if base_fig else None]),
+                                      [spd, base_fig["speed"] if base_fig else None], untrusted),
                         ttft_check(spd, base_fig["speed"] if base_fig else None, fail_on)]
     return [
         *against_base,

@@ -228,6 +228,10 @@ def test_four_times_slower_fails_by_default(floor: dict[str, float] | None, ci: 
     quick = _by_check(performance(fig, short_base, floor, {}))["speedup"]
     assert quick["verdict"] == "WARN" and "too short to time" in quick["reason"], quick
     assert _by_check(performance(fig, short_base, floor, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
+    # an arm whose figures cannot be trusted (validity INVALID, CONFOUNDED, ...): WARN by default
+    invalid = _by_check(performance(fig, BASE, floor, {}, "CONFOUNDED"))["speedup"]
+    assert invalid["verdict"] == "WARN" and "CONFOUNDED" in invalid["reason"], invalid
+    assert _by_check(performance(fig, BASE, floor, {"speedup": 0.9}, "CONFOUNDED"))["speedup"]["verdict"] == "FAIL"
     # unknown noise: the default floor does not FAIL what it cannot back; a user's threshold does
     blind = _fig(0.25, 100.0, 0.7)
     assert _by_check(performance(blind, BASE, None, {}))["speedup"]["verdict"] == "WARN"
