@@ -97,7 +97,8 @@ def test_warn_is_visible_without_failing(two_nights: dict[str, Any]) -> None:
     warned = [c for c in cases.values() if c.system_out and "WARN: " in c.system_out]
     assert {("arm.mtp1", "one"), ("arm.mtp1", "two")} <= {(c.classname, c.name) for c in warned}, text
     for c in warned:
-        assert "WARN: looks_odd: looks odd" in c.system_out
+        if c.name in ("one", "two"):
+            assert "WARN: looks_odd: looks odd" in c.system_out
         assert not any(isinstance(r, junitparser.Failure) for r in c.result), c.name
     assert '<property name="warnings" value="1" />' in text
 

@@ -232,6 +232,9 @@ def test_four_times_slower_fails_by_default(floor: dict[str, float] | None, ci: 
     invalid = _by_check(performance(fig, BASE, floor, {}, "CONFOUNDED"))["speedup"]
     assert invalid["verdict"] == "WARN" and "CONFOUNDED" in invalid["reason"], invalid
     assert _by_check(performance(fig, BASE, floor, {"speedup": 0.9}, "CONFOUNDED"))["speedup"]["verdict"] == "FAIL"
+    # ... and that guard never turns a within-noise PASS into a WARN
+    calm = _by_check(performance(_fig(0.97, 100.0, 0.7, ci=[0.88, 1.03]), BASE, None, {}, "INVALID"))["speedup"]
+    assert calm["verdict"] == "PASS" and "within noise" in calm["reason"], calm
     # unknown noise: the default floor does not FAIL what it cannot back; a user's threshold does
     blind = _fig(0.25, 100.0, 0.7)
     assert _by_check(performance(blind, BASE, None, {}))["speedup"]["verdict"] == "WARN"
