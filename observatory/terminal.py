@@ -200,13 +200,16 @@ def _rate_ttft(a: ArmView) -> tuple[str, str]:
     return _num(rate, "{:.1f}"), _num(ttft, "{:.0f} ms")
 
 
-def print_closing(data: SessionView, paths: dict[str, str], console: Console | None = None) -> None:
+def print_closing(data: SessionView, paths: dict[str, str], console: Console | None = None,
+                  interrupted: bool = False) -> None:
     """The run's last words: the session verdict and why, each judged arm's headline with its tok/s and
-    TTFT against base's, and where the report, JSON and other outputs went (PATHS: label -> path)."""
+    TTFT against base's, and where the report, JSON and other outputs went (PATHS: label -> path).
+    INTERRUPTED: the run was cut short, so the verdict is INVALID whatever the stored arms say (the gate's)."""
     console = console or Console()
     v = data.verdict
-    console.rule(Text(f"Session {data.session.id}: {v.verdict}", style=STYLE.get(v.verdict, "bold")))
-    console.print(Text(f"why: {v.why}"))
+    verdict, why = ("INVALID", "the session was interrupted") if interrupted else (v.verdict, v.why)
+    console.rule(Text(f"Session {data.session.id}: {verdict}", style=STYLE.get(verdict, "bold")))
+    console.print(Text(f"why: {why}"))
     shown = [r for r in v.reasons if r.level != "NOTE"]
     for r in shown[:3]:
         console.print(Text(f"  {r.level}: {r.text}"[:200], style=STYLE.get(r.level, "")))

@@ -84,3 +84,28 @@ def test_compare_ends_with_the_closing_block_and_its_metrics(tmp_path: Path) -> 
     assert lines[-1] == f"metrics: {tmp_path / 'm.txt'}"
     assert (tmp_path / "m.txt").read_text().rstrip().endswith("# EOF")
     assert any(line.startswith("mtp1:") and "token-identical 2/2" in line for line in lines)
+
+
+def test_closing_of_an_interrupted_gate_says_invalid(run: dict[str, Any]) -> None:
+    """The gate calls an interrupted session INVALID whatever its arms say: so does the closing block."""
+    import io
+
+    from rich.console import Console
+
+    from observatory.report_data import build
+    from observatory.store import Store
+    from observatory.terminal import print_closing
+
+    with Store(str(run["db"])) as store:
+        data = build(store, 1)
+    for interrupted, want in ((False, "Session 1: FAIL"), (True, "Session 1: INVALID")):
+        buf = io.StringIO()
+        print_closing(data, {}, Console(file=buf, width=100), interrupted=interrupted)
+        assert want in buf.getvalue()
+
+
+def test_sessions_cells_cannot_drive_the_terminal() -> None:
+    from observatory.commands.sessions import _one_line
+
+    assert _one_line("m\tx\n\x1b[31mred") == "m x ?[31mred"
+    assert _one_line(None) == "-"

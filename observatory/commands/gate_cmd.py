@@ -66,5 +66,5 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, metrics
     paths = {"report": str(index)}
     paths.update({k: str(o.path) for k, o in (("junit", junit), ("json", json_out), ("metrics", outputs["metrics"]))
                   if o is not None})
-    print_closing(data, paths)
+    print_closing(data, paths, interrupted=interrupted and data.verdict.verdict != "INVALID")
     return EXIT[verdict]

@@ -60,8 +60,9 @@ def sessions(db: str | None, limit: int, as_json: bool) -> None:
 
 
 def _one_line(v: object) -> str:
-    """A table cell: tabs and line breaks (in a model path or host name) would break the columns."""
-    return "-" if v is None else " ".join(str(v).split())
+    """A table cell: tabs, line breaks and control characters (terminal escapes) in a stored name become one
+    space or '?': they would break the columns or drive the terminal."""
+    return "-" if v is None else "".join(c if c.isprintable() else "?" for c in " ".join(str(v).split()))
 
 
 @click.command(name="show")
