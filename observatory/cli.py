@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from observatory import __version__
+from observatory.model.env_vars import epilog as env_epilog
 from observatory.model.errors import ObservatoryError
 
 # An unexpected exception exits INTERNAL_ERROR: nothing measured can be trusted, never a traceback.
@@ -133,7 +134,7 @@ def _one_line(e: BaseException | str) -> str:
     return redact_text(" ".join(str(e).split()))
 
 
-@click.group(cls=ObservatoryGroup)
+@click.group(cls=ObservatoryGroup, epilog=env_epilog())
 @click.version_option(__version__, prog_name="observatory")
 def cli() -> None:
     """Correctness-and-regression observatory for speculative decoding.

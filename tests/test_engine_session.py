@@ -216,4 +216,7 @@ def test_session_verdict_junit_and_report(session: dict[str, Any]) -> None:
     doc = xml.dom.minidom.parseString(junit_xml(data))
     cases = doc.getElementsByTagName("testcase")
     n_probes = len(data.probes)
-    assert len(cases) == 4 + 3 * n_probes + 1  # validity per arm + probes of base#2, mtp1, mtp2 + the session verdict
+    n_perf = sum(len(a.figures.performance or []) for a in data.arms)
+    assert n_perf >= 2 * 5  # every performance check of mtp1 and mtp2 is a case (issue 30.5)
+    # validity per arm + probes of base#2, mtp1, mtp2 + performance checks + the session verdict
+    assert len(cases) == 4 + 3 * n_probes + n_perf + 1

@@ -166,6 +166,6 @@ def test_read_model_imports_nothing_and_its_readers_import_it() -> None:
     and the builder and every reader import it."""
     graph = _graph()
     assert graph["observatory.model.read_model"] == {"observatory.model.vocabulary"}  # plain constants only
-    readers = ("report.data", "judge.verdict", "report.html", "report.junit", "report.terminal", "judge.summaries",
-               "report.history", "report.jsonout", "commands.selftest")
+    readers = ("report.data", "judge.verdict", "report.html", "report.junit", "report.openmetrics", "report.terminal",
+               "judge.summaries", "report.history", "report.jsonout", "commands.selftest")
     assert [r for r in readers if "observatory.model.read_model" not in graph[f"observatory.{r}"]] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import click
@@ -16,7 +17,9 @@ from observatory.model.gates import registry_for
 from observatory.model.read_model import SessionView
 from observatory.model.redact import redact_text, remember, remember_engine, remember_url
 from observatory.report.data import build
-from observatory.report.terminal import RichReporter, print_summary
+from observatory.report.openmetrics import openmetrics_text
+from observatory.report.outputs import OutputFile
+from observatory.report.terminal import RichReporter, print_closing, print_summary
 from observatory.session.plan import SessionPlan, plan_compare
 from observatory.session.runner import Interrupted, Reporter, Runner
 from observatory.store.db import SessionRow
@@ -88,6 +91,9 @@ def compare_options(f: Callable[..., Any] | None = None, *,
 
 
 INVALID_EXIT = 2
+metrics_out_option = click.option(
+    "--metrics-out", type=click.Path(dir_okay=False),
+    help="Write alpha, tau, S (with its interval), tok/s, TTFT and verdicts as OpenMetrics text here.")
 
 def redact_argv(argv: list[str]) -> list[str]:
     """The command line as stored: the value of --api-key replaced (issue 7: keys are never stored)."""
@@ -200,7 +206,8 @@ def produced_results(data: SessionView) -> bool:
 @click.option("--resume", type=int, metavar="SESSION",
               help="Run the arms an interrupted SESSION is missing, from its stored plan "
                    "(a flag that differs from that plan is refused).")
-def compare(resume: int | None, **kw: Any) -> None:
+@metrics_out_option
+def compare(resume: int | None, metrics_out: str | None, **kw: Any) -> None:
     """Run arms one after another in one session and judge every output.
 
     \b
@@ -211,6 +218,9 @@ def compare(resume: int | None, **kw: Any) -> None:
     observatory compare --resume 7
     observatory compare --arms base,base,mtp2 --fail-on 'speedup<1.0,ttft_ratio>3,acceptance<0.5'
     """
+    metrics = OutputFile(Path(metrics_out), "--metrics-out") if metrics_out else None  # checked before any arm
+    db = str(kw.get("db") or "")
+    db = "" if not db else " --db URL" if "://" in db else f" --db {db}"  # for the closing block; a URL may hold a password
     ctx = click.get_current_context()
     typed = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     given = {p.name: (p.opts[0], kw[p.name]) for p in ctx.command.params
@@ -221,6 +231,13 @@ def compare(resume: int | None, **kw: Any) -> None:
             sys.exit(INTERRUPTED_EXIT)
         data = build(store, session_id)
     print_summary(data)
+    if metrics is not None:
+        metrics.write_text(openmetrics_text(data))
+    paths = {"report": f"not written: observatory report {session_id}{db} --out report/",
+             "json": f"not written: observatory show {session_id}{db} --json"}
+    if metrics is not None:
+        paths["metrics"] = str(metrics.path)
+    print_closing(data, paths)
     if not produced_results(data):
         # Issue 19 item 10: every arm failed, so nothing was measured (exit 2, an invalid measurement).
         click.echo(f"compare: no arm produced a result; session {session_id} measured nothing "

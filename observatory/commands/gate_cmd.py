@@ -7,14 +7,15 @@ from typing import Any
 
 import click
 
-from observatory.commands.compare import compare_options, run_compare
+from observatory.commands.compare import compare_options, metrics_out_option, run_compare
 from observatory.judge.verdict import EXIT
 from observatory.report.data import build
 from observatory.report.html import render_session
 from observatory.report.jsonout import to_json
 from observatory.report.junit import junit_xml
+from observatory.report.openmetrics import openmetrics_text
 from observatory.report.outputs import OutputFile, ReportDir
-from observatory.report.terminal import print_summary
+from observatory.report.terminal import print_closing, print_summary
 
 
 @click.command(name="gate")
@@ -23,7 +24,8 @@ from observatory.report.terminal import print_summary
               help="Directory for the HTML report.")
 @click.option("--junit", "junit_file", type=click.Path(dir_okay=False), help="Write JUnit XML here.")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Write the session JSON here.")
-def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: Any) -> int:
+@metrics_out_option
+def gate(report_dir: str, junit_file: str | None, json_file: str | None, metrics_out: str | None, **kw: Any) -> int:
     """Run a compare, write the report, and exit 0 PASS/WARN, 1 FAIL, 2 INVALID, 3 setup error, 4 internal
     error, 5 storage failure.
 
@@ -39,6 +41,7 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: A
         outputs["report"] = ReportDir(Path(report_dir), "--report")
         outputs["junit"] = OutputFile(Path(junit_file), "--junit") if junit_file else None
         outputs["json"] = OutputFile(Path(json_file), "--json") if json_file else None
+        outputs["metrics"] = OutputFile(Path(metrics_out), "--metrics-out") if metrics_out else None
 
     store, session_id, interrupted = run_compare(kw, before_run=check_outputs)
     report, junit, json_out = outputs["report"], outputs["junit"], outputs["json"]
@@ -49,6 +52,8 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: A
         junit.write_text(junit_xml(data))
     if json_out is not None:
         json_out.write_text(to_json(data))
+    if outputs["metrics"] is not None:
+        outputs["metrics"].write_text(openmetrics_text(data))
     print_summary(data)
     verdict, reasons = data.verdict.verdict, data.verdict.texts()
     if interrupted and verdict != "INVALID":
@@ -59,4 +64,8 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, **kw: A
     if len(reasons) > 20:
         click.echo(f"  ... and {len(reasons) - 20} more (see the report)", err=True)
     click.echo(f"report: {index}", err=True)
+    paths = {"report": str(index)}
+    paths.update({k: str(o.path) for k, o in (("junit", junit), ("json", json_out), ("metrics", outputs["metrics"]))
+                  if o is not None})
+    print_closing(data, paths, interrupted=interrupted and data.verdict.verdict != "INVALID")
     return EXIT[verdict]

@@ -54,8 +54,15 @@ def fault_plan(profile: str | None, names: str | None) -> dict[str, str | None]:
 
 
 def _failures(arm: ArmView, verdict: SessionVerdict) -> list[str]:
-    """What makes a control arm unclean: its FAIL and INVALID reasons in the session verdict."""
-    return [r.text for r in verdict.reasons if r.arm == arm.name and r.level in ("FAIL", "INVALID")]
+    """What makes a control arm unclean: its FAIL and INVALID reasons in the session verdict.
+
+    The default speed floor (an arm clearly slower than base) is left out: it judges the deployment's
+    speed, not whether a fault-free arm is caught as faulty (on CPU engines a clean spec arm can be slower).
+    """
+    speed = {f"{arm.name}: speedup: {p.get('reason')}" for p in arm.figures.performance or []
+             if p.get("check") == "speedup"}
+    return [r.text for r in verdict.reasons if r.arm == arm.name and r.level in ("FAIL", "INVALID")
+            and r.text not in speed]
 
 
 def selftest_findings(data: SessionView) -> dict[str, Any]:

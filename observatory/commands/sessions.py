@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import click
+from sqlalchemy import select
 
 from observatory.model.gates import registry_for
 from observatory.report.data import build
 from observatory.report.jsonout import to_json
 from observatory.report.terminal import print_summary
-from observatory.store.db import SessionRow
+from observatory.store.db import SessionRow, SummaryRow
 from observatory.store.session_store import Store
 
 db_option = click.option(
@@ -19,21 +22,47 @@ db_option = click.option(
 )
 
 
+def _verdict(store: Store, s: SessionRow) -> str:
+    """The session verdict: the stored summaries' when judged at the session's current status, else decided now."""
+    with store.tx() as tx:
+        row = tx.execute(select(SummaryRow.session_verdict, SummaryRow.verdict_status)
+                         .where(SummaryRow.session_id == s.id).limit(1)).first()
+    if row is not None and row[0] and row[1] == s.status:
+        return str(row[0])
+    return build(store, s.id).verdict.verdict
+
+
 @click.command(name="sessions")
 @db_option
 @click.option("--limit", default=50, show_default=True, help="How many sessions to list.")
-def sessions(db: str | None, limit: int) -> None:
-    """List sessions, newest first.
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of the table.")
+def sessions(db: str | None, limit: int, as_json: bool) -> None:
+    """List sessions, newest first: id, start (UTC), status, verdict, model, arms, host (tab-separated).
 
     \b
     observatory sessions
     observatory sessions --db nightly.db --limit 10
+    observatory sessions --json | jq '.[] | select(.verdict == "FAIL") | .id'
     """
     store = Store(db, create=False)
+    rows: list[dict[str, Any]] = []
     for s in store.sessions(limit):
-        arms = store.arms(s.id)
-        names = ",".join(a.name for a in arms)
-        click.echo(f"{s.id}\t{s.started_at:%Y-%m-%d %H:%M:%S}\t{s.status}\t{s.host}\t{s.model}\t{names}")
+        rows.append({"id": s.id, "started_at": f"{s.started_at:%Y-%m-%dT%H:%M:%S}Z" if s.started_at else None,
+                     "status": s.status, "verdict": _verdict(store, s), "model": s.model,
+                     "arms": [a.name for a in store.arms(s.id)], "host": s.host})
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    click.echo("\t".join(("id", "started (UTC)", "status", "verdict", "model", "arms", "host")))
+    for r in rows:
+        click.echo("\t".join(_one_line(x) for x in (r["id"], r["started_at"], r["status"], r["verdict"], r["model"],
+                                                   ",".join(r["arms"]), r["host"])))
+
+
+def _one_line(v: object) -> str:
+    """A table cell: tabs, line breaks and control characters (terminal escapes) in a stored name become one
+    space or '?': they would break the columns or drive the terminal."""
+    return "-" if v is None else "".join(c if c.isprintable() else "?" for c in " ".join(str(v).split()))
 
 
 @click.command(name="show")
@@ -78,5 +107,14 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...]) -
         registry_for(plan["gates_dirs"])
         options["plan"] = plan
         store.update(SessionRow, s.id, options=options)
+    before = build(store, s.id).verdict
     n = evaluate(store, s.id)
+    after = build(store, s.id).verdict
     click.echo(f"session {s.id}: {n} verdicts; figures recomputed")
+    click.echo(f"verdict: {before.verdict} -> {after.verdict}" if before.verdict != after.verdict
+               else f"verdict: {after.verdict} (unchanged)")
+    old, new = before.texts(), after.texts()
+    for text in [t for t in new if t not in old]:
+        click.echo(f"  + {' '.join(text.split())[:300]}")
+    for text in [t for t in old if t not in new]:
+        click.echo(f"  - {' '.join(text.split())[:300]}")

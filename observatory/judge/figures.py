@@ -44,6 +44,7 @@ from observatory.judge.perf_gates import performance
 from observatory.judge.session import base_reference
 from observatory.judge.session_parts import cross_session
 from observatory.judge.speed import speed, stream_tau, ttft_by_level
+from observatory.judge.verdict import INVALID_CODES
 from observatory.model.roles import by_engine, engine_of
 from observatory.store.db import ArmRow
 
@@ -367,12 +368,13 @@ def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm:
             for level, row in fig["by_concurrency"].items():
                 b = (base_fig["by_concurrency"].get(level) or {}).get("tok_s")
                 row["S"] = row["tok_s"] / b if row["tok_s"] and b else None
-        if spec is not None:
-            fig["performance"] = performance(fig, base_fig, floor, fail_on)
-        fig["noise_floor"] = floor
         arm_verdicts = {v.gate: (v.verdict, v.reason) for v in store.verdicts(a.id) if v.probe_id is None}
-        store.update(ArmRow, a.id, figures=fig, validity=validity(a, base, fig["acceptance"], arm_verdicts, arms,
-                                                                      fig.get("malformed")))
+        codes = validity(a, base, fig["acceptance"], arm_verdicts, arms, fig.get("malformed"))
+        if spec is not None:
+            untrusted = next((v["code"] for v in codes if v["code"] in INVALID_CODES), None)
+            fig["performance"] = performance(fig, base_fig, floor, fail_on, untrusted)
+        fig["noise_floor"] = floor
+        store.update(ArmRow, a.id, figures=fig, validity=codes)
 
 
 def noise_floor(store: Any, base: ArmRow, copies: list[ArmRow], per_arm: dict[int, dict[str, Any]]) -> dict[str, Any] | None:

@@ -2,9 +2,11 @@
 
 Each check gives PASS, WARN, FAIL or SKIP with its reason, value and threshold:
 
-- ``speedup``: S below the threshold (1.0 unless the user set one) beyond the
-  noise (the A/A throughput spread, else the bootstrap CI of S). Below but
-  within the noise is a WARN, never a FAIL.
+- ``speedup``: S below 1 beyond the noise (the A/A throughput spread, else
+  the bootstrap CI of S) is a WARN; below ``SPEEDUP_FAIL_BELOW`` (0.9, or the
+  user's ``speedup<X``) beyond the noise is a FAIL even without ``--fail-on``:
+  a clearly slower deployment. Below but within the noise is a PASS whose
+  reason says "within noise".
 - ``ttft_ratio``: median TTFT of the spec arm over base's above the threshold.
 - ``acceptance_floor``: alpha below the floor, the arm's and each
   concurrency level's (acceptance can collapse under concurrency alone).
@@ -17,8 +19,8 @@ Each check gives PASS, WARN, FAIL or SKIP with its reason, value and threshold:
 - ``token_count``: streamed ids against ``usage.completion_tokens``. WARN
   only; value is the ids' total, threshold the usage total.
 
-Without user thresholds (``--fail-on``) a breach is a WARN; with them, the
-checks the user named FAIL. A figure that cannot be measured (bursty stream,
+Without user thresholds (``--fail-on``) a breach is a WARN (but for the
+speedup floor above); with them, the checks the user named FAIL. A figure that cannot be measured (bursty stream,
 counters not reported, no base arm, an arm that ran apart from base:
 CROSS_SESSION) is a SKIP saying why, never a PASS.
 """
@@ -26,12 +28,19 @@ CROSS_SESSION) is a SKIP saying why, never a PASS.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from observatory.model.errors import ObservatoryError
 
 # Defaults when the user set no threshold: breaches WARN.
 DEFAULTS = {"speedup": 1.0, "ttft_ratio": 2.0, "acceptance": 0.2}
+# S whose whole noise (A/A spread, else 95% interval) lies below this FAILs without --fail-on:
+# a clearly slower deployment. Derivation from measured figures: docs/design.md section 3.3.
+SPEEDUP_FAIL_BELOW = 0.9
+# ... and only for requests this long (median, both arms): the client's own CPU per request measured
+# 3-30 ms (benchmarks/README.md), so a shorter request times the client, not the server.
+MIN_TIMED_REQUEST_S = 0.1
 # history_drop: the history channel's (observatory/channels/history.py) relative move that FAILs
 _OPS = {"speedup": "<", "ttft_ratio": ">", "acceptance": "<", "history_drop": ">"}
 STREAM_TAU_SIGMAS = 3.0
@@ -64,27 +73,72 @@ def _threshold(name: str, fail_on: dict[str, float]) -> tuple[float, str]:
     return DEFAULTS[name], "WARN"
 
 
-def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_on: dict[str, float]) -> dict[str, Any]:
-    """S against its threshold, beyond the noise."""
-    thr, bad = _threshold("speedup", fail_on)
-    S = (vb or {}).get("S")
-    if vb is None:
-        return _entry("speedup", "SKIP", "no base arm in this session: S not measurable", None, thr)
-    if S is None:
-        return _entry("speedup", "SKIP", "S not measurable (no single-stream rate on this arm or base)", None, thr)
-    if S >= thr:
-        return _entry("speedup", "PASS", f"S = {S:.2f} >= {thr:.2f}", S, thr)
+def _noise(vb: dict[str, Any], floor: dict[str, Any] | None) -> tuple[Callable[[float], bool] | None, str]:
+    """(whether S's noise lies wholly below a threshold, else None when the noise is unknown; its wording).
+
+    The A/A throughput spread when the session has an A/A copy (S + spread below the threshold), else
+    the upper bound of S's 95% bootstrap interval.
+    """
+    S = float(vb["S"])
     spread = (floor or {}).get("throughput_spread")
     ci = vb.get("ci")
     if spread is not None:
-        beyond, noise = S + spread < thr, f"A/A spread {spread:.2f}"
-    elif ci:
-        beyond, noise = ci[1] < thr, f"95% CI [{ci[0]:.2f}, {ci[1]:.2f}]"
-    else:
-        beyond, noise = True, "no A/A control and no CI: noise unknown"
-    if beyond:
-        return _entry("speedup", bad, f"S = {S:.2f} < {thr:.2f} beyond the noise ({noise})", S, thr)
-    return _entry("speedup", "WARN", f"S = {S:.2f} < {thr:.2f} but within the noise ({noise})", S, thr)
+        return (lambda thr: S + float(spread) < thr), f"A/A spread {spread:.2f}"
+    if ci:
+        return (lambda thr: float(ci[1]) < thr), f"95% CI [{ci[0]:.2f}, {ci[1]:.2f}]"
+    return None, "no A/A control and no CI: noise unknown"
+
+
+def _median_request_s(spd: dict[str, Any] | None) -> float | None:
+    """The median end-to-end request time of an arm's single-stream samples ([tokens, seconds], ...)."""
+    secs = sorted(float(x[1]) for x in (spd or {}).get("samples") or [] if len(x) == 2)
+    return secs[len(secs) // 2] if secs else None
+
+
+def _too_short(speeds: list[dict[str, Any] | None]) -> str | None:
+    """Why the default floor cannot judge these arms' timing (a request shorter than MIN_TIMED_REQUEST_S), if so."""
+    medians = [_median_request_s(spd) for spd in speeds]
+    known = [m for m in medians if m is not None]
+    if len(known) < len(medians) or not known:
+        return "request times unknown"
+    if min(known) < MIN_TIMED_REQUEST_S:
+        return (f"median request {min(known) * 1000:.0f} ms < {MIN_TIMED_REQUEST_S * 1000:.0f} ms: "
+                "too short to time against the client's own cost")
+    return None
+
+
+def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_on: dict[str, float],
+                  speeds: list[dict[str, Any] | None] | None = None, untrusted: str | None = None) -> dict[str, Any]:
+    """S against 1 (WARN) and the FAIL floor (``SPEEDUP_FAIL_BELOW`` or the user's ``speedup<X``), beyond the noise.
+
+    Below a threshold but within the noise is a PASS whose reason says "within noise". The default floor
+    FAILs only where the noise is known, the arm is trusted (UNTRUSTED: the validity code that says it is
+    not, e.g. INVALID or CONFOUNDED) and SPEEDS (the arm's and base's speed figures, when given) show
+    requests of at least MIN_TIMED_REQUEST_S; a user's threshold FAILs on unknown noise too (the user asked).
+    The entry's threshold is the user's, else the floor on a FAIL and 1 otherwise.
+    """
+    thr = fail_on.get("speedup", SPEEDUP_FAIL_BELOW)
+    warn_below = max(DEFAULTS["speedup"], thr)
+    shown = fail_on.get("speedup", DEFAULTS["speedup"])  # the entry's threshold: the user's, else 1
+    S = (vb or {}).get("S")
+    if vb is None:
+        return _entry("speedup", "SKIP", "no base arm in this session: S not measurable", None, shown)
+    if S is None:
+        return _entry("speedup", "SKIP", "S not measurable (no single-stream rate on this arm or base)", None, shown)
+    if S >= warn_below:
+        return _entry("speedup", "PASS", f"S = {S:.2f} >= {warn_below:.2f}", S, shown)
+    below, noise = _noise(vb, floor)
+    short = None if "speedup" in fail_on else (
+        f"arm {untrusted}: its figures cannot back a FAIL" if untrusted else
+        _too_short(speeds) if speeds is not None else None)
+    if S < thr and (below(thr) if below else "speedup" in fail_on):
+        if not short:
+            return _entry("speedup", "FAIL", f"S = {S:.2f} < {thr:.2f} beyond the noise ({noise}): clearly slower "
+                          "than base", S, thr)
+        noise = f"{noise}; not a FAIL: {short}"  # the default floor does not FAIL what the timing cannot back
+    if below is None or below(warn_below):
+        return _entry("speedup", "WARN", f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, shown)
+    return _entry("speedup", "PASS", f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise})", S, shown)
 
 
 def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: dict[str, float]) -> dict[str, Any]:
@@ -148,18 +202,21 @@ def token_count_check(tc: dict[str, Any]) -> dict[str, Any]:
 
 
 def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dict[str, Any] | None,
-                fail_on: dict[str, float]) -> list[dict[str, Any]]:
-    """Every performance check of one spec arm (the figures dict's "performance" list)."""
+                fail_on: dict[str, float], untrusted: str | None = None) -> list[dict[str, Any]]:
+    """Every performance check of one spec arm (the figures dict's "performance" list); UNTRUSTED: the
+    arm's validity code that makes its figures untrustworthy, if any (the default speed floor then WARNs)."""
     spd, acc = fig["speed"], fig["acceptance"]
     bursty = bool((spd.get("bursty") or {}).get("bursty"))
     apart = (fig.get("vs_base") or {}).get("cross_session")
     if apart:
         # not the same session in the sense that matters: no in-session speed comparison to judge
         why = f"cross-session against base ({apart})"
-        against_base = [_entry("speedup", "SKIP", why, (fig.get("vs_base") or {}).get("S"), _threshold("speedup", fail_on)[0]),
+        against_base = [_entry("speedup", "SKIP", why, (fig.get("vs_base") or {}).get("S"),
+                               fail_on.get("speedup", DEFAULTS["speedup"])),
                         _entry("ttft_ratio", "SKIP", why, None, _threshold("ttft_ratio", fail_on)[0])]
     else:
-        against_base = [speedup_check(fig.get("vs_base"), floor, fail_on),
+        against_base = [speedup_check(fig.get("vs_base"), floor, fail_on,
+                                      [spd, base_fig["speed"] if base_fig else None], untrusted),
                         ttft_check(spd, base_fig["speed"] if base_fig else None, fail_on)]
     return [
         *against_base,

@@ -9,7 +9,8 @@ JUnit, selftest and ``show --json`` (its top-level ``"verdict"``).
   fails a probe: a hard token divergence, a text divergence where ids are
   missing, a correctness gate the base arm passes, a timed output that
   differs where base's do not; or a performance check the user made a
-  threshold of (``--fail-on``) fails.
+  threshold of (``--fail-on``) fails, or S lies wholly below the default
+  speed floor (``perf_gates.SPEEDUP_FAIL_BELOW``).
 - INVALID (exit 2): nothing failed, but a verdict or a figure cannot be
   backed: the session is unfinished; there is no base arm; an arm crashed,
   hung, failed to start, did not speculate, was confounded or resumed across

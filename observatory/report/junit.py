@@ -1,14 +1,28 @@
-"""JUnit XML for CI: one testcase per probe x spec arm, plus one per arm's validity."""
+"""JUnit XML for CI: one testcase per arm's validity, probe x judged arm, performance check and channel x arm.
+
+Test names are stable from night to night (CI viewers keep per-test history
+by classname and name): ``arm.NAME`` / ``validity``, a probe's name, or
+``performance.CHECK``; ``channel.NAME`` / the arm; ``session`` / ``verdict``.
+A verdict is never part of a name. Times are the stored ones (an arm's
+start to finish, stored to the second, or its requests' summed durations
+where longer; a request's duration; the session's start to finish);
+a case with no timing of its own has no ``time``. FAIL is a ``failure``,
+INVALID and UNJUDGED an ``error``, SKIP and NOT_DISCRIMINATING ``skipped``;
+a WARN fails nothing but is visible: a ``warnings`` property (their count)
+and a ``WARN:`` line each in the case's ``system-out``.
+"""
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from observatory.judge.verdict import INVALID_CODES, arm_role
-from observatory.model.read_model import SessionView
+from observatory.model.read_model import ArmView, SessionView
 from observatory.model.roles import JUDGED_AGAINST_BASE
 
 # Characters XML 1.0 cannot carry at all (model output may hold any of them).
@@ -19,21 +33,66 @@ def _clean(text: Any, limit: int) -> str:
     return _XML_BAD.sub("\ufffd", str(text))[:limit]
 
 
-def _case(suite: ET.Element, classname: str, name: str) -> ET.Element:
-    return ET.SubElement(suite, "testcase", classname=_clean(classname, 200), name=_clean(name, 200), time="0")
+def _seconds(start: str | None, end: str | None) -> float | None:
+    """Seconds from START to END (stored ISO times), None when either is unknown or they are out of order."""
+    if not start or not end:
+        return None
+    try:
+        s = (datetime.fromisoformat(end.removesuffix("Z")) - datetime.fromisoformat(start.removesuffix("Z"))).total_seconds()
+    except (TypeError, ValueError):
+        return None
+    return s if s >= 0 else None
+
+
+def _arm_seconds(arm: ArmView) -> float | None:
+    """The arm's start to finish (stored to the second), or its requests' summed durations where longer."""
+    span = _seconds(arm.started_at, arm.finished_at)
+    busy = sum(r.duration_ms for r in arm.results if r.duration_ms is not None) / 1000.0
+    return max(span or 0.0, busy) if span is not None or busy else None
+
+
+def _case(suite: ET.Element, classname: str, name: str, seconds: float | None = None) -> ET.Element:
+    case = ET.SubElement(suite, "testcase", classname=_clean(classname, 200), name=_clean(name, 200))
+    if seconds is not None:
+        case.set("time", f"{seconds:.3f}")
+    return case
+
+
+def _warn(case: ET.Element, lines: Iterable[str], extra: str | None = None) -> bool:
+    """Mark CASE as WARN (a property and ``WARN:`` lines in system-out) when LINES has any; True if so."""
+    lines = list(lines)
+    text = "\n".join(f"WARN: {line}" for line in lines)
+    if lines:
+        props = ET.SubElement(case, "properties")
+        ET.SubElement(props, "property", name="warnings", value=str(len(lines)))
+    if lines or extra:
+        out = ET.SubElement(case, "system-out")
+        out.text = _clean("\n".join(t for t in (text, extra) if t), 4000)
+    return bool(lines)
 
 
 def junit_xml(data: SessionView) -> str:
     """The session as a JUnit XML document (text is escaped by ElementTree)."""
-    sid = data.session.id
+    s = data.session
     root = ET.Element("testsuites", name="observatory")
-    suite = ET.SubElement(root, "testsuite", name=f"observatory.session{sid}")
+    suite = ET.SubElement(root, "testsuite", name="observatory")  # stable: not the session id
+    if s.started_at:
+        suite.set("timestamp", s.started_at.removesuffix("Z"))  # UTC; the JUnit schema's timestamp has no zone
+    if s.host:
+        suite.set("hostname", _clean(s.host, 200))
+    session_s = _seconds(s.started_at, s.finished_at)
+    if session_s is not None:
+        suite.set("time", f"{session_s:.3f}")
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("session", s.id), ("model", s.model), ("suite", s.suite), ("verdict", data.verdict.verdict)):
+        if value is not None:
+            ET.SubElement(props, "property", name=name, value=_clean(value, 500))
     # names come from probe files and arm names: clean them too
 
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for arm in data.arms:
         counts["tests"] += 1
-        case = _case(suite, f"arm.{arm.name}", "validity")
+        case = _case(suite, f"arm.{arm.name}", "validity", _arm_seconds(arm))
         bad = [v for v in arm.validity if v.code in INVALID_CODES]
         if bad or arm.status != "ok":
             counts["errors"] += 1
@@ -44,7 +103,8 @@ def junit_xml(data: SessionView) -> str:
             continue
         for r in arm.results:
             counts["tests"] += 1
-            case = _case(suite, f"arm.{arm.name}", r.probe)
+            case = _case(suite, f"arm.{arm.name}", r.probe,
+                         r.duration_ms / 1000.0 if r.duration_ms is not None else None)
             verdicts = dict(r.verdicts)
             failed = {g: v for g, v in verdicts.items() if v.verdict == "FAIL"}
             unjudged = {g: v for g, v in verdicts.items() if v.verdict in ("UNJUDGED", "INVALID")}
@@ -63,8 +123,18 @@ def junit_xml(data: SessionView) -> str:
             elif verdicts and all(v.verdict in ("NOT_DISCRIMINATING", "SKIP") for v in verdicts.values()):
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message="not discriminating: the base arm fails this probe too")
-            out = ET.SubElement(case, "system-out")
-            out.text = _clean(r.preview, 200)
+            _warn(case, [f"{g}: {v.reason}" for g, v in verdicts.items() if v.verdict == "WARN"], _clean(r.preview, 200))
+        for p in arm.figures.performance or []:
+            counts["tests"] += 1
+            case = _case(suite, f"arm.{arm.name}", f"performance.{p.get('check')}")
+            verdict, reason = p.get("verdict"), _clean(p.get("reason"), 500)
+            if verdict == "FAIL":
+                counts["failures"] += 1
+                ET.SubElement(case, "failure", type="FAIL", message=reason)
+            elif verdict == "SKIP":
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=reason)
+            _warn(case, [reason] if verdict == "WARN" else [], reason if verdict == "PASS" else None)
     for ch in data.channels:  # one testcase per field channel x arm judged against base
         for a in ch.arms:
             if a.role not in JUDGED_AGAINST_BASE and not any(
@@ -81,15 +151,18 @@ def junit_xml(data: SessionView) -> str:
             elif not a.verdicts:
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=_clean(f"no verdict: arm {a.status}", 200))
+            _warn(case, [f"{g}: {v.reason}" for g, v in a.verdicts.items() if v.verdict == "WARN"])
     # The session verdict itself, from the one policy (the gate's exit code says the same).
     verdict = data.verdict
     counts["tests"] += 1
-    case = _case(suite, "session", f"verdict {verdict.verdict}")
+    case = _case(suite, "session", "verdict", session_s)
     if verdict.verdict in ("FAIL", "INVALID"):
         counts["failures" if verdict.verdict == "FAIL" else "errors"] += 1
         el = ET.SubElement(case, "failure" if verdict.verdict == "FAIL" else "error", type=verdict.verdict,
-                           message=_clean(verdict.why, 500))
+                           message=_clean(f"{verdict.verdict}: {verdict.why}", 500))
         el.text = _clean("\n".join(verdict.texts()), 8000)
+    else:
+        _warn(case, verdict.texts(("WARN",)), f"{verdict.verdict}: {verdict.why}")
     for k, v in counts.items():
         suite.set(k, str(v))
     return ET.tostring(root, encoding="unicode", xml_declaration=True)

@@ -21,7 +21,7 @@ from observatory.judge.verdict import arm_role
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
 from observatory.model.read_model import ArmView, SessionView
-from observatory.model.roles import JUDGED_AGAINST_BASE
+from observatory.model.roles import BASE, JUDGED_AGAINST_BASE
 from observatory.model.vocabulary import TOKEN_DIFF
 
 STYLE = {
@@ -204,3 +204,36 @@ def print_channels(data: SessionView, console: Console) -> None:
             table.add_row(Text(ch.name), Text(a.arm), verdict_text(v.verdict),
                           Text(f"{gate}: {v.reason or ''}"[:160]))
     console.print(table)
+
+
+def _rate_ttft(a: ArmView) -> tuple[str, str]:
+    spd = a.figures.speed or {}
+    rate, ttft = spd.get("single_stream_tok_s"), (spd.get("ttft_ms") or {}).get("median")
+    return _num(rate, "{:.1f}"), _num(ttft, "{:.0f} ms")
+
+
+def print_closing(data: SessionView, paths: dict[str, str], console: Console | None = None,
+                  interrupted: bool = False) -> None:
+    """The run's last words: the session verdict and why, each judged arm's headline with its tok/s and
+    TTFT against base's, and where the report, JSON and other outputs went (PATHS: label -> path).
+    INTERRUPTED: the run was cut short, so the verdict is INVALID whatever the stored arms say (the gate's)."""
+    console = console or Console()
+    v = data.verdict
+    verdict, why = ("INVALID", "the session was interrupted") if interrupted else (v.verdict, v.why)
+    console.rule(Text(f"Session {data.session.id}: {verdict}", style=STYLE.get(verdict, "bold")))
+    console.print(Text(f"why: {why}"))
+    shown = [r for r in v.reasons if r.level != "NOTE"]
+    for r in shown[:3]:
+        console.print(Text(f"  {r.level}: {r.text}"[:200], style=STYLE.get(r.level, "")))
+    if len(shown) > 3:
+        console.print(Text(f"  ... and {len(shown) - 3} more", style="dim"))
+    base = next((a for a in data.arms if arm_role(a) == BASE), None)
+    b_rate, b_ttft = _rate_ttft(base) if base else ("no base arm", "no base arm")
+    for a in data.arms:
+        if arm_role(a) not in JUDGED_AGAINST_BASE:
+            continue
+        rate, ttft = _rate_ttft(a)
+        console.print(Text(f"{a.name}:", style="cyan"), Text(arm_headline(a)))
+        console.print(Text(f"  single-stream tok/s {rate} vs base {b_rate} · TTFT median {ttft} vs base {b_ttft}"))
+    for label, path in paths.items():
+        console.print(Text(f"{label}: {path}"), soft_wrap=True)  # a path stays one line, to copy

@@ -1,0 +1,26 @@
+"""Every OBSERVATORY_* environment variable the code reads, for `observatory --help` (its epilog).
+
+tests/test_cli_help.py greps the code for ``OBSERVATORY_`` names and checks each is listed here.
+"""
+
+from __future__ import annotations
+
+ENV_VARS = {
+    "OBSERVATORY_DB": "database when --db is not given (SQLite file or SQLAlchemy URL; default runs.db)",
+    "OBSERVATORY_API_KEY": "bearer key for URL arms, as --api-key (never stored)",
+    "OBSERVATORY_ENGINE_PYTHON": "interpreter that has vLLM, as --engine-python (default: this one)",
+    "OBSERVATORY_DEFAULT_MODEL": "folder of the embedded default model (default: the packaged tiny MTP model)",
+    "OBSERVATORY_GPU_COUNT": "GPUs this host has, overriding detection (plans --parallel-arms waves)",
+    "OBSERVATORY_LLAMA_SERVER": "llama-server binary for llama.cpp arms (default: scripts/build-llama.sh's)",
+    "OBSERVATORY_LLAMA_CACHE": "where scripts/build-llama.sh builds llama.cpp (default: ~/.cache/observatory)",
+    "OBSERVATORY_FAULT": "set in an engine's environment (by selftest's +fault=F arms): the faults it injects",
+    "OBSERVATORY_REPAIR": "set in an engine's environment (an arms file's env): the engine repair it applies",
+    "OBSERVATORY_SQLITE_BUSY_MS": "how long SQLite waits for another writer's lock, in ms (default 30000)",
+    "OBSERVATORY_RAISE_ERRORS": "any value: an internal error shows its traceback instead of one line",
+}
+
+
+def epilog() -> str:
+    """The --help epilog: one line per variable (click keeps the lines of a \\b paragraph)."""
+    width = max(map(len, ENV_VARS))
+    return "\b\nEnvironment variables:\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in ENV_VARS.items())

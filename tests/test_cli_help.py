@@ -1,0 +1,25 @@
+"""`observatory --help` lists every OBSERVATORY_* environment variable the code reads (issue 30.8)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from observatory.cli import cli
+from observatory.model.env_vars import ENV_VARS
+
+PACKAGE = Path(__file__).resolve().parent.parent / "observatory"
+
+
+def test_help_lists_every_environment_variable() -> None:
+    used = {m for f in PACKAGE.rglob("*.py") for m in re.findall(r"OBSERVATORY_[A-Z][A-Z_]*[A-Z]", f.read_text())}
+    assert "OBSERVATORY_DB" in used and len(used) >= 8  # the grep itself works
+    assert used <= set(ENV_VARS), sorted(used - set(ENV_VARS))
+    r = CliRunner().invoke(cli, ["--help"])
+    assert r.exit_code == 0
+    for name in used:
+        assert re.search(rf"^\s+{name}\s+\S", r.output, re.M), (name, r.output)
+    # the negative control: a name the code does not read is not in the help
+    assert "OBSERVATORY_NOT_A_VARIABLE" not in r.output
