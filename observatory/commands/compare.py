@@ -137,12 +137,11 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     else:
         plan = SessionPlan.from_options(kw)
     registry_for(list(plan.gates_dirs))  # a bad gate file is a setup error, found before anything launches
-    opts = plan_compare(**plan.compare_kwargs(), api_key=api_key, command=redact_argv(sys.argv))
+    opts = plan_compare(plan, api_key=api_key, command=redact_argv(sys.argv))
     remember_engine(opts.settings.extra_args, opts.settings.env)
     for arm in opts.arms:
         remember_url(arm.url)
         remember_engine(arm.engine_args, arm.env)  # --api-key VALUE, HF_TOKEN=... (issue 32 item 1)
-    opts.plan = plan.to_stored()  # never the API key: it is not part of a plan
     if before_run is not None:
         before_run()
     if store is None:

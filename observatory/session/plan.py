@@ -135,10 +135,6 @@ class SessionPlan:
                 f"({_shown(plan.engine_args)}); give the same --engine-arg flags again with --resume.")
         return plan
 
-    def compare_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of `plan_compare` (everything but the gate folders)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "gates_dirs"}
-
 
 def plan_value(option: str, value: Any) -> dict[str, Any]:
     """A command option as plan fields ({} for options that are not part of a plan, e.g. --db, --quiet)."""
@@ -218,97 +214,70 @@ def resolve_model(model: str | None) -> tuple[str, bool]:
     return model, False  # a hub name: the engine resolves it (offline caches)
 
 
-def plan_compare(
-    *,
-    arms: str,
-    arms_file: str | None = None,
-    speculative_config: str | None = None,
-    model: str | None = None,
-    suite: str | None = None,
-    engine_python: str | None = None,
-    dtype: str | None = None,
-    max_model_len: int | None = None,
-    seed: int = 0,
-    engine_args: tuple[str, ...] = (),
-    spec_extra: str | None = None,
-    concurrency: str = "1",
-    repeat: int = 1,
-    health_timeout: float = 900.0,
-    request_timeout: float = 300.0,
-    log_dir: str = "logs",
-    api_key: str | None = None,
-    diffs: bool = True,
-    image: str | None = None,
-    gpus_per_arm: int = 1,
-    parallel_arms: bool = False,
-    timing: str = "sequential",
-    engine: str = "vllm",
-    command: list[str] | None = None,
-    fail_on: str | None = None,
-    profile: str | None = None,
-    channels: str | None = None,
-) -> CompareOptions:
-    """Validate everything and return the options of one compare session."""
-    parse_fail_on(fail_on)  # validates the thresholds before anything launches
-    arm_list = parse_arms(arms, arms_file, speculative_config)
-    adapter_for(engine)  # validates the name
-    if engine.lower() != "vllm" and any(a.url is None for a in arm_list):
+def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list[str] | None = None) -> CompareOptions:
+    """Validate PLAN (what the command line or a stored session asked for) and return the options of one
+    compare session: the one place a plan becomes what the runner runs."""
+    parse_fail_on(plan.fail_on)  # validates the thresholds before anything launches
+    arm_list = parse_arms(plan.arms, plan.arms_file, plan.speculative_config)
+    adapter_for(plan.engine)  # validates the name
+    if plan.engine.lower() != "vllm" and any(a.url is None for a in arm_list):
         raise ObservatoryError(
-            f"--engine {engine}: the observatory launches only vLLM; give every arm a URL "
+            f"--engine {plan.engine}: the observatory launches only vLLM; give every arm a URL "
             "(NAME=http://...) of a server you started."
         )
-    probes = load_probe_file(resolve_suite(suite))
-    channel_names = resolve_channels(profile, channels)
+    probes = load_probe_file(resolve_suite(plan.suite))
+    channel_names = resolve_channels(plan.profile, plan.channels)
     channel_probes = plan_probes(channel_names, probes)
-    if model is None and all(a.url for a in arm_list):
+    if plan.model is None and all(a.url for a in arm_list):
         model_name, is_default = "(served by the URL arms)", False
     else:
-        model_name, is_default = resolve_model(model)
+        model_name, is_default = resolve_model(plan.model)
     extra: dict[str, Any] = {}
-    if spec_extra:
+    if plan.spec_extra:
         try:
-            extra = json.loads(spec_extra)
+            extra = json.loads(plan.spec_extra)
         except json.JSONDecodeError as e:
-            raise ObservatoryError(f"--spec-extra: not valid JSON ({e.msg}): {spec_extra[:200]!r}") from None
+            raise ObservatoryError(f"--spec-extra: not valid JSON ({e.msg}): {plan.spec_extra[:200]!r}") from None
         except RecursionError:
             raise ObservatoryError("--spec-extra: nested too deeply") from None
         if not isinstance(extra, dict):
             raise ObservatoryError("--spec-extra must be a JSON object")
-    if repeat < 1:
+    if plan.repeat < 1:
         raise ObservatoryError("--repeat must be at least 1")
     settings = EngineSettings(
         model=model_name,
-        python=engine_python or os.environ.get("OBSERVATORY_ENGINE_PYTHON") or sys.executable,
-        dtype=dtype or ("float32" if is_default else None),
-        max_model_len=max_model_len or (1024 if is_default else None),
-        seed=seed, extra_args=list(engine_args), spec_extra=extra,
-        health_timeout_s=health_timeout, image=image,
+        python=plan.engine_python or os.environ.get("OBSERVATORY_ENGINE_PYTHON") or sys.executable,
+        dtype=plan.dtype or ("float32" if is_default else None),
+        max_model_len=plan.max_model_len or (1024 if is_default else None),
+        seed=plan.seed, extra_args=list(plan.engine_args), spec_extra=extra,
+        health_timeout_s=plan.health_timeout, image=plan.image,
     )
     n_gpus = gpu_count()
     if n_gpus == 0 and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         settings.env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; ample for the tiny default
     if n_gpus:
         settings.env.update(NO_MULTICAST_ENV)
-    if timing not in ("sequential", "concurrent"):
+    if plan.timing not in ("sequential", "concurrent"):
         raise ObservatoryError("--timing must be 'sequential' or 'concurrent'")
-    plan_waves(len(arm_list), n_gpus, gpus_per_arm, parallel_arms)  # validates the GPU request
-    if any(a.url is None and a.engine == "vllm" and not (a.image or image) for a in arm_list):
+    plan_waves(len(arm_list), n_gpus, plan.gpus_per_arm, plan.parallel_arms)  # validates the GPU request
+    if any(a.url is None and a.engine == "vllm" and not (a.image or plan.image) for a in arm_list):
         check_engine_python(settings.python)
     if any(a.url is None and a.engine == "llama.cpp" for a in arm_list):
         from observatory.engines.llamacpp import require_binary
 
         require_binary()  # a missing llama-server is a setup error (exit 3), before any arm launches
-    refs = {ref for a in arm_list if a.url is None and (ref := a.image or image)}
+    refs = {ref for a in arm_list if a.url is None and (ref := a.image or plan.image)}
     for ref in sorted(refs):
         require_image(ref)  # docker hook (observatory.engines.images): a missing image is a setup error
     check_listening(arm_list)
     return CompareOptions(
-        arms=arm_list, settings=settings, probes=probes, suite=str(resolve_suite(suite)),
-        log_dir=Path(log_dir), api_key=api_key,
-        concurrency=parse_int_list(concurrency, "--concurrency"), repeat=repeat,
-        request_timeout_s=request_timeout, diffs=diffs, command=command or [],
-        gpu_count=n_gpus, gpus_per_arm=gpus_per_arm, parallel_arms=parallel_arms, timing=timing, engine=engine,
-        channels=channel_names, channel_probes=channel_probes,
+        arms=arm_list, settings=settings, probes=probes, suite=str(resolve_suite(plan.suite)),
+        log_dir=Path(plan.log_dir), api_key=api_key,
+        concurrency=parse_int_list(plan.concurrency, "--concurrency"), repeat=plan.repeat,
+        request_timeout_s=plan.request_timeout, diffs=plan.diffs, command=command or [],
+        gpu_count=n_gpus, gpus_per_arm=plan.gpus_per_arm, parallel_arms=plan.parallel_arms, timing=plan.timing,
+        engine=plan.engine, channels=channel_names, channel_probes=channel_probes,
+        plan=plan.to_stored(),  # never the API key: it is not part of a plan
     )
 
 

@@ -109,7 +109,7 @@ class CompareOptions:
     parallel_arms: bool = False
     # "sequential": timed runs one arm at a time; "concurrent": as the arms ran
     timing: str = "sequential"
-    # the plan_compare() arguments, stored so `compare --resume` can rebuild this
+    # the SessionPlan this was made from (`SessionPlan.to_stored`), stored so `compare --resume` can rebuild it
     plan: dict[str, Any] = field(default_factory=dict)
     # field channels (observatory.channels) run after the correctness pass, in this order
     channels: list[str] = field(default_factory=list)
