@@ -54,7 +54,7 @@ def measure_probe(model: MiMoForCausalLM, tok: PreTrainedTokenizerBase, probe: P
     entropy, margin = token_stats(model, prompt_ids(tok, probe), c.token_ids)
     return {
         "name": c.name, "category": c.category, "text": c.text, "passed": c.passed, "reason": c.reason,
-        "tokens": len(c.token_ids), "acceptance": {str(k): v for k, v in c.acceptance.items()},
+        "tokens": len(c.token_ids), "token_ids": c.token_ids, "acceptance": {str(k): v for k, v in c.acceptance.items()},
         "entropy_sum": sum(entropy), "near_ties": sum(m < NEAR_TIE_NATS for m in margin),
     }
 

@@ -20,6 +20,7 @@ Usage: python -m training.field.sources [SRC_DIR]   (fetch + print sizes)
 from __future__ import annotations
 
 import gzip
+import hashlib
 import html
 import json
 import re
@@ -45,6 +46,19 @@ PYPI: tuple[tuple[str, str], ...] = (
     ("attrs", "24.2.0"),
     ("jinja2", "3.1.4"),
 )
+
+# sha256 of the files fetched on 2026-12-01 (Debian bookworm, PyPI); `fetch` checks them.
+SHA256: dict[str, str] = {
+    "manpages_6.03-2_all.deb": "efa1ba4cd19ad7baeae959c9209a7eb74be2ebb858bcabb412597bfc9f588c91",
+    "manpages-zh_1.6.4.0-1_all.deb": "81bae29495f6445db290e3f329f1203eb19b651c2a7ea165b74ebdc853a32ac1",
+    "fortunes-min_1%3a1.99.1-7.3_all.deb": "9eed5b45064e41133dae0967cf3a17588ad77c014fcc7bf1527fa3ea48e44d07",
+    "fortunes-zh_2.98_all.deb": "211c5ddee59d0ae74ce01cbfd02f7c8714740bae1835d5661eb2254edd739105",
+    "debian-reference-zh-cn_2.100_all.deb": "6d2d8d9a646397e28b04cdff23d2e4374101ebf9be348e35961af62c8a2d0977",
+    "requests-2.32.3-py3-none-any.whl": "70761cfe03c773ceb22aa2f671b4757976145175cdfca038c02654d061d6dcc6",
+    "click-8.1.7-py3-none-any.whl": "ae74fb96c20a0277a1d615f1e4d73c8414f5a98db8b799a7931d1582f3390c28",
+    "attrs-24.2.0-py3-none-any.whl": "81921eb96de3191c8258c199618104dd27ac608d9366f5e35d011eae1867ede2",
+    "jinja2-3.1.4-py3-none-any.whl": "bc5dd2abb727a5319567b7a813e6a2e7318c39f4f487cfe6c89c6f9c7d25197d",
+}
 
 
 @dataclass
@@ -96,6 +110,10 @@ def fetch(src: Path = DEFAULT_SRC) -> None:
                  "-d", str(pypi), f"{name}=={version}"],
                 check=True,
             )
+    for path in [*deb.glob("*.deb"), *pypi.glob("*.whl")]:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if SHA256.get(path.name) != digest:
+            raise RuntimeError(f"{path.name}: sha256 {digest} is not the recorded {SHA256.get(path.name)}")
 
 
 def _deb_members(path: Path) -> dict[str, bytes]:
