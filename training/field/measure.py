@@ -137,8 +137,12 @@ def card(m: dict[str, Any], report: dict[str, Any]) -> str:
             f"{_fmt(g['k2']['per_position'][0])} | {_fmt(g['k2']['per_position'][1])} | {_fmt(g['k2']['rate'])} | "
             f"{_fmt(g['entropy_nats'])} | {_fmt(g['near_tie_share'])} |"
         )
-    lines += ["", "Not measured here: acceptance on the vLLM engine itself (see below if a run is recorded).", "",
-              "## Sample outputs (greedy, base)", ""]
+    failing = [r for r in m["probes"] if not r["passed"]]
+    lines += ["", "Offline figures only; what the vLLM CPU engine reported for this model, where a run",
+              "was recorded, is in `training/field/README.md`.", "",
+              f"## Probes the base output fails ({len(failing)})", ""]
+    lines += [f"- {r['name']}: `{r['reason'][:160].replace('`', chr(39))}`" for r in failing]
+    lines += ["", "## Sample outputs (greedy, base)", ""]
     shown: set[str] = set()
     for r in m["probes"]:
         if r["category"] in shown:
