@@ -36,7 +36,6 @@ import httpx
 import msgspec
 
 from observatory.client.answer import Response, Take, finish, read_stream, take_logprobs, take_whole
-from observatory.client.sglang_ids import ENGINE as SGLANG
 from observatory.client.sglang_ids import sglang_params, take_ids
 from observatory.client.sse import MalformedStream, ServerError, decode_json, events
 from observatory.client.wire import DeadlineExceeded, Pool, WireError
@@ -82,7 +81,9 @@ def request_params(probe: Probe, engine: str = "vllm") -> dict[str, Any]:
             if key in extra:
                 params["extra_body"][key] = extra.pop(key)
         params.update(extra)
-    return sglang_params(params) if engine.strip().lower() == SGLANG else params
+    from observatory.engines.spec_counters import adapter_for
+
+    return sglang_params(params) if adapter_for(engine).ids_in_choices else params
 
 
 # What a correctness pass asks for only to read token ids (vLLM's and SGLang's flags): never in a timed pass.
@@ -160,8 +161,8 @@ class EngineClient:
         from observatory.engines.spec_counters import adapter_for
 
         self.adapter = adapter_for(engine)
-        # where a correctness pass's ids are: logprobs entries (vLLM, llama.cpp), or SGLang's choices[].token_ids
-        self._take: Take = take_ids if self.adapter.name == SGLANG else take_logprobs
+        # where a correctness pass's ids are: logprobs entries, or choices[].token_ids (the adapter says)
+        self._take: Take = take_ids if self.adapter.ids_in_choices else take_logprobs
         self.base_url = base_url.rstrip("/")
         self.timeout = float(timeout)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -356,18 +357,18 @@ class EngineClient:
         t0 = time.perf_counter()
         deadline = t0 + self.timeout
         out = Response()
-        if stream and probe.tools is not None and "logprobs" in params and self.adapter.name == "llama.cpp":
+        if stream and probe.tools is not None and "logprobs" in params and not self.adapter.streams_tool_logprobs:
             # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp,
             # oaicompat_chat_params_parse): such probes are sent whole (no TTFT, no chunk timeline)
             stream = False
-        if stream and not timed and probe.kind == "chat" and self.adapter.name == SGLANG:
+        if stream and not timed and probe.kind == "chat" and not self.adapter.streams_chat_ids:
             stream = False  # SGLang refuses return_token_ids on a streamed chat completion (observatory.client.sglang_ids)
         try:
             body = request_body(probe, self.served_model(), params, stream)
             path = "/v1/chat/completions" if probe.kind == "chat" else "/v1/completions"
             self._request(path, body, stream, t0, deadline, out, timed)
             if not timed and len(out.token_texts) != len(out.token_ids):
-                if self.adapter.name == SGLANG:
+                if self.adapter.ids_in_choices:
                     out.token_texts = []  # some texts did not count as their ids: unknown, never guessed
                 elif probe.kind != "chat":
                     self._deadline = deadline

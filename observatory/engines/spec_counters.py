@@ -139,6 +139,9 @@ class EngineAdapter(Protocol):
     streams_drafted_ids: bool  # a streamed answer carries an id for every token, drafted ones too
     stream_ids_note: str  # why not, where it does not (shown with the verdict it makes unmeasurable)
     speculation_flags: str | None  # prefix of the launch flags that are the arm's speculation itself
+    ids_in_choices: bool  # token ids come as ``choices[].token_ids`` (asked with ``return_token_ids``), not in logprobs
+    streams_chat_ids: bool  # a streamed chat completion can carry the ids (else correctness chats go whole)
+    streams_tool_logprobs: bool  # logprobs on a streamed request with tools (else such probes go whole)
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """{"ids", "pieces"} of PROBE's rendered prompt as the server tokenizes it (POST through POST)."""
@@ -163,6 +166,9 @@ class Dialect:
     streams_drafted_ids = True
     stream_ids_note = ""
     speculation_flags: str | None = None
+    ids_in_choices = False
+    streams_chat_ids = True
+    streams_tool_logprobs = True
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """/tokenize with the chat template applied by the server (vLLM's and SGLang's form)."""
@@ -203,6 +209,10 @@ class SGLangAdapter(Dialect):
 
     name = "sglang"
     version_key = "version"
+    # its OpenAI logprobs carry no ids: they come with return_token_ids (observatory.client.sglang_ids),
+    # which a streamed chat completion refuses
+    ids_in_choices = True
+    streams_chat_ids = False
 
     def version_path(self) -> str:
         return "/get_server_info"
@@ -262,6 +272,8 @@ class LlamaCppAdapter(Dialect):
                        "(tools/server/server-context.cpp: \"TODO: set result.probs\"); the token diff uses the "
                        "non-streamed response, which carries every id")
     speculation_flags = "--spec-"  # --spec-type, --spec-draft-model, ...
+    # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp, oaicompat_chat_params_parse)
+    streams_tool_logprobs = False
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """/apply-template (chat), then /tokenize with pieces: llama-server's own endpoints."""
@@ -314,7 +326,8 @@ def adapter_for(name: str) -> EngineAdapter:
         raise ObservatoryError(f"Unknown engine {name!r}; known engines: {', '.join(sorted(known))}")
     adapter = cls()
     for attr in ("name", "version_key", "version_path", "counters_from_metrics", "counters_from_response",
-                 "binary", "streams_drafted_ids", "stream_ids_note", "speculation_flags", "tokenize"):
+                 "binary", "streams_drafted_ids", "stream_ids_note", "speculation_flags", "tokenize",
+                 "ids_in_choices", "streams_chat_ids", "streams_tool_logprobs"):
         if not hasattr(adapter, attr):
             raise ObservatoryError(f"engine adapter {name!r} ({cls!r}) lacks {attr!r}: see docs/plugins.md")
     return adapter
