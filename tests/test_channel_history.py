@@ -189,6 +189,12 @@ def test_one_bad_night_does_not_blind_the_next(store: Store, monkeypatch: pytest
     s_row = next(r for r in row.details["table"] if r["figure"] == "S")
     assert s_row["median"] == 0.98 and s_row["session_ids"] == clean and s_row["band"][0] > 0.9
     assert f"kept out: {drafter} (flagged by history)" in row.reason
+    from observatory.report.channel_blocks import table_view
+
+    shown = table_view(row.details["table"])  # what the report's history row draws
+    assert {"median", "band", "session_ids"} <= set(shown["cols"])
+    s_cells = next(r["cells"] for r in shown["rows"] if r["cells"][0] == "S")
+    assert " ".join(map(str, clean)) in str(s_cells[shown["cols"].index("session_ids")])
     _, row = _judged_night(store, 5, 0.605, 0.975, monkeypatch)  # negative control
     assert row.verdict == "PASS", row.reason
     assert row.details["earlier_sessions"] == clean
