@@ -34,7 +34,8 @@ def _counters(alpha: float, drafts: int = 100, k: int = 2) -> dict[str, Any]:
     return {"drafts": drafts, "draft_tokens": drafts * k, "accepted": acc, "accepted_per_pos": [acc - acc // 2, acc // 2]}
 
 
-def _night(store: Store, day: int, alpha: float, text: str = HEALTHY, version: str = "0.1") -> None:
+def _night(store: Store, day: int, alpha: float, text: str = HEALTHY, version: str = "0.1",
+           verdict: str = "PASS") -> None:
     """An earlier session, judged: its stream results and its stored summaries."""
     sid, arms, pids = session(store, SUITE, ["base", "mtp2"], day=day, version=version)
     sh = suite_hash(p.content_hash for p in SUITE)
@@ -44,7 +45,7 @@ def _night(store: Store, day: int, alpha: float, text: str = HEALTHY, version: s
         store.add(SummaryRow(session_id=sid, arm_id=arm.id, position=pos, arm=name, model="m", engine_version=version,
                              suite_hash=sh, status="ok", validity=[], trusted=True,
                              alpha=alpha if spec else None, tau=1 + 2 * alpha if spec else None, S=None,
-                             verdicts={}, failing=[], session_verdict="PASS", verdict_status="complete"))
+                             verdicts={}, failing=[], session_verdict=verdict, verdict_status="complete"))
 
 
 def _tonight(store: Store, alpha: float, text: str = HEALTHY, fail_on: str | None = None) -> dict[str, Any]:
@@ -121,3 +122,111 @@ def test_history_drop_is_a_known_threshold() -> None:
     assert parse_fail_on("history_drop>0.2") == {"history_drop": 0.2}
     with pytest.raises(Exception, match="history_drop>"):
         parse_fail_on("history_drop<0.2")
+
+
+def test_the_robust_band_is_median_and_scaled_mad_floored_and_capped() -> None:
+    """Issue 29 item 6: the band is SIGMAS x 1.4826 x MAD around the median, at least the floor, at most half
+    the median; one outlier among the nights moves neither the centre nor the width."""
+    med, tol = history.band([10.0, 11.0, 12.0, 13.0, 14.0], 0.0)
+    assert med == 12.0 and tol == pytest.approx(3 * 1.4826)
+    assert history.band([0.98, 0.98, 0.98, 0.30], 0.01) == (0.98, 0.01)  # MAD 0: the floor
+    assert history.band([1.0, 0.2, 1.8], 0.0) == (1.0, 0.5)  # 3 x 1.4826 x 0.8 = 3.6: capped at half the median
+    assert history.band([0.6, 0.62], 0.9)[1] == pytest.approx(0.305)  # the cap wins over a floor wider than it
+
+
+def _judged_night(store: Store, day: int, alpha: float, s: float, monkeypatch: pytest.MonkeyPatch,
+                  ci: tuple[float, float] | None = None) -> tuple[int, Any]:
+    """A night judged by the history channel and stored as the next nights see it: its verdict row and summary.
+
+    S is planted into the figures (the fixtures store no timed measurements; acceptance comes from the
+    counters as in a real session); its interval is +-10% of S unless CI is given.
+    """
+    import observatory.judge.figures as figures_mod
+
+    real = figures_mod.compute_figures
+    options = {"channels": ["history"], "fail_on": {}}
+    sid, arms, pids = session(store, SUITE, ["base", "mtp2"], options=options, day=day)
+
+    def planted(st: Any, session_id: int) -> dict[int, dict[str, Any]]:
+        figs = real(st, session_id)
+        figs.setdefault(arms["mtp2"].id, {})["vs_base"] = {"S": s, "ci": list(ci or (0.9 * s, 1.1 * s))}
+        return figs
+
+    monkeypatch.setattr(figures_mod, "compute_figures", planted)
+    result(store, arms["base"], pids["prose"], "stream", [1, 2], ["a", "b"], text=HEALTHY, counters_delta=_counters(0))
+    result(store, arms["mtp2"], pids["prose"], "stream", [1, 2], ["a", "b"], text=HEALTHY,
+           counters_delta=_counters(alpha))
+    all_arms = store.arms(sid)
+    view = ChannelView(store, sid, "history", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]), {},
+                       default_registry())
+    rows = history.judge(view)
+    assert len(rows) == 1
+    row = store.add(rows[0])
+    sh = suite_hash(p.content_hash for p in SUITE)
+    for pos, (name, arm) in enumerate(arms.items()):
+        spec = name == "mtp2"
+        store.add(SummaryRow(session_id=sid, arm_id=arm.id, position=pos, arm=name, model="m", engine_version="0.1",
+                             suite_hash=sh, status="ok", validity=[], trusted=True,
+                             alpha=alpha if spec else None, tau=1 + 2 * alpha if spec else None,
+                             S=s if spec else None, verdicts={}, failing=[], session_verdict="PASS",
+                             verdict_status="complete"))
+    return sid, row
+
+
+def test_one_bad_night_does_not_blind_the_next(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29 item 6, the measured sequence: three clean nights; a drafter that lost 3/4 of its acceptance
+    is flagged; the next night a 4x slower spec step (S 0.24 against 0.98) is flagged against the same three
+    nights, not "within the noise" of a baseline the bad night widened; a clean night after both passes."""
+    clean = [_judged_night(store, d, a, s, monkeypatch)[0]
+             for d, (a, s) in enumerate([(0.60, 0.97), (0.62, 0.98), (0.61, 0.99)])]
+    drafter, row = _judged_night(store, 3, 0.16, 0.30, monkeypatch)
+    assert row.verdict == "WARN" and row.reason.startswith("alpha drop"), row.reason
+    assert row.details["earlier_sessions"] == clean
+    slow, row = _judged_night(store, 4, 0.61, 0.24, monkeypatch)
+    assert row.verdict == "WARN" and row.reason.startswith("S drop"), row.reason
+    assert row.details["earlier_sessions"] == clean
+    assert row.details["kept_out"] == [{"session_id": drafter, "why": "flagged by history"}]
+    s_row = next(r for r in row.details["table"] if r["figure"] == "S")
+    assert s_row["median"] == 0.98 and s_row["session_ids"] == clean and s_row["band"][0] > 0.9
+    assert f"kept out: {drafter} (flagged by history)" in row.reason
+    from observatory.report.channel_blocks import table_view
+
+    shown = table_view(row.details["table"])  # what the report's history row draws
+    assert {"median", "band", "session_ids"} <= set(shown["cols"])
+    s_cells = next(r["cells"] for r in shown["rows"] if r["cells"][0] == "S")
+    assert " ".join(map(str, clean)) in str(s_cells[shown["cols"].index("session_ids")])
+    _, row = _judged_night(store, 5, 0.605, 0.975, monkeypatch)  # negative control
+    assert row.verdict == "PASS", row.reason
+    assert row.details["earlier_sessions"] == clean
+    assert [o["session_id"] for o in row.details["kept_out"]] == [drafter, slow]
+
+
+def test_the_old_mean_band_was_blinded_by_the_same_nights() -> None:
+    """Issue 29 item 6, the control on the design: mean +- 3 standard deviations over the same four nights
+    (the drafter night in) admits S 0.24; the robust band over the three clean nights does not."""
+    import statistics
+
+    past = [0.97, 0.98, 0.99, 0.30]
+    assert 0.24 > statistics.fmean(past) - 3 * statistics.stdev(past)
+    med, tol = history.band(past[:3], 0.05 * 0.98)
+    assert 0.24 < med - tol
+
+
+def test_a_wide_own_interval_cannot_widen_the_band_past_half(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29 item 6: a session whose own S interval is wider than the figure can move (here +-1.0) still
+    has S 0.24 against 0.98 flagged: the allowed move is capped at half the median."""
+    for d, (a, s) in enumerate([(0.60, 0.97), (0.62, 0.98), (0.61, 0.99)]):
+        _judged_night(store, d, a, s, monkeypatch)
+    _, row = _judged_night(store, 3, 0.61, 0.24, monkeypatch, ci=(0.05, 2.05))
+    s_row = next(r for r in row.details["table"] if r["figure"] == "S")
+    assert row.verdict == "WARN" and s_row["noise"] == pytest.approx(0.49), row.details
+
+
+def test_nights_whose_session_failed_are_kept_out(store: Store) -> None:
+    """Issue 29 item 6: a FAIL or INVALID night never joins the baseline, and the verdict says it was kept out."""
+    _nights(store, [0.60, 0.62, 0.61])
+    _night(store, 3, 0.10, verdict="FAIL")
+    _night(store, 4, 0.12, verdict="INVALID")
+    got = _tonight(store, 0.61)
+    assert got["verdict"] == "PASS" and "kept out: 4 (session verdict FAIL), 5 (session verdict INVALID)" in \
+        got["reason"], got["reason"]

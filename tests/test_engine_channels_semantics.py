@@ -53,6 +53,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         clean = tx.execute(select(SummaryRow).where(SummaryRow.session_id == sid, SummaryRow.arm == "mtp2")).scalar_one()
         template = {c.name: getattr(clean, c.name) for c in SummaryRow.__table__.c if c.name not in ("id", "arm_id",
                                                                                                    "session_id", "arm")}
+    # the gate FAILs (faults are in); clean nights of the arm passed, and a FAIL night is kept out of history
+    template["session_verdict"] = "PASS"
     model = store.session(sid).model
     for night in nights:
         store.update(SessionRow, night, model=model)

@@ -4,17 +4,24 @@ Acceptance that drops quietly over the nights (a drafter regressed, a
 kernel changed) passes every same-session check. For each spec arm this
 channel takes the earlier sessions in the same database with the same model,
 arm name, engine version and suite (the stored per-arm summaries,
-`observatory.judge.summaries`; only trusted arms; the last `NIGHTS`), and flags:
+`observatory.judge.summaries`; only trusted arms; the last `NIGHTS`), keeps
+out the nights this channel flagged (WARN or FAIL) and those whose session
+verdict was FAIL or INVALID (`observatory.store.summaries.earlier_trusted`),
+so that one bad night never joins the baseline (issue 29 item 6), and flags:
 
-- ``drop``: alpha, tau or S below the earlier nights' mean by more than
-  their noise: `SIGMAS` standard deviations of the earlier values, at least
-  `observatory.judge.summaries.DEFAULT_ACCEPTANCE_TOLERANCE` (5%) of the mean for
-  alpha and tau, and at least this session's own S noise (half its bootstrap
-  interval, or the A/A throughput spread) for S;
-- ``jump``: alpha or tau above the mean beyond the same noise while the arm's
+- ``drop``: alpha, tau or S below the earlier nights' median by more than
+  their noise (`band`): `SIGMAS` robust standard deviations (MAD x
+  `MAD_SIGMA`), at least `observatory.judge.summaries.DEFAULT_ACCEPTANCE_TOLERANCE`
+  (5%) of the median for alpha and tau, and at least this session's own S
+  noise (half its bootstrap interval, or the A/A throughput spread) for S;
+  never more than `MAX_MOVE` of the median;
+- ``jump``: alpha or tau above the median beyond the same noise while the arm's
   output got more repetitive (its mean character 3-gram degeneracy score
-  below the earlier nights' beyond `SIGMAS` standard deviations, at least
+  below the earlier nights' beyond the same band, at least
   `DEGENERACY_FLOOR`): acceptance bought with degenerate text.
+
+The verdict's details store, per figure, the median, the band and the
+session ids that made it, and the nights kept out with why.
 
 A breach is a WARN; with ``--fail-on 'history_drop>X'`` a breach whose
 relative move exceeds X is a FAIL. With fewer than `MIN_NIGHTS` earlier
@@ -38,6 +45,11 @@ NIGHTS = 7
 MIN_NIGHTS = 3
 SIGMAS = 3.0
 DEGENERACY_FLOOR = 0.05
+# MAD x 1.4826 estimates a normal standard deviation (the MAD of N(0, s) is s / 1.4826)
+MAD_SIGMA = 1.4826
+# the allowed move never exceeds half the median: a figure that can fall by half as "noise" cannot vouch for
+# anything (every fault issue 29 item 6 records moved a figure by 74-75%; docs/channels.md, history)
+MAX_MOVE = 0.5
 FAIL_KEY = "history_drop"
 
 
@@ -69,21 +81,25 @@ def degeneracy_score(view: ChannelView, session_id: int, arm_id: int) -> float |
     return statistics.fmean(scores) if scores else None
 
 
-def _earlier(view: ChannelView, arm: ArmRow, model: str | None, suite: str) -> list[dict[str, Any]]:
-    """The last NIGHTS trusted summaries of earlier sessions with this model, arm, engine version and suite.
+def _earlier(view: ChannelView, arm: ArmRow, model: str | None,
+             suite: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(baseline, kept out): the last NIGHTS trusted, unflagged summaries of earlier sessions with this model,
+    arm, engine version and suite, and the newer nights kept out of it.
 
     Read straight from the stored summaries (written when each session was
     judged), never built here: building them would judge nothing new and
     would summarise this very session half-judged.
     """
-    return earlier_trusted(view.store, view.session_id, arm.name, model, suite, arm.engine_version, NIGHTS)
+    return earlier_trusted(view.store, view.session_id, arm.name, model, suite, arm.engine_version, NIGHTS,
+                           flagged_by=NAME)
 
 
-def _noise(values: list[float], floor: float) -> tuple[float, float]:
-    """(mean, allowed move) of earlier VALUES: SIGMAS standard deviations, at least FLOOR."""
-    mean = statistics.fmean(values)
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return mean, max(SIGMAS * sd, floor)
+def band(values: list[float], floor: float) -> tuple[float, float]:
+    """(median, allowed move) of earlier VALUES: SIGMAS x MAD x MAD_SIGMA, at least FLOOR, at most MAX_MOVE
+    of the median (a figure cannot move further than that and still be the same deployment)."""
+    med = statistics.median(values)
+    mad = statistics.median(abs(v - med) for v in values)
+    return med, min(max(SIGMAS * MAD_SIGMA * mad, floor), MAX_MOVE * abs(med))
 
 
 def _own_s_noise(fig: dict[str, Any]) -> float:
@@ -108,11 +124,13 @@ def judge(view: ChannelView) -> list[VerdictRow]:
     for arm in view.arms:
         if not (arm.launch or {}).get("speculative_config") or arm.status != "ok":
             continue
-        earlier = _earlier(view, arm, session.model, suite)
+        earlier, kept_out = _earlier(view, arm, session.model, suite)
+        out = [{"session_id": x["session_id"], "why": x["kept_out"]} for x in kept_out]
         if len(earlier) < MIN_NIGHTS:
             rows.append(view.verdict(arm, "SKIP", f"not measurable: {len(earlier)} earlier sessions "
-                                     f"(same model, arm, engine {arm.engine_version}, suite; {MIN_NIGHTS} needed)",
-                                     {"earlier_sessions": [x["session_id"] for x in earlier]}))
+                                     f"(same model, arm, engine {arm.engine_version}, suite; {MIN_NIGHTS} needed; "
+                                     f"{len(out)} kept out)",
+                                     {"earlier_sessions": [x["session_id"] for x in earlier], "kept_out": out}))
             continue
         if figures is None:
             figures = compute_figures(view.store, view.session_id)
@@ -123,13 +141,16 @@ def judge(view: ChannelView) -> list[VerdictRow]:
         drops: list[tuple[str, float]] = []
         jumps: list[tuple[str, float]] = []
         for fname, value in now.items():
-            past = [float(x[fname]) for x in earlier if x[fname] is not None]
+            used = [x for x in earlier if x[fname] is not None]
+            past = [float(x[fname]) for x in used]
             if value is None or len(past) < MIN_NIGHTS:
                 table.append({"figure": fname, "now": value, "nights": len(past), "result": "not measurable"})
                 continue
-            mean, tol = _noise(past, DEFAULT_ACCEPTANCE_TOLERANCE * abs(statistics.fmean(past)))
+            med = statistics.median(past)
+            floor = DEFAULT_ACCEPTANCE_TOLERANCE * abs(med)
             if fname == "S":
-                tol = max(tol, _own_s_noise(fig))
+                floor = max(floor, _own_s_noise(fig))
+            mean, tol = band(past, floor)
             move = value - mean
             result = "within noise"
             if move < -tol:
@@ -138,21 +159,26 @@ def judge(view: ChannelView) -> list[VerdictRow]:
             elif move > tol and fname != "S":
                 result = "rise beyond noise"
                 jumps.append((fname, move / mean if mean else 0.0))
-            table.append({"figure": fname, "now": round(value, 4), "mean": round(mean, 4), "noise": round(tol, 4),
-                          "nights": len(past), "result": result})
+            table.append({"figure": fname, "now": round(value, 4), "median": round(mean, 4), "noise": round(tol, 4),
+                          "band": [round(mean - tol, 4), round(mean + tol, 4)], "nights": len(past),
+                          "session_ids": [x["session_id"] for x in used], "result": result})
         degenerate = _more_repetitive(view, arm, earlier, table) if jumps else False
         breaches = drops + (jumps if degenerate else [])
-        details = {"table": table, "earlier_sessions": [x["session_id"] for x in earlier]}
+        ids = [x["session_id"] for x in earlier]
+        details = {"table": table, "earlier_sessions": ids, "kept_out": out}
+        made = "sessions " + " ".join(map(str, ids))
+        if out:
+            made += "; kept out: " + ", ".join(f"{o['session_id']} ({o['why']})" for o in out)
         if not breaches:
-            rows.append(view.verdict(arm, "PASS", f"alpha, tau and S within the noise of {len(earlier)} earlier "
-                                     "sessions", details))
+            rows.append(view.verdict(arm, "PASS", f"alpha, tau and S within the band of {len(earlier)} earlier "
+                                     f"sessions ({made})", details))
             continue
         worst = max(breaches, key=lambda b: b[1])
         what = "drop" if worst in drops else "jump with more repetitive output"
         verdict = "FAIL" if limit is not None and worst[1] > limit else "WARN"
         how = f" > {FAIL_KEY} {limit:g}" if verdict == "FAIL" else ""
-        rows.append(view.verdict(arm, verdict, f"{worst[0]} {what}: {worst[1]:.1%}{how} against the mean of "
-                                 f"{len(earlier)} earlier sessions, beyond their noise", details))
+        rows.append(view.verdict(arm, verdict, f"{worst[0]} {what}: {worst[1]:.1%}{how} against the median of "
+                                 f"{len(earlier)} earlier sessions, beyond their band ({made})", details))
     return rows
 
 
@@ -164,10 +190,11 @@ def _more_repetitive(view: ChannelView, arm: ArmRow, earlier: list[dict[str, Any
     if now is None or len(past) < MIN_NIGHTS:
         table.append({"figure": "degeneracy", "now": now, "nights": len(past), "result": "not measurable"})
         return False
-    mean, tol = _noise(past, DEGENERACY_FLOOR)
+    mean, tol = band(past, DEGENERACY_FLOOR)
     worse = now < mean - tol
-    table.append({"figure": "degeneracy", "now": round(now, 4), "mean": round(mean, 4), "noise": round(tol, 4),
-                  "nights": len(past), "result": "more repetitive" if worse else "within noise"})
+    table.append({"figure": "degeneracy", "now": round(now, 4), "median": round(mean, 4), "noise": round(tol, 4),
+                  "band": [round(mean - tol, 4), round(mean + tol, 4)], "nights": len(past),
+                  "result": "more repetitive" if worse else "within noise"})
     return worse
 
 
@@ -178,5 +205,6 @@ CHANNEL = Channel(
     plan=plan,
     measure=measure,
     judge=judge,
-    options={"nights": NIGHTS, "min_nights": MIN_NIGHTS, "sigmas": SIGMAS, "fail_on": f"{FAIL_KEY}>X"},
+    options={"nights": NIGHTS, "min_nights": MIN_NIGHTS, "sigmas": SIGMAS, "mad_sigma": MAD_SIGMA,
+             "max_move": MAX_MOVE, "fail_on": f"{FAIL_KEY}>X"},
 )

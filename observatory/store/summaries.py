@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from sqlalchemy import Text, delete, func, or_, select, type_coerce
+from sqlalchemy import Text, delete, func, literal, or_, select, type_coerce
 
-from observatory.store.db import ArmRow, SessionRow, SummaryRow
+from observatory.store.db import ArmRow, SessionRow, SummaryRow, VerdictRow
 
 _decode = msgspec.json.Decoder().decode
 # the JSON columns read as text and decoded with msgspec (4,000 rows: SQLAlchemy's json.loads was half the time)
@@ -79,15 +79,34 @@ def summary_rows(store: Any, model: str | None = None, arm: str | None = None,
     return rows
 
 
+# session verdicts that keep a night out of the history baseline (observatory.judge.summaries.session_verdict)
+KEPT_OUT_VERDICTS = ("FAIL", "INVALID")
+
+
 def earlier_trusted(store: Any, before_session: int, arm: str, model: str | None, suite_hash: str,
-                    engine_version: str | None, nights: int) -> list[dict[str, Any]]:
-    """alpha, tau and S of the last NIGHTS trusted summaries of ARM before BEFORE_SESSION with this model,
-    suite and engine version, oldest first (the history channel's baseline)."""
+                    engine_version: str | None, nights: int,
+                    flagged_by: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(baseline, kept out): alpha, tau and S of the last NIGHTS trusted summaries of ARM before
+    BEFORE_SESSION with this model, suite and engine version whose session verdict was not FAIL or
+    INVALID and whose arm the channel FLAGGED_BY (a gate name) did not WARN or FAIL; and the trusted
+    nights newer than the oldest of those that were kept out, each with ``kept_out`` saying why.
+    Both oldest first (the history channel's baseline: one bad night never joins it)."""
     t = SummaryRow.__table__
-    q = (select(t.c.session_id, t.c.arm_id, t.c.alpha, t.c.tau, t.c.S)
-         .where(t.c.session_id < before_session, t.c.arm == arm, t.c.model == model, t.c.suite_hash == suite_hash,
-                t.c.engine_version == engine_version, t.c.trusted.is_(True))
-         .order_by(t.c.session_id.desc()).limit(nights))
+    flagged = (select(VerdictRow.id).where(VerdictRow.arm_id == t.c.arm_id, VerdictRow.gate == flagged_by,
+                                           VerdictRow.verdict.in_(("WARN", "FAIL"))).exists()
+               if flagged_by else literal(False))
+    bad_verdict = func.coalesce(t.c.session_verdict, "").in_(KEPT_OUT_VERDICTS)
+    base = (select(t.c.session_id, t.c.arm_id, t.c.alpha, t.c.tau, t.c.S, t.c.session_verdict,
+                   flagged.label("flagged"))
+            .where(t.c.session_id < before_session, t.c.arm == arm, t.c.model == model, t.c.suite_hash == suite_hash,
+                   t.c.engine_version == engine_version, t.c.trusted.is_(True)))
     with store.tx() as tx:
-        rows = [dict(r) for r in tx.execute(q).mappings()]
-    return rows[::-1]
+        kept = [dict(r) for r in tx.execute(base.where(~bad_verdict, ~flagged)
+                                             .order_by(t.c.session_id.desc()).limit(nights)).mappings()]
+        oldest = min((r["session_id"] for r in kept), default=-1)
+        out = [dict(r) for r in tx.execute(base.where(bad_verdict | flagged, t.c.session_id > oldest)
+                                            .order_by(t.c.session_id.desc()).limit(nights)).mappings()]
+    for r in out:
+        r["kept_out"] = (f"flagged by {flagged_by}" if r["flagged"]
+                         else f"session verdict {r['session_verdict']}")
+    return kept[::-1], out[::-1]
