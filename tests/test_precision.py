@@ -92,8 +92,14 @@ def test_a_speedup_within_noise_says_what_change_it_cannot_see() -> None:
     assert calm["verdict"] == "PASS" and "within noise" in calm["reason"]
     assert f"smaller than {vb['detectable_change']:.0%} is not detectable in this session" in calm["reason"]
     assert "11%" in calm["reason"]  # 2.80 x (0.15 / 3.92) / 0.97
-    blind = speedup_check({"S": 0.97, "ci": None, "detectable_change": None}, {"throughput_spread": 0.05}, {})
-    assert blind["verdict"] == "PASS" and "not measurable" in blind["reason"]
+    # a vs_base without the field (stored before it existed): not measurable, never a guess
+    blind = speedup_check({"S": 0.97, "ci": [0.88, 1.03]}, None, {})
+    assert blind["verdict"] == "PASS" and "not measurable" in blind["reason"] and "not detectable" not in blind["reason"]
+    # judged by an A/A spread wider than the interval's MDE: the spread bounds what the check could see
+    wide = speedup_check(vb, {"throughput_spread": 0.2}, {})
+    assert wide["verdict"] == "PASS" and "smaller than 20% (the A/A spread) is not detectable" in wide["reason"]
+    narrow = speedup_check(vb, {"throughput_spread": 0.05}, {})
+    assert narrow["verdict"] == "PASS" and "smaller than 11% is not detectable" in narrow["reason"]
     # the negative control: beyond the noise the check WARNs and makes no within-noise claim
     tight = speedup_check({"S": 0.97, "ci": [0.95, 0.99]}, None, {})
     assert tight["verdict"] == "WARN" and "not detectable" not in tight["reason"]

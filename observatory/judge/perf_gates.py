@@ -141,7 +141,7 @@ def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_
     if below is None or below(warn_below):
         return _entry("speedup", "WARN", f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, shown)
     return _entry("speedup", "PASS", f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise}); "
-                  f"{detectable_words(vb)}", S, shown)
+                  f"{detectable_words(vb, (floor or {}).get('throughput_spread'))}", S, shown)
 
 
 def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: dict[str, float]) -> dict[str, Any]:

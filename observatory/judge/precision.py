@@ -67,9 +67,15 @@ def precision(S: float | None, ci: list[float] | None, arm: tuple[int, float] | 
     return out
 
 
-def detectable_words(vb: Mapping[str, Any] | None) -> str:
-    """The speedup check's phrase: what change this session cannot see (or that it cannot say)."""
+def detectable_words(vb: Mapping[str, Any] | None, spread: float | None = None) -> str:
+    """The speedup check's phrase: what change this session cannot see (or that it cannot say).
+
+    SPREAD, the A/A throughput spread when the check judged S by it: a change inside it is not seen
+    either, so the phrase names the larger of the two.
+    """
     mde = (vb or {}).get("detectable_change")
+    if spread is not None and (mde is None or spread > mde):
+        return f"a change in S smaller than {spread:.0%} (the A/A spread) is not detectable in this session"
     if mde is None:
         return "the smallest detectable change is not measurable (no interval on S)"
     return f"a change in S smaller than {mde:.0%} is not detectable in this session"
