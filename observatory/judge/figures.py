@@ -16,7 +16,9 @@ All figures derive from stored rows, so they can be recomputed at any time:
 - against the base arm of the same session: S = single-stream tok/s(spec) /
   single-stream tok/s(base) (end to end: a TTFT bought for decode speed counts),
   r = tau / S (one spec step in base steps), c = r - 1, pays while tau > r;
-  for k = 1 the break-even alpha > c; a bootstrap CI on S;
+  for k = 1 the break-even alpha > c; a bootstrap CI on S, and from it how precise
+  S is (observatory/judge/precision.py: the smallest detectable change, the
+  timed traffic spent and the traffic a +-2% interval would need);
 - the performance checks of each spec arm (observatory/judge/perf_gates.py):
   speedup, TTFT ratio, acceptance floor, tau from the stream against tau from
   the counters, ids against usage;
@@ -41,6 +43,7 @@ from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
 from observatory.engines.spec_counters import adapter_for
 from observatory.judge.perf_gates import performance
+from observatory.judge.precision import precision, spent
 from observatory.judge.session import base_reference
 from observatory.judge.session_parts import cross_session
 from observatory.judge.speed import speed, stream_tau, ttft_by_level
@@ -108,15 +111,20 @@ def _bootstrap_ratio(spec: list[list[float]], base: list[list[float]], seed: int
 
 
 def vs_base(acc: dict[str, Any], spd: dict[str, Any], base_spd: dict[str, Any], k: int | None) -> dict[str, Any]:
-    """S, r, c and the break-even against the base arm (S from the end-to-end single-stream rates)."""
+    """S, r, c and the break-even against the base arm (S from the end-to-end single-stream rates).
+
+    With S's interval, how precise S is (observatory.judge.precision): ``detectable_change``,
+    ``timed_requests``, ``timed_s`` and ``traffic_for`` a +-2% interval (None where not measurable).
+    """
     out: dict[str, Any] = {"S": None, "r": None, "c": None, "ci": None, "pays": None, "statement": None,
-                           "break_even_alpha": None}
+                           "break_even_alpha": None, **precision(None, None, None, None)}
     sb, ss = base_spd.get("single_stream_tok_s"), spd.get("single_stream_tok_s")
     if not sb or not ss:
         return out
     S = ss / sb
     out["S"] = S
     out["ci"] = _bootstrap_ratio(spd["samples"], base_spd["samples"])
+    out.update(precision(S, out["ci"], spent(spd.get("samples")), spent(base_spd.get("samples"))))
     tau = acc.get("tau")
     if tau is None:
         return out

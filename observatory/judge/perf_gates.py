@@ -6,7 +6,8 @@ Each check gives PASS, WARN, FAIL or SKIP with its reason, value and threshold:
   the bootstrap CI of S) is a WARN; below ``SPEEDUP_FAIL_BELOW`` (0.9, or the
   user's ``speedup<X``) beyond the noise is a FAIL even without ``--fail-on``:
   a clearly slower deployment. Below but within the noise is a PASS whose
-  reason says "within noise".
+  reason says "within noise" and the smallest change in S the session could
+  detect (observatory/judge/precision.py), so it claims no more than that.
 - ``ttft_ratio``: median TTFT of the spec arm over base's above the threshold.
 - ``acceptance_floor``: alpha below the floor, the arm's and each
   concurrency level's (acceptance can collapse under concurrency alone).
@@ -31,6 +32,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from observatory.judge.precision import detectable_words
 from observatory.model.errors import ObservatoryError
 
 # Defaults when the user set no threshold: breaches WARN.
@@ -138,7 +140,8 @@ def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_
         noise = f"{noise}; not a FAIL: {short}"  # the default floor does not FAIL what the timing cannot back
     if below is None or below(warn_below):
         return _entry("speedup", "WARN", f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, shown)
-    return _entry("speedup", "PASS", f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise})", S, shown)
+    return _entry("speedup", "PASS", f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise}); "
+                  f"{detectable_words(vb, (floor or {}).get('throughput_spread'))}", S, shown)
 
 
 def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: dict[str, float]) -> dict[str, Any]:
