@@ -15,6 +15,8 @@ not.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
 import socket
@@ -39,6 +41,7 @@ from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.paths import DEFAULT_MODEL_DIR
 from observatory.model.probes import load_probe_file, resolve_suite
 from observatory.model.redact import MASK, redact, remember_engine
+from observatory.model.roles import BASE, assign_roles
 from observatory.session.runner import CompareOptions
 
 PLAN_VERSION = 1
@@ -73,6 +76,9 @@ class SessionPlan:
     fail_on: str | None = None
     gates_dirs: tuple[str, ...] = ()  # absolute paths
     profile: str = "quick"  # field channels: quick (none) or nightly (all), docs/channels.md
+    # nightly profile: an A/A copy of each base arm is added unless --arms has one (--no-aa-copy: never).
+    # Plans stored before this field existed ran without one: from_stored reads them as False.
+    aa_copy: bool = True
     channels: str | None = None  # a comma list of channels, over the profile's
 
     @classmethod
@@ -110,6 +116,7 @@ class SessionPlan:
                 raise ObservatoryError(f"Session {session_id}'s stored plan has {key} = {value!r}, not a "
                                        f"{hints[key]}; it cannot be resumed. Start a new session.")
         values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        values.setdefault("aa_copy", False)  # as such sessions ran: no arm added
         return cls(**values)
 
     def refuse_conflicts(self, given: Mapping[str, tuple[str, Any]], session_id: int) -> SessionPlan:
@@ -214,11 +221,28 @@ def resolve_model(model: str | None) -> tuple[str, bool]:
     return model, False  # a hub name: the engine resolves it (offline caches)
 
 
+def with_aa_copies(arms: list[Arm]) -> list[Arm]:
+    """ARMS with an A/A copy (``NAME#2``) right after each base arm that has none (issue 30 item 7).
+
+    The nightly profile's speed verdicts and history bands need the session's own noise floor, which
+    only an A/A copy measures; a session that names one (``base,base,...``) is left as it is.
+    """
+    roles = assign_roles(arms)
+    out: list[Arm] = []
+    for arm in arms:
+        out.append(arm)
+        if roles[arm.name] == BASE and not any(a.copy_of == arm.name for a in arms):
+            out.append(dataclasses.replace(copy.deepcopy(arm), name=f"{arm.name}#2", copy_of=arm.name))
+    return out
+
+
 def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list[str] | None = None) -> CompareOptions:
     """Validate PLAN (what the command line or a stored session asked for) and return the options of one
     compare session: the one place a plan becomes what the runner runs."""
     parse_fail_on(plan.fail_on)  # validates the thresholds before anything launches
     arm_list = parse_arms(plan.arms, plan.arms_file, plan.speculative_config)
+    if plan.aa_copy and (plan.profile or "quick") == "nightly":
+        arm_list = with_aa_copies(arm_list)
     adapter_for(plan.engine)  # validates the name
     if plan.engine.lower() != "vllm" and any(a.url is None for a in arm_list):
         raise ObservatoryError(
