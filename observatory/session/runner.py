@@ -200,7 +200,7 @@ class Runner:
         if session_id is None:
             session_id = self.create_session()
         self.reporter.session_started(session_id, self.opts.arms, self.opts.probes)
-        old = _install_sigterm()
+        old = install_sigterm()
         status, reason, marked = "complete", None, False
         refresher = lease.Refresher(lambda: self.store.refresh_lease(session_id)).__enter__()
         try:
@@ -229,7 +229,7 @@ class Runner:
             status, reason, marked = "interrupted", f"storage failed ({why})", True
             raise StorageFailed(mark_interrupted(self.store, session_id, reason)) from e
         finally:
-            _restore_sigterm(old)
+            restore_sigterm(old)
             try:
                 refresher.__exit__()
             finally:
@@ -386,12 +386,15 @@ class Runner:
         return eng.proc, eng.client, eng.ready_s
 
 
-def _install_sigterm() -> Any:
+def install_sigterm() -> Any:
+    """SIGTERM raises `Interrupted` (so a killed session or triage stops its servers and stores why); the old
+    handler, or None off the main thread (where Python sets no handlers)."""
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, _raise_interrupted)
 
 
-def _restore_sigterm(old: Any) -> None:
+def restore_sigterm(old: Any) -> None:
+    """Put back the handler `install_sigterm` replaced."""
     if old is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, old)

@@ -12,8 +12,6 @@ measurable), never a PASS.
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +26,7 @@ from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, PASS, WARN, Output
 from observatory.model.vocabulary import INVALID, worst
 from observatory.session.launch import launch
-from observatory.session.runner import Interrupted
+from observatory.session.runner import Interrupted, install_sigterm, restore_sigterm
 from observatory.store.db import TriageRow
 from observatory.store.session_store import Store
 from observatory.triage.search import TriageRun, knob_names, narrow
@@ -183,7 +181,7 @@ def run_triage(store: Store, target: Target, log_dir: Path, max_runs: int, knobs
         say.line(f"  [{n}/{budget}] {knob_names(r.change)}: {r.verdict}{at} ({r.duration_s or 0:.0f} s)")
 
     check = EngineCheck(target, log_dir, f"triage-{tid}", request_timeout_s, on_start=started)
-    old_handler = _install_sigterm()
+    old_handler = install_sigterm()
     try:
         outcome = narrow(check, singles, max_runs, skipped, done, ran)
     except (KeyboardInterrupt, Interrupted) as e:
@@ -193,22 +191,7 @@ def run_triage(store: Store, target: Target, log_dir: Path, max_runs: int, knobs
         triage_store.finish(store, tid, "failed", None, f"{type(e).__name__}: {e}")
         raise
     finally:
-        _restore_sigterm(old_handler)
+        restore_sigterm(old_handler)
     triage_store.finish(store, tid, "complete", outcome)
     say.line(f"triage {tid}: {outcome.summary}")
     return triage_store.get(store, tid)
-
-
-def _raise_interrupted(signum: int, _frame: Any) -> None:
-    raise Interrupted(f"signal {signal.Signals(signum).name}")
-
-
-def _install_sigterm() -> Any:
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _raise_interrupted)
-
-
-def _restore_sigterm(old: Any) -> None:
-    if old is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, old)
