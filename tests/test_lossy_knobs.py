@@ -156,3 +156,27 @@ def test_gate_on_an_arms_file_with_synthetic_acceptance_is_invalid(tmp_path: Pat
             assert "arm.mtp2/validity" in errors, errors
         else:
             assert not lossy and passed, (arm["validity"], arm["performance"])
+
+
+def test_a_url_arm_is_checked_on_what_its_server_reports() -> None:
+    """STUB server standing in for an SGLang server (its /get_server_info): the relaxed threshold it
+    reports is named LOSSY; the threshold at 1.0, and a server that reports nothing (vLLM: 404), are not."""
+    from observatory.client.send import EngineClient
+    from observatory.engines.server_facts import served_facts
+    info = {"speculative_accept_threshold_single": 1.0, "speculative_accept_threshold_acc": 0.5,
+            "speculative_algorithm": "EAGLE", "api_key": "not-kept"}
+    with StubServer("ok", server_info=info) as s, StubServer("ok") as plain, \
+            StubServer("ok", server_info=["not", "a", "dict"]) as odd:
+        reported = served_facts(EngineClient(s.url))
+        assert reported["server_args"] == {"speculative_accept_threshold_single": 1.0,
+                                           "speculative_accept_threshold_acc": 0.5}
+        assert "server_args" not in served_facts(EngineClient(plain.url))
+        assert "server_args" not in served_facts(EngineClient(odd.url))
+    arm, base = _arms({"speculative_config": MTP2, "url": s.url, "engine": "sglang", "served": reported})
+    codes = validity(arm, base, {"drafts": 500}, {})
+    lossy = [c["detail"] for c in codes if c["code"] == "LOSSY"]
+    assert len(lossy) == 1 and "--speculative-accept-threshold-acc=0.5" in lossy[0], codes
+    note = next(c["detail"] for c in codes if "lossy-by-configuration" in c["detail"])
+    assert "speculative_accept_threshold_acc" in note and "environment" in note
+    reported["server_args"]["speculative_accept_threshold_acc"] = 1.0  # negative control
+    assert not [c for c in validity(arm, base, {"drafts": 500}, {}) if c["code"] == "LOSSY"]

@@ -25,7 +25,7 @@ from typing import Any
 
 from observatory.engines.images import split_docker_argv
 
-__all__ = ["LOSSY_KNOBS", "LossyKnob", "lossy_settings"]
+__all__ = ["LOSSY_KNOBS", "REPORTED_ARGS", "LossyKnob", "lossy_settings"]
 
 
 def _float(value: Any) -> float | None:
@@ -91,6 +91,9 @@ LOSSY_KNOBS: tuple[LossyKnob, ...] = (
               f"{_SGL} python/sglang/srt/environ.py @21ff4b08, speculative verify (_generate_simulated_accept_index)"),
 )
 
+# the flags' names as a server reports its arguments (SGLang's /get_server_info: --a-b is a_b)
+REPORTED_ARGS: tuple[str, ...] = tuple(k.name.lstrip("-").replace("-", "_") for k in LOSSY_KNOBS if k.how == "flag")
+
 
 def _argv_settings(argv: list[str]) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
     """(flags, docker -e variables, speculative config from --speculative-config) of a command line."""
@@ -134,9 +137,12 @@ def _argv_settings(argv: list[str]) -> tuple[dict[str, str], dict[str, str], dic
 
 
 def lossy_settings(engine: str, launch: Mapping[str, Any]) -> list[str]:
-    """Each setting of LAUNCH (argv, env, speculative_config) that makes ENGINE's speculation lossy, described."""
+    """Each setting of LAUNCH that makes ENGINE's speculation lossy, described: its argv, env and
+    speculative_config, and the arguments its server reported (``served.server_args``, URL arms)."""
     flags, env, spec = _argv_settings(list(launch.get("argv") or []))
     env.update({str(k): str(v) for k, v in (launch.get("env") or {}).items()})
+    reported = (launch.get("served") or {}).get("server_args") or {}
+    flags.update({"--" + str(k).replace("_", "-"): v for k, v in reported.items()})  # what the server says
     declared = launch.get("speculative_config")
     if isinstance(declared, Mapping):
         spec.update(declared)

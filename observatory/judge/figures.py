@@ -286,9 +286,12 @@ def _lossy(arm: ArmRow, launch: dict[str, Any]) -> list[dict[str, str]]:
             + ": its speed and acceptance are not a lossless result"}
            for s in lossy_settings(engine_of(launch), launch)]
     if launch.get("url"):
-        out.append({"code": "UNCHECKED", "detail": "lossy-by-configuration settings: the server's launch flags "
-                    "and environment not checked (URL arm: the server does not report them); its speculative "
-                    "config as declared checked"})
+        reported = sorted((launch.get("served") or {}).get("server_args") or {})
+        flags = ("the flags its server reports checked (" + ", ".join(reported) + "), the other flags"
+                 if reported else "the server's launch flags")
+        out.append({"code": "UNCHECKED", "detail": f"lossy-by-configuration settings: {flags} and environment "
+                    "not checked (URL arm: the server does not report them); its speculative config as declared "
+                    "checked"})
     return out
 
 
