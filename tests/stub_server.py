@@ -34,15 +34,17 @@ class StubServer:
     `models` are the ids /v1/models answers in turn (the last repeated; any JSON
     value); `completion_tokens` goes into every usage as given; `finish_reason`
     and `logprob` may be any JSON value; `pieces` are the answer's token texts,
-    one logprobs entry each (e.g. a key split over two tokens).
+    one logprobs entry each (e.g. a key split over two tokens). `server_info` is
+    what /get_server_info answers (SGLang's server arguments), any JSON value.
     """
 
     def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5, metrics: list[str] | None = None,
                  version: str = "stub-0", finish_reason: str = "stop", logprob: float = 0.0,
                  with_logprobs: bool = True, drip_metrics: bool = False, max_model_len: int | None = None,
                  models: list[object] | None = None, completion_tokens: object = 1, pieces: list[str] | None = None,
-                 model: str = "stub-model"):
+                 model: str = "stub-model", server_info: object = None):
         self.mode = mode
+        self.server_info = server_info  # what /get_server_info answers (SGLang's), when given; else 404
         self.model = model  # the id /v1/models serves
         self.max_model_len = max_model_len
         self.delay_s = delay_s
@@ -119,6 +121,8 @@ class StubServer:
                     except OSError:
                         pass
                     return None
+                if self.path == "/get_server_info" and stub.server_info is not None:
+                    return self._send(200, json.dumps(stub.server_info).encode())
                 if self.path == "/metrics":
                     text = stub.metrics[min(stub.metrics_reads, len(stub.metrics) - 1)]
                     stub.metrics_reads += 1

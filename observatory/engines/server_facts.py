@@ -4,7 +4,9 @@ An arm at a URL has no launch command to compare, so the facts its server
 exposes are compared instead: the served model, its root and max model
 length (``/v1/models``), the engine version (``/version``, stored on the arm
 row) and the KV-cache settings vLLM publishes as ``vllm:cache_config_info``
-(``/metrics``: block size, cache dtype, prefix caching, memory utilization).
+(``/metrics``: block size, cache dtype, prefix caching, memory utilization),
+and the lossy-by-configuration flags SGLang reports in ``/get_server_info``
+(``server_args``, read by `observatory.engines.lossy_knobs`).
 Every arm also records the host and GPU models it ran on, so an arm resumed
 on another machine is told apart (CROSS_SESSION). A fact the server does not
 expose is absent, and the comparison lists it as unchecked, never as equal.
@@ -17,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from observatory.engines.lossy_knobs import REPORTED_ARGS
 from observatory.engines.machine import describe
 from observatory.engines.metrics import read_info
 from observatory.store.session_store import TRUNCATED
@@ -77,6 +80,30 @@ def served_facts(client: Any, timeout: float = 10.0) -> dict[str, Any]:
         cache = None
     if cache is not None:
         out["cache_config"] = cache
+    args = _server_args(client, timeout)
+    if args:
+        out["server_args"] = args
+    return out
+
+
+def _server_args(client: Any, timeout: float) -> dict[str, Any]:
+    """The settings SGLang's ``/get_server_info`` reports that `lossy_knobs` reads; {} elsewhere (vLLM: 404)."""
+    try:
+        r = client.fetch("/get_server_info", timeout)
+        info = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return {}
+    if not isinstance(info, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for key in REPORTED_ARGS:
+        v = info.get(key)
+        if key not in info:
+            continue
+        if isinstance(v, bool | int | float) or v is None:
+            out[key] = v
+        elif isinstance(v, str):
+            out[key] = fact_text(v)
     return out
 
 

@@ -23,7 +23,7 @@ All figures derive from stored rows, so they can be recomputed at any time:
   speedup, TTFT ratio, acceptance floor, tau from the stream against tau from
   the counters, ids against usage;
 - the A/A noise floor from copies of the base arm;
-- validity codes: INVALID, CONFOUNDED, LOW_N, CRASHED, HUNG, CROSS_SESSION (an arm
+- validity codes: INVALID, CONFOUNDED, LOSSY, LOW_N, CRASHED, HUNG, CROSS_SESSION (an arm
   that ran apart from base: resumed later or elsewhere), UNCHECKED (what a URL
   arm's server does not expose to compare), CONCURRENT, ENGINE_CHOSEN (a cache setting no flag
   sets that the engine chose differently for the spec arm: not a confound).
@@ -39,10 +39,11 @@ import numpy as np
 
 from observatory.client.answer import MALFORMED
 from observatory.engines.images import image_differences, split_docker_argv
+from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
 from observatory.engines.spec_counters import adapter_for
-from observatory.judge.perf_gates import performance
+from observatory.judge.perf_gates import not_lossless, performance
 from observatory.judge.precision import precision, spent
 from observatory.judge.session import base_reference
 from observatory.judge.session_parts import cross_session
@@ -240,6 +241,8 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
                     "detail": "speculation not provable: the engine does not report draft counters"})
     elif ran and is_spec and not drafts:
         out.append({"code": "INVALID", "detail": "speculation inactive: the draft counters did not move"})
+    if is_spec:
+        out += _lossy(arm, launch)
     if ran and not is_spec and drafts:
         out.append({"code": "INVALID", "detail": f"a non-speculating arm moved the draft counters ({drafts} drafts)"})
     if ran and is_spec and drafts is not None and 0 < drafts < MIN_DRAFTS:
@@ -278,6 +281,25 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
     gap = cudagraph_gap(arm)
     if gap and not is_spec:
         out.append({"code": "CONFOUNDED", "detail": gap + " on the base arm: speedups against it are inflated"})
+    return out
+
+
+def _lossy(arm: ArmRow, launch: dict[str, Any]) -> list[dict[str, str]]:
+    """LOSSY for each setting that loosens the spec arm's verification (`observatory.engines.lossy_knobs`).
+
+    A URL arm's own command line and environment are the server's, unseen here: only its declared
+    speculative config is checked, and an UNCHECKED note says so.
+    """
+    out = [{"code": "LOSSY", "detail": "verification loosened by configuration: " + s
+            + ": its speed and acceptance are not a lossless result"}
+           for s in lossy_settings(engine_of(launch), launch)]
+    if launch.get("url"):
+        reported = sorted((launch.get("served") or {}).get("server_args") or {})
+        flags = ("the flags its server reports checked (" + ", ".join(reported) + "), the other flags"
+                 if reported else "the server's launch flags")
+        out.append({"code": "UNCHECKED", "detail": f"lossy-by-configuration settings: {flags} and environment "
+                    "not checked (URL arm: the server does not report them); its speculative config as declared "
+                    "checked"})
     return out
 
 
@@ -381,6 +403,9 @@ def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm:
         if spec is not None:
             untrusted = next((v["code"] for v in codes if v["code"] in INVALID_CODES), None)
             fig["performance"] = performance(fig, base_fig, floor, fail_on, untrusted)
+            lossy = next((v["detail"] for v in codes if v["code"] == "LOSSY"), None)
+            if lossy:
+                fig["performance"] = not_lossless(fig["performance"], lossy)
         fig["noise_floor"] = floor
         store.update(ArmRow, a.id, figures=fig, validity=codes)
 

@@ -227,3 +227,11 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
         stream_tau_check(fig.get("stream_tau"), fig.get("stream_counter_tau"), bursty),
         token_count_check(spd.get("token_count") or {}),
     ]
+
+
+def not_lossless(entries: list[dict[str, Any]], lossy: str) -> list[dict[str, Any]]:
+    """ENTRIES of an arm whose verification a setting loosened (validity LOSSY: LOSSY, its detail): each
+    judged check becomes INVALID, its value kept, so no speed or acceptance verdict passes as lossless."""
+    return [e if e["verdict"] == "SKIP" else
+            {**e, "verdict": "INVALID", "reason": f"not a lossless result ({lossy}); measured: {e['reason']}"}
+            for e in entries]

@@ -33,7 +33,7 @@ SEVERITY: tuple[str, ...] = (FAIL, INVALID, UNJUDGED, WARN, NOT_DISCRIMINATING, 
 _RANK = {v: i for i, v in enumerate(SEVERITY)}
 
 # Validity codes that make an arm's measurement INVALID (the rest are notes).
-INVALID_CODES = ("INVALID", "CONFOUNDED", "CRASHED", "HUNG", "CROSS_SESSION")
+INVALID_CODES = ("INVALID", "CONFOUNDED", "LOSSY", "CRASHED", "HUNG", "CROSS_SESSION")
 
 # Exit codes of the CLI. The session's verdict maps onto the first four.
 EXIT = {PASS: 0, WARN: 0, FAIL: 1, INVALID: 2}

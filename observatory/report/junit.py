@@ -137,6 +137,9 @@ def junit_xml(data: SessionView) -> str:
             elif verdict == "SKIP":
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=reason)
+            elif verdict == "INVALID":  # figures of a lossy configuration (validity LOSSY)
+                counts["errors"] += 1
+                ET.SubElement(case, "error", type="INVALID", message=reason)
             _warn(case, [reason] if verdict == "WARN" else [], reason if verdict == "PASS" else None)
     for ch in data.channels:  # one testcase per field channel x arm judged against base
         for a in ch.arms:
