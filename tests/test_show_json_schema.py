@@ -18,6 +18,8 @@ from typing import Any
 
 import jsonschema
 import pytest
+from stub_server import StubServer
+from test_gate_command import _gate
 from test_read_model import _channel_session, _show
 
 from observatory.model.json_schema import SCHEMA_PATH, schema_text
@@ -61,6 +63,18 @@ def test_a_freshly_judged_stub_session_matches_the_schema(tmp_path: Path) -> Non
     """A stub session judged now (channels, channel verdicts, figures) validates; its first key is the version."""
     doc = json.loads(_show(_channel_session(tmp_path)))
     assert next(iter(doc)) == "schema_version" and doc["channels"] and doc["arms"][1]["acceptance"] is not None
+    _validator().validate(doc)
+
+
+@pytest.mark.parametrize(("spec", "verdict"), [("ok", "FAIL"), ("hang", "INVALID")])
+def test_gate_json_of_a_stub_run_matches_the_schema(tmp_path: Path, spec: str, verdict: str) -> None:
+    """``gate --json`` writes the same versioned object: a run against the STUB server (a wrong token on
+    demand; a hung arm), judged now, validates."""
+    with StubServer("ok", token=5) as base, StubServer(spec, token=9) as mtp1:
+        _, out = _gate(tmp_path, f"base={base.url},mtp1={mtp1.url}", "--request-timeout", "2")
+    doc = json.loads((out / "session.json").read_text())
+    assert (doc["schema_version"], doc["verdict"]["verdict"]) == (SCHEMA_VERSION, verdict)
+    assert doc["arms"][0]["results"] and [a["name"] for a in doc["arms"]] == ["base", "mtp1"]
     _validator().validate(doc)
 
 
