@@ -6,7 +6,8 @@ summaries, selftest) reads its attributes, and ``show --json`` /
 ``gate --json`` serialise the same objects through `to_plain`, so the
 documented JSON shape is the shape of these classes, checked by mypy::
 
-    {"session": {"id", "started_at", "host", "gpu", "status", ...},
+    {"schema_version": 1,  # SCHEMA_VERSION; JSON Schema: docs/show-json.schema.json
+     "session": {"id", "started_at", "host", "gpu", "status", ...},
      "probes": [{"name", "category", "hash", "prompt", "definition", "params"}],
      "arms": [{"name", "role", "status", "reason", "launch", "engine_version",
                "counters": {"drafts", "draft_tokens", "accepted", "accepted_per_pos"},
@@ -40,6 +41,12 @@ from observatory.model.vocabulary import EXIT
 
 # field metadata: the field's own keys go into its parent's JSON object, in place
 SPREAD = {"json": "spread"}
+# field metadata: the field always holds its default (the JSON Schema says so with "const")
+CONST = {"json": "const"}
+
+# The version of the JSON shape (``show --json``'s top-level "schema_version"). Bump it when a key is removed,
+# renamed or changes type, and regenerate docs/show-json.schema.json (observatory.model.json_schema).
+SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,7 @@ class ArmFigures:
     acceptance: Mapping[str, Any] | None = None
     speed: Mapping[str, Any] | None = None
     by_concurrency: Mapping[str, Any] | None = None
-    stream_tau: float | None = None
+    stream_tau: Mapping[str, Any] | None = None  # {"tau", "se", "chunks"}: observatory.judge.speed.stream_tau
     stream_counter_tau: float | None = None
     vs_base: Mapping[str, Any] | None = None
     performance: list[Mapping[str, Any]] | None = None
@@ -251,6 +258,7 @@ class SessionVerdict:
 class SessionView:
     """One session, whole: what every reader reads and ``show --json`` prints."""
 
+    schema_version: int = field(default=SCHEMA_VERSION, init=False, metadata=CONST)
     session: SessionFacts
     probes: tuple[ProbeView, ...]
     arms: tuple[ArmView, ...]
