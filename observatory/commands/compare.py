@@ -21,6 +21,7 @@ from observatory.report.openmetrics import openmetrics_text
 from observatory.report.outputs import OutputFile
 from observatory.report.terminal import RichReporter, print_closing, print_summary
 from observatory.session.plan import SessionPlan, plan_compare
+from observatory.session.preflight import check_serves
 from observatory.session.runner import Interrupted, Reporter, Runner
 from observatory.store.db import SessionRow
 from observatory.store.session_store import Store
@@ -148,6 +149,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         remember_engine(arm.engine_args, arm.env)  # --api-key VALUE, HF_TOKEN=... (issue 32 item 1)
     if before_run is not None:
         before_run()
+    check_serves(opts.arms, api_key, opts.engine)  # a URL arm's missing serving flag, named (exit 3)
     if store is None:
         store = Store(db, write=True)
     from observatory.commands.evaluate import evaluate  # here: the judge pulls in numpy, which --help never needs
