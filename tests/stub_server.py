@@ -36,15 +36,23 @@ class StubServer:
     and `logprob` may be any JSON value; `pieces` are the answer's token texts,
     one logprobs entry each (e.g. a key split over two tokens). `server_info` is
     what /get_server_info answers (SGLang's server arguments), any JSON value.
+
+    Half-configured servers (issue 30 item 6): `max_logprobs` answers a request asking
+    for more top logprobs with vLLM's HTTP 400 (a server started with --max-logprobs N);
+    `token_ids=False` answers logprobs with token texts, not ``token_id:N`` (a server
+    ignoring return_tokens_as_token_ids).
     """
 
     def __init__(self, mode: str, delay_s: float = 0.0, token: int = 5, metrics: list[str] | None = None,
                  version: str = "stub-0", finish_reason: str = "stop", logprob: float = 0.0,
                  with_logprobs: bool = True, drip_metrics: bool = False, max_model_len: int | None = None,
                  models: list[object] | None = None, completion_tokens: object = 1, pieces: list[str] | None = None,
-                 model: str = "stub-model", server_info: object = None):
+                 model: str = "stub-model", server_info: object = None, max_logprobs: int | None = None,
+                 token_ids: bool = True):
         self.mode = mode
         self.server_info = server_info  # what /get_server_info answers (SGLang's), when given; else 404
+        self.max_logprobs = max_logprobs
+        self.token_ids = token_ids
         self.model = model  # the id /v1/models serves
         self.max_model_len = max_model_len
         self.delay_s = delay_s
@@ -142,6 +150,12 @@ class StubServer:
                     echo = {"error": {"message": f"bad key: {self.headers.get('Authorization', '')}",
                                       "type": "auth", "code": 401}}
                     return self._send(401, json.dumps(echo).encode())
+                asked = request.get("top_logprobs") or 0
+                if stub.max_logprobs is not None and isinstance(asked, int) and asked > stub.max_logprobs:
+                    error = {"error": {"message": f"Requested sample logprobs of {asked}, which is greater than "
+                                                  f"max allowed: {stub.max_logprobs}", "type": "BadRequestError",
+                                       "code": 400}}
+                    return self._send(400, json.dumps(error).encode())
                 time.sleep(stub.delay_s)
                 if stub.mode == "drip":
                     return self._drip()
@@ -169,7 +183,8 @@ class StubServer:
                     "id": "c", "object": "chat.completion", "created": int(time.time()), "model": "stub-model",
                     "choices": [{"index": 0, "finish_reason": stub.finish_reason,
                                  "message": {"role": "assistant", "content": text},
-                                 "logprobs": {"content": [{"token": "token_id:5", "logprob": 0.0,
+                                 "logprobs": {"content": [{"token": "token_id:5" if stub.token_ids else p,
+                                                           "logprob": 0.0,
                                                            "bytes": list(p.encode()), "top_logprobs": []}
                                                           for p in stub.pieces]}
                                  if stub.with_logprobs else None}],

@@ -66,7 +66,8 @@ def test_hanging_server_is_stored_as_hung_and_the_other_arms_run(tmp_path: Path)
 def test_server_that_hangs_mid_session(tmp_path: Path) -> None:
     """The warm-up and first probe answer, then everything hangs, /health included."""
     db = tmp_path / "m.db"
-    with StubServer("hang_after:1") as s:
+    # two answers: the URL arm's preflight request (observatory.session.preflight) and the warm-up
+    with StubServer("hang_after:2") as s:
         r = CliRunner().invoke(cli, [
             "compare", "--arms", f"mtp1={s.url}", "--suite", _suite(tmp_path), "--db", str(db),
             "--request-timeout", "2", "--no-diffs", "--quiet",

@@ -76,7 +76,8 @@ def test_a_null_model_id_fails_the_arm(tmp_path: Path) -> None:
 
 def test_a_model_that_changes_mid_session_fails_the_arm(tmp_path: Path) -> None:
     """A served model name that changed mid-session went unnoticed: /v1/models is read again at the arm's end."""
-    code, arms, output = _session(tmp_path, models=["stub-model", "stub-model", "other-model"])
+    # the first read is the URL arm's preflight request (observatory.session.preflight)
+    code, arms, output = _session(tmp_path, models=["stub-model", "stub-model", "stub-model", "other-model"])
     assert code == 2, output
     mtp1 = arms["mtp1"]
     assert mtp1["status"] == "failed" and "served model changed mid-arm" in mtp1["reason"], mtp1["reason"]

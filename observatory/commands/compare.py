@@ -21,6 +21,7 @@ from observatory.report.openmetrics import openmetrics_text
 from observatory.report.outputs import OutputFile
 from observatory.report.terminal import RichReporter, print_closing, print_summary
 from observatory.session.plan import SessionPlan, plan_compare
+from observatory.session.preflight import check_serves
 from observatory.session.runner import Interrupted, Reporter, Runner
 from observatory.store.db import SessionRow
 from observatory.store.session_store import Store
@@ -54,6 +55,10 @@ def compare_options(f: Callable[..., Any] | None = None, *,
         click.option("--engine-arg", "engine_args", multiple=True,
                      help="Extra engine flag for every arm (repeatable), e.g. --engine-arg=--enforce-eager."),
         click.option("--spec-extra", help="JSON merged into every speculative config."),
+        click.option("--tool-parser", default="hermes", show_default=True,
+                     help="vLLM --tool-call-parser of launched arms, or none (an arms file's tool_parser wins)."),
+        click.option("--reasoning-parser",
+                     help="vLLM --reasoning-parser of launched arms (an arms file's reasoning_parser wins)."),
         click.option("--profile", type=click.Choice(["quick", "nightly"]), default="quick", show_default=True,
                      help="quick: the suite alone; nightly: the suite plus every field channel (docs/channels.md)."),
         click.option("--channels", help="Comma list of field channels to run (overrides --profile's list)."),
@@ -147,6 +152,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         remember_engine(arm.engine_args, arm.env)  # --api-key VALUE, HF_TOKEN=... (issue 32 item 1)
     if before_run is not None:
         before_run()
+    check_serves(opts.arms, api_key, opts.engine)  # a URL arm's missing serving flag, named (exit 3)
     if store is None:
         store = Store(db, write=True)
     from observatory.commands.evaluate import evaluate  # here: the judge pulls in numpy, which --help never needs

@@ -22,7 +22,7 @@ from typing import Any
 
 from observatory.engines import containers
 from observatory.engines.settings import EngineSettings, speculative_config_for
-from observatory.model.arms import Arm
+from observatory.model.arms import NO_PARSER, Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.redact import redact_file
 
@@ -64,13 +64,24 @@ def engine_args(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
         args += ["--max-model-len", str(settings.max_model_len)]
     if settings.prefix_caching is not None:  # None: deployed as deployed, the engine's default
         args += ["--enable-prefix-caching" if settings.prefix_caching else "--no-enable-prefix-caching"]
-    if settings.tool_parser:
-        args += ["--enable-auto-tool-choice", "--tool-call-parser", settings.tool_parser]
+    tool_parser, reasoning_parser = arm_parsers(arm, settings)
+    if tool_parser:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", tool_parser]
+    if reasoning_parser:
+        args += ["--reasoning-parser", reasoning_parser]
     args += list(settings.extra_args) + list(arm.engine_args)
     spec = speculative_config_for(arm, settings)
     if spec is not None:
         args += ["--speculative-config", _json(spec)]
     return args
+
+
+def arm_parsers(arm: Arm, settings: EngineSettings) -> tuple[str | None, str | None]:
+    """(tool-call parser, reasoning parser) ARM launches with: its own (arms file) over the session's;
+    "none" turns one off."""
+    tool = arm.tool_parser or settings.tool_parser
+    reasoning = arm.reasoning_parser or settings.reasoning_parser
+    return (None if tool == NO_PARSER else tool), (None if reasoning == NO_PARSER else reasoning)
 
 
 def engine_argv(arm: Arm, settings: EngineSettings, port: int, env: dict[str, str] | None = None,

@@ -20,7 +20,8 @@ class EngineSettings:
     max_model_len: int | None = None
     seed: int = 0
     max_logprobs: int = 20
-    tool_parser: str | None = "hermes"
+    tool_parser: str | None = "hermes"  # --tool-call-parser of every arm (None: no tool parser)
+    reasoning_parser: str | None = None  # --reasoning-parser of every arm (None: none)
     # None: the engine's own default, as deployed (vLLM V1: on); True/False pass the flag
     prefix_caching: bool | None = None
     extra_args: list[str] = field(default_factory=list)

@@ -29,6 +29,12 @@ Arms file layout (unknown keys are errors)::
     url = "http://127.0.0.1:8001"          # optional: don't launch
     image = "vllm/vllm-openai:nightly"     # optional: run in this image
     engine = "llama.cpp"                   # optional: "vllm" (default) or "llama.cpp"
+    tool_parser = "qwen3_coder"            # optional: vLLM --tool-call-parser for this arm ("none": off)
+    reasoning_parser = "qwen3"             # optional: vLLM --reasoning-parser for this arm ("none": off)
+
+An arm's own parser wins over the session's (``--tool-parser``, ``--reasoning-parser``);
+a parser that differs between base and a spec arm is a launch difference like any other flag
+(CONFOUNDED, `observatory.judge.figures.launch_differences`).
 """
 
 from __future__ import annotations
@@ -48,7 +54,11 @@ from observatory.model.tomlfile import read_toml
 
 # One list of fault names: the plugin's (observatory.faults), whichever a spec arm may take with +fault=NAME.
 FAULTS = tuple(FAULT_DESCRIPTIONS)
-_ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "image", "engine"}
+_ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "image", "engine",
+                  "tool_parser", "reasoning_parser"}
+# A parser name as vLLM spells them (hermes, qwen3_coder, deepseek_r1, ...); "none" turns the parser off.
+NO_PARSER = "none"
+_PARSER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 ENGINES = ("vllm", "llama.cpp")
 LLAMA_CPP = "llama.cpp"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -72,6 +82,8 @@ class Arm:
     copy_of: str | None = None
     image: str | None = None  # serving image named on the arm itself (ARM@IMAGE or the arms file)
     engine: str = "vllm"  # one of ENGINES: which server this arm launches (or is, for a url arm)
+    tool_parser: str | None = None  # this arm's --tool-call-parser over the session's ("none": off)
+    reasoning_parser: str | None = None  # this arm's --reasoning-parser over the session's ("none": off)
 
     @property
     def is_spec(self) -> bool:
@@ -149,6 +161,13 @@ def check_speculative_config(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
+def check_parser(value: Any, where: str) -> str:
+    """A tool-call or reasoning parser name (or "none"), never something the engine would read as a flag."""
+    if not isinstance(value, str) or not _PARSER_RE.fullmatch(value):
+        raise ArmError(f"{where}: {value!r} is not a parser name like hermes, qwen3_coder or none")
+    return value
+
+
 def arms_file_fail_on(path: Path | str) -> str | None:
     """The performance thresholds an arms file sets (top-level ``fail_on``), if any."""
     data = read_toml(Path(path), ArmError, "arms file")
@@ -201,8 +220,12 @@ def load_arms_file(path: Path | str) -> dict[str, Arm]:
             raise ArmError(f"{where}: engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         if engine == LLAMA_CPP and (fault is not None or image is not None):
             raise ArmError(f"{where}: faults and images are vLLM's; a llama.cpp arm takes neither")
+        parsers = {k: check_parser(raw[k], f"{where}: {k}") for k in ("tool_parser", "reasoning_parser") if k in raw}
+        if parsers and (engine == LLAMA_CPP or url is not None):
+            raise ArmError(f"{where}: {', '.join(parsers)} is a flag vLLM is launched with; an arm with a url "
+                           "or on llama.cpp is not launched by vLLM here (start its server with the flag)")
         arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(engine_args),
-                         env=dict(env), url=url, fault=fault, image=image, engine=engine)
+                         env=dict(env), url=url, fault=fault, image=image, engine=engine, **parsers)
     if not arms:
         raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
     return arms

@@ -36,7 +36,7 @@ from observatory.engines.images import require_image
 from observatory.engines.settings import EngineSettings
 from observatory.engines.spec_counters import adapter_for
 from observatory.judge.perf_gates import parse_fail_on
-from observatory.model.arms import Arm, arms_file_fail_on, parse_arms
+from observatory.model.arms import NO_PARSER, Arm, arms_file_fail_on, check_parser, parse_arms
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.paths import DEFAULT_MODEL_DIR
 from observatory.model.probes import load_probe_file, resolve_suite
@@ -80,6 +80,8 @@ class SessionPlan:
     # Plans stored before this field existed ran without one: from_stored reads them as False.
     aa_copy: bool = True
     channels: str | None = None  # a comma list of channels, over the profile's
+    tool_parser: str = "hermes"  # vLLM --tool-call-parser of launched arms ("none": off); an arm's own wins
+    reasoning_parser: str | None = None  # vLLM --reasoning-parser of launched arms ("none" or None: off)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> SessionPlan:
@@ -268,8 +270,11 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
             raise ObservatoryError("--spec-extra must be a JSON object")
     if plan.repeat < 1:
         raise ObservatoryError("--repeat must be at least 1")
+    tool_parser = check_parser(plan.tool_parser, "--tool-parser")
+    reasoning_parser = check_parser(plan.reasoning_parser, "--reasoning-parser") if plan.reasoning_parser else None
     settings = EngineSettings(
-        model=model_name,
+        model=model_name, tool_parser=None if tool_parser == NO_PARSER else tool_parser,
+        reasoning_parser=None if reasoning_parser == NO_PARSER else reasoning_parser,
         python=plan.engine_python or os.environ.get("OBSERVATORY_ENGINE_PYTHON") or sys.executable,
         dtype=plan.dtype or ("float32" if is_default else None),
         max_model_len=plan.max_model_len or (1024 if is_default else None),
