@@ -45,7 +45,6 @@ from observatory.model.errors import ObservatoryError
 if TYPE_CHECKING:
     from observatory.client.answer import Response
 
-ENGINE = "sglang"
 FLAG = "return_token_ids"
 VLLM_FLAG = "return_tokens_as_token_ids"
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Protocol
 
 from observatory.engines.metrics import (
@@ -310,9 +311,10 @@ class LlamaCppAdapter(Dialect):
         return _build(where, None, drafted, accepted)
 
 
+@cache
 def adapters() -> dict[str, Callable[[], EngineAdapter]]:
-    """Engine name -> adapter class: the built-ins and installed ones (``observatory.engines.spec_counters`` entry points,
-    `observatory.model.plugins`)."""
+    """Engine name -> adapter class: the built-ins and installed ones (``observatory.engines`` entry points,
+    `observatory.model.plugins`), loaded once per process as `discover` reads them once."""
     from observatory.model.plugins import ENGINES, discover
 
     return {p.name.lower(): p.load() for p in discover(ENGINES)}

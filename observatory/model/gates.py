@@ -317,7 +317,7 @@ def register_module(module: Any, path: Path, registry: GateRegistry) -> None:
 
 
 def load_plugin_gates(registry: GateRegistry) -> GateRegistry:
-    """Every gate of the ``observatory.model.gates`` entry points (the built-in gates/ folder among them).
+    """Every gate of the ``observatory.gates`` entry points (the built-in gates/ folder among them).
 
     An entry point names a module (its ``@gate`` functions register) or a directory of gate files.
     """
