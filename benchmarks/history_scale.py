@@ -2,7 +2,7 @@
 """History and one-session reports over databases of 10 to 1,000 sessions (targets: < 5 s and < 2 s).
 
 Each database holds N copies of the real H200 session in
-``examples/h200/h200-tiny.db`` (4 arms, 10 probes, judged): its session,
+``examples/h200/h200-tiny.db.gz`` (4 arms, 10 probes, judged): its session,
 arms, probes, streamed results (packed and compressed as the store now writes them),
 verdicts and measurements, copied with fresh ids. Timed per N:
 
@@ -20,6 +20,7 @@ verdicts and measurements, copied with fresh ids. Timed per N:
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import shutil
 import sqlite3
@@ -30,7 +31,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE = REPO / "examples" / "h200" / "h200-tiny.db"
+SOURCE = REPO / "examples" / "h200" / "h200-tiny.db.gz"  # committed gzipped (examples/h200/README.md)
+
+
+def _unpack(dest: Path) -> None:
+    """The example session, gunzipped to DEST."""
+    dest.write_bytes(gzip.decompress(SOURCE.read_bytes()))
 # table -> (foreign keys to remap: column -> table it points at)
 TABLES = {
     "sessions": {},
@@ -51,7 +57,7 @@ def template(work: Path) -> Path:
     from observatory.store.session_store import Store
 
     path = work / "template.db"
-    shutil.copy(SOURCE, path)
+    _unpack(path)
     store = Store(str(path))  # migrates: results.reasoning, summaries
     c = sqlite3.connect(path)
     c.execute("DELETE FROM verdicts")

@@ -5,7 +5,7 @@ Two sessions, each measured as the file is left (no VACUUM: what a user and a
 checker see), with its free pages and any -wal/-shm/-journal file beside it,
 and after VACUUM:
 
-- the real H200 session of ``examples/h200/h200-tiny.db`` (4 arms
+- the real H200 session of ``examples/h200/h200-tiny.db.gz`` (4 arms
   base,base,mtp1,mtp2, the default suite), written again through the store
   into a new database as a default compare (concurrency 1) would store it
   today (`default_compare`: timed results as `EngineClient.run_timed`
@@ -30,6 +30,7 @@ empty table and index) counted once.
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import shutil
 import sqlite3
@@ -40,7 +41,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE = REPO / "examples" / "h200" / "h200-tiny.db"
+SOURCE = REPO / "examples" / "h200" / "h200-tiny.db.gz"  # committed gzipped (examples/h200/README.md)
+
+
+def _unpack(dest: Path) -> None:
+    """The example session, gunzipped to DEST."""
+    dest.write_bytes(gzip.decompress(SOURCE.read_bytes()))
 COLUMNS = ("top_logprobs", "token_ids", "token_texts", "chunks", "text", "usage", "tool_calls")
 
 
@@ -116,7 +122,7 @@ def default_compare(dst: Path) -> int:
     from observatory.store.session_store import Store
 
     src_path = dst.parent / (dst.name + ".src")
-    shutil.copy(SOURCE, src_path)  # opening migrates: never touch the example itself
+    _unpack(src_path)  # opening migrates: never touch the example itself
     src, out = Store(str(src_path)), Store(str(dst))
 
     def copy(row: object, **values: object) -> object:
@@ -205,8 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(a.work or tempfile.mkdtemp(prefix="storage-size-"))
     work.mkdir(parents=True, exist_ok=True)
     before, after, default = work / "before.db", work / "after.db", work / "default.db"
-    shutil.copy(SOURCE, before)
-    shutil.copy(SOURCE, after)
+    _unpack(before)
+    _unpack(after)
     restore(after)
     rejudge(after)
     default_compare(default)

@@ -30,3 +30,12 @@ requires_engine = pytest.mark.skipif(
     not engine_available() and not os.environ.get("CI"),
     reason="vLLM is not installed (CI installs it; see README)",
 )
+
+
+def example_db(rel: str, dest: Path) -> Path:
+    """The committed example database REL (under examples/, stored gzipped to keep the tree small
+    enough to travel to the GPU device with its bundle), unpacked to DEST."""
+    import gzip
+
+    dest.write_bytes(gzip.decompress((REPO / "examples" / f"{rel}.gz").read_bytes()))
+    return dest

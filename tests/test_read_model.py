@@ -2,7 +2,7 @@
 
 The expected JSON under tests/fixtures/show_json/ was written by ``show --json``
 of the dict-era `report_data.build` (before the read model), on a copy of
-examples/h200/h200-tiny.db and on the field-channel session `_channel_session`
+examples/h200/h200-tiny.db.gz and on the field-channel session `_channel_session`
 makes; the read model must print the same bytes. Should a later change mean to
 alter the documented shape, regenerate them with ``show --json`` and say so.
 Regenerated once (issue 30 item 8): the top-level ``"schema_version": 1`` was
@@ -15,13 +15,13 @@ import ast
 import dataclasses
 import gzip
 import json
-import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import example_db
 from state_channels import CLEAN, suite
 from state_channels import build as channel_build
 
@@ -63,9 +63,9 @@ def _channel_session(tmp_path: Path) -> Path:
 
 
 def test_show_json_of_a_stored_gpu_session_is_unchanged(tmp_path: Path) -> None:
-    """Issue 14 item 1: ``show --json`` of examples/h200/h200-tiny.db prints the dict era's bytes."""
+    """Issue 14 item 1: ``show --json`` of examples/h200/h200-tiny.db.gz prints the dict era's bytes."""
     db = tmp_path / "tiny.db"
-    shutil.copy(REPO_ROOT / "examples" / "h200" / "h200-tiny.db", db)
+    example_db("h200/h200-tiny.db", db)
     want = gzip.decompress((FIXTURES / "h200-tiny.json.gz").read_bytes()).decode()
     assert _show(db) == want
 

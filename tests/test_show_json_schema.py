@@ -18,6 +18,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from conftest import example_db
 from stub_server import StubServer
 from test_gate_command import _gate
 from test_read_model import _channel_session, _show
@@ -27,7 +28,7 @@ from observatory.model.paths import REPO_ROOT
 from observatory.model.read_model import SCHEMA_VERSION
 
 EXAMPLES = REPO_ROOT / "examples"
-DBS = sorted([*EXAMPLES.glob("h200/*.db"), *EXAMPLES.glob("h200x2/*.db"), *EXAMPLES.glob("h200-nightly/*.db.gz")])
+DBS = sorted([*EXAMPLES.glob("h200/*.db.gz"), *EXAMPLES.glob("h200x2/*.db.gz"), *EXAMPLES.glob("h200-nightly/*.db.gz")])
 
 
 def _validator() -> Any:
@@ -100,7 +101,7 @@ def _mutations(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def test_negative_control_wrong_types_and_missing_keys_fail(tmp_path: Path) -> None:
     """A wrong type or a missing required key fails validation, so the checks above can fail (on h200-tiny.db,
     which has results with verdicts)."""
-    shutil.copy(EXAMPLES / "h200" / "h200-tiny.db", tmp_path / "tiny.db")
+    example_db("h200/h200-tiny.db", tmp_path / "tiny.db")
     doc = json.loads(_show(tmp_path / "tiny.db"))
     v = _validator()
     assert v.is_valid(doc)

@@ -1,6 +1,6 @@
 """A default session's database under 0.5 MB, and nothing lost on the way (issue 20 item 5).
 
-The session is the real H200 one of examples/h200/h200-tiny.db (4 arms
+The session is the real H200 one of examples/h200/h200-tiny.db.gz (4 arms
 base,base,mtp1,mtp2, the default suite), written again through the real
 store as a default compare stores it (`benchmarks/storage_size.py`
 `default_compare`) and judged with the current gates.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
-import shutil
 import sqlite3
 import sys
 import zlib
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
+from conftest import example_db
 from sqlalchemy import text
 from stub_server import StubServer
 
@@ -159,7 +159,7 @@ def test_a_new_database_gets_small_pages_and_an_old_one_keeps_its_own(tmp_path: 
     with Store(str(tmp_path / "new.db")) as store, store.engine.connect() as c:
         assert c.execute(text("PRAGMA page_size")).scalar() == PAGE_SIZE == 2048
     old = tmp_path / "old.db"
-    shutil.copy(REPO / "examples" / "h200" / "h200-tiny.db", old)
+    example_db("h200/h200-tiny.db", old)
     before = _show(old)
     top = [[[70000 + i, -0.5], [i, -1.25]] for i in range(400)]
     with Store(str(old)) as store:

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
+from conftest import example_db
 from stub_answers import Answer, AnswerStub, fixed
 from stub_server import StubServer
 
 from observatory.cli import cli
-from observatory.model.paths import REPO_ROOT
 
 SUITE = """
 [[probe]]
@@ -155,7 +154,7 @@ def test_blank_outputs_are_invalid(tmp_path: Path) -> None:
 def test_committed_hybrid_session_is_invalid(tmp_path: Path) -> None:
     """Issue 13 item 4: examples/h200/h200-hybrid.db (newlines only, every arm) re-judged: INVALID (was WARN)."""
     db = tmp_path / "hybrid.db"
-    shutil.copy(REPO_ROOT / "examples" / "h200" / "h200-hybrid.db", db)
+    example_db("h200/h200-hybrid.db", db)
     r = CliRunner().invoke(cli, ["judge", "--db", str(db)])
     assert r.exit_code == 0, r.output
     data = json.loads(CliRunner().invoke(cli, ["show", "--db", str(db), "--json"]).output)
