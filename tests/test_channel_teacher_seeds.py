@@ -204,9 +204,25 @@ def test_seeds_n_choices_that_coincide(store: Store) -> None:
 # -- the faults on fake tensors -------------------------------------------------------------------------------
 
 def test_faults_are_registered_and_named_by_their_channels() -> None:
-    assert {"seed_ignored", "logprob_row"} <= FAULTS.keys()
-    assert teacher.CHANNEL.faults == ("logprob_row",) and seeds.CHANNEL.faults == ("seed_ignored",)
-    assert field_seeds.FAULTS.keys() <= patches.TARGETS[patches.V1_SAMPLER][0]
+    assert {"seed_ignored", "logprob_row", "n_seed_shared"} <= FAULTS.keys()
+    assert teacher.CHANNEL.faults == ("logprob_row",) and seeds.CHANNEL.faults == ("seed_ignored", "n_seed_shared")
+    assert {"seed_ignored", "logprob_row"} <= patches.TARGETS[patches.V1_SAMPLER][0]
+    assert patches.TARGETS[field_seeds.PARALLEL_SAMPLING][0] == {"n_seed_shared"}
+
+
+def test_n_seed_shared_gives_every_child_the_parents_seed() -> None:
+    class ParentRequest:
+        def __init__(self, seed: int | None) -> None:
+            self.sampling_params = SimpleNamespace(seed=seed)
+
+        def _get_child_sampling_params(self, index: int) -> Any:
+            seed = self.sampling_params.seed
+            return SimpleNamespace(seed=None if seed is None else seed + index)
+
+    module = SimpleNamespace(ParentRequest=ParentRequest)
+    field_seeds.TARGETS[field_seeds.PARALLEL_SAMPLING][1](module, frozenset({"n_seed_shared"}))  # type: ignore[arg-type]
+    assert [ParentRequest(7)._get_child_sampling_params(i).seed for i in range(3)] == [7, 7, 7]
+    assert ParentRequest(None)._get_child_sampling_params(2).seed is None
 
 
 def test_logprob_row_points_accepted_drafts_at_the_next_row() -> None:

@@ -229,7 +229,7 @@ CHANNEL = Channel(
     plan=plan,
     measure=measure,
     judge=judge,
-    faults=("seed_ignored",),
+    faults=("seed_ignored", "n_seed_shared"),
     options={"temperature": TEMPERATURE, "max_tokens": MAX_TOKENS, "copies": COPIES, "n": N,
              "prompts": len(PROMPTS)},
 )

@@ -21,6 +21,14 @@ with the variable set is untouched.
     row index), the token ids intact: the text, ids and acceptance are
     right, the returned logprobs are another position's. Found by channel
     ``teacher`` (the target's own scores, teacher-forced).
+``n_seed_shared``
+    ``vllm.v1.engine.parallel_sampling.ParentRequest._get_child_sampling_params``
+    (API server) gives every child of a seeded ``n`` > 1 request the
+    parent's seed instead of seed + index: the n choices coincide. Not a
+    speculative-step fault: it changes any arm it is loaded into, and is
+    loaded only into a spec arm (``+fault=``), where it stands for a spec
+    path that shares one generator between a request's choices. Found by
+    ``seeds:n``.
 """
 
 from __future__ import annotations
@@ -33,7 +41,9 @@ from typing import Any
 FAULTS = {
     "seed_ignored": "seeded requests' spec positions sample from the global generator, not the request's",
     "logprob_row": "accepted drafts' returned logprobs taken from the next position's row (ids intact)",
+    "n_seed_shared": "every choice of a seeded n > 1 request gets the parent's seed: the n choices coincide",
 }
+PARALLEL_SAMPLING = "vllm.v1.engine.parallel_sampling"
 
 _MARK = "__observatory_fault__"
 
@@ -113,3 +123,24 @@ def patch_v1_sampler(module: ModuleType, faults: frozenset[str]) -> None:
         _patch_seeds(module)
     if "logprob_row" in faults:
         _patch_logprobs(module)
+
+
+def _patch_parallel_sampling(module: ModuleType, faults: frozenset[str]) -> None:
+    cls = module.ParentRequest
+    orig = cls._get_child_sampling_params
+    if getattr(orig, _MARK, False):
+        return
+
+    @functools.wraps(orig)
+    def _get_child_sampling_params(self: Any, index: int) -> Any:
+        params = orig(self, index)
+        if getattr(self.sampling_params, "seed", None) is not None:
+            params.seed = self.sampling_params.seed
+        return params
+
+    setattr(_get_child_sampling_params, _MARK, True)
+    cls._get_child_sampling_params = _get_child_sampling_params
+
+
+# module -> (faults it serves, patch function): merged into patches.TARGETS (the sampler's are in V1_SAMPLER's)
+TARGETS = {PARALLEL_SAMPLING: (frozenset({"n_seed_shared"}), _patch_parallel_sampling)}

@@ -275,11 +275,12 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
 
 # module -> (faults it serves, patch function)
 TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], None]]] = {
-    V1_SAMPLER: (frozenset({"accept_all", "biased_accept", *field_seeds.FAULTS}), _patch_v1_sampler),
+    V1_SAMPLER: (frozenset({"accept_all", "biased_accept", "seed_ignored", "logprob_row"}), _patch_v1_sampler),
     V2_SAMPLER: (frozenset({"accept_all"}), _patch_v2_sampler),
     SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL, *field_state.FIELD_FAULTS}),
                 _patch_scheduler),
     **field_semantics.TARGETS,  # issue 15: stops, streams, drafts, counters
+    **field_seeds.TARGETS,  # issue 28: n_seed_shared (the sampler's seed_ignored, logprob_row above)
 }
 
 
