@@ -165,8 +165,8 @@ def test_every_channel_names_the_faults_selftest_injects_for_it() -> None:
 
     plan = fault_plan("nightly", None)
     assert {plan[f] for f in ("soak_poison", "length_poison", "batch_swap", "past_stop", "inflate_accepted",
-                              "biased_accept")} == {"soak", "length_sweep", "mixed_batch", "finish", "counters",
-                                                    "sampling"}
+                              "biased_accept", "logprob_row", "seed_ignored")} == {
+        "soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "teacher", "seeds"}
     assert all(f in KNOWN for f in plan)
 
 
