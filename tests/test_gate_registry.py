@@ -14,6 +14,9 @@ from observatory.model.paths import GATES_DIR
 
 BUILT_INS = {
     # name: (kind, correctness)
+    "answer_fields": ("pair", False),
+    "answer_identities": ("result", True),
+    "answer_usage": ("arm", False),
     "answers": ("arm", False),
     "content": ("result", True),
     "degeneracy": ("result", True),
