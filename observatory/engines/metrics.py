@@ -259,7 +259,11 @@ def parse_spec_counters(text: str, model: str | None = None) -> SpecCounters:
 def parse_generated(text: str, prefix: str = "vllm:", model: str | None = None) -> int | None:
     """The engine's generated-token counter (``PREFIX generation_tokens_total``) in a Prometheus text;
     None when absent or not a usable count (its problems never touch the spec counters)."""
-    counts = read_counters(text, prefix, "Engine", only=frozenset({"generation_tokens"}), model=model)
+    # Only the family's own lines are parsed (HELP, TYPE, samples): /metrics is read around every correctness
+    # request, and parsing a vLLM text of ~75 kB a second time costs as much as the spec counters' read.
+    family = f"{prefix}generation_tokens"
+    mine = "\n".join(line for line in text.splitlines() if family in line)
+    counts = read_counters(mine + "\n", prefix, "Engine", only=frozenset({"generation_tokens"}), model=model)
     if counts.problems or "generation_tokens" not in counts.values:
         return None
     return sum(counts.values["generation_tokens"].values())

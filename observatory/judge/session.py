@@ -72,16 +72,18 @@ def to_output(r: ResultRow) -> Output:
         tool_calls=r.tool_calls,
         content=_judged_part(r.content),
         reasoning=_judged_part(r.reasoning),
-        logprobs=[None if lp is None else float(lp) for lp in (r.logprobs or [])],
-        stop_reason=r.stop_reason,
-        usage=r.usage if isinstance(r.usage, dict) else None,
+        # the fields item 28.2 added, read as optional (a row-shaped object without them has none)
+        logprobs=[None if lp is None else float(lp) for lp in (getattr(r, "logprobs", None) or [])],
+        stop_reason=getattr(r, "stop_reason", None),
+        usage=usage if isinstance(usage := getattr(r, "usage", None), dict) else None,
         generated=_generated(r),
     )
 
 
 def _generated(r: ResultRow) -> int | None:
     """How far the engine's generated-token counter moved around R (stored with its counter delta)."""
-    n = (r.counters_delta or {}).get("generated") if isinstance(r.counters_delta, dict) else None
+    delta = getattr(r, "counters_delta", None)
+    n = delta.get("generated") if isinstance(delta, dict) else None
     return n if type(n) is int and n >= 0 else None
 
 
