@@ -6,7 +6,8 @@ Three gates:
 ``answer_identities`` (result gate, every arm, base included)
     Inside one answer: len(ids) == ``usage.completion_tokens`` == number of
     logprob entries (the emitted tokens' logprobs, and the top-k rows);
-    every logprob finite and <= 0; under greedy decoding the emitted token is
+    every emitted token's logprob finite and <= 0 (an alternative's may be
+    -inf, probability zero); under greedy decoding the emitted token is
     its own row's best (within ``GREEDY_TOLERANCE_NATS``), is listed in its
     top-k and carries the same logprob there; ``finish_reason`` "length"
     means exactly ``max_tokens`` tokens and no answer has more;
@@ -119,6 +120,8 @@ def identities(output: Output, probe: Probe) -> tuple[list[str], list[str], dict
                                "top_logprobs": len(tops), "generated": output.generated}
     if completion is None:
         unmeasured.append("ids vs usage.completion_tokens: no usage.completion_tokens")
+    elif not output.streams_every_id:
+        unmeasured.append("ids vs usage.completion_tokens: this engine's stream withholds drafted ids")
     elif ids and len(ids) != completion:
         bad.append(f"{len(ids)} token ids but usage.completion_tokens = {completion}")
     if not lps:
@@ -128,7 +131,8 @@ def identities(output: Output, probe: Probe) -> tuple[list[str], list[str], dict
     if tops and len(tops) != len(ids):
         bad.append(f"{len(tops)} top-k rows for {len(ids)} token ids")
     odd = [i for i, lp in enumerate(lps) if lp is None or not math.isfinite(lp) or lp > 0]
-    odd_top = [i for i, row in enumerate(tops) if any(not math.isfinite(lp) or lp > 0 for _, lp in row)]
+    # an alternative may have probability zero (-inf: llama-server's after its sampler chain); never NaN or > 0
+    odd_top = [i for i, row in enumerate(tops) if any(math.isnan(lp) or lp > 0 for _, lp in row)]
     if odd or odd_top:
         bad.append(f"logprobs not finite or above 0 at positions {(odd or odd_top)[:5]}")
     if probe.greedy and lps and tops:

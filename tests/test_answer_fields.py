@@ -283,3 +283,12 @@ def test_usage_overcount_adds_one_only_to_answers_with_a_speculative_run() -> No
     # a run of 3 tokens, then a last step the length limit truncated to 1
     assert usage_of("spec", [1, 3, 1]) == {"prompt_tokens": 2, "completion_tokens": 6, "total_tokens": 8}
     assert usage_of("base", [1, 1, 1, 1, 1]) == {"prompt_tokens": 2, "completion_tokens": 5, "total_tokens": 7}
+
+
+def test_a_stream_that_withholds_drafted_ids_by_design_is_not_counted_against_its_usage() -> None:
+    """llama-server's streams carry no ids for drafted tokens (docs/engines.md): the judge says so."""
+    short = answer([5, 6], usage={"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}, generated=4)
+    assert IDENT.check(short, PROBE).verdict == "FAIL"
+    short.streams_every_id = False
+    r = IDENT.check(short, PROBE)
+    assert r.verdict == "PASS" and any("withholds drafted ids" in m for m in r.details["not_measured"])

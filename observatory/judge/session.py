@@ -330,12 +330,19 @@ class _Judge:
                 verdict=verdict, details={"streamed": got, "generated": said, "assigned_by": "judge"}, reason=reason,
             ))
 
+    def withholds_ids(self, arm: ArmRow) -> bool:
+        """Whether ARM's streams withhold drafted ids by design (its adapter's ``streams_drafted_ids``)."""
+        dialect = adapter_for(engine_of(arm.launch))
+        return not dialect.streams_drafted_ids and (arm.launch or {}).get("speculative_config") is not None
+
     def result_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+        withheld = self.withholds_ids(arm)
         for pid, probe in self.probes.items():
             r = stream.get(pid)
             if r is None or not r.ok:
                 continue
             out = to_output(r)
+            out.streams_every_id = not withheld
             unjudged = arm is not self.base and self.base_result(pid) is None
             for gate in result_gates(self.registry, probe):
                 row = _row(arm, gate, _safe(gate, out, probe), r, pid)

@@ -129,6 +129,9 @@ class Output:
     # the session's A/A copy showed against base on identical tokens (None: no
     # A/A copy judged). The per-field comparison takes its tolerance from it.
     aa_logprob_spread: float | None = None
+    # False where the engine's stream withholds ids by design (llama-server sends no logprobs for tokens
+    # accepted from a draft): a streamed answer's ids then fall short of its usage and that says nothing.
+    streams_every_id: bool = True
 
 
 @dataclass
