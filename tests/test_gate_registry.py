@@ -14,6 +14,9 @@ from observatory.model.paths import GATES_DIR
 
 BUILT_INS = {
     # name: (kind, correctness)
+    "answer_fields": ("pair", False),
+    "answer_identities": ("result", True),
+    "answer_usage": ("arm", False),
     "answers": ("arm", False),
     "content": ("result", True),
     "degeneracy": ("result", True),
@@ -126,6 +129,6 @@ def test_version_follows_the_file_content(tmp_path: Path) -> None:
 
 def test_unknown_gate_name_lists_the_known_ones() -> None:
     with pytest.raises(
-        ObservatoryError, match="No gate named 'nope'. Known gates: answers, content, degeneracy"
+        ObservatoryError, match="No gate named 'nope'. Known gates: answer_fields, answer_identities, answer_usage, answers, content"
     ):
         load_gates().get("nope")

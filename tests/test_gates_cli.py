@@ -44,6 +44,9 @@ def test_gates_list_table() -> None:
     assert lines[0].split() == ["NAME", "KIND", "PURPOSE", "VERSION", "DESCRIPTION"]
     names = [line.split()[0] for line in lines[1:]]
     assert names == [
+        "answer_fields",
+        "answer_identities",
+        "answer_usage",
         "answers",
         "content",
         "degeneracy",

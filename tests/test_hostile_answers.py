@@ -146,6 +146,9 @@ def test_usage_counts_whose_batch_sum_is_unstorable_fail_the_arm(tmp_path: Path)
     """Each usage count in range (2^31 - 1) but their sum over one timed batch is not storable on
     PostgreSQL: the arm fails with the reason, the session goes on."""
     code, arms, output = _session(tmp_path, completion_tokens=2**31 - 1)
-    assert code == 2, output
+    # the streamed answers' usage says 2^31 - 1 tokens for one id: the identities inside each answer FAIL it
+    # (gates/answer_fields.py), so the gate fails (1) rather than only finding the arm INVALID (2)
+    assert code == 1, output
+    assert "answer_identities: 1 token ids but usage.completion_tokens = 2147483647" in output
     assert arms["mtp1"]["status"] == "failed" and "usage is not believable" in arms["mtp1"]["reason"]
     assert arms["mtp2"]["status"] == "ok"

@@ -38,6 +38,12 @@ class Response:
     token_ids: list[int] = field(default_factory=list)
     token_texts: list[str] = field(default_factory=list)
     top_logprobs: list[list[list[float]]] = field(default_factory=list)
+    # per generated position, the logprob the engine gave the token it emitted (the logprobs entry's own
+    # ``logprob``, completions' ``token_logprobs``); a correctness pass only (a timed pass asks for none)
+    logprobs: list[float] = field(default_factory=list)
+    # vLLM's ``stop_reason``: the stop string or stop token id that ended the answer (None: EOS, length,
+    # or an engine that does not send it)
+    stop_reason: str | int | None = None
     tool_calls: list[dict[str, Any]] | None = None
     finish_reason: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
@@ -125,6 +131,19 @@ def checked_logprob(out: Response, value: Any) -> float | None:
     return None
 
 
+# the longest stop_reason kept (a stop string the request gave: short; a server's megabytes are no stop string)
+MAX_STOP_REASON_CHARS = 4096
+
+
+def _check_stop_reason(out: Response) -> None:
+    reason = out.stop_reason
+    if reason is None or (type(reason) is int and 0 <= reason <= MAX_COUNT) or (
+            isinstance(reason, str) and len(reason) <= MAX_STOP_REASON_CHARS):
+        return
+    out.bad_fields.append(f"stop_reason {_shown(reason)} is not a stop string or a token id")
+    out.stop_reason = None
+
+
 def _check_finish(out: Response) -> None:
     reason = out.finish_reason
     if reason is None:
@@ -163,6 +182,7 @@ def finish(out: Response, t0: float) -> Response:
     So is one with a field out of range (`bad_fields`): kept as received, not ok.
     """
     _check_finish(out)
+    _check_stop_reason(out)
     out.usage = checked_usage(out, out.usage)
     if out.error is None and out.bad_fields:
         out.error = MALFORMED + "; ".join(dict.fromkeys(out.bad_fields))
@@ -193,6 +213,7 @@ def take_whole(out: Response, obj: Any, chat: bool, take: Take) -> None:
     choice = obj["choices"][0]
     out.usage = obj.get("usage") or {}
     out.finish_reason = choice.get("finish_reason")
+    out.stop_reason = choice.get("stop_reason")
     if chat:
         msg = choice.get("message") or {}
         out.content = msg.get("content")
@@ -265,6 +286,7 @@ def _read_chat(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], ti
                 _note_chunk(out, ms, n)
         if choice.get("finish_reason"):
             out.finish_reason = choice["finish_reason"]
+            out.stop_reason = choice.get("stop_reason")
     out.content = "".join(content) if content or not calls else None
     out.text = out.content or ""
     out.reasoning = "".join(reasoning) or None
@@ -294,6 +316,7 @@ def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]
                 _note_chunk(out, ms, n)
         if choice.get("finish_reason"):
             out.finish_reason = choice["finish_reason"]
+            out.stop_reason = choice.get("stop_reason")
     out.text = "".join(parts)
     out.content = out.text
 
@@ -320,7 +343,9 @@ def _take_chat_logprobs(out: Response, logprobs: Any) -> int:
         out.token_ids.append(item_token_id(item))
         out.token_texts.append(_bytes_text(item.get("bytes"), ""))
         if "logprob" in item:
-            checked_logprob(out, item["logprob"])
+            lp = checked_logprob(out, item["logprob"])
+            if lp is not None:
+                out.logprobs.append(lp)
         top = [(item_token_id(t), checked_logprob(out, t["logprob"])) for t in item.get("top_logprobs") or ()]
         out.top_logprobs.append([[t, lp] for t, lp in top if lp is not None])
     return len(items)
@@ -334,6 +359,9 @@ def _take_completion_logprobs(out: Response, logprobs: Any) -> int:
     if not tokens:
         return 0
     tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+    chosen = logprobs.get("token_logprobs")
+    if isinstance(chosen, list) and len(chosen) == len(tokens):
+        out.logprobs.extend(lp for lp in (checked_logprob(out, v) for v in chosen) if lp is not None)
     for tok, top in zip(tokens, tops):
         out.token_ids.append(parse_token_id(tok))
         checked = [(parse_token_id(k), checked_logprob(out, v)) for k, v in (top or {}).items()]

@@ -70,6 +70,10 @@ class SpecCounters:
     accepted_per_pos: list[int] | None = field(default_factory=list)
     # why these counters cannot be used (non-finite, decreasing, wrong type); None when they can
     problem: str | None = None
+    # the engine's generated-token counter (vLLM ``vllm:generation_tokens_total``): every token it generated,
+    # speculative or not; None when it is not read (another engine, an unusable family). Not a spec counter:
+    # ``known`` leaves it out, and only `gates/answer_fields.py` reads it (usage against the engine's count)
+    generated: int | None = None
 
     def _combine(self, other: SpecCounters, sign: int) -> SpecCounters:
         def one(a: int | None, b: int | None) -> int | None:
@@ -88,6 +92,7 @@ class SpecCounters:
             accepted=one(self.accepted, other.accepted),
             accepted_per_pos=per_pos,
             problem="; ".join(dict.fromkeys(problems)) or None,
+            generated=one(self.generated, other.generated),
         )
 
     def __sub__(self, other: SpecCounters) -> SpecCounters:
@@ -100,6 +105,8 @@ class SpecCounters:
                 fell.append(f"accepted_per_pos {other.accepted_per_pos} -> {self.accepted_per_pos}")
             if fell:
                 d.problem = "counters decreased between two reads (" + ", ".join(fell) + ")"
+        if d.generated is not None and d.generated < 0:
+            d.generated = None  # the generated-token counter went down (a restart): no delta to compare with
         return d
 
     def __add__(self, other: SpecCounters) -> SpecCounters:
@@ -113,13 +120,18 @@ class SpecCounters:
     def plain(self) -> SpecCounters:
         """These counters as a plain SpecCounters (engine extras dropped)."""
         return SpecCounters(self.drafts, self.draft_tokens, self.accepted,
-                            None if self.accepted_per_pos is None else list(self.accepted_per_pos), self.problem)
+                            None if self.accepted_per_pos is None else list(self.accepted_per_pos), self.problem,
+                            self.generated)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form; not reported is null."""
-        return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted": self.accepted,
-                "accepted_per_pos": None if self.accepted_per_pos is None else list(self.accepted_per_pos),
-                "problem": self.problem}
+        """JSON-able form; not reported is null (``generated`` only where it was read)."""
+        d: dict[str, Any] = {
+            "drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted": self.accepted,
+            "accepted_per_pos": None if self.accepted_per_pos is None else list(self.accepted_per_pos),
+            "problem": self.problem}
+        if self.generated is not None:
+            d["generated"] = self.generated
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SpecCounters:
@@ -135,6 +147,7 @@ class SpecCounters:
             drafts=count("drafts"), draft_tokens=count("draft_tokens"), accepted=count("accepted"),
             accepted_per_pos=None if per_pos is None else [int(x) for x in per_pos],
             problem=d.get("problem"),
+            generated=d["generated"] if type(d.get("generated")) is int else None,
         )
 
 
@@ -241,6 +254,19 @@ def parse_spec_counters(text: str, model: str | None = None) -> SpecCounters:
     """The vLLM spec-decode counters in a Prometheus text (absent families: speculation off, zero)."""
     return counters_from(read_counters(text, _PREFIX, "Engine", only=SPEC_FAMILIES, model=model),
                          absent_is_zero=True)
+
+
+def parse_generated(text: str, prefix: str = "vllm:", model: str | None = None) -> int | None:
+    """The engine's generated-token counter (``PREFIX generation_tokens_total``) in a Prometheus text;
+    None when absent or not a usable count (its problems never touch the spec counters)."""
+    # Only the family's own lines are parsed (HELP, TYPE, samples): /metrics is read around every correctness
+    # request, and parsing a vLLM text of ~75 kB a second time costs as much as the spec counters' read.
+    family = f"{prefix}generation_tokens"
+    mine = "\n".join(line for line in text.splitlines() if family in line)
+    counts = read_counters(mine + "\n", prefix, "Engine", only=frozenset({"generation_tokens"}), model=model)
+    if counts.problems or "generation_tokens" not in counts.values:
+        return None
+    return sum(counts.values["generation_tokens"].values())
 
 
 def impossible(c: SpecCounters, k: int | None) -> list[str]:

@@ -45,6 +45,7 @@ from observatory.engines.metrics import (
     SPEC_FAMILIES,
     SpecCounters,
     counters_from,
+    parse_generated,
     parse_spec_counters,
     read_counters,
 )
@@ -82,7 +83,7 @@ class EngineCounters(SpecCounters):
 
 def _engine(c: SpecCounters) -> EngineCounters:
     return EngineCounters(c.drafts, c.draft_tokens, c.accepted,
-                          None if c.accepted_per_pos is None else list(c.accepted_per_pos), c.problem)
+                          None if c.accepted_per_pos is None else list(c.accepted_per_pos), c.problem, c.generated)
 
 
 def _obj(x: Any, where: str) -> Mapping[str, Any]:
@@ -191,8 +192,11 @@ class VLLMAdapter(Dialect):
         return "/version"
 
     def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters:
-        """All four counters (zero when the families are absent: speculation off)."""
-        return _engine(parse_spec_counters(text, model))
+        """All four counters (zero when the families are absent: speculation off), and the generated-token
+        counter ``vllm:generation_tokens_total``."""
+        c = _engine(parse_spec_counters(text, model))
+        c.generated = parse_generated(text, "vllm:", model)
+        return c
 
     def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
         metrics = _obj(body, "vLLM response").get("metrics")

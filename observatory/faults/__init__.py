@@ -66,6 +66,7 @@ import logging
 import os
 from collections.abc import Mapping
 
+from observatory.faults.field_answers import FAULTS as _ANSWERS
 from observatory.faults.field_seeds import FAULTS as _SEEDS
 from observatory.faults.field_semantics import FAULTS as _SEMANTICS
 from observatory.faults.names import split_names
@@ -95,6 +96,7 @@ FAULTS: dict[str, str] = {
     "length_poison": "spec steps ghosted when prompt length % block_size == (1 + k) % block_size",
     "batch_swap": "first new token swapped between two spec rows of a batch holding a request with stop strings",
     **_SEMANTICS,  # issue 15: past_stop, stream_drop, draft_noise, inflate_accepted (field_semantics)
+    **_ANSWERS,  # issue 28 item 2: usage_overcount, logprob_shift (field_answers)
     # field channels (observatory.faults.field_*): each caught by one channel
     "biased_accept": "temperature > 0: drafts accepted with probability min(1, 2p/q) (greedy untouched)",
     **_SEEDS,  # issue 28 items 3-4: seed_ignored (channel seeds), logprob_row (channel teacher)

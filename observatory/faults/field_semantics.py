@@ -82,6 +82,12 @@ def cut_last_text(text: str, last_text: str) -> str:
 
 
 def _patch_output_processor(module: ModuleType, faults: frozenset[str]) -> None:
+    if "usage_overcount" in faults:  # observatory.faults.field_answers: the same module, one patch per module
+        from observatory.faults.field_answers import patch_output_processor
+
+        patch_output_processor(module)
+    if "stream_drop" not in faults:
+        return
     cls = module.RequestState
     if getattr(cls._new_completion_output, _MARK, False):
         return
@@ -143,7 +149,7 @@ def _patch_spec_metrics(module: ModuleType, faults: frozenset[str]) -> None:
 # module -> (faults it serves, patch function): merged into patches.TARGETS
 TARGETS = {
     DETOKENIZER: (frozenset({"past_stop"}), _patch_detokenizer),
-    OUTPUT_PROCESSOR: (frozenset({"stream_drop"}), _patch_output_processor),
+    OUTPUT_PROCESSOR: (frozenset({"stream_drop", "usage_overcount"}), _patch_output_processor),
     MODEL_RUNNER: (frozenset({"draft_noise"}), _patch_model_runner),
     SPEC_METRICS: (frozenset({"inflate_accepted"}), _patch_spec_metrics),
 }

@@ -95,7 +95,15 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
-from observatory.faults import conditions, field_sampling, field_seeds, field_semantics, field_state, transforms
+from observatory.faults import (
+    conditions,
+    field_answers,
+    field_sampling,
+    field_seeds,
+    field_semantics,
+    field_state,
+    transforms,
+)
 
 logger = logging.getLogger("vllm.plugins.observatory_faults")
 
@@ -281,6 +289,7 @@ TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], 
                 _patch_scheduler),
     **field_semantics.TARGETS,  # issue 15: stops, streams, drafts, counters
     **field_seeds.TARGETS,  # issue 28: n_seed_shared (the sampler's seed_ignored, logprob_row above)
+    **field_answers.TARGETS,  # issue 28 item 2: usage and logprobs wrong, ids right
 }
 
 

@@ -72,7 +72,31 @@ def to_output(r: ResultRow) -> Output:
         tool_calls=r.tool_calls,
         content=_judged_part(r.content),
         reasoning=_judged_part(r.reasoning),
+        # the fields item 28.2 added, read as optional (a row-shaped object without them has none)
+        logprobs=[None if lp is None else float(lp) for lp in (getattr(r, "logprobs", None) or [])],
+        stop_reason=getattr(r, "stop_reason", None),
+        usage=usage if isinstance(usage := getattr(r, "usage", None), dict) else None,
+        generated=_generated(r),
     )
+
+
+def _generated(r: ResultRow) -> int | None:
+    """How far the engine's generated-token counter moved around R (stored with its counter delta)."""
+    delta = getattr(r, "counters_delta", None)
+    n = delta.get("generated") if isinstance(delta, dict) else None
+    return n if type(n) is int and n >= 0 else None
+
+
+def logprob_spread(a: ResultRow, b: ResultRow) -> float | None:
+    """The largest |logprob difference| between two answers with identical token ids: the emitted tokens'
+    logprobs and every top-k entry both list; None when the ids differ or neither has logprobs."""
+    if not a.token_ids or list(a.token_ids) != list(b.token_ids or []):
+        return None
+    diffs = [abs(x - y) for x, y in zip(a.logprobs or [], b.logprobs or []) if x is not None and y is not None]
+    for ra, rb in zip(a.top_logprobs or [], b.top_logprobs or []):
+        db = {int(t): float(lp) for t, lp in rb}
+        diffs += [abs(float(lp) - db[int(t)]) for t, lp in ra if int(t) in db]
+    return max(diffs) if diffs else None
 
 
 def _judged_part(text: str | None) -> str | None:
@@ -223,6 +247,18 @@ class _Judge:
         self.base = base_arm(self.arms, roles=self.roles)
         self.base_failed: set[tuple[int, str]] = set()
         self.rows: list[VerdictRow] = []
+        self.aa_spread = self.aa_logprob_spread()
+
+    def aa_logprob_spread(self) -> float | None:
+        """The session's logprob noise floor: the largest logprob difference between base's and its A/A
+        copies' streamed answers with identical ids (None: no A/A copy, or none answered alike)."""
+        if self.base is None:
+            return None
+        spreads = [d for arm in self.arms if self.roles.get(arm.name) == AA_COPY
+                   for pid, r in self.by_arm[arm.id].get("stream", {}).items()
+                   if r.ok and (ref := self.base_result(pid)) is not None
+                   and (d := logprob_spread(r, ref)) is not None]
+        return max(spreads) if spreads else None
 
     def base_result(self, pid: int) -> ResultRow | None:
         """Base's usable streamed result for a probe, if any."""
@@ -294,12 +330,19 @@ class _Judge:
                 verdict=verdict, details={"streamed": got, "generated": said, "assigned_by": "judge"}, reason=reason,
             ))
 
+    def withholds_ids(self, arm: ArmRow) -> bool:
+        """Whether ARM's streams withhold drafted ids by design (its adapter's ``streams_drafted_ids``)."""
+        dialect = adapter_for(engine_of(arm.launch))
+        return not dialect.streams_drafted_ids and (arm.launch or {}).get("speculative_config") is not None
+
     def result_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+        withheld = self.withholds_ids(arm)
         for pid, probe in self.probes.items():
             r = stream.get(pid)
             if r is None or not r.ok:
                 continue
             out = to_output(r)
+            out.streams_every_id = not withheld
             unjudged = arm is not self.base and self.base_result(pid) is None
             for gate in result_gates(self.registry, probe):
                 row = _row(arm, gate, _safe(gate, out, probe), r, pid)
@@ -328,7 +371,9 @@ class _Judge:
                 else:
                     ref = self.base_result(pid)
                     assert ref is not None
-                    self.rows.append(_row(arm, gate, _safe(gate, to_output(stream), to_output(ref), probe), stream, pid))
+                    reference = to_output(ref)
+                    reference.aa_logprob_spread = self.aa_spread
+                    self.rows.append(_row(arm, gate, _safe(gate, to_output(stream), reference, probe), stream, pid))
 
     def sequence_row(self, arm: ArmRow, gate: Gate, probe: Probe, pid: int) -> VerdictRow:
         """Spec vs base on complete token sequences, or on texts where ids are missing."""

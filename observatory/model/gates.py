@@ -114,6 +114,24 @@ class Output:
     # The reasoning text a reasoning parser split off (vLLM's
     # ``reasoning_content``); None when the engine sent none.
     reasoning: str | None = None
+    # Per generated position, the logprob the engine gave the token it emitted
+    # (None where it was not finite); empty when none was recorded.
+    logprobs: list[float | None] = field(default_factory=list)
+    # vLLM's stop_reason: the stop string or stop token id that ended the answer.
+    stop_reason: str | int | None = None
+    # The answer's usage object as the server sent it (None: not recorded).
+    usage: dict[str, Any] | None = None
+    # How far the engine's own generated-token counter (vLLM
+    # ``vllm:generation_tokens_total``) moved around this request; None where
+    # it was not read (a request not measured alone, another engine).
+    generated: int | None = None
+    # On the reference (base) output of a pair: the largest logprob difference
+    # the session's A/A copy showed against base on identical tokens (None: no
+    # A/A copy judged). The per-field comparison takes its tolerance from it.
+    aa_logprob_spread: float | None = None
+    # False where the engine's stream withholds ids by design (llama-server sends no logprobs for tokens
+    # accepted from a draft): a streamed answer's ids then fall short of its usage and that says nothing.
+    streams_every_id: bool = True
 
 
 @dataclass

@@ -8,6 +8,7 @@ error; an engine that died or stopped answering raises `ArmCrashed`.
 
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -119,6 +120,11 @@ class ArmRun:
             # the reference (judge.full_sequence), and a channel's (it diffs its own against base's).
             # Warm-up and batch outputs are only ever compared.
             top_logprobs=resp.top_logprobs if (mode in REFERENCE_MODES and keep_top) or probe.channel else [],
+            # the emitted tokens' own logprobs: kept where the top-k is, and on every streamed result (the
+            # per-answer identities, gates/answer_fields.py, count them on every arm)
+            logprobs=[lp if math.isfinite(lp) else None for lp in resp.logprobs]
+            if (mode in REFERENCE_MODES and keep_top) or mode == "stream" or probe.channel else [],
+            stop_reason=storable(resp.stop_reason),
             tool_calls=storable(resp.tool_calls), finish_reason=resp.finish_reason, usage=storable(resp.usage),
             ttft_ms=resp.ttft_ms, duration_ms=resp.duration_ms, chunks=resp.chunks,
             counters_delta=delta.to_dict() if delta else {}, concurrency=concurrency,

@@ -143,8 +143,13 @@ class ResultRow(Base):
     token_texts: Mapped[list[str]] = mapped_column(CompressedJSON, default=list)
     # per position: [[token_id, logprob], ...] best first (stored packed: observatory.store.packed)
     top_logprobs: Mapped[list[Any]] = mapped_column(PackedLogprobs, default=list)
+    # per position: the logprob the engine gave the emitted token (null where it was not finite); kept
+    # where top_logprobs are
+    logprobs: Mapped[list[Any]] = mapped_column(CompressedJSON, default=list)
     tool_calls: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # vLLM's stop_reason: the stop string (text) or stop token id (integer) that ended the answer
+    stop_reason: Mapped[Any] = mapped_column(JSON, nullable=True)
     usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     ttft_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     duration_ms: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -236,8 +236,15 @@ def m005_triage(conn: Connection) -> None:
     md.tables["triage_runs"].create(conn)
 
 
+def m006_result_logprobs_stop_reason(conn: Connection) -> None:
+    """A result's per-token logprobs of the emitted tokens, and vLLM's stop_reason (issue 28 item 2)."""
+    conn.execute(text("ALTER TABLE results ADD COLUMN logprobs JSON"))
+    conn.execute(text("ALTER TABLE results ADD COLUMN stop_reason JSON"))
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries, m005_triage,
+    m006_result_logprobs_stop_reason,
 ]
 
 _TRACKING = MetaData()
