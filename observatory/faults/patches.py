@@ -95,7 +95,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
-from observatory.faults import conditions, field_sampling, field_semantics, field_state, transforms
+from observatory.faults import conditions, field_sampling, field_sdk, field_semantics, field_state, transforms
 
 logger = logging.getLogger("vllm.plugins.observatory_faults")
 
@@ -279,6 +279,7 @@ TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], 
     SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL, *field_state.FIELD_FAULTS}),
                 _patch_scheduler),
     **field_semantics.TARGETS,  # issue 15: stops, streams, drafts, counters
+    **field_sdk.TARGETS,  # issue 28 item 7: a stream only the openai SDK rejects
 }
 
 

@@ -236,8 +236,14 @@ def m005_triage(conn: Connection) -> None:
     md.tables["triage_runs"].create(conn)
 
 
+def m006_result_sdk(conn: Connection) -> None:
+    """A result's openai SDK verdict (issue 28 item 7: the official client as a conformance judge)."""
+    conn.execute(text("ALTER TABLE results ADD COLUMN sdk JSON"))
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries, m005_triage,
+    m006_result_sdk,
 ]
 
 _TRACKING = MetaData()
