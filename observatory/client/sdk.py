@@ -25,7 +25,9 @@ second time, by the SDK's own code, right after the lean reader
   (non-strict) client builds it (``_models.construct_type``) and filtered as
   ``ChatCompletionStream.__stream__`` filters them (only ``object ==
   "chat.completion.chunk"``): what ``client.chat.completions.stream(...)``
-  gives an application. The SDK has no helper for ``/v1/completions`` streams:
+  gives an application. The chunks go to the helper without their logprobs
+  (validated above, never compared): the helper's logprobs bookkeeping was
+  half its cost per token (measured: docs/channels.md). The SDK has no helper for ``/v1/completions`` streams:
   there the accumulated text is the SDK-built chunks' ``choices[0].text``
   joined, and the finish reason the last non-null one (what the SDK's
   documentation loop does).
@@ -71,9 +73,27 @@ def version() -> str:
     return str(openai.__version__)
 
 
-def _error(e: BaseException, where: str) -> str:
-    text = f"{where}: {type(e).__name__}: {e}"
+def _error(e: BaseException, where: str, skip_gap: bool = False) -> str:
+    """The SDK's error E as stored: one line, bounded; a pydantic error as its entries (location: message,
+    the offending input shortened), `_SDK_TYPE_GAP` entries left out where SKIP_GAP."""
+    errs = e.errors() if hasattr(e, "errors") and callable(e.errors) else None
+    if errs:
+        shown = [f"{'.'.join(str(x) for x in err.get('loc', ()))}: {err.get('msg')} "
+                 f"(input {_short(err.get('input'))})" for err in errs if not (skip_gap and _is_gap(err))]
+        text = f"{where}: {type(e).__name__} for {getattr(e, 'title', '?')}: {'; '.join(shown)}"
+    else:
+        text = f"{where}: {type(e).__name__}: {e}"
+    text = " ".join(text.split())
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+def _is_gap(err: Any) -> bool:
+    return tuple(err.get("loc", ()))[-1:] == ("finish_reason",) and err.get("input") is None
 
 
 def calls_of(raw: Any) -> list[dict[str, Any]] | None:
@@ -132,8 +152,7 @@ def _gap(e: Any, last: bool, chat: bool) -> bool:
     if chat or last or not hasattr(e, "errors"):
         return False
     errs = e.errors()
-    return bool(errs) and all(err.get("loc", ())[-1:] == ("finish_reason",) and err.get("input") is None
-                              for err in errs)
+    return bool(errs) and all(_is_gap(err) for err in errs)
 
 
 def judge_stream(objs: list[dict[str, Any]], chat: bool, lean: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +166,7 @@ def judge_stream(objs: list[dict[str, Any]], chat: bool, lean: dict[str, Any]) -
         except Exception as e:
             if _gap(e, i == len(objs) - 1, chat):
                 continue
-            error = _error(e, f"streamed event {i + 1} of {len(objs)}")
+            error = _error(e, f"streamed event {i + 1} of {len(objs)}", skip_gap=not chat and i < len(objs) - 1)
             break
     try:
         reading = _accumulate_chat(objs, models, stream_state, chunk_type) if chat else \
@@ -161,7 +180,7 @@ def _accumulate_chat(objs: list[dict[str, Any]], models: Any, stream_state: Any,
     state = stream_state()
     fed = 0
     for obj in objs:
-        chunk = models.construct_type(type_=chunk_type, value=obj)
+        chunk = models.construct_type(type_=chunk_type, value=_without_logprobs(obj))
         if getattr(chunk, "object", None) != "chat.completion.chunk":
             continue  # ChatCompletionStream.__stream__ drops such events (_is_valid_chat_completion_chunk_weak)
         state.handle_chunk(chunk)
@@ -176,6 +195,15 @@ def _accumulate_chat(objs: list[dict[str, Any]], models: Any, stream_state: Any,
     choice = final.choices[0]
     calls = [c.model_dump() for c in choice.message.tool_calls] if choice.message.tool_calls else None
     return _reading(choice.message.content, calls, choice.finish_reason)
+
+
+def _without_logprobs(obj: dict[str, Any]) -> Any:
+    """OBJ with its choices' logprobs left out: validated already, never compared, and half the helper's cost."""
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not any(isinstance(c, dict) and "logprobs" in c for c in choices):
+        return obj
+    return {**obj, "choices": [{k: v for k, v in c.items() if k != "logprobs"} if isinstance(c, dict) else c
+                               for c in choices]}
 
 
 def _accumulate_completion(objs: list[dict[str, Any]], models: Any, completion: Any) -> dict[str, Any]:
