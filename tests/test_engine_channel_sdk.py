@@ -15,7 +15,6 @@ probe, streamed, whole and batched), three arms:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest

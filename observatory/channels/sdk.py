@@ -174,7 +174,8 @@ def judge(view: ChannelView) -> list[VerdictRow]:
         results = per_arm[arm.id]
         found, counts = problems(results)
         versions = sorted({str(r.sdk.get("sdk")) for r in results if r.sdk})
-        details: dict[str, Any] = {**counts, "sdk": ", ".join(versions) or "-"}
+        details: dict[str, Any] = {**counts, "sdk": ", ".join(versions) or "-",
+                                   "sdk_ms": round(sum(float(r.sdk.get("ms") or 0) for r in results if r.sdk), 1)}
         rows.append(_verdict(view, arm, None, found, base_parse, names, details,
                              f"the openai SDK ({details['sdk']}) accepts all {counts['answers']} answers "
                              f"({counts['streamed']} streamed, {counts['whole']} whole) and reads them as the "

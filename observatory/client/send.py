@@ -453,5 +453,8 @@ def sdk_verdict(kept: list[Any], stream: bool, chat: bool, out: Response) -> dic
     """The openai SDK's verdict on one answer (`observatory.client.sdk`): None where the SDK is not installed."""
     from observatory.client import sdk
 
+    t0 = time.perf_counter()
     lean = sdk.lean_reading(out.content, out.text, out.tool_calls, out.finish_reason, chat)
-    return sdk.judge_stream(kept, chat, lean) if stream else sdk.judge_whole(kept[0], chat, lean)
+    verdict = sdk.judge_stream(kept, chat, lean) if stream else sdk.judge_whole(kept[0], chat, lean)
+    verdict["ms"] = round((time.perf_counter() - t0) * 1000.0, 2)  # the SDK's reading's own cost
+    return verdict
