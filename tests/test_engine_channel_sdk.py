@@ -11,6 +11,11 @@ probe, streamed, whole and batched), three arms:
   rejects it (``sdk`` FAILs with its ValidationError) and its chat stream
   helper drops those chunks (``sdk:stream`` FAILs: the stream accumulates to
   less text than the whole answer).
+
+Three engine starts: 8 min on this 2-core machine at a load average of about
+10 (2026-12-01), 11.5 min at 15-30; about 5 min idle (77-99 s per start). Over
+the default suite's budget for one module, so it is a ``field_engine`` test,
+as the other channels' engine tests are (docs/channels.md).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from observatory.cli import cli
 from observatory.model.paths import REPO_ROOT
 from observatory.store.session_store import Store
 
-pytestmark = [pytest.mark.engine, requires_engine]
+pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 SUITE = REPO_ROOT / "tests" / "fixtures" / "sdk_tiny.toml"
 FAULTED = "mtp1+fault=sdk_object"
 
