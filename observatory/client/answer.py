@@ -56,6 +56,9 @@ class Response:
     error_kind: str | None = None
     # fields of the answer that were out of range (the answer is malformed: see `finish`)
     bad_fields: list[str] = field(default_factory=list)
+    # the openai SDK's verdict on this answer (`observatory.client.sdk`); None: not read by it (timed pass,
+    # no answer)
+    sdk: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:

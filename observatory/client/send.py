@@ -16,6 +16,10 @@ kinds of request:
   measure the server, not us: the Response carries no token ids, ``usage``
   holds ``completion_tokens`` and ``chunks`` entries are ``[ms, None]``.
 
+A correctness pass's answer is read a second time by the openai SDK's own
+types and stream helper once its duration is stamped (`observatory.client.sdk`,
+``Response.sdk``); a timed pass's never is.
+
 The answer is read into a `Response` by `observatory.client.answer`. Both are
 plain httpx requests read by the lean SSE reader of
 `observatory.client.sse` (msgspec into dicts) over the socket reader of
@@ -363,10 +367,11 @@ class EngineClient:
             stream = False
         if stream and not timed and probe.kind == "chat" and not self.adapter.streams_chat_ids:
             stream = False  # SGLang refuses return_token_ids on a streamed chat completion (observatory.client.sglang_ids)
+        kept: list[Any] | None = None if timed else []  # the decoded answer, for the SDK's reading
         try:
             body = request_body(probe, self.served_model(), params, stream)
             path = "/v1/chat/completions" if probe.kind == "chat" else "/v1/completions"
-            self._request(path, body, stream, t0, deadline, out, timed)
+            self._request(path, body, stream, t0, deadline, out, timed, kept)
             if not timed and len(out.token_texts) != len(out.token_ids):
                 if self.adapter.ids_in_choices:
                     out.token_texts = []  # some texts did not count as their ids: unknown, never guessed
@@ -379,7 +384,10 @@ class EngineClient:
             out = self.failed(e)
         finally:
             self._deadline = None
-        return finish(out, t0)
+        out = finish(out, t0)
+        if kept and out.error_kind in (None, "malformed"):
+            out.sdk = sdk_verdict(kept, stream, probe.kind == "chat", out)
+        return out
 
     def failed(self, e: BaseException) -> Response:
         """The stored Response of a request that raised E (one of REQUEST_FAILURES)."""
@@ -409,17 +417,44 @@ class EngineClient:
                 "(--request-timeout)")
 
     def _request(self, path: str, body: dict[str, Any], stream: bool, t0: float, deadline: float,
-                 out: Response, timed: bool) -> None:
+                 out: Response, timed: bool, kept: list[Any] | None = None) -> None:
+        """Send BODY and read the answer into OUT; KEPT (when given) gets the decoded answer: the whole
+        object, or every streamed event, once the stream ended with [DONE]."""
         chat = "messages" in body
         resp = self._wire.post(path, _encode(body), deadline)
         try:
             if resp.status >= 400:
                 raise http_error(resp.status, path, resp.read())
             if not stream:
-                take_whole(out, decode_json(resp.read()), chat, self._take)
+                obj = decode_json(resp.read())
+                if kept is not None:
+                    kept.append(obj)
+                take_whole(out, obj, chat, self._take)
                 return
             pieces = resp.body()
-            read_stream(out, events(pieces, t0), chat, timed, self._take)
+            seen: list[Any] = []
+            stamped = events(pieces, t0)
+            read_stream(out, stamped if kept is None else _keeping(stamped, seen), chat, timed, self._take)
             resp.finish(pieces)
+            if kept is not None:
+                kept.extend(seen)
         finally:
             resp.close()
+
+
+def _keeping(stream: Any, seen: list[Any]) -> Any:
+    """STREAM's (ms, event) pairs, each event appended to SEEN as it passes (references, no copy)."""
+    for ms, obj in stream:
+        seen.append(obj)
+        yield ms, obj
+
+
+def sdk_verdict(kept: list[Any], stream: bool, chat: bool, out: Response) -> dict[str, Any] | None:
+    """The openai SDK's verdict on one answer (`observatory.client.sdk`): None where the SDK is not installed."""
+    from observatory.client import sdk
+
+    t0 = time.perf_counter()
+    lean = sdk.lean_reading(out.content, out.text, out.tool_calls, out.finish_reason, chat)
+    verdict = sdk.judge_stream(kept, chat, lean) if stream else sdk.judge_whole(kept[0], chat, lean)
+    verdict["ms"] = round((time.perf_counter() - t0) * 1000.0, 2)  # the SDK's reading's own cost
+    return verdict

@@ -67,6 +67,7 @@ import os
 from collections.abc import Mapping
 
 from observatory.faults.field_answers import FAULTS as _ANSWERS
+from observatory.faults.field_sdk import FAULTS as _SDK
 from observatory.faults.field_seeds import FAULTS as _SEEDS
 from observatory.faults.field_semantics import FAULTS as _SEMANTICS
 from observatory.faults.names import split_names
@@ -100,6 +101,7 @@ FAULTS: dict[str, str] = {
     # field channels (observatory.faults.field_*): each caught by one channel
     "biased_accept": "temperature > 0: drafts accepted with probability min(1, 2p/q) (greedy untouched)",
     **_SEEDS,  # issue 28 items 3-4: seed_ignored (channel seeds), logprob_row (channel teacher)
+    **_SDK,  # issue 28 item 7: sdk_object (field_sdk), caught by channel sdk
 }
 
 # A child of vLLM's logger, so messages use vLLM's handler and format in every

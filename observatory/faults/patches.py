@@ -99,6 +99,7 @@ from observatory.faults import (
     conditions,
     field_answers,
     field_sampling,
+    field_sdk,
     field_seeds,
     field_semantics,
     field_state,
@@ -290,6 +291,7 @@ TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], 
     **field_semantics.TARGETS,  # issue 15: stops, streams, drafts, counters
     **field_seeds.TARGETS,  # issue 28: n_seed_shared (the sampler's seed_ignored, logprob_row above)
     **field_answers.TARGETS,  # issue 28 item 2: usage and logprobs wrong, ids right
+    **field_sdk.TARGETS,  # issue 28 item 7: a stream only the openai SDK rejects
 }
 
 

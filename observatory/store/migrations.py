@@ -242,9 +242,14 @@ def m006_result_logprobs_stop_reason(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE results ADD COLUMN stop_reason JSON"))
 
 
+def m007_result_sdk(conn: Connection) -> None:
+    """A result's openai SDK verdict (issue 28 item 7: the official client as a conformance judge)."""
+    conn.execute(text("ALTER TABLE results ADD COLUMN sdk JSON"))
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries, m005_triage,
-    m006_result_logprobs_stop_reason,
+    m006_result_logprobs_stop_reason, m007_result_sdk,
 ]
 
 _TRACKING = MetaData()
