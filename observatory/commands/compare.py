@@ -20,7 +20,7 @@ from observatory.report.data import build
 from observatory.report.openmetrics import openmetrics_text
 from observatory.report.outputs import OutputFile
 from observatory.report.terminal import RichReporter, print_closing, print_summary
-from observatory.session.plan import SessionPlan, plan_compare
+from observatory.session.plan import TIMINGS, SessionPlan, plan_compare
 from observatory.session.preflight import check_serves
 from observatory.session.runner import Interrupted, Reporter, Runner
 from observatory.store.db import SessionRow
@@ -80,8 +80,10 @@ def compare_options(f: Callable[..., Any] | None = None, *,
         click.option("--gpus-per-arm", type=int, default=1, show_default=True,
                      help="GPUs each arm gets (CUDA_VISIBLE_DEVICES), e.g. 2 for TP=2 arms."),
         click.option("--parallel-arms", is_flag=True, help="Run arms at once on disjoint GPUs of this host."),
-        click.option("--timing", type=click.Choice(["sequential", "concurrent"]), default="sequential",
-                     show_default=True, help="With --parallel-arms: time each arm alone, or as they ran (flagged)."),
+        click.option("--timing", type=click.Choice(list(TIMINGS)), default="sequential",
+                     show_default=True, help="sequential: each arm timed alone, one after another; concurrent "
+                     "(with --parallel-arms): as they ran (flagged); paired: base's server kept up beside each "
+                     "spec arm and their single-stream requests alternated, so host drift cancels in S."),
         click.option("--engine", default="vllm", show_default=True,
                      help="Engine of URL arms: vllm, sglang or llama.cpp (what /metrics and the version mean)."),
         click.option("--fail-on", help="Performance thresholds that FAIL (else breaches WARN), e.g. "

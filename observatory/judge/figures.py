@@ -43,6 +43,7 @@ from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
 from observatory.engines.spec_counters import adapter_for
+from observatory.judge.paired import paired_vs_base, pairs, sides
 from observatory.judge.perf_gates import not_lossless, performance
 from observatory.judge.precision import precision, spent
 from observatory.judge.session import base_reference
@@ -50,6 +51,7 @@ from observatory.judge.session_parts import cross_session
 from observatory.judge.speed import speed, stream_tau, ttft_by_level
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.roles import by_engine, engine_of
+from observatory.model.vocabulary import PAIRED_BASE
 from observatory.store.db import ArmRow
 
 MIN_DRAFTS = 200
@@ -136,6 +138,25 @@ def vs_base(acc: dict[str, Any], spd: dict[str, Any], base_spd: dict[str, Any], 
     if k == 1:
         # S = (1 + alpha) / (1 + c) for k = 1: speculation pays while alpha > c.
         out["break_even_alpha"] = r - 1.0
+    return out
+
+
+def with_pairs(vb: dict[str, Any], paired: dict[str, Any], tau: float | None, k: int | None) -> dict[str, Any]:
+    """VB with S, its interval and precision from the arm's pairs (--timing paired); the S of the arm's own
+    timing against base's separate block kept as ``unpaired`` beside it."""
+    pv = paired_vs_base(paired)
+    out = {**vb, "unpaired": {"S": vb.get("S"), "ci": vb.get("ci")}, **pv}
+    mine, theirs = sides(paired)
+    out.update(precision(pv["S"], pv["ci"], spent(mine), spent(theirs)))
+    S = pv["S"]
+    if S is None or tau is None:
+        out.update(r=None, c=None, pays=None, statement=None, break_even_alpha=None)
+        return out
+    r = tau / S
+    out.update(r=r, c=r - 1.0, pays=tau > r,
+               statement=(f"one spec step costs {r:.2f} base steps; accepting tau = {tau:.2f} tokens per step "
+                          f"{'pays' if tau > r else 'does not pay'} (needs tau > r)"),
+               break_even_alpha=r - 1.0 if k == 1 else None)
     return out
 
 
@@ -359,10 +380,13 @@ def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any
                         "ttft_ms": ttft.get(str(lv)), "tok_s": (spd["throughput"].get(str(lv)) or {}).get("tok_s"),
                         "S": None} for lv, la in at_level.items()}
     fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels,
-                           "malformed": malformed_answers(store.results(a.id))}
+                           "malformed": malformed_answers([r for r in store.results(a.id) if r.mode != PAIRED_BASE])}
     if (a.launch or {}).get("speculative_config") is not None:
         fig["stream_tau"] = stream_tau(stream)
         fig["stream_counter_tau"] = acceptance(total, k)["tau"]
+        paired = pairs(timed, store.results(a.id, PAIRED_BASE))  # --timing paired (observatory.judge.paired)
+        if paired is not None:
+            fig["paired"] = paired
     return fig
 
 
@@ -391,6 +415,8 @@ def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm:
         if spec is not None and base_fig is not None:
             k = spec.get("num_speculative_tokens")
             vb = vs_base(fig["acceptance"], fig["speed"], base_fig["speed"], k if isinstance(k, int) else None)
+            if fig.get("paired") is not None:
+                vb = with_pairs(vb, fig["paired"], fig["acceptance"].get("tau"), k if isinstance(k, int) else None)
             if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:
                 vb["within_noise"] = abs(vb["S"] - 1.0) <= floor["throughput_spread"]
             vb["cross_session"] = apart

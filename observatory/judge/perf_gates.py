@@ -84,6 +84,9 @@ def _noise(vb: dict[str, Any], floor: dict[str, Any] | None) -> tuple[Callable[[
     S = float(vb["S"])
     spread = (floor or {}).get("throughput_spread")
     ci = vb.get("ci")
+    if vb.get("design") == "paired" and ci:
+        # pairs cancel the drift between arms the A/A spread measures: their own interval is the noise
+        return (lambda thr: float(ci[1]) < thr), f"paired 95% CI [{ci[0]:.2f}, {ci[1]:.2f}], {vb.get('pairs')} pairs"
     if spread is not None:
         return (lambda thr: S + float(spread) < thr), f"A/A spread {spread:.2f}"
     if ci:
@@ -141,7 +144,8 @@ def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_
     if below is None or below(warn_below):
         return _entry("speedup", "WARN", f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, shown)
     return _entry("speedup", "PASS", f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise}); "
-                  f"{detectable_words(vb, (floor or {}).get('throughput_spread'))}", S, shown)
+                  f"{detectable_words(vb, None if vb.get('design') == 'paired' else (floor or {}).get('throughput_spread'))}",
+                  S, shown)
 
 
 def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: dict[str, float]) -> dict[str, Any]:

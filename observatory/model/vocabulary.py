@@ -41,6 +41,9 @@ SETUP_ERROR = 3  # a usage or setup error, found before anything is stored
 INTERNAL_ERROR = 4  # an unexpected error inside the observatory: never read as INVALID (2)
 STORAGE_ERROR = 5  # the database locked past its retries, or the disk full: the session marked interrupted
 
+# The mode of base's answers timed beside a spec arm (`--timing paired`), stored on that spec arm.
+PAIRED_BASE = "paired_base"
+
 # Gate names a reader looks up by name (the gate modules declare the same names).
 TOKEN_DIFF = "token_diff"
 

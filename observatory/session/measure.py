@@ -23,6 +23,7 @@ from observatory.engines.server import EngineProcess
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
+from observatory.model.vocabulary import PAIRED_BASE
 from observatory.store.db import ArmRow, MeasurementRow, ResultRow
 from observatory.store.session_store import Store, storable
 
@@ -190,13 +191,21 @@ class ArmRun:
         if self.channels:
             self.reporter.step(self.arm, "channels", len(self.channels), len(self.channels))
 
-    def throughput(self) -> None:
-        """Timed runs: at each concurrency level, `level` copies of every probe, `level` at a time."""
+    def throughput(self, partner: ArmRun | None = None) -> None:
+        """Timed runs: at each concurrency level, `level` copies of every probe, `level` at a time.
+
+        With PARTNER (the base arm's live run, `--timing paired`), concurrency 1
+        is timed in pairs instead (`paired_block`).
+        """
         assert self.client is not None
         client = self.client
         for level in self.concurrency:
             for rep in range(self.repeat):
-                self.reporter.step(self.arm, f"timed c={level}", rep, self.repeat)
+                self.reporter.step(self.arm, f"timed c={level}" + (" paired" if partner and level == 1 else ""),
+                                   rep, self.repeat)
+                if partner is not None and level == 1 and partner.live:
+                    self.paired_block(partner, rep)
+                    continue
                 work = [p for p in self.probes for _ in range(level)]
                 before = self.counters()
                 # threads started, connections opened before the clock (observatory.client.batch: what wall_s spans)
@@ -216,6 +225,50 @@ class ArmRun:
                     completion_tokens=tokens, wall_s=wall,
                     counters_delta=delta.to_dict(),
                 ))
+
+
+    def paired_block(self, partner: ArmRun, rep: int) -> None:
+        """One repeat of the suite at concurrency 1, each probe timed on base (PARTNER) and here, alternately.
+
+        Request by request, each alone: base then this arm for even probes
+        (counting from REP), this arm then base for odd ones, so a host whose
+        speed drifts during the block moves both sides of each pair alike
+        (docs/design.md section 4, "Paired timing"). This arm's responses are its `timed`
+        results and its measurement (wall: the sum of its own request times,
+        base's in between left out); base's are stored on this arm as
+        `paired_base`: base's server, timed beside this arm. The counters
+        are this arm's server's, read around the block: base's requests go to
+        another server and cannot move them.
+        """
+        assert self.client is not None and partner.client is not None
+        before = self.counters()
+        mine: list[tuple[Probe, Response]] = []
+        for i, probe in enumerate(self.probes):
+            order = (partner, self) if (i + rep) % 2 == 0 else (self, partner)
+            for who in order:
+                if who is partner and not partner.live:
+                    continue
+                assert who.client is not None
+                resp = who.client.run_timed(probe)
+                if who is self:
+                    mine.append((probe, resp))
+                else:
+                    self.store_result(probe, resp, PAIRED_BASE, repeat=rep, concurrency=1)
+                    try:
+                        partner.check_alive(resp)
+                    except ArmCrashed as e:  # base's end, not this arm's: its later pairs are left unpaired
+                        partner.status, partner.reason = e.status, f"{e.reason} (while timed beside {self.arm.name})"
+        delta = self.counters() - before
+        for probe, resp in mine:
+            self.store_result(probe, resp, "timed", repeat=rep, concurrency=1)
+            self.check_alive(resp)
+        tokens = sum(_completion_tokens(r) for _, r in mine)
+        if tokens > MAX_COUNT:
+            raise ArmCrashed("failed", f"the server's usage counts of one timed batch sum to {tokens} "
+                             f"tokens (more than {MAX_COUNT}): its usage is not believable")
+        wall = sum((r.duration_ms or 0.0) for _, r in mine) / 1000.0
+        self.store.add(MeasurementRow(arm_id=self.arm_id, concurrency=1, repeat=rep, requests=len(mine),
+                                      completion_tokens=tokens, wall_s=wall, counters_delta=delta.to_dict()))
 
 
 def stream_is_reference(resp: Response) -> bool:

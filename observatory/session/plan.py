@@ -286,8 +286,10 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         settings.env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; ample for the tiny default
     if n_gpus:
         settings.env.update(NO_MULTICAST_ENV)
-    if plan.timing not in ("sequential", "concurrent"):
-        raise ObservatoryError("--timing must be 'sequential' or 'concurrent'")
+    if plan.timing not in TIMINGS:
+        raise ObservatoryError(f"--timing must be one of {', '.join(TIMINGS)}")
+    if plan.timing == "paired":
+        check_paired(arm_list, plan, n_gpus)
     plan_waves(len(arm_list), n_gpus, plan.gpus_per_arm, plan.parallel_arms)  # validates the GPU request
     if any(a.url is None and a.engine == "vllm" and not (a.image or plan.image) for a in arm_list):
         check_engine_python(settings.python)
@@ -308,6 +310,27 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         engine=plan.engine, channels=channel_names, channel_probes=channel_probes,
         plan=plan.to_stored(),  # never the API key: it is not part of a plan
     )
+
+
+# --timing: "sequential" (each arm's timed runs alone, one arm after another), "concurrent" (with
+# --parallel-arms: as they ran, flagged), "paired" (each spec arm's concurrency-1 runs alternated
+# request by request with base's, base's server kept up beside it: docs/design.md section 4, "Paired timing")
+TIMINGS = ("sequential", "concurrent", "paired")
+
+
+def check_paired(arms: list[Arm], plan: SessionPlan, n_gpus: int) -> None:
+    """What --timing paired needs: arms one after another, and room for base's server beside each spec arm."""
+    if plan.parallel_arms:
+        raise ObservatoryError("--timing paired keeps the base arm's server up beside each spec arm, one spec arm "
+                               "at a time; it cannot be combined with --parallel-arms")
+    launched = [a for a in arms if a.url is None]
+    unset = [a.name for a in launched
+             if not any(f.startswith("--gpu-memory-utilization") for f in [*plan.engine_args, *a.engine_args])]
+    if n_gpus and unset:
+        raise ObservatoryError(
+            "--timing paired on a GPU runs two engines on it at once (base beside each spec arm); give each "
+            f"a share of its memory explicitly, e.g. --engine-arg=--gpu-memory-utilization=0.4 (unset on: "
+            f"{', '.join(unset)})")
 
 
 # How long planning waits for a URL arm's server to accept a connection.

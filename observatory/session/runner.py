@@ -15,6 +15,7 @@ servers and stores the session as interrupted.
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from collections.abc import Callable
@@ -107,7 +108,8 @@ class CompareOptions:
     gpu_count: int = 0
     gpus_per_arm: int = 1
     parallel_arms: bool = False
-    # "sequential": timed runs one arm at a time; "concurrent": as the arms ran
+    # "sequential": timed runs one arm at a time; "concurrent": as the arms ran; "paired": each spec
+    # arm's single-stream runs alternated with base's, base's server kept up (observatory.session.plan.TIMINGS)
     timing: str = "sequential"
     # the SessionPlan this was made from (`SessionPlan.to_stored`), stored so `compare --resume` can rebuild it
     plan: dict[str, Any] = field(default_factory=dict)
@@ -132,6 +134,7 @@ class Runner:
         self.store = store
         self.opts = opts
         self.reporter: Reporter = reporter or NullReporter()
+        self._partners: dict[str, ArmRun] = {}  # engine -> its base run kept up (--timing paired)
         self.probe_ids: dict[str, int] = {}
         # called with the session id after each wave (the command judges there: verdicts stored as arms finish)
         self.on_wave_done = on_wave_done
@@ -231,6 +234,7 @@ class Runner:
         finally:
             restore_sigterm(old)
             try:
+                self._stop_partners()
                 refresher.__exit__()
             finally:
                 if not marked:  # (a storage failure marked it already, as far as the database let it)
@@ -256,7 +260,10 @@ class Runner:
                 self._phase(r, r.run_channels)
 
             self._each(runs, start_and_check)
-            if self.opts.timing == "sequential" or len(runs) == 1:
+            if self.opts.timing == "paired":
+                for r in runs:
+                    self._phase(r, functools.partial(r.throughput, self._partner_for(r)))
+            elif self.opts.timing == "sequential" or len(runs) == 1:
                 for r in runs:
                     self._phase(r, r.throughput)
             else:
@@ -269,12 +276,43 @@ class Runner:
             # every arm's engine is stopped, even when storing one arm's end fails (a full disk)
             failed: list[Exception] = []
             for r in runs:
+                if self._keeps(r):
+                    self._partners[self.engine_of(r.arm)] = r  # stopped at the session's end (`_stop_partners`)
+                    continue
                 try:
                     self._finish(r)
                 except Exception as e:
                     failed.append(e)
             if failed:
                 raise failed[0]
+
+    # -- --timing paired: base's server kept up beside the spec arms -------
+    def _keeps(self, r: ArmRun) -> bool:
+        """Whether R is a base arm whose server stays up for later spec arms of its engine (--timing paired)."""
+        if self.opts.timing != "paired" or r.extra["launch"]["role"] != BASE or not r.live or r.client is None:
+            return False
+        engine = self.engine_of(r.arm)
+        if engine in self._partners:
+            return False
+        later = self.opts.arms[self.opts.arms.index(r.arm) + 1:]
+        return any(a.is_spec and self.engine_of(a) == engine for a in later)
+
+    def _partner_for(self, r: ArmRun) -> ArmRun | None:
+        """The live base run R's single-stream timing alternates with, if any."""
+        partner = self._partners.get(self.engine_of(r.arm))
+        return partner if partner is not None and partner.live and r.arm.is_spec else None
+
+    def _stop_partners(self) -> None:
+        """Stop the base servers kept up for pairing; every one is stopped even if storing one's end fails."""
+        failed: list[Exception] = []
+        for r in list(self._partners.values()):
+            try:
+                self._finish(r)
+            except Exception as e:
+                failed.append(e)
+        self._partners.clear()
+        if failed:
+            raise failed[0]
 
     def _each(self, runs: list[ArmRun], fn: Any) -> None:
         if len(runs) == 1:
@@ -299,7 +337,7 @@ class Runner:
             "speculative_config": speculative_config_for(arm, s),
             "engine_args": arm.engine_args, "fault": arm.fault, "copy_of": arm.copy_of, "url": arm.url,
             "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
-            "timing": self.opts.timing if concurrent_with else "alone", **host_facts(),
+            "timing": self.opts.timing if concurrent_with else self._timing_alone(arm), **host_facts(),
             "role": assign_roles(self.opts.arms)[arm.name],
             "engine": self.engine_of(arm),
         }
@@ -314,6 +352,11 @@ class Runner:
         return ArmRun(arm, int(row.id), self.store, self.probe_ids, o.probes, self.reporter, diffs=o.diffs,
                       concurrency=o.concurrency, repeat=o.repeat, gpus=gpus, extra={"launch": facts},
                       channels=list(o.channels), channel_probes=o.channel_probes)
+
+    def _timing_alone(self, arm: Arm) -> str:
+        """How an arm that runs alone is timed: "paired" beside its engine's live base (--timing paired), else "alone"."""
+        partner = self._partners.get(self.engine_of(arm))
+        return f"paired with {partner.arm.name}" if arm.is_spec and partner is not None and partner.live else "alone"
 
     def _start(self, r: ArmRun, session_id: int) -> None:
         """Launch (or reach) the arm's engine; on failure the run carries the reason."""

@@ -1,0 +1,107 @@
+"""`--timing paired` (issue 29 item 2): S from pairs of requests, base's server kept up beside each spec arm.
+
+The arithmetic is checked on rows whose true S is known (a host that slows
+down mid-session by a known factor), the plan's refusals without an engine,
+and the whole path once on the real CPU engine: base kept up, the spec arm's
+single-stream requests alternated with base's, the pairs stored, S paired,
+and base stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import psutil
+import pytest
+from click.testing import CliRunner
+from conftest import passed_but_for_speed, requires_engine
+
+from observatory.cli import cli
+from observatory.judge.paired import paired_ratio, pairs
+from observatory.model.errors import ObservatoryError
+from observatory.model.paths import REPO_ROOT
+from observatory.model.vocabulary import PAIRED_BASE
+from observatory.session import plan as plan_mod
+from observatory.session.plan import SessionPlan, plan_compare
+from observatory.store.session_store import Store
+
+SUITE = REPO_ROOT / "tests" / "fixtures" / "channel_tiny.toml"
+
+
+def _row(probe: int, rep: int, tokens: int, secs: float, ok: bool = True) -> Any:
+    return SimpleNamespace(probe_id=probe, repeat=rep, concurrency=1, ok=ok, usage={"completion_tokens": tokens},
+                           token_ids=None, duration_ms=secs * 1000.0)
+
+
+def test_pairs_cancel_a_drift_that_sequential_blocks_put_into_S() -> None:
+    """A host that halves its speed mid-session: spec truly 1.2x base in every pair, so paired S is 1.2 exactly,
+    while comparing base's early block with the spec arm's late block reads 0.6."""
+    spec, base, early_base, late_spec = [], [], [], []
+    for i in range(20):
+        slow = 2.0 if i >= 10 else 1.0  # the host's speed halves for the second half of the pairs
+        base.append(_row(i, 0, 100, 1.0 * slow))
+        spec.append(_row(i, 0, 100, (1.0 / 1.2) * slow))
+        early_base.append(1.0)  # a sequential session: base timed while the host was fast ...
+        late_spec.append((1.0 / 1.2) * 2.0)  # ... and the spec arm after it slowed down
+    got = pairs(spec, base)
+    assert got is not None and got["incomplete"] == 0 and len(got["pairs"]) == 20
+    S, ci = paired_ratio(got["pairs"])
+    assert S == pytest.approx(1.2) and ci is not None and ci[0] == pytest.approx(1.2) and ci[1] == pytest.approx(1.2)
+    sequential = (100 / (sum(late_spec) / 20)) / (100 / (sum(early_base) / 20))
+    assert sequential == pytest.approx(0.6)  # what timing the arms one after another would have said
+
+
+def test_incomplete_pairs_are_left_out_and_counted() -> None:
+    spec = [_row(0, 0, 10, 0.5), _row(1, 0, 10, 0.5, ok=False), _row(2, 0, 10, 0.5)]
+    base = [_row(0, 0, 10, 1.0), _row(1, 0, 10, 1.0), _row(2, 0, 0, 1.0)]  # probe 2: base reported no tokens
+    got = pairs(spec, base)
+    assert got is not None and got["incomplete"] == 2 and got["pairs"] == [[10.0, 0.5, 10.0, 1.0]]
+    assert paired_ratio(got["pairs"]) == (pytest.approx(2.0), None)  # one pair: S, but no interval
+    assert pairs(spec, []) is None  # not timed in pairs
+
+
+def test_paired_timing_refuses_parallel_arms_and_an_unshared_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ObservatoryError, match="cannot be combined with --parallel-arms"):
+        plan_compare(SessionPlan(arms="base,mtp1", timing="paired", parallel_arms=True))
+    monkeypatch.setattr(plan_mod, "gpu_count", lambda: 1)
+    monkeypatch.setattr(plan_mod, "check_engine_python", lambda _python: None)
+    with pytest.raises(ObservatoryError, match="gpu-memory-utilization") as e:
+        plan_compare(SessionPlan(arms="base,mtp1", timing="paired"))
+    assert "base, mtp1" in str(e.value)
+    opts = plan_compare(SessionPlan(arms="base,mtp1", timing="paired",
+                                    engine_args=["--gpu-memory-utilization=0.4"]))
+    assert opts.timing == "paired"
+    with pytest.raises(ObservatoryError, match="--timing must be one of sequential, concurrent, paired"):
+        plan_compare(SessionPlan(arms="base,mtp1", timing="interleaved"))
+
+
+@pytest.mark.engine
+@requires_engine
+def test_paired_session_on_the_cpu_engine(tmp_path: Path) -> None:
+    """base kept up beside mtp1; every mtp1 single-stream request has base's beside it; base stopped after."""
+    db = tmp_path / "runs.db"
+    r = CliRunner().invoke(cli, ["compare", "--arms", "base,mtp1", "--timing", "paired", "--suite", str(SUITE),
+                                 "--repeat", "3", "--no-diffs", "--db", str(db), "--log-dir", str(tmp_path / "logs"),
+                                 "--engine-arg=--enforce-eager", "--quiet"], catch_exceptions=False)
+    assert passed_but_for_speed(r.exit_code, db), r.output
+    data = json.loads(CliRunner().invoke(cli, ["show", "--db", str(db), "--json"], catch_exceptions=False).output)
+    base, mtp1 = data["arms"]
+    assert base["status"] == mtp1["status"] == "ok"
+    assert base["launch"]["timing"] == "alone" and mtp1["launch"]["timing"] == "paired with base"
+    vb = mtp1["vs_base"]
+    assert vb["design"] == "paired" and vb["pairs"] == 3 and vb["incomplete_pairs"] == 0
+    assert vb["S"] is not None and vb["ci"] is not None and vb["ci"][0] <= vb["S"] <= vb["ci"][1]
+    assert vb["unpaired"]["S"] is not None  # the sequential S, kept beside it
+    with Store(str(db)) as store:
+        arm = {a.name: a for a in store.arms(store.session().id)}
+        paired_base, timed = (store.results(arm["mtp1"].id, mode) for mode in (PAIRED_BASE, "timed"))
+        assert store.results(arm["base"].id, PAIRED_BASE) == []  # stored on the arm they were timed beside
+    assert len(paired_base) == len(timed) == 3 and all(x.ok for x in [*paired_base, *timed])
+    # base's answers timed beside mtp1 are base's greedy output: the same as mtp1's
+    assert {x.text for x in paired_base} == {x.text for x in timed}
+    assert "(paired, 95% CI" in r.output  # the closing headline says how S was timed
+    for pid in (base["launch"].get("pid"), mtp1["launch"].get("pid")):
+        assert pid is None or not psutil.pid_exists(pid), "an engine outlived the session"
