@@ -39,8 +39,16 @@ NGRAM_LOOKUP = 2  # ngram-simple: length of the n-gram looked up in the context
 DEFAULT_CTX = 4096
 
 
+def variant(version: str = VERSION) -> str:
+    """VERSION, or VERSION-cudaARCHS when ``$LLAMA_CUDA`` names CUDA architectures (build-llama.sh's CUDA build)."""
+    cuda = os.environ.get("LLAMA_CUDA", "")
+    return f"{version}-cuda{cuda}" if cuda else version
+
+
 def cache_root(version: str = VERSION) -> Path:
-    """Where build-llama.sh puts llama.cpp VERSION (source, build, binary, converted models)."""
+    """Where build-llama.sh puts llama.cpp VERSION (source, build, binary, converted models);
+    the CUDA build (``$LLAMA_CUDA`` set, as for build-llama.sh) has a folder of its own."""
+    version = variant(version)
     base = os.environ.get("OBSERVATORY_LLAMA_CACHE")
     if base:
         return Path(base) / version
