@@ -131,8 +131,10 @@ def make_session(store: Store, arms: tuple[str, ...] = ("base", "base#2", "mtp1"
             if div is not None:
                 at, repl, _ = div
                 tokens = tokens[:at] + repl
-            for other, d in divergences.items():  # the base arm's top-k shows each spec arm's alternative
-                if name == "base" and p.name in d and other in arms:
+            # base's top-k shows each spec arm's alternative; so does every arm's that emitted base's tokens
+            # there (one model, one prefix: one top-k, as the answer_fields gate expects of a real engine)
+            for other, d in divergences.items():
+                if div is None and p.name in d and other in arms:
                     margin_at = (d[p.name][0], d[p.name][1][0], d[p.name][2])
             counters: dict[str, Any] = {}
             if k:  # 60 drafts per probe; P(accepted >= j) = accept ** j
