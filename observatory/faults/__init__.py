@@ -66,6 +66,7 @@ import logging
 import os
 from collections.abc import Mapping
 
+from observatory.faults.field_params import FAULTS as _PARAMS
 from observatory.faults.field_semantics import FAULTS as _SEMANTICS
 from observatory.faults.names import split_names
 
@@ -96,6 +97,7 @@ FAULTS: dict[str, str] = {
     **_SEMANTICS,  # issue 15: past_stop, stream_drop, draft_noise, inflate_accepted (field_semantics)
     # field channels (observatory.faults.field_*): each caught by one channel
     "biased_accept": "temperature > 0: drafts accepted with probability min(1, 2p/q) (greedy untouched)",
+    **_PARAMS,  # issue 28 item 1: spec_penalty_skip, spec_bad_words_skip (field_params: channel params)
 }
 
 # A child of vLLM's logger, so messages use vLLM's handler and format in every

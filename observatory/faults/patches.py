@@ -95,7 +95,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
-from observatory.faults import conditions, field_sampling, field_semantics, field_state, transforms
+from observatory.faults import conditions, field_params, field_sampling, field_semantics, field_state, transforms
 
 logger = logging.getLogger("vllm.plugins.observatory_faults")
 
@@ -115,6 +115,8 @@ _lock = threading.Lock()
 def _patch_v1_sampler(module: ModuleType, faults: frozenset[str]) -> None:
     if "biased_accept" in faults:
         field_sampling.patch_v1_sampler(module)
+    if faults & field_params.FAULTS.keys():
+        field_params.patch_v1_sampler(module, faults)
     if "accept_all" not in faults:
         return
     orig = module.rejection_sample
@@ -274,7 +276,7 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
 
 # module -> (faults it serves, patch function)
 TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], None]]] = {
-    V1_SAMPLER: (frozenset({"accept_all", "biased_accept"}), _patch_v1_sampler),
+    V1_SAMPLER: (frozenset({"accept_all", "biased_accept", *field_params.FAULTS}), _patch_v1_sampler),
     V2_SAMPLER: (frozenset({"accept_all"}), _patch_v2_sampler),
     SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL, *field_state.FIELD_FAULTS}),
                 _patch_scheduler),
