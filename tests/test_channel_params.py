@@ -287,3 +287,28 @@ def test_a_server_error_where_base_answers_is_a_fail_not_a_refusal(store: Store)
     out = judge(store, ["base", "mtp2"], twist)
     assert _bad(out["mtp2"]) == {"params:top_k": "FAIL"}
     assert "engine fails on it: HTTP 500" in out["mtp2"]["params:top_k"].reason
+
+
+def test_the_faults_patch_only_the_rejection_sampler_draft_path() -> None:
+    """spec_penalty_skip and spec_bad_words_skip patch what the rejection sampler calls for draft positions
+    (a base arm never calls it); applied to a stand-in of the module, idempotently."""
+    from types import SimpleNamespace
+
+    from observatory.faults import FAULTS, field_params, patches
+
+    assert set(field_params.FAULTS) <= set(FAULTS)
+    assert set(field_params.FAULTS) <= patches.TARGETS[patches.V1_SAMPLER][0]
+
+    class Sampler:
+        @staticmethod
+        def apply_penalties(logits: Any, *a: Any) -> Any:
+            return logits - 1
+
+    def bad_words(*a: Any) -> None:
+        raise AssertionError("the real bad-words pass ran")
+
+    module = SimpleNamespace(RejectionSampler=Sampler, apply_bad_words_with_drafts=bad_words)
+    for _ in range(2):
+        field_params.patch_v1_sampler(module, frozenset(field_params.FAULTS))  # type: ignore[arg-type]
+    assert Sampler.apply_penalties(5, None, None, None, None) == 5
+    assert module.apply_bad_words_with_drafts([], {}, [], []) is None
