@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -260,13 +261,17 @@ def derive(kind: str, label: str, ids: list[int], texts: list[str], finish: str 
         i = _word_at(ids, texts, n // 3)
         if i is None:
             return None
-        picked = [ids[i]] if label == "-5" else sorted({ids[i], ids[n // 2]})
+        j = _word_at(ids, texts, max(n // 2, i + 1))
+        picked = [ids[i]] if label == "-5" or j is None else sorted({ids[i], ids[j]})
         return {"logit_bias": {str(t): float(label) for t in picked}}
     if kind == "bad_words":
         i = _word_at(ids, texts, n // 3)
         return None if i is None else {"bad_words": [texts[i].strip()]}
     if kind == "allowed":
-        gone = ids[n // 2]
+        # one id the reference uses, not one of its three most frequent (a separator: the answer would end
+        # at once and leave no speculative steps to look at)
+        common = {t for t, _ in Counter(ids).most_common(3)}
+        gone = next((t for t in ids[n // 2:] + ids[: n // 2] if t not in common), ids[n // 2])
         return {"allowed_token_ids": sorted(set(ids) - {gone})}
     if kind == "min_tokens":
         # past the natural stop: a reference ended by "stop" must go on; one cut by length shows nothing
