@@ -50,9 +50,6 @@ def correct(probe: Probe, params: dict[str, Any]) -> Answer:
     if params.get("stop"):
         cut = text.index(params["stop"][0]) + len(params["stop"][0])
         text = text[:cut]
-    if probe.meta.get("sampled") and not probe.meta.get("collapse"):
-        ids = [19, 500, 500, 21]
-        text = "".join(_texts(ids))
     if "response_format" in params:
         text = '{"n": 12}'
     so = params.get("structured_outputs") or {}
@@ -139,8 +136,10 @@ def test_plan_has_a_mild_and_a_strong_value_for_each_numeric_parameter() -> None
             assert p.channel == "params" and p.name.startswith("params:")
             if p.meta.get("sampled"):
                 assert p.sampling["temperature"] > 0 and p.sampling["seed"] == P.SEED
-    assert labels["repetition_penalty"] == ["1.3", "2.0"]
-    assert labels["frequency_penalty"] == labels["presence_penalty"] == ["0.5", "2.0"]
+    assert labels["repetition_penalty"] == ["1.3", "2.0", "2.0@T1"]
+    assert labels["frequency_penalty"] == labels["presence_penalty"] == ["0.5", "2.0", "2.0@T1"]
+    assert {"bad_words", "allowed_token_ids", "logit_bias"} <= {p.meta["param"] for p in probes
+                                                                if p.meta.get("sampled") and p.meta.get("derive")}
     assert set(labels["tool_choice"]) == {"auto", "required", "named"}
     assert [p.meta["role"] for p in probes[:2]] == ["schema", "reference"]
 

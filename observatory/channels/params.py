@@ -143,7 +143,13 @@ CASES: tuple[Case, ...] = (
     Case("tool_choice", "auto", {"tool_choice": "auto"}, tools=True),
     Case("tool_choice", "required", {"tool_choice": "required"}, tools=True),
     Case("tool_choice", "named", {"tool_choice": {"type": "function", "function": {"name": "get_time"}}}, tools=True),
-    # temperature > 0: checked on the arm itself (module docstring)
+    # temperature > 0: checked on the arm itself (module docstring); the strong values again, sampled
+    Case("repetition_penalty", "2.0@T1", {**_T1, "repetition_penalty": 2.0}, sampled=True),
+    Case("frequency_penalty", "2.0@T1", {**_T1, "frequency_penalty": 2.0}, sampled=True),
+    Case("presence_penalty", "2.0@T1", {**_T1, "presence_penalty": 2.0}, sampled=True),
+    Case("logit_bias", "-100@T1", dict(_T1), derive="logit_bias", sampled=True),
+    Case("bad_words", "emitted@T1", dict(_T1), derive="bad_words", sampled=True),
+    Case("allowed_token_ids", "emitted-1@T1", dict(_T1), derive="allowed", sampled=True),
     Case("seed", "T1", dict(_T1), sampled=True),
     Case("n", "3", {**_T1, "n": 3}, sampled=True),
     Case("top_p", "0.9", {**_T1, "top_p": 0.9}, sampled=True),
@@ -263,7 +269,8 @@ def derive(kind: str, label: str, ids: list[int], texts: list[str], finish: str 
             return None
         j = _word_at(ids, texts, max(n // 2, i + 1))
         picked = [ids[i]] if label == "-5" or j is None else sorted({ids[i], ids[j]})
-        return {"logit_bias": {str(t): float(label) for t in picked}}
+        bias = -5.0 if label == "-5" else -100.0
+        return {"logit_bias": {str(t): bias for t in picked}}
     if kind == "bad_words":
         i = _word_at(ids, texts, n // 3)
         return None if i is None else {"bad_words": [texts[i].strip()]}
@@ -400,8 +407,8 @@ def validity(probe: Probe, params: dict[str, Any], r: ResultRow) -> list[str]:
     text = r.text or ""
     f = (r.usage or {}).get("params_facts") or {}
     bad: list[str] = []
-    if "logit_bias" in params and float(probe.meta.get("label", "0")) <= -100:
-        banned = {int(k) for k in params["logit_bias"]}
+    banned = {int(k) for k, v in (params.get("logit_bias") or {}).items() if float(v) <= -100}
+    if banned:
         hit = sorted(banned & set(ids))
         if hit:
             bad.append(f"token ids {hit} emitted with logit_bias -100")
