@@ -136,8 +136,8 @@ def test_plan_has_a_mild_and_a_strong_value_for_each_numeric_parameter() -> None
             assert p.channel == "params" and p.name.startswith("params:")
             if p.meta.get("sampled"):
                 assert p.sampling["temperature"] > 0 and p.sampling["seed"] == P.SEED
-    assert labels["repetition_penalty"] == ["1.3", "2.0", "2.0@T1"]
-    assert labels["frequency_penalty"] == labels["presence_penalty"] == ["0.5", "2.0", "2.0@T1"]
+    assert labels["repetition_penalty"] == ["1.3", "2.0", "prose-1.3", "prose-2.0", "2.0@T1"]
+    assert labels["frequency_penalty"] == labels["presence_penalty"] == ["0.5", "2.0", "prose-2.0", "2.0@T1"]
     assert {"bad_words", "allowed_token_ids", "logit_bias"} <= {p.meta["param"] for p in probes
                                                                 if p.meta.get("sampled") and p.meta.get("derive")}
     assert set(labels["tool_choice"]) == {"auto", "required", "named"}

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from observatory.channels import Channel
+from observatory.channels.pairs import diff
 from observatory.client.answer import Response, take_logprobs, take_whole
 from observatory.client.send import REQUEST_FAILURES, request_body, request_params
 from observatory.client.sglang_ids import take_ids
@@ -74,6 +75,10 @@ PROMPT = "Count from 1 to 12."
 MAX_TOKENS = 40  # the reference "1, 2, ..., 12" is 35 tokens and EOS: it stops by itself
 TOOL_MAX_TOKENS = 64  # a whole hermes tool call with its arguments
 TOOL_PROMPT = "What is the weather in Lisbon in fahrenheit?"
+# An open prompt the bundled model is unsure of (top token 0.4-0.9, the sampling channel's): a penalty moves
+# its greedy output where the counting prompt's logits are too sure to move (repetition_penalty 2.0 leaves
+# "1, 2, ..., 12" as it is)
+PROSE_PROMPT = "Write a poem about autumn leaves."
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
         "name": "get_weather", "description": "Get the current weather in a city.",
@@ -112,6 +117,7 @@ class Case:
     sampled: bool = False  # temperature 1 with SEED; never compared with base
     collapse: bool = False  # sampled, but a filter leaves one candidate: must equal the arm's greedy reference
     tools: bool = False  # on TOOL_PROMPT with TOOLS
+    prose: bool = False  # on PROSE_PROMPT
 
     @property
     def probe_name(self) -> str:
@@ -126,6 +132,10 @@ CASES: tuple[Case, ...] = (
     Case("frequency_penalty", "2.0", {"frequency_penalty": 2.0}),
     Case("presence_penalty", "0.5", {"presence_penalty": 0.5}),
     Case("presence_penalty", "2.0", {"presence_penalty": 2.0}),
+    Case("repetition_penalty", "prose-1.3", {"repetition_penalty": 1.3}, prose=True),
+    Case("repetition_penalty", "prose-2.0", {"repetition_penalty": 2.0}, prose=True),
+    Case("frequency_penalty", "prose-2.0", {"frequency_penalty": 2.0}, prose=True),
+    Case("presence_penalty", "prose-2.0", {"presence_penalty": 2.0}, prose=True),
     Case("logit_bias", "-5", derive="logit_bias"),
     Case("logit_bias", "-100", derive="logit_bias"),
     Case("bad_words", "emitted", derive="bad_words"),
@@ -167,9 +177,10 @@ NOT_SENT = {"top_k": "top_k alone at temperature > 0 (sent with top_p 0.99): it 
 EXERCISED = frozenset(c.param for c in CASES) | {"stop", "n"}
 
 
-def _probe(name: str, meta: dict[str, Any], sampling: dict[str, Any] | None = None, tools: bool = False) -> Probe:
-    content = TOOL_PROMPT if tools else PROMPT
-    return Probe(name=name, category="tool_call" if tools else "counting",
+def _probe(name: str, meta: dict[str, Any], sampling: dict[str, Any] | None = None, tools: bool = False,
+           prose: bool = False) -> Probe:
+    content = TOOL_PROMPT if tools else PROSE_PROMPT if prose else PROMPT
+    return Probe(name=name, category="tool_call" if tools else "prose_en" if prose else "counting",
                  messages=[{"role": "user", "content": content}],
                  max_tokens=TOOL_MAX_TOKENS if tools else MAX_TOKENS, channel=NAME,
                  tools=[dict(t) for t in TOOLS] if tools else None, sampling=dict(sampling or {}), meta=meta)
@@ -186,7 +197,7 @@ def plan(suite: list[Probe]) -> list[Probe]:
             meta["sampled"] = True
         if c.collapse:
             meta["collapse"] = True
-        out.append(_probe(c.probe_name, meta, c.params, c.tools))
+        out.append(_probe(c.probe_name, meta, c.params, c.tools, c.prose))
     return out
 
 
@@ -272,8 +283,18 @@ def derive(kind: str, label: str, ids: list[int], texts: list[str], finish: str 
         bias = -5.0 if label == "-5" else -100.0
         return {"logit_bias": {str(t): bias for t in picked}}
     if kind == "bad_words":
+        # a one-token word, and a two-token one: vLLM bans the last token of a word whose start was emitted,
+        # and a step's draft and bonus positions fall at fixed phases of a regular answer ("1, 2, 3": every
+        # digit at a bonus position of an all-accepted mtp2 step), so one word alone may never meet a draft
         i = _word_at(ids, texts, n // 3)
-        return None if i is None else {"bad_words": [texts[i].strip()]}
+        if i is None:
+            return None
+        words = [texts[i].strip()]
+        two = next((texts[j] + texts[j + 1] for j in range(n // 2, n - 1) if j + 1 < len(texts)
+                    and texts[j].strip().isalnum() and texts[j + 1].isalnum()), None)
+        if two and two.strip() not in words:
+            words.append(two.strip())
+        return {"bad_words": words}
     if kind == "allowed":
         # one id the reference uses, not one of its three most frequent (a separator: the answer would end
         # at once and leave no speculative steps to look at)
@@ -412,8 +433,7 @@ def validity(probe: Probe, params: dict[str, Any], r: ResultRow) -> list[str]:
         hit = sorted(banned & set(ids))
         if hit:
             bad.append(f"token ids {hit} emitted with logit_bias -100")
-    if "bad_words" in params:
-        word = params["bad_words"][0]
+    for word in params.get("bad_words") or []:
         if re.search(rf"(?<![0-9A-Za-z]){re.escape(word)}(?![0-9A-Za-z])", text):
             bad.append(f"banned word {word!r} in the text")
     if "allowed_token_ids" in params:
@@ -592,6 +612,11 @@ def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: Ar
     why = same_output(b[0], h[0])
     if why is None:
         return _Finding("PASS", "equal to base", name)
+    if list(b[0].token_ids or []) != list(h[0].token_ids or []):
+        # the token_diff gate's rule: at the first divergence base's logprob margin tells a near-tie
+        verdict, _ = diff(view, h[0], b[0])
+        if verdict == "WARN":
+            return _Finding("WARN", f"{why}: a near-tie in base's logprobs there (token_diff's rule)", name)
     if any(a.cases.get(name) and a.cases[name][0].ok and same_output(b[0], a.cases[name][0]) for a in aa):
         return _Finding("WARN", f"{why}; an A/A copy differs from base too: not attributable", name)
     return _Finding("FAIL", why, name)
