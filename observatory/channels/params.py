@@ -103,6 +103,9 @@ MIN_TOKENS_PAST = 4  # min_tokens = the reference's length + this (past its natu
 # plumbing: exercised by every probe of every session, not by this table.
 CLIENT_FIELDS = frozenset({"messages", "model", "max_tokens", "temperature", "seed", "logprobs", "top_logprobs",
                            "stream", "stream_options", "return_tokens_as_token_ids", "tools"})
+# Parameters that change the logits the engine chooses from (not the logprobs it returns)
+_PROCESSED = frozenset({"repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "bad_words",
+                        "allowed_token_ids", "min_tokens", "response_format", "structured_outputs", "tool_choice"})
 _RANK = {"SKIP": 0, "PASS": 1, "WARN": 2, "INVALID": 3, "FAIL": 4}
 
 
@@ -612,8 +615,10 @@ def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: Ar
     why = same_output(b[0], h[0])
     if why is None:
         return _Finding("PASS", "equal to base", name)
-    if list(b[0].token_ids or []) != list(h[0].token_ids or []):
-        # the token_diff gate's rule: at the first divergence base's logprob margin tells a near-tie
+    if list(b[0].token_ids or []) != list(h[0].token_ids or []) and not _PROCESSED.intersection(_sent(b[0])):
+        # the token_diff gate's rule: at the first divergence base's logprob margin tells a near-tie. Not for
+        # a parameter that changes the logits: vLLM returns the raw logprobs (logprobs_mode "raw_logprobs"),
+        # so base's margin there does not describe what it chose from (a penalty fault read as a near-tie)
         verdict, _ = diff(view, h[0], b[0])
         if verdict == "WARN":
             return _Finding("WARN", f"{why}: a near-tie in base's logprobs there (token_diff's rule)", name)
