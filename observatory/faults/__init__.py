@@ -67,6 +67,7 @@ import os
 from collections.abc import Mapping
 
 from observatory.faults.field_answers import FAULTS as _ANSWERS
+from observatory.faults.field_params import FAULTS as _PARAMS
 from observatory.faults.field_sdk import FAULTS as _SDK
 from observatory.faults.field_seeds import FAULTS as _SEEDS
 from observatory.faults.field_semantics import FAULTS as _SEMANTICS
@@ -102,6 +103,7 @@ FAULTS: dict[str, str] = {
     "biased_accept": "temperature > 0: drafts accepted with probability min(1, 2p/q) (greedy untouched)",
     **_SEEDS,  # issue 28 items 3-4: seed_ignored (channel seeds), logprob_row (channel teacher)
     **_SDK,  # issue 28 item 7: sdk_object (field_sdk), caught by channel sdk
+    **_PARAMS,  # issue 28 item 1: spec_penalty_skip, spec_bad_words_skip (field_params: channel params)
 }
 
 # A child of vLLM's logger, so messages use vLLM's handler and format in every

@@ -98,6 +98,7 @@ from typing import Any
 from observatory.faults import (
     conditions,
     field_answers,
+    field_params,
     field_sampling,
     field_sdk,
     field_seeds,
@@ -125,6 +126,8 @@ def _patch_v1_sampler(module: ModuleType, faults: frozenset[str]) -> None:
     if "biased_accept" in faults:
         field_sampling.patch_v1_sampler(module)
     field_seeds.patch_v1_sampler(module, faults)  # seed_ignored, logprob_row
+    if faults & field_params.FAULTS.keys():
+        field_params.patch_v1_sampler(module, faults)
     if "accept_all" not in faults:
         return
     orig = module.rejection_sample
@@ -284,7 +287,8 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
 
 # module -> (faults it serves, patch function)
 TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], None]]] = {
-    V1_SAMPLER: (frozenset({"accept_all", "biased_accept", "seed_ignored", "logprob_row"}), _patch_v1_sampler),
+    V1_SAMPLER: (frozenset({"accept_all", "biased_accept", "seed_ignored", "logprob_row", *field_params.FAULTS}),
+                 _patch_v1_sampler),
     V2_SAMPLER: (frozenset({"accept_all"}), _patch_v2_sampler),
     SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL, *field_state.FIELD_FAULTS}),
                 _patch_scheduler),

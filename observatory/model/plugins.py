@@ -41,8 +41,8 @@ GROUPS = (GATES, CHANNELS, ENGINES)
 BUILTIN: dict[str, dict[str, str]] = {
     GATES: {"builtin": "observatory.model.paths:GATES_DIR"},
     CHANNELS: {name: f"observatory.channels.{name}:CHANNEL"
-               for name in ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "teacher", "seeds",
-                            "history", "sdk")},
+               for name in ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "params", "teacher",
+                            "seeds", "history", "sdk")},
     ENGINES: {"vllm": "observatory.engines.spec_counters:VLLMAdapter",
               "sglang": "observatory.engines.spec_counters:SGLangAdapter",
               "llama.cpp": "observatory.engines.spec_counters:LlamaCppAdapter",
