@@ -292,3 +292,29 @@ def test_a_stream_that_withholds_drafted_ids_by_design_is_not_counted_against_it
     short.streams_every_id = False
     r = IDENT.check(short, PROBE)
     assert r.verdict == "PASS" and any("withholds drafted ids" in m for m in r.details["not_measured"])
+
+
+def test_a_stream_one_end_token_short_is_unmeasured_only_on_an_engine_known_to_omit_it() -> None:
+    """llama-server's streamed answer omits the end token's entry while usage counts it (docs/engines.md):
+    that exact shape is 'not measured' where the adapter says so (stream_tokens WARNs it); anything else FAILs."""
+    short = {"usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}, "generated": None}
+    r = IDENT.check(answer(streams_end_token=False, **short), PROBE)
+    assert r.verdict == "PASS" and any("omits the end token" in m for m in r.details["not_measured"]), r.reason
+    assert IDENT.check(answer(**short), PROBE).verdict == "FAIL"  # an engine that streams it: one short is a FAIL
+    two_short = {**short, "usage": {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14}}
+    assert IDENT.check(answer(streams_end_token=False, **two_short), PROBE).verdict == "FAIL"
+    cut = answer([5, 6, 7], streams_end_token=False, finish_reason="length", **short)
+    assert IDENT.check(cut, Probe(name="p", category="prose_en", prompt="x", max_tokens=4)).verdict == "FAIL"
+
+
+def test_logprobs_an_engine_does_not_report_for_drafted_tokens_are_not_compared() -> None:
+    """llama-server's drafted tokens carry a placeholder logprob 0.0 and no top-k: 'not reported', not a FAIL."""
+    base = answer([5, 6, 7])
+    spec = answer([5, 6, 7], logprobs=[-0.1, 0.0, 0.0], top_logprobs=[base.top_logprobs[0], [], []],
+                  drafted_logprobs=False)
+    r = FIELDS.check(spec, base, PROBE)
+    assert r.verdict == "PASS", r.reason
+    assert "not reported by this engine" in r.details["fields"]["logprobs"]
+    assert "not reported by this engine" in r.details["fields"]["top_logprobs"]
+    spec.drafted_logprobs = True  # the same answer from an engine that claims to report them: a FAIL
+    assert FIELDS.check(spec, base, PROBE).verdict == "FAIL"

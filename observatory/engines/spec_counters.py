@@ -144,6 +144,8 @@ class EngineAdapter(Protocol):
     ids_in_choices: bool  # token ids come as ``choices[].token_ids`` (asked with ``return_token_ids``), not in logprobs
     streams_chat_ids: bool  # a streamed chat completion can carry the ids (else correctness chats go whole)
     streams_tool_logprobs: bool  # logprobs on a streamed request with tools (else such probes go whole)
+    # a streamed answer carries the end token's entry, as usage counts it (optional: True when absent)
+    streams_end_token: bool = True
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """{"ids", "pieces"} of PROBE's rendered prompt as the server tokenizes it (POST through POST)."""
@@ -273,6 +275,8 @@ class LlamaCppAdapter(Dialect):
     version_key = "build_info"
     binary = "llama-server"
     streams_drafted_ids = False
+    # a streamed answer's token that ended generation comes with no logprobs entry, usage counts it (docs/engines.md)
+    streams_end_token = False
     stream_ids_note = ("llama-server sends no logprobs (no ids) for tokens accepted from a draft "
                        "(tools/server/server-context.cpp: \"TODO: set result.probs\"); the token diff uses the "
                        "non-streamed response, which carries every id")

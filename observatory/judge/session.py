@@ -335,14 +335,24 @@ class _Judge:
         dialect = adapter_for(engine_of(arm.launch))
         return not dialect.streams_drafted_ids and (arm.launch or {}).get("speculative_config") is not None
 
-    def result_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
+    def streams_end_token(self, arm: ArmRow) -> bool:
+        """Whether ARM's engine streams the end token's entry (its adapter's ``streams_end_token``, default True)."""
+        return bool(getattr(adapter_for(engine_of(arm.launch)), "streams_end_token", True))
+
+    def output_of(self, arm: ArmRow, r: ResultRow) -> Output:
+        """R as a gate reads it, with what ARM's engine does not report (`Output.streams_every_id` and kin)."""
+        out = to_output(r)
         withheld = self.withholds_ids(arm)
+        out.streams_every_id = out.drafted_logprobs = not withheld
+        out.streams_end_token = self.streams_end_token(arm)
+        return out
+
+    def result_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
         for pid, probe in self.probes.items():
             r = stream.get(pid)
             if r is None or not r.ok:
                 continue
-            out = to_output(r)
-            out.streams_every_id = not withheld
+            out = self.output_of(arm, r)
             unjudged = arm is not self.base and self.base_result(pid) is None
             for gate in result_gates(self.registry, probe):
                 row = _row(arm, gate, _safe(gate, out, probe), r, pid)
@@ -371,9 +381,10 @@ class _Judge:
                 else:
                     ref = self.base_result(pid)
                     assert ref is not None
-                    reference = to_output(ref)
+                    reference = self.output_of(self.base, ref) if self.base is not None else to_output(ref)
                     reference.aa_logprob_spread = self.aa_spread
-                    self.rows.append(_row(arm, gate, _safe(gate, to_output(stream), reference, probe), stream, pid))
+                    self.rows.append(_row(arm, gate, _safe(gate, self.output_of(arm, stream), reference, probe),
+                                          stream, pid))
 
     def sequence_row(self, arm: ArmRow, gate: Gate, probe: Probe, pid: int) -> VerdictRow:
         """Spec vs base on complete token sequences, or on texts where ids are missing."""

@@ -132,6 +132,12 @@ class Output:
     # False where the engine's stream withholds ids by design (llama-server sends no logprobs for tokens
     # accepted from a draft): a streamed answer's ids then fall short of its usage and that says nothing.
     streams_every_id: bool = True
+    # False where the engine returns no logprobs for tokens accepted from a draft (llama-server: the
+    # entry's logprob a placeholder 0.0, no top-k; docs/engines.md): this answer's logprobs are not comparable.
+    drafted_logprobs: bool = True
+    # False where the engine's stream omits the end token's logprobs entry while usage counts it (a known
+    # llama-server bug, docs/engines.md): one id short of usage on a stream that stopped says nothing new.
+    streams_end_token: bool = True
 
 
 @dataclass
