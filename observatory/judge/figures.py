@@ -128,17 +128,20 @@ def vs_base(acc: dict[str, Any], spd: dict[str, Any], base_spd: dict[str, Any], 
     out["S"] = S
     out["ci"] = _bootstrap_ratio(spd["samples"], base_spd["samples"])
     out.update(precision(S, out["ci"], spent(spd.get("samples")), spent(base_spd.get("samples"))))
-    tau = acc.get("tau")
-    if tau is None:
-        return out
-    r = tau / S
-    out.update(r=r, c=r - 1.0, pays=tau > r)
-    out["statement"] = (f"one spec step costs {r:.2f} base steps; accepting tau = {tau:.2f} tokens per step "
-                        f"{'pays' if tau > r else 'does not pay'} (needs tau > r)")
-    if k == 1:
-        # S = (1 + alpha) / (1 + c) for k = 1: speculation pays while alpha > c.
-        out["break_even_alpha"] = r - 1.0
+    out.update(step_cost(S, acc.get("tau"), k))
     return out
+
+
+def step_cost(S: float | None, tau: float | None, k: int | None) -> dict[str, Any]:
+    """r = tau / S (one spec step in base steps), c = r - 1, whether it pays, its statement, k = 1's break-even."""
+    if S is None or tau is None:
+        return {"r": None, "c": None, "pays": None, "statement": None, "break_even_alpha": None}
+    r = tau / S
+    return {"r": r, "c": r - 1.0, "pays": tau > r,
+            "statement": (f"one spec step costs {r:.2f} base steps; accepting tau = {tau:.2f} tokens per step "
+                          f"{'pays' if tau > r else 'does not pay'} (needs tau > r)"),
+            # S = (1 + alpha) / (1 + c) for k = 1: speculation pays while alpha > c.
+            "break_even_alpha": r - 1.0 if k == 1 else None}
 
 
 def with_pairs(vb: dict[str, Any], paired: dict[str, Any], tau: float | None, k: int | None) -> dict[str, Any]:
@@ -148,15 +151,7 @@ def with_pairs(vb: dict[str, Any], paired: dict[str, Any], tau: float | None, k:
     out = {**vb, "unpaired": {"S": vb.get("S"), "ci": vb.get("ci")}, **pv}
     mine, theirs = sides(paired)
     out.update(precision(pv["S"], pv["ci"], spent(mine), spent(theirs)))
-    S = pv["S"]
-    if S is None or tau is None:
-        out.update(r=None, c=None, pays=None, statement=None, break_even_alpha=None)
-        return out
-    r = tau / S
-    out.update(r=r, c=r - 1.0, pays=tau > r,
-               statement=(f"one spec step costs {r:.2f} base steps; accepting tau = {tau:.2f} tokens per step "
-                          f"{'pays' if tau > r else 'does not pay'} (needs tau > r)"),
-               break_even_alpha=r - 1.0 if k == 1 else None)
+    out.update(step_cost(pv["S"], tau, k))
     return out
 
 
