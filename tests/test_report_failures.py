@@ -77,8 +77,9 @@ class _Elements(HTMLParser):
 
 
 def _banner(html: str) -> list[tuple[str, str | None, str]]:
-    """(level, href, text) of each banner reason, in order."""
-    ul = html[html.index('<ul class="reasons">'):html.index("</ul>", html.index('<ul class="reasons">'))]
+    """(level, href, text) of each banner reason, in order (the FAIL/INVALID list, then the WARN/NOTE one)."""
+    banner = html[html.index('id="verdict"'):]
+    ul = banner[:banner.index("</div>\n", banner.index("</ul>"))]
     out = []
     for li in re.findall(r"<li class=\"r-(\w+)\">(.*?)</li>", ul, re.S):
         href = re.search(r'<a href="([^"]+)">', li[1])

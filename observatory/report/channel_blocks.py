@@ -27,6 +27,10 @@ from observatory.model.read_model import SessionView
 from observatory.report.token_spans import tokens_html
 
 PASS_ROWS_SHOWN = 40  # PASS rows shown per table; FAIL, WARN and every other row are always shown
+# A differing row's evidence (observatory/channels/pairs.py `continuations`): drawn right after the row's first
+# identifying columns, so both sides are in view without scrolling the table sideways (a 400 px screen)
+EVIDENCE_COLS = ("base", "here", "from_token", "base_ids", "here_ids")
+IDENTIFYING_COLS = 2
 ORDER = ("FAIL", "ERROR", "INVALID", "UNJUDGED", "WARN", "NOT_MEASURABLE", "INFO", "SKIP", "PASS")
 _PASS_RESULTS = ("equal", "ok", "within noise")
 
@@ -80,12 +84,16 @@ def cell_html(key: str, value: Any, row: dict[str, Any]) -> Markup:
 
 
 def table_view(rows: list[Any], pass_rows: int = PASS_ROWS_SHOWN) -> dict[str, Any]:
-    """Columns (the union of the rows' keys), rows worst first, how many PASS rows the cap hid, and how many
+    """Columns (the union of the rows' keys; a differing row's continuations, `EVIDENCE_COLS`, right after the
+    first `IDENTIFYING_COLS`), rows worst first, how many PASS rows the cap hid, and how many
     rows are FAIL, INVALID or WARN (``bad``: a table with none may be folded away, one with any never is)."""
     dict_rows = [r for r in rows if isinstance(r, dict)]
     cols: list[str] = []
     for r in dict_rows:
         cols += [k for k in r if k not in cols]
+    evidence = [k for k in EVIDENCE_COLS if k in cols]
+    rest = [k for k in cols if k not in evidence]
+    cols = rest[:IDENTIFYING_COLS] + evidence + rest[IDENTIFYING_COLS:]
     ordered = sorted(enumerate(dict_rows), key=lambda ir: rank(row_level(ir[1])))
     shown, hidden, passes = [], 0, 0
     for i, r in ordered:
