@@ -9,7 +9,15 @@ one line names the flag:
 - HTTP 400 that names logprobs: the server's ``--max-logprobs`` is below the
   ``top_logprobs`` a pass asks for (`TOP_LOGPROBS`);
 - answered logprobs whose tokens are text, not ``token_id:N``: the server
-  ignores ``return_tokens_as_token_ids``.
+  ignores ``return_tokens_as_token_ids``;
+- an answer with no logprobs at all although they were asked for: what
+  answers is not vLLM's OpenAI server (which always returns them when asked)
+  or a proxy in front of it drops them.
+
+Before that, every URL arm (any engine) is asked ``GET /health`` over a bare
+socket: a port whose first bytes back are not ``HTTP/`` is no HTTP server
+(another service on that port), a setup error too. A port that accepts and
+says nothing, or closes, proves nothing and is left to the session.
 
 Anything else (a timeout, a refused key, a malformed answer, a hung server)
 proves no missing flag: the session runs and records it as it always has.
@@ -19,7 +27,9 @@ Only vLLM URL arms are asked (SGLang and llama.cpp carry ids their own way).
 
 from __future__ import annotations
 
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -34,7 +44,12 @@ _PROBE = Probe(name="preflight", category="preflight", messages=[{"role": "user"
 
 
 def check_serves(arms: list[Arm], api_key: str | None, engine: str = "vllm") -> None:
-    """Every vLLM URL arm's server answers with the logprobs and token ids a pass needs, or ArmError names the flag."""
+    """Every URL arm's port speaks HTTP and every vLLM URL arm's server answers with the logprobs and token ids a
+    pass needs, or ArmError names what is wrong (one line: a setup error, exit 3)."""
+    for url, name in {a.url: a.name for a in reversed(arms) if a.url}.items():
+        problem = not_http(url)
+        if problem:
+            raise ArmError(f"arm {name}: {url} {problem}")
     if engine.lower() != "vllm":
         return
     seen: set[str] = set()
@@ -45,6 +60,39 @@ def check_serves(arms: list[Arm], api_key: str | None, engine: str = "vllm") -> 
         problem = missing_flag(arm.url, api_key)
         if problem:
             raise ArmError(f"arm {arm.name}: {arm.url} {problem}")
+
+
+def not_http(url: str) -> str | None:
+    """Why the port at URL is no HTTP server ("answers ... not HTTP"), or None (HTTP, https, or nothing definite)."""
+    u = urlsplit(url)
+    if u.scheme != "http" or not u.hostname:
+        return None  # https: the first bytes are TLS's; the session's client reports a wrong port there
+    try:
+        with socket.create_connection((u.hostname, u.port or 80), timeout=PREFLIGHT_S) as conn:
+            conn.sendall(f"GET /health HTTP/1.1\r\nHost: {u.hostname}\r\nConnection: close\r\n\r\n".encode())
+            head = conn.recv(16)
+            drain(conn)
+    except OSError:
+        return None  # refused, reset or silent: check_listening's, or the session's to record
+    if not head or head.startswith(b"HTTP/"):
+        return None
+    return (f"answers, but not with HTTP (first bytes {head[:16]!r}): another service is on that port; give the "
+            "port the server listens on")
+
+
+def drain(conn: socket.socket, limit: int = 1 << 16, wait_s: float = 1.0) -> None:
+    """Read what the server still sends (at most LIMIT bytes, WAIT_S per read) before closing, so an HTTP server
+    is not reset mid-answer."""
+    conn.settimeout(wait_s)
+    got = 0
+    try:
+        while got < limit:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            got += len(chunk)
+    except OSError:
+        return
 
 
 def missing_flag(url: str, api_key: str | None) -> str | None:
@@ -63,9 +111,15 @@ def missing_flag(url: str, api_key: str | None) -> str | None:
     if r.status_code != 200:
         return None
     try:
-        tokens = _tokens(r.json())
+        answer = r.json()
+        tokens = _tokens(answer)
+        no_logprobs = answer["choices"][0].get("logprobs") is None
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None  # a malformed answer: the session's to record
+    if no_logprobs:
+        return ("answers without logprobs although asked (logprobs, top_logprobs "
+                f"{TOP_LOGPROBS}): vLLM's OpenAI server returns them; serve the model with vLLM (`vllm serve`), "
+                "not a proxy or server that drops them")
     if tokens and not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
         return ("answers logprobs without token ids (return_tokens_as_token_ids ignored): start vLLM with "
                 "--return-tokens-as-token-ids, or use a vLLM that honours the request's flag")
