@@ -178,8 +178,13 @@ def test_arms_table_counts_are_the_terminals_and_every_pass_is_labelled(data: Se
     assert re.findall(r'<td class="n">(\d+)</td>', row) == [str(mtp2.counters.drafts), str(mtp2.counters.accepted)]
     console = Console(record=True, width=200)
     print_summary(data, console)
-    line = next(x for x in console.export_text().splitlines() if x.strip("│ ").startswith("mtp2"))
+    text = console.export_text()
+    line = next(x for x in text.splitlines() if x.strip("│ ").startswith("mtp2"))
     assert f" {mtp2.counters.drafts} " in line and f" {mtp2.counters.accepted} " in line
+    # ... under the report's labels, and alpha and tau say which passes they count (the report's "every pass")
+    head = "".join(text.split("Arms", 1)[1].splitlines()[:6])
+    assert all(w in head for w in ("drafts", "(steps,", "accepted", "(tokens,", "probe pass")), head
+    assert re.search(r"mtp2: .*alpha \d\.\d{3} · tau \d\.\d{2} \(all passes\)", text), text
     assert "steps, probe pass" in html and "tokens, probe pass" in html
     assert "streamed probes (correctness pass)" in html and "timed runs (speed pass)" in html
     assert f'<th>all passes (α and τ)</th><td class="n">{acc["drafts"]}</td>' in html

@@ -10,7 +10,7 @@ documented JSON shape is the shape of these classes, checked by mypy::
      "session": {"id", "started_at", "host", "gpu", "status", ...},
      "probes": [{"name", "category", "hash", "prompt", "definition", "params"}],
      "arms": [{"name", "role", "status", "reason", "launch", "engine_version",
-               "counters": {"drafts", "draft_tokens", "accepted", "accepted_per_pos"},
+               "counters": {"drafts", "draft_tokens", "accepted", "accepted_per_pos"},  # the probe pass's
                ...its figures (acceptance, speed, vs_base, ...),
                "results": [{"probe", "prompt", "text", "token_ids", "finish_reason",
                             "verdicts": {GATE: {"verdict", "reason", "details"}}}]}],
@@ -122,7 +122,9 @@ class ResultView:
 
 @dataclass(frozen=True)
 class Counters:
-    """An arm's spec counters over the session; None is not reported (or never read), never 0."""
+    """An arm's spec counters over its streamed probe pass (the correctness pass): drafts are verify steps,
+    accepted are tokens. Alpha and tau count every pass: the arm's ``acceptance`` (its ``from`` gives each
+    pass's counters). None is not reported (or never read), never 0."""
 
     drafts: int | None = None
     draft_tokens: int | None = None

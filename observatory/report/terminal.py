@@ -31,6 +31,11 @@ STYLE = {
     "hung": "bold red", "interrupted": "yellow", "pending": "dim", "UNJUDGED": "bold magenta",
 }
 SHORT = {"NOT_DISCRIMINATING": "NOT_DISCR"}
+# An arm's counters (observatory.model.read_model.Counters) are its streamed probe pass's; alpha and tau count
+# every pass (the report's Acceptance section lists each): each figure says which
+PROBE_PASS_DRAFTS = "drafts (steps, probe pass)"
+PROBE_PASS_ACCEPTED = "accepted (tokens, probe pass)"
+ALL_PASSES = "all passes"
 SHOWN_CHARS = 300
 
 
@@ -125,7 +130,8 @@ def arm_headline(a: ArmView) -> str:
     head = f"token-identical {same}/{len(made)}" + (f" ({len(diffs) - len(made)} not diffed)" if len(diffs) > len(made) else "")
     if not a.is_spec:
         return head + " · no speculation"
-    return head + f" · alpha {_num(acc.get('alpha'), '{:.3f}')} · tau {_num(acc.get('tau'))} · S {s_text}"
+    return head + (f" · alpha {_num(acc.get('alpha'), '{:.3f}')} · tau {_num(acc.get('tau'))} ({ALL_PASSES})"
+                   f" · S {s_text}")
 
 
 def print_verdict(data: SessionView, console: Console) -> None:
@@ -151,7 +157,8 @@ def print_summary(data: SessionView, console: Console | None = None) -> None:
         f"{escape(cut(s.gpu or 'no GPU'))} · model {escape(cut(s.model))} · started {s.started_at}"
     )
     arms = Table(title="Arms", show_lines=False)
-    for col in ("arm", "status", "engine", "drafts", "accepted", "validity / reason"):
+    # the report's Arms table names the same counts the same way (templates/_partials/arms.html)
+    for col in ("arm", "status", "engine", PROBE_PASS_DRAFTS, PROBE_PASS_ACCEPTED, "validity / reason"):
         arms.add_column(col)
     for a in data.arms:
         c = a.counters
