@@ -84,3 +84,13 @@ def test_every_command_and_flag_they_run_is_real() -> None:
     # the negative control: the checker catches a flag or a command that does not exist
     assert unknown("observatory gate --report r/ --no-such-flag 1") == ["--no-such-flag"]
     assert unknown("observatory nightly --db x") == ["nightly"]
+
+
+def test_the_exit_codes_ci_reads_are_the_observatorys() -> None:
+    """docs/ci.md names every exit status the gate can end with (it named 0-3 while 4 and 5 existed)."""
+    from observatory.model.vocabulary import EXIT, INTERNAL_ERROR, SETUP_ERROR, STORAGE_ERROR
+
+    head = DOC.read_text().split("\n\n", 2)[1]  # the paragraph that lists them
+    named = {int(n) for n in re.findall(r"\b(\d)\s\(", head)}
+    assert named == {*EXIT.values(), SETUP_ERROR, INTERNAL_ERROR, STORAGE_ERROR}, head
+    assert "internal error" in head and "storage" in head

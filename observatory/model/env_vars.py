@@ -1,6 +1,6 @@
-"""Every OBSERVATORY_* environment variable the code reads, for `observatory --help` (its epilog).
+"""Every OBSERVATORY_* environment variable the code and its scripts read, for `observatory --help` (its epilog).
 
-tests/test_cli_help.py greps the code for ``OBSERVATORY_`` names and checks each is listed here.
+tests/test_cli_help.py greps the package and scripts/ for ``OBSERVATORY_`` names and checks each is listed here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ ENV_VARS = {
     "OBSERVATORY_REPAIR": "set in an engine's environment (an arms file's env): the engine repair it applies",
     "OBSERVATORY_SQLITE_BUSY_MS": "how long SQLite waits for another writer's lock, in ms (default 30000)",
     "OBSERVATORY_RAISE_ERRORS": "any value: an internal error shows its traceback instead of one line",
+    "OBSERVATORY_IMAGE_TAG": "the tag scripts/build-image.sh builds (default observatory/vllm-cpu:local)",
+    "OBSERVATORY_IMAGE_CACHE": "scripts/build-image.sh's wheel cache (default: ~/.cache/observatory/image)",
 }
 
 
