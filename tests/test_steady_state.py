@@ -17,7 +17,7 @@ from conftest import example_db
 
 from observatory.judge.figures import compute_figures
 from observatory.judge.perf_gates import steady_check
-from observatory.judge.steady_state import MIX_BANDS, PROBE_BANDS, excluded_keys, steady_state
+from observatory.judge.steady_state import MIN_EXCESS_MS, MIX_BANDS, PROBE_BANDS, excluded_keys, steady_state
 from observatory.report.data import build
 from observatory.report.html import speed_notes
 from observatory.store.db import ResultRow
@@ -94,13 +94,20 @@ def test_leading_slow_requests_are_warmup_and_a_later_slow_one_is_not() -> None:
 def test_a_probe_timed_again_is_its_own_reference() -> None:
     """--repeat 2: repeat 0 of probe 0 is 2x slower to first token than its repeat 1 (below the probe-mix band,
     beyond the same-probe band): warm-up; the same request without a later repeat is within the mix band."""
-    ttft = 20.0 * (PROBE_BANDS[0] + 0.5)
-    assert ttft / 20.0 < MIX_BANDS[0]
-    rows = [req(0, ttft, 420.0 + ttft - 20.0)] + [req(p, 20.0, 420.0) for p in range(1, 6)]
-    again = rows + [req(p, 20.0, 420.0, repeat=1) for p in range(6)]
+    ttft = 100.0 * (PROBE_BANDS[0] + 0.5)
+    assert ttft / 100.0 < MIX_BANDS[0]
+    rows = [req(0, ttft, 500.0 + ttft - 100.0)] + [req(p, 100.0, 500.0) for p in range(1, 6)]
+    again = rows + [req(p, 100.0, 500.0, repeat=1) for p in range(6)]
     got = steady_state(again)
     assert got["warmup"] == 1 and got["excluded"][0]["reference"] == "same probe"
     assert steady_state(rows)["warmup"] == 0
+
+
+def test_a_slow_request_by_less_than_the_clients_own_cost_is_not_warmup() -> None:
+    """A 1 ms TTFT median (a stub, a tiny model): a 10x first token 9 ms late may be the client's, not warm-up."""
+    assert steady_state([req(0, 10.0, 410.0)] + [req(p, 1.0, 401.0) for p in range(1, 6)])["warmup"] == 0
+    assert steady_state([req(0, 10.0 + MIN_EXCESS_MS, 440.0)] + [req(p, 1.0, 401.0) for p in range(1, 6)]
+                        )["warmup"] == 1
 
 
 def test_an_arm_that_never_settles_excludes_nothing_and_warns() -> None:

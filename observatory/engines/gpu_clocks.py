@@ -79,7 +79,7 @@ class ClockSampler:
             self.why = self.why or got
             self._stop.set()
             return
-        self.samples.extend([[round(s[0] - self._t0, 3), *s[1:]] for s in got])
+        self.samples.extend([[round(float(s[0] or 0.0) - self._t0, 3), *s[1:]] for s in got])
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -22,6 +22,12 @@ All figures derive from stored rows, so they can be recomputed at any time:
 - the performance checks of each spec arm (observatory/judge/perf_gates.py):
   speedup, TTFT ratio, acceptance floor, tau from the stream against tau from
   the counters, ids against usage;
+- whether the speed figures can be trusted (issue 29 items 3-4): ``steady_state``
+  (the warm-up still in the timed requests, left out of the single-stream
+  figures and of S on both sides: observatory/judge/steady_state.py),
+  ``gpu_clocks`` (the clocks beside each timed block: observatory/engines/gpu_clocks.py),
+  ``cuda_graphs`` (the timed steps against the captured graphs:
+  observatory/judge/graph_coverage.py);
 - the A/A noise floor from copies of the base arm;
 - validity codes: INVALID, CONFOUNDED, LOSSY, LOW_N, CRASHED, HUNG, CROSS_SESSION (an arm
   that ran apart from base: resumed later or elsewhere), UNCHECKED (what a URL

@@ -46,6 +46,9 @@ from observatory.store.db import ResultRow
 MIX_BANDS = (5.1, 1.6)
 PROBE_BANDS = (1.5, 1.8)
 MIN_REQUESTS = 3  # a median of fewer says nothing about what is typical
+# ... and slow by at least this much time: the client's own CPU per request measured 3-30 ms
+# (benchmarks/README.md, client_overhead.py), so a smaller excess may be the client's, not the engine's
+MIN_EXCESS_MS = 30.0
 
 RULE = ("leading run of timed single-stream requests whose TTFT exceeds, or decode rate falls below, the "
         "steady band around the same probe's later timings (else the arm's median over its probes)")
@@ -91,9 +94,14 @@ def steady_state(single: list[ResultRow]) -> dict[str, Any]:
             (band_t, band_d), ref = PROBE_BANDS, "same probe"
         else:
             ref_t, ref_d, (band_t, band_d), ref = mix_t, mix_d, MIX_BANDS, "probe mix"
-        tx = ttft[i] / ref_t if ttft[i] is not None and ref_t else None
-        dx = ref_d / rate[i] if rate[i] and ref_d else None
-        if not ((tx is not None and tx > band_t) or (dx is not None and dx > band_d)):
+        t, d = ttft[i], rate[i]
+        tx = t / ref_t if t is not None and ref_t else None
+        dx = ref_d / d if d and ref_d else None
+        slow_t = tx is not None and ref_t is not None and t is not None and tx > band_t and t - ref_t > MIN_EXCESS_MS
+        n = tokens_of(r) or 0
+        slow_d = dx is not None and d is not None and ref_d is not None and dx > band_d and \
+            (n - 1) * (1.0 / d - 1.0 / ref_d) * 1000.0 > MIN_EXCESS_MS
+        if not (slow_t or slow_d):
             break
         lead.append({"probe_id": r.probe_id, "repeat": r.repeat, "position": i, "reference": ref,
                      "ttft_x": tx, "decode_x": dx})
