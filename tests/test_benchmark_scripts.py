@@ -38,3 +38,14 @@ def test_compare_throughput_reads_the_figure_compare_stored(capsys: pytest.Captu
     _load("compare_throughput").main(["--runs", "1", "--level", "2", "--rate", "2000"])
     out = capsys.readouterr().out
     assert "run 1:" in out and "of 4000 offered (load average" in out
+
+
+def test_steady_bands_recomputes_the_bands_of_a_stored_session(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path) -> None:
+    """benchmarks/steady_bands.py on the committed nightly-tiny session: both warm-ups, and the three spreads."""
+    from conftest import example_db
+    db = example_db("h200-nightly/nightly-tiny.db", tmp_path / "n.db")
+    _load("steady_bands").main([str(db)])
+    out = capsys.readouterr().out
+    assert "mtp1: 10 requests; first: TTFT 50.13x" in out and out.count("warm-up found: 1") == 2
+    assert "probe mix, after the first request (36 requests)" in out and "A/A pair's two servers (10)" in out

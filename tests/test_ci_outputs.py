@@ -69,8 +69,8 @@ def test_two_sessions_share_test_names(two_nights: dict[str, Any]) -> None:
     assert {("arm.mtp1", "one"), ("arm.mtp1", "two"), ("arm.base", "validity")} <= set(a)
     # every performance check of the spec arm is a case
     checks = {n for c, n in a if c == "arm.mtp1" and n.startswith("performance.")}
-    assert checks == {f"performance.{c}" for c in ("speedup", "ttft_ratio", "acceptance_floor", "stream_tau",
-                                                   "token_count")}
+    assert checks == {f"performance.{c}" for c in ("speedup", "ttft_ratio", "steady_state", "gpu_clocks",
+                                                   "cuda_graphs", "acceptance_floor", "stream_tau", "token_count")}
     # no verdict in any name
     assert not any(v in n for _, n in a for v in ("PASS", "WARN", "FAIL", "INVALID"))
     failed = {k for k, c in a.items() if any(isinstance(r, junitparser.Failure) for r in c.result)}

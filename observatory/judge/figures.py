@@ -22,6 +22,12 @@ All figures derive from stored rows, so they can be recomputed at any time:
 - the performance checks of each spec arm (observatory/judge/perf_gates.py):
   speedup, TTFT ratio, acceptance floor, tau from the stream against tau from
   the counters, ids against usage;
+- whether the speed figures can be trusted (issue 29 items 3-4): ``steady_state``
+  (the warm-up still in the timed requests, left out of the single-stream
+  figures and of S on both sides: observatory/judge/steady_state.py),
+  ``gpu_clocks`` (the clocks beside each timed block: observatory/engines/gpu_clocks.py),
+  ``cuda_graphs`` (the timed steps against the captured graphs:
+  observatory/judge/graph_coverage.py);
 - the A/A noise floor from copies of the base arm;
 - validity codes: INVALID, CONFOUNDED, LOSSY, LOW_N, CRASHED, HUNG, CROSS_SESSION (an arm
   that ran apart from base: resumed later or elsewhere), UNCHECKED (what a URL
@@ -38,17 +44,20 @@ from typing import Any
 import numpy as np
 
 from observatory.client.answer import MALFORMED
+from observatory.engines.gpu_clocks import drift
 from observatory.engines.images import image_differences, split_docker_argv
 from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
 from observatory.engines.spec_counters import adapter_for
+from observatory.judge.graph_coverage import coverage
 from observatory.judge.paired import paired_vs_base, pairs, sides
 from observatory.judge.perf_gates import not_lossless, performance
 from observatory.judge.precision import precision, spent
 from observatory.judge.session import base_reference
 from observatory.judge.session_parts import cross_session
 from observatory.judge.speed import speed, stream_tau, ttft_by_level
+from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.roles import by_engine, engine_of
 from observatory.model.vocabulary import PAIRED_BASE
@@ -340,7 +349,8 @@ def malformed_answers(results: list[Any]) -> dict[str, Any] | None:
     return {"answers": len(bad), "first": bad[0][:300]} if bad else None
 
 
-def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any]:
+def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any], singles: dict[int, list[Any]] | None = None
+                 ) -> dict[str, Any]:
     """Acceptance (overall, per category, per probe, per concurrency level) and speed of one arm."""
     stream = [r for r in store.results(a.id, "stream") if r.ok]
     k = spec_k(a)
@@ -368,18 +378,27 @@ def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any]) -> dict[str, Any
     acc["by_probe"] = by_probe
     timed = [r for r in store.results(a.id, "timed") if r.ok]
     single = [r for r in timed if r.concurrency == 1]
-    spd = speed(single or stream, timed, measurements, _allowed_per_chunk(a), streamed=stream)
+    # warm-up still in the timed requests (observatory.judge.steady_state): left out of the single-stream figures
+    steady = steady_state(single) if single else None
+    warm = excluded_keys(steady)
+    steady_single = [r for r in single if (r.probe_id, r.repeat) not in warm]
+    if singles is not None:
+        singles[a.id] = single
+    spd = speed(steady_single or stream, timed, measurements, _allowed_per_chunk(a), streamed=stream)
     ttft = ttft_by_level(timed)
     at_level = {level: acceptance(v, k) for level, v in sorted(by_level.items())}
     levels = {str(lv): {"alpha": la["alpha"], "tau": la["tau"], "drafts": la["drafts"],
                         "ttft_ms": ttft.get(str(lv)), "tok_s": (spd["throughput"].get(str(lv)) or {}).get("tok_s"),
                         "S": None} for lv, la in at_level.items()}
     fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels,
-                           "malformed": malformed_answers([r for r in store.results(a.id) if r.mode != PAIRED_BASE])}
+                           "malformed": malformed_answers([r for r in store.results(a.id) if r.mode != PAIRED_BASE]),
+                           "steady_state": steady, "gpu_clocks": gpu_clocks(measurements),
+                           "cuda_graphs": coverage(a, sorted({int(m.concurrency) for m in measurements}))}
     if (a.launch or {}).get("speculative_config") is not None:
         fig["stream_tau"] = stream_tau(stream)
         fig["stream_counter_tau"] = acceptance(total, k)["tau"]
-        paired = pairs(timed, store.results(a.id, PAIRED_BASE))  # --timing paired (observatory.judge.paired)
+        paired = pairs([r for r in timed if (r.probe_id, r.repeat) not in warm or r.concurrency != 1],
+                       store.results(a.id, PAIRED_BASE))  # --timing paired (observatory.judge.paired)
         if paired is not None:
             fig["paired"] = paired
     return fig
@@ -390,14 +409,33 @@ def compute_figures(store: Any, session_id: int) -> dict[int, dict[str, Any]]:
     arms = store.arms(session_id)
     probes = {p.id: p for p in store.probes(session_id)}
     fail_on = dict((store.session(session_id).options or {}).get("fail_on") or {})
-    per_arm = {a.id: _arm_figures(store, a, probes) for a in arms}
+    singles: dict[int, list[Any]] = {}  # each arm's single-stream timed results, warm-up included
+    per_arm = {a.id: _arm_figures(store, a, probes, singles) for a in arms}
     for group in by_engine(arms):  # each engine's arms against their own engine's base
-        _group_figures(store, arms, group, per_arm, fail_on)
+        _group_figures(store, arms, group, per_arm, fail_on, singles)
     return per_arm
 
 
+def gpu_clocks(measurements: list[Any]) -> dict[str, Any]:
+    """The GPU clocks beside each timed block (observatory.engines.gpu_clocks.drift), and whether any moved."""
+    blocks = [{"concurrency": int(m.concurrency), "repeat": int(m.repeat), **drift(getattr(m, "gpu", None))}
+              for m in measurements]
+    read = [b for b in blocks if b["measurable"]]
+    if not read:
+        why = blocks[0]["why"] if blocks else "not measurable: no timed block"
+        return {"measurable": False, "why": why, "moved": None, "blocks": blocks}
+    return {"measurable": True, "moved": any(b.get("moved") for b in read), "blocks": blocks}
+
+
+def _common_speed(spd: dict[str, Any], single: list[Any], drop: set[tuple[int, int]]) -> dict[str, Any]:
+    """SPD, or the single-stream figures S needs of SINGLE without the (probe, repeat) keys DROP, when DROP
+    leaves out more than this arm's own warm-up did (S compares the same requests on both sides)."""
+    kept = [r for r in single if (r.probe_id, r.repeat) not in drop]
+    return speed(kept) if kept and len(kept) != spd.get("requests") else spd
+
+
 def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm: dict[int, dict[str, Any]],
-                   fail_on: dict[str, Any]) -> None:
+                   fail_on: dict[str, Any], singles: dict[int, list[Any]] | None = None) -> None:
     """Figures against base, performance checks and validity for one engine's arms (GROUP) of the session."""
     base = base_reference(group)
     base_fig = per_arm.get(base.id) if base else None
@@ -409,7 +447,14 @@ def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm:
         apart = cross_session(a, base, arms) if base is not None else None
         if spec is not None and base_fig is not None:
             k = spec.get("num_speculative_tokens")
-            vb = vs_base(fig["acceptance"], fig["speed"], base_fig["speed"], k if isinstance(k, int) else None)
+            # warm-up left out on either side is left out of both (observatory.judge.steady_state)
+            drop = excluded_keys(fig.get("steady_state")) | excluded_keys(base_fig.get("steady_state"))
+            spd_s, base_s = fig["speed"], base_fig["speed"]
+            if drop and singles is not None and base is not None:
+                spd_s = _common_speed(spd_s, singles.get(a.id, []), drop)
+                base_s = _common_speed(base_s, singles.get(base.id, []), drop)
+            vb = vs_base(fig["acceptance"], spd_s, base_s, k if isinstance(k, int) else None)
+            vb["warmup_left_out"] = sorted([int(p), int(r)] for p, r in drop)
             if fig.get("paired") is not None:
                 vb = with_pairs(vb, fig["paired"], fig["acceptance"].get("tau"), k if isinstance(k, int) else None)
             if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:

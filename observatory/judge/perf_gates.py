@@ -19,6 +19,12 @@ Each check gives PASS, WARN, FAIL or SKIP with its reason, value and threshold:
   left out, so a truthful engine gives the same tau both ways.
 - ``token_count``: streamed ids against ``usage.completion_tokens``. WARN
   only; value is the ids' total, threshold the usage total.
+- ``steady_state``, ``gpu_clocks``, ``cuda_graphs`` (issue 29 items 3-4), of
+  this arm and its base: WARN (speed not trustworthy) where the timed requests
+  never settled (observatory/judge/steady_state.py), a timed block's SM clock
+  moved (observatory/engines/gpu_clocks.py), or the timed steps ran eagerly
+  (observatory/judge/graph_coverage.py); SKIP where not measurable or not
+  applicable (no nvidia-smi, the CPU engine).
 
 Without user thresholds (``--fail-on``) a breach is a WARN (but for the
 speedup floor above); with them, the checks the user named FAIL. A figure that cannot be measured (bursty stream,
@@ -208,6 +214,63 @@ def token_count_check(tc: dict[str, Any]) -> dict[str, Any]:
                   float(tc["ids"]), float(tc["usage"]))
 
 
+def _sides(fig: dict[str, Any], base_fig: dict[str, Any] | None, key: str) -> list[tuple[str, Any]]:
+    return [("this arm", fig.get(key))] + ([("base", base_fig.get(key))] if base_fig is not None else [])
+
+
+def steady_check(fig: dict[str, Any], base_fig: dict[str, Any] | None) -> dict[str, Any]:
+    """Warm-up in the timed requests (observatory.judge.steady_state), this arm's and base's: WARN where either
+    never reached a steady state; PASS saying what was left out of S otherwise."""
+    sides = [(who, st) for who, st in _sides(fig, base_fig, "steady_state") if st]
+    judged = [(who, st) for who, st in sides if st.get("measurable")]
+    if not judged:
+        why = "; ".join(f"{who}: {st.get('why')}" for who, st in sides) or "no timed single-stream requests"
+        return _entry("steady_state", "SKIP", f"not measurable ({why})", None, None)
+    unsettled = [f"{who}: {st.get('why')}" for who, st in judged if not st.get("reached")]
+    if unsettled:
+        return _entry("steady_state", "WARN", "steady state not reached, speed not trustworthy: "
+                      + "; ".join(unsettled), None, None)
+    left = [f"{who} {st['warmup']} of {st['requests']}" for who, st in judged if st.get("warmup")]
+    return _entry("steady_state", "PASS", ("warm-up requests left out of S: " + ", ".join(left)) if left
+                  else "no warm-up in the timed requests", float(sum(int(st.get("warmup") or 0) for _, st in judged)),
+                  None)
+
+
+def clocks_check(fig: dict[str, Any], base_fig: dict[str, Any] | None) -> dict[str, Any]:
+    """GPU SM clocks beside each timed block (observatory.engines.gpu_clocks), this arm's and base's: WARN where a
+    block's clock moved beyond the tolerance; SKIP "not measurable" where nothing was read (no nvidia-smi)."""
+    sides = [(who, gc) for who, gc in _sides(fig, base_fig, "gpu_clocks") if gc]
+    read = [(who, gc) for who, gc in sides if gc.get("measurable")]
+    if not read:
+        whys = list(dict.fromkeys(str(gc.get("why") or "").removeprefix("not measurable: ") for _, gc in sides))
+        return _entry("gpu_clocks", "SKIP", "not measurable: " + ("; ".join(whys) or "not recorded"), None, None)
+    moved = [f"{who} c={b['concurrency']} repeat {b['repeat']}: SM clock range {b['sm_range']:.1%} "
+             f"({b['sm_mhz']['min']:.0f}-{b['sm_mhz']['max']:.0f} MHz)"
+             for who, gc in read for b in gc.get("blocks") or [] if b.get("moved")]
+    worst = max((float(b.get("sm_range") or 0.0) for _, gc in read for b in gc.get("blocks") or []), default=0.0)
+    tol = next((b.get("tolerance") for _, gc in read for b in gc.get("blocks") or [] if b.get("tolerance")), None)
+    if moved:
+        return _entry("gpu_clocks", "WARN", "GPU clocks moved during timed blocks, speed not trustworthy: "
+                      + "; ".join(moved), worst, tol)
+    return _entry("gpu_clocks", "PASS", f"SM clocks steady in every timed block read (widest range {worst:.1%})",
+                  worst, tol)
+
+
+def graphs_check(fig: dict[str, Any], base_fig: dict[str, Any] | None) -> dict[str, Any]:
+    """CUDA graph coverage of the timed steps (observatory.judge.graph_coverage), this arm's and base's: WARN
+    where either ran eagerly (no graphs, or steps above the largest captured size)."""
+    sides = [(who, cg) for who, cg in _sides(fig, base_fig, "cuda_graphs") if cg]
+    flagged = [f"{who}: {cg.get('why')}" for who, cg in sides if cg.get("flagged")]
+    if flagged:
+        return _entry("cuda_graphs", "WARN", "timed on the eager path, not the deployment's CUDA graphs: "
+                      + "; ".join(flagged), None, None)
+    if sides and all(cg.get("status") == "covered" for _, cg in sides):
+        return _entry("cuda_graphs", "PASS", "every timed step within the captured CUDA graphs", None, None)
+    why = "; ".join(f"{who}: {cg.get('status')} ({cg.get('why')})" for who, cg in sides
+                    if cg.get("status") != "covered") or "not recorded"
+    return _entry("cuda_graphs", "SKIP", why, None, None)
+
+
 def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dict[str, Any] | None,
                 fail_on: dict[str, float], untrusted: str | None = None) -> list[dict[str, Any]]:
     """Every performance check of one spec arm (the figures dict's "performance" list); UNTRUSTED: the
@@ -227,6 +290,8 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
                         ttft_check(spd, base_fig["speed"] if base_fig else None, fail_on)]
     return [
         *against_base,
+        # whether the speed figures above can be trusted (issue 29 items 3-4)
+        steady_check(fig, base_fig), clocks_check(fig, base_fig), graphs_check(fig, base_fig),
         acceptance_check(acc, fig.get("by_concurrency") or {}, fail_on),
         stream_tau_check(fig.get("stream_tau"), fig.get("stream_counter_tau"), bursty),
         token_count_check(spd.get("token_count") or {}),

@@ -142,7 +142,7 @@ class ValidityFlag:
 
 
 FIGURE_KEYS = ("acceptance", "speed", "by_concurrency", "stream_tau", "stream_counter_tau", "vs_base",
-               "performance", "noise_floor")
+               "performance", "noise_floor", "steady_state", "gpu_clocks", "cuda_graphs")
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,12 @@ class ArmFigures:
     vs_base: Mapping[str, Any] | None = None
     performance: list[Mapping[str, Any]] | None = None
     noise_floor: Mapping[str, Any] | None = None
+    # issue 29 items 3-4: the warm-up left out of S (observatory.judge.steady_state), the GPU clocks beside each
+    # timed block (observatory.engines.gpu_clocks), the timed steps against the captured CUDA graphs
+    # (observatory.judge.graph_coverage)
+    steady_state: Mapping[str, Any] | None = None
+    gpu_clocks: Mapping[str, Any] | None = None
+    cuda_graphs: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # stored figures this version does not know
     stored: tuple[str, ...] = ()
 

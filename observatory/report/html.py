@@ -33,6 +33,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from observatory.engines.images import arm_image
+from observatory.judge.graph_coverage import words as graph_words
+from observatory.judge.steady_state import words as steady_words
 from observatory.judge.verdict import INVALID_CODES, arm_role
 from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
@@ -146,7 +148,26 @@ def arm_view(a: ArmView) -> dict[str, Any]:
         "by_concurrency": a.figures.by_concurrency or {},
         "stream_tau": a.figures.stream_tau, "stream_counter_tau": a.figures.stream_counter_tau,
         "performance": a.figures.performance or [],
+        "trust_notes": speed_notes(a),
     }
+
+
+def speed_notes(a: ArmView) -> list[str]:
+    """Whether the arm's speed figures can be trusted (issue 29 items 3-4): warm-up left out, GPU clocks, CUDA
+    graphs; one phrase each, for the speed section (nothing for an arm never timed)."""
+    fig = a.figures
+    out = [steady_words(dict(fig.steady_state))] if fig.steady_state else []
+    clocks = fig.gpu_clocks
+    if clocks:
+        blocks = [b for b in clocks.get("blocks") or [] if b.get("measurable")]
+        moved = [b for b in blocks if b.get("moved")]
+        widest = max((float(b.get("sm_range") or 0.0) for b in blocks), default=0.0)
+        out.append(f"GPU clocks: {clocks.get('why') or 'not measurable'}" if not blocks else
+                   f"GPU clocks moved in {len(moved)} of {len(blocks)} timed blocks (widest SM range {widest:.1%})"
+                   if moved else f"GPU clocks steady in {len(blocks)} timed block(s) (widest SM range {widest:.1%})")
+    if fig.cuda_graphs:
+        out.append(graph_words(dict(fig.cuda_graphs)))
+    return out
 
 
 def diff_anchor(ai: int, pi: int, gate: str) -> str:

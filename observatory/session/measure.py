@@ -18,6 +18,7 @@ from observatory.channels.live_arm import StepReporter
 from observatory.client.answer import MAX_COUNT, Response
 from observatory.client.batch import timed_batch
 from observatory.client.send import EngineClient, RequestFailed
+from observatory.engines.gpu_clocks import ClockSampler
 from observatory.engines.metrics import SpecCounters
 from observatory.engines.server import EngineProcess
 from observatory.model.arms import Arm
@@ -209,12 +210,19 @@ class ArmRun:
                 work = [p for p in self.probes for _ in range(level)]
                 before = self.counters()
                 # threads started, connections opened before the clock (observatory.client.batch: what wall_s spans)
-                resps, wall = timed_batch(client, work, level)
-                self.store_timed(work, resps, wall, self.counters() - before, level, rep)
+                with self.clock_sampler() as clocks:
+                    resps, wall = timed_batch(client, work, level)
+                self.store_timed(work, resps, wall, self.counters() - before, level, rep, clocks.record())
+
+    def clock_sampler(self) -> ClockSampler:
+        """GPU clocks beside one timed block (observatory.engines.gpu_clocks): the arm's GPUs; a URL arm's
+        server is not on this host's GPUs, a CPU arm has none ("not measurable")."""
+        return ClockSampler(self.gpus, why_not="URL arm: its server's GPUs are not this host's" if self.arm.url else None)
 
     def store_timed(self, work: list[Probe], resps: list[Response], wall: float, delta: SpecCounters,
-                    level: int, rep: int) -> None:
-        """One timed batch's results (each checked for a dead engine) and its measurement row."""
+                    level: int, rep: int, gpu: dict[str, Any] | None = None) -> None:
+        """One timed batch's results (each checked for a dead engine) and its measurement row (GPU: the clocks
+        sampled beside it)."""
         for probe, resp in zip(work, resps):
             self.store_result(probe, resp, "timed", repeat=rep, concurrency=level)
             self.check_alive(resp)
@@ -227,7 +235,7 @@ class ArmRun:
         self.store.add(MeasurementRow(
             arm_id=self.arm_id, concurrency=level, repeat=rep, requests=len(work),
             completion_tokens=tokens, wall_s=wall,
-            counters_delta=delta.to_dict(),
+            counters_delta=delta.to_dict(), gpu=gpu,
         ))
 
     def paired_block(self, partner: ArmRun, rep: int) -> None:
@@ -246,6 +254,15 @@ class ArmRun:
         assert self.client is not None and partner.client is not None
         before = self.counters()
         mine: list[tuple[Probe, Response]] = []
+        with self.clock_sampler() as clocks:
+            self._alternate(partner, rep, mine)
+        delta = self.counters() - before
+        wall = sum((r.duration_ms or 0.0) for _, r in mine) / 1000.0
+        self.store_timed([p for p, _ in mine], [r for _, r in mine], wall, delta, 1, rep, clocks.record())
+
+    def _alternate(self, partner: ArmRun, rep: int, mine: list[tuple[Probe, Response]]) -> None:
+        """The requests of `paired_block`, this arm's responses appended to MINE (base's stored at once)."""
+        assert self.client is not None
         for i, probe in enumerate(self.probes):
             order = (partner, self) if (i + rep) % 2 == 0 else (self, partner)
             for who in order:
@@ -261,9 +278,6 @@ class ArmRun:
                         partner.check_alive(resp)
                     except ArmCrashed as e:  # base's end, not this arm's: its later pairs are left unpaired
                         partner.status, partner.reason = e.status, f"{e.reason} (while timed beside {self.arm.name})"
-        delta = self.counters() - before
-        wall = sum((r.duration_ms or 0.0) for _, r in mine) / 1000.0
-        self.store_timed([p for p, _ in mine], [r for _, r in mine], wall, delta, 1, rep)
 
 
 def stream_is_reference(resp: Response) -> bool:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from observatory import __version__
 from observatory.client.send import EngineClient, request_params
+from observatory.engines.cuda_graphs import from_log_file
 from observatory.engines.gpus import plan_waves
 from observatory.engines.images import inspect_image
 from observatory.engines.machine import describe
@@ -373,6 +374,9 @@ class Runner:
                 r.proc, r.client, ready_s = self._launch(r, session_id)
             version = r.client.version()
             r.extra["launch"]["served"] = served_facts(r.client)
+            if r.proc is not None and r.gpus and self.engine_of(arm) == "vllm":
+                # the CUDA graphs it captured, from its log's config line (observatory.judge.graph_coverage)
+                r.extra["launch"]["cuda_graphs"] = from_log_file(r.proc.log_path)
             if r.extra["launch"]["role"] == BASE and len(engines_of(self.opts.arms)) > 1:  # observatory.judge.cross_engine
                 r.extra["launch"][PROMPT_IDS] = prompt_ids(r.client.base_url, r.extra["launch"]["engine"],
                                                            r.client.model(), self.opts.probes, self.opts.api_key)

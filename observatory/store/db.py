@@ -192,6 +192,8 @@ class MeasurementRow(Base):
     completion_tokens: Mapped[int] = mapped_column(Integer)
     wall_s: Mapped[float] = mapped_column(Float)
     counters_delta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # GPU clocks and utilisation sampled during the block (observatory.engines.gpu_clocks); None before m008
+    gpu: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 

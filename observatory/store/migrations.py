@@ -247,9 +247,14 @@ def m007_result_sdk(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE results ADD COLUMN sdk JSON"))
 
 
+def m008_warm_measurement_gpu(conn: Connection) -> None:
+    """GPU clocks and utilisation sampled beside each timed block (issue 29 item 3; observatory.engines.gpu_clocks)."""
+    conn.execute(text("ALTER TABLE measurements ADD COLUMN gpu JSON"))
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries, m005_triage,
-    m006_result_logprobs_stop_reason, m007_result_sdk,
+    m006_result_logprobs_stop_reason, m007_result_sdk, m008_warm_measurement_gpu,
 ]
 
 _TRACKING = MetaData()
