@@ -499,3 +499,16 @@ def test_a_block_size_the_engine_chose_is_a_note_not_a_confound(store: Store) ->
                             {"name": "mtp1", "k": 1, "rate": 60, "ttft": 40.0, "served": served("288", "True")}])
     codes2 = _codes(store, sid2, "mtp1")
     assert "enable_prefix_caching" in codes2["CONFOUNDED"] and "block_size" not in codes2["CONFOUNDED"]
+
+
+def test_speed_floor_needs_the_interval_too_where_an_aa_copy_exists() -> None:
+    """S = 0.79 with a 0.02 A/A spread but a 95% CI of [0.34, 1.58] (the committed H200 tiny nightly's mtp1,
+    one warm-up request wide) is within noise: the spread alone does not see the arm's own noise."""
+    wide = _by_check(performance(_fig(0.79, 100.0, 0.7, ci=[0.34, 1.58]), BASE, {"throughput_spread": 0.02}, {}))
+    assert wide["speedup"]["verdict"] == "PASS" and "within noise" in wide["speedup"]["reason"], wide["speedup"]
+    # the negative control: the same spread with an interval wholly below the floor FAILs
+    tight = _by_check(performance(_fig(0.79, 100.0, 0.7, ci=[0.75, 0.83]), BASE, {"throughput_spread": 0.02}, {}))
+    assert tight["speedup"]["verdict"] == "FAIL", tight["speedup"]
+    # and a narrow interval inside a wide A/A spread stays within noise (the drift the spread measured)
+    drift = _by_check(performance(_fig(0.85, 100.0, 0.7, ci=[0.83, 0.87]), BASE, {"throughput_spread": 0.26}, {}))
+    assert drift["speedup"]["verdict"] == "PASS", drift["speedup"]

@@ -2,8 +2,8 @@
 
 Each check gives PASS, WARN, FAIL or SKIP with its reason, value and threshold:
 
-- ``speedup``: S below 1 beyond the noise (the A/A throughput spread, else
-  the bootstrap CI of S) is a WARN; below ``SPEEDUP_FAIL_BELOW`` (0.9, or the
+- ``speedup``: S below 1 beyond the noise (the A/A throughput spread and
+  the bootstrap CI of S, each where known) is a WARN; below ``SPEEDUP_FAIL_BELOW`` (0.9, or the
   user's ``speedup<X``) beyond the noise is a FAIL even without ``--fail-on``:
   a clearly slower deployment. Below but within the noise is a PASS whose
   reason says "within noise" and the smallest change in S the session could
@@ -43,7 +43,7 @@ from observatory.model.errors import ObservatoryError
 
 # Defaults when the user set no threshold: breaches WARN.
 DEFAULTS = {"speedup": 1.0, "ttft_ratio": 2.0, "acceptance": 0.2}
-# S whose whole noise (A/A spread, else 95% interval) lies below this FAILs without --fail-on:
+# S whose whole noise (A/A spread and 95% interval) lies below this FAILs without --fail-on:
 # a clearly slower deployment. Derivation from measured figures: docs/design.md section 3.3.
 SPEEDUP_FAIL_BELOW = 0.9
 # ... and only for requests this long (median, both arms): the client's own CPU per request measured
@@ -84,8 +84,8 @@ def _threshold(name: str, fail_on: dict[str, float]) -> tuple[float, str]:
 def _noise(vb: dict[str, Any], floor: dict[str, Any] | None) -> tuple[Callable[[float], bool] | None, str]:
     """(whether S's noise lies wholly below a threshold, else None when the noise is unknown; its wording).
 
-    The A/A throughput spread when the session has an A/A copy (S + spread below the threshold), else
-    the upper bound of S's 95% bootstrap interval.
+    The A/A throughput spread when the session has an A/A copy (S + spread below the threshold) and the
+    upper bound of S's 95% bootstrap interval (both below it when both are known), else whichever is known.
     """
     S = float(vb["S"])
     spread = (floor or {}).get("throughput_spread")
@@ -93,6 +93,11 @@ def _noise(vb: dict[str, Any], floor: dict[str, Any] | None) -> tuple[Callable[[
     if vb.get("design") == "paired" and ci:
         # pairs cancel the drift between arms the A/A spread measures: their own interval is the noise
         return (lambda thr: float(ci[1]) < thr), f"paired 95% CI [{ci[0]:.2f}, {ci[1]:.2f}], {vb.get('pairs')} pairs"
+    if spread is not None and ci:
+        # both are noise: the A/A spread the drift between arms, the interval the arm's own requests
+        # (a warm-up or a few slow requests widen it); beyond the noise means beyond both
+        return ((lambda thr: S + float(spread) < thr and float(ci[1]) < thr),
+                f"A/A spread {spread:.2f}, 95% CI [{ci[0]:.2f}, {ci[1]:.2f}]")
     if spread is not None:
         return (lambda thr: S + float(spread) < thr), f"A/A spread {spread:.2f}"
     if ci:
