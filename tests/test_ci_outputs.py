@@ -120,3 +120,33 @@ def test_metrics_out_parses_as_openmetrics(two_nights: dict[str, Any]) -> None:
             assert session.value == session_code and arm_verdict["mtp1"] == 3 and arm_verdict["base"] == 0
         # the stub reports no spec counters: alpha is not measured, so it has no sample (never a 0)
         assert not families["observatory_alpha"].samples
+
+
+def test_junit_times_every_channel_and_performance_case(tmp_path: Path) -> None:
+    """Issue 30.5: the committed H200 nightly's channel x arm cases carry their requests' summed time and the
+    performance checks the arm's timed traffic; a channel that sends no request (history) has no time, and so
+    (the negative control) has a channel whose arms' timings are unknown."""
+    from dataclasses import replace
+
+    from conftest import example_db
+
+    from observatory.report.data import build
+    from observatory.report.junit import junit_xml
+    from observatory.store.session_store import Store
+
+    db = example_db("h200-nightly/nightly-tiny.db", tmp_path / "n.db")
+    data = build(Store(str(db)))
+    path = tmp_path / "junit.xml"
+    path.write_text(junit_xml(data))
+    cases = _cases(path)
+    sending = {f"channel.{c.name}" for c in data.channels if c.probes}  # history reads the database, sends nothing
+    assert sending and len(sending) < len(data.channels)
+    channel = {k: c for k, c in cases.items() if k[0] in sending}
+    perf = {k: c for k, c in cases.items() if k[1].startswith("performance.")}
+    assert channel and perf
+    assert all(c.time and c.time > 0 for c in channel.values()), [k for k, c in channel.items() if not c.time]
+    assert all(c.time and c.time > 0 for c in perf.values()), [k for k, c in perf.items() if not c.time]
+    ch = next(c for c in data.channels if c.probes)
+    untimed = replace(data, channels=(replace(ch, arms=tuple(replace(a, seconds=None) for a in ch.arms)),))
+    path.write_text(junit_xml(untimed))
+    assert not any(c.time for k, c in _cases(path).items() if k[0] == f"channel.{ch.name}")

@@ -220,6 +220,7 @@ class ChannelArm:
     role: str | None
     status: str
     verdicts: Mapping[str, VerdictView]
+    seconds: float | None = None  # the summed durations of this arm's requests in the channel (None: none timed)
 
 
 @dataclass(frozen=True)

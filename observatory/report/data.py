@@ -124,17 +124,26 @@ def channel_summaries(store: Store, s: SessionRow, arms: tuple[ArmView, ...]) ->
     if not names:
         return ()
     counts: dict[str, int] = {}
+    channel_of: dict[int, str] = {}
     for p in store.probes(s.id):
         ch = (p.definition or {}).get("channel")
         if ch:
             counts[ch] = counts.get(ch, 0) + 1
+            channel_of[p.id] = ch
+    arm_ids = {a.id: a.name for a in store.arms(s.id)}
+    ms: dict[tuple[str, str], float] = {}
+    for arm_id, probe_id, duration in store.result_durations(s.id):
+        if probe_id in channel_of and duration is not None and arm_id in arm_ids:
+            key = (channel_of[probe_id], arm_ids[arm_id])
+            ms[key] = ms.get(key, 0.0) + duration
     out = []
     for name in names:
         ch = get_channel(name)
         out.append(ChannelSummary(
             name=name, title=ch.title, catches=ch.catches, probes=counts.get(name, 0),
             arms=tuple(ChannelArm(arm=a.name, role=a.role, status=a.status,
-                                  verdicts={g: v for g, v in a.channel_verdicts.items() if g.split(":", 1)[0] == name})
+                                  verdicts={g: v for g, v in a.channel_verdicts.items() if g.split(":", 1)[0] == name},
+                                  seconds=ms[(name, a.name)] / 1000.0 if (name, a.name) in ms else None)
                        for a in arms),
         ))
     return tuple(out)

@@ -5,7 +5,8 @@ by classname and name): ``arm.NAME`` / ``validity``, a probe's name, or
 ``performance.CHECK``; ``channel.NAME`` / the arm; ``session`` / ``verdict``.
 A verdict is never part of a name. Times are the stored ones (an arm's
 start to finish, stored to the second, or its requests' summed durations
-where longer; a request's duration; the session's start to finish);
+where longer; a request's duration; a channel's requests' summed durations on
+the arm; the arm's timed traffic for its performance checks; the session's start to finish);
 a case with no timing of its own has no ``time``. FAIL is a ``failure``,
 INVALID and UNJUDGED an ``error``, SKIP and NOT_DISCRIMINATING ``skipped``;
 a WARN fails nothing but is visible: a ``warnings`` property (their count)
@@ -49,6 +50,17 @@ def _arm_seconds(arm: ArmView) -> float | None:
     span = _seconds(arm.started_at, arm.finished_at)
     busy = sum(r.duration_ms for r in arm.results if r.duration_ms is not None) / 1000.0
     return max(span or 0.0, busy) if span is not None or busy else None
+
+
+def _timed_seconds(arm: ArmView) -> float | None:
+    """The timed traffic the arm's performance checks judged (its side of ``vs_base.timed_s``), if stored."""
+    timed = ((arm.figures.vs_base or {}).get("timed_s") or {}).get("arm")
+    if isinstance(timed, (int, float)) and not isinstance(timed, bool) and timed >= 0:
+        return float(timed)
+    # sessions judged before vs_base carried timed_s: the single-stream samples' seconds ([tokens, seconds])
+    secs = [x[1] for x in (arm.figures.speed or {}).get("samples") or []
+            if isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[1], (int, float)) and x[1] >= 0]
+    return float(sum(secs)) if secs else None
 
 
 def _case(suite: ET.Element, classname: str, name: str, seconds: float | None = None) -> ET.Element:
@@ -129,7 +141,7 @@ def junit_xml(data: SessionView) -> str:
             _warn(case, [f"{g}: {v.reason}" for g, v in verdicts.items() if v.verdict == "WARN"], _clean(r.preview, 200))
         for p in arm.figures.performance or []:
             counts["tests"] += 1
-            case = _case(suite, f"arm.{arm.name}", f"performance.{p.get('check')}")
+            case = _case(suite, f"arm.{arm.name}", f"performance.{p.get('check')}", _timed_seconds(arm))
             verdict, reason = p.get("verdict"), _clean(p.get("reason"), 500)
             if verdict == "FAIL":
                 counts["failures"] += 1
@@ -147,7 +159,7 @@ def junit_xml(data: SessionView) -> str:
                     v.verdict in ("INVALID", "UNJUDGED") for v in a.verdicts.values()):
                 continue
             counts["tests"] += 1
-            case = _case(suite, f"channel.{ch.name}", a.arm)
+            case = _case(suite, f"channel.{ch.name}", a.arm, a.seconds)
             bad_ch = {g: v for g, v in a.verdicts.items() if v.verdict in ("FAIL", "INVALID", "UNJUDGED")}
             if bad_ch:
                 ch_failed = any(v.verdict == "FAIL" for v in bad_ch.values())

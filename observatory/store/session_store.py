@@ -247,6 +247,13 @@ class Store:
                 q = q.where(ResultRow.mode == mode)
             return list(s.scalars(q.order_by(ResultRow.id)))
 
+    def result_durations(self, session_id: int) -> list[tuple[int, int, float | None]]:
+        """(arm id, probe id, duration_ms) of every result of a session: the timing alone, no texts or ids."""
+        with self._sessions() as s:
+            rows = s.execute(select(ResultRow.arm_id, ResultRow.probe_id, ResultRow.duration_ms)
+                             .join(ArmRow, ArmRow.id == ResultRow.arm_id).where(ArmRow.session_id == session_id))
+            return [(int(a), int(p), None if d is None else float(d)) for a, p, d in rows]
+
     def verdicts(self, arm_id: int) -> list[VerdictRow]:
         """An arm's verdicts."""
         with self._sessions() as s:
