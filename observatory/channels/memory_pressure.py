@@ -10,7 +10,8 @@ On each arm: every request alone on the arm's own engine (the reference,
 arm launched with a KV cache of ``ceil(CONTEXT / block) + 1`` blocks and
 ``--max-model-len CONTEXT`` (`LiveArm.sibling`): room for one request at its
 longest, while the four together need about twice that, so the scheduler
-must preempt. The engine's own counter (``vllm:num_preemptions_total``) is
+must preempt. An arm whose own engine reports that few blocks already
+(``vllm:cache_config_info``'s ``num_gpu_blocks``) is pressured on itself. The engine's own counter (``vllm:num_preemptions_total``) is
 read before and after the batch; an arm whose engine did not preempt is "not
 exercised", never PASS. Every output is diffed against base's answer to the
 same request sent alone (token_diff's near-tie rule); where base's own
@@ -102,24 +103,33 @@ def measure(run: Any, probes: list[Probe]) -> None:
             return
     block = _cache_fact(run, "block_size") or DEFAULT_BLOCK
     blocks = budget_blocks(block)
-    args = ["--max-model-len", str(CONTEXT), "--num-gpu-blocks-override", str(blocks)]
     run.note(NAME, block_size=block, blocks=blocks)
+    own = _cache_fact(run, "num_gpu_blocks")
+    if own is not None and own <= blocks:  # the arm's own cache is already this small: no second engine
+        run.note(NAME, where="the arm's own engine")
+        pressure(run, probes, sent)
+        return
+    args = ["--max-model-len", str(CONTEXT), "--num-gpu-blocks-override", str(blocks)]
     with run.sibling(NAME, engine_args=args) as twin:
-        if twin is None:
-            return
-        run.reporter.step(run.arm, f"{NAME} under pressure", 0, 1)
-        served = _cache_fact(twin, "num_gpu_blocks")
-        before = _preemptions(twin)
-        ready = [(p, s) for p, s in zip(probes, sent) if s is not None]
-        with ThreadPoolExecutor(max_workers=len(ready) or 1) as ex:
-            resps = list(ex.map(lambda ps: twin.client.run(ps[1], stream=False), ready))
-        after = _preemptions(twin)
-        for (probe, _), resp in zip(ready, resps):
-            twin.store_result(probe, resp, NAME, concurrency=len(ready))
-        run.note(NAME, preemptions=None if before is None or after is None else after - before,
-                 served_blocks=served)
-        for resp in resps:
-            twin.check_alive(resp)
+        if twin is not None:
+            twin.note(NAME, where="a second engine with a small KV cache")
+            pressure(twin, probes, sent)
+
+
+def pressure(run: Any, probes: list[Probe], sent: list[Probe | None]) -> None:
+    """All requests at once on RUN's engine, its preemption counter read around them (noted)."""
+    run.reporter.step(run.arm, f"{NAME} under pressure", 0, 1)
+    served = _cache_fact(run, "num_gpu_blocks")
+    before = _preemptions(run)
+    ready = [(p, s) for p, s in zip(probes, sent) if s is not None]
+    with ThreadPoolExecutor(max_workers=len(ready) or 1) as ex:
+        resps = list(ex.map(lambda ps: run.client.run(ps[1], stream=False), ready))
+    after = _preemptions(run)
+    for (probe, _), resp in zip(ready, resps):
+        run.store_result(probe, resp, NAME, concurrency=len(ready))
+    run.note(NAME, preemptions=None if before is None or after is None else after - before, served_blocks=served)
+    for resp in resps:
+        run.check_alive(resp)
 
 
 def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
