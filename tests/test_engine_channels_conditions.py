@@ -38,8 +38,10 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     t0 = time.monotonic()
     r = CliRunner().invoke(cli, ["gate", "--arms", arms, "--arms-file", str(FIXTURES / "arms_conditions.toml"),
                                  "--channels", ",".join(CHANNELS), "--suite", str(FIXTURES / "conditions_tiny.toml"),
-                                 "--no-diffs", "--db", str(db), "--log-dir", str(tmp / "logs"), "--quiet"],
+                                 "--no-diffs", "--engine-arg=--enforce-eager", "--db", str(db),
+                                 "--log-dir", str(tmp / "logs"), "--report", str(tmp / "report"), "--quiet"],
                            catch_exceptions=False)
+    assert db.exists(), r.output
     out: dict[str, Any] = {"exit": r.exit_code, "output": r.output, "wall_s": time.monotonic() - t0, "arms": {}}
     with Store(str(db)) as store:
         sid = store.session().id

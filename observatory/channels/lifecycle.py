@@ -53,6 +53,7 @@ from observatory.channels.conditions import (
     sibling_problem,
     z_two_proportions,
 )
+from observatory.channels.counters import settled
 from observatory.channels.pairs import same_tokens
 from observatory.channels.view import ChannelView
 from observatory.model.probes import Probe
@@ -158,7 +159,7 @@ def _send(run: Any, probes: list[Probe], repeat: int) -> None:
     for probe in probes:
         before = run.counters()
         resp = run.client.run(probe, stream=True)
-        delta = run.counters() - before if resp.ok else None
+        delta = settled(run) - before if resp.ok else None
         run.store_result(probe, resp, NAME, delta, repeat=repeat)
         run.check_alive(resp)
 

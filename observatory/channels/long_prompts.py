@@ -37,6 +37,7 @@ from typing import Any
 
 from observatory.channels import Channel
 from observatory.channels.conditions import Z_DROP, acceptance, decode_rate, median, not_exercised
+from observatory.channels.counters import settled
 from observatory.channels.length_sweep import padded_ids
 from observatory.channels.pairs import Keyed, judge_against_base
 from observatory.channels.view import ChannelView
@@ -103,7 +104,7 @@ def measure(run: Any, probes: list[Probe]) -> None:
             sent = dataclasses.replace(probe, prompt=padded_ids(question, filler, n))
             before = run.counters()
             resp = client.run(sent, stream=True)
-            delta = run.counters() - before if resp.ok else None
+            delta = settled(run) - before if resp.ok else None
             run.store_result(probe, resp, NAME, delta, repeat=rep)
             run.check_alive(resp)
             if not run.live:
