@@ -21,7 +21,7 @@ from observatory.store.db import ArmRow, SessionRow
 from observatory.store.session_store import Store
 
 ROLES = {"base": "base", "mtp2": "spec"}
-DEEP = ("memory_pressure", "lifecycle", "long_prompts")
+DEEP = ("memory_pressure", "long_prompts", "lifecycle")  # lifecycle last: its cycles change the engine
 
 
 def _facts(view: Any, channel: str, per_arm: dict[str, dict[str, Any]]) -> None:
