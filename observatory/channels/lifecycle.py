@@ -212,7 +212,8 @@ def _exercised(arm: ArmRow) -> tuple[list[tuple[int, str]], dict[str, str], str 
     """([(repeat, op)] exercised, {op: why not} for the others, why nothing ran at all or None)."""
     f = facts(arm, NAME)
     problem = sibling_problem(arm, NAME)
-    ops = f.get("ops") if isinstance(f.get("ops"), dict) else {}
+    got = f.get("ops")
+    ops: dict[str, Any] = got if isinstance(got, dict) else {}
     done = [(len(BEFORE) + j, op.name) for j, op in enumerate(OPS) if ops.get(op.name) == "exercised"]
     skipped = {op.name: str(ops.get(op.name, "not reached")) for op in OPS if ops.get(op.name) != "exercised"}
     if problem:
@@ -231,7 +232,9 @@ def _outputs(view: ChannelView, arm: ArmRow) -> VerdictRow:
         return not_exercised(view, arm, none, details)
     reps = _by_repeat(view, arm)
     ref, again = reps.get(0, {}), reps.get(1, {})
-    rows, fails, warns = [], [], []
+    rows: list[dict[str, Any]] = []
+    fails: list[dict[str, Any]] = []
+    warns: list[dict[str, Any]] = []
     for rep, op in done:
         for name, r in sorted(reps.get(rep, {}).items()):
             first = ref.get(name)
@@ -313,22 +316,25 @@ def _acceptance(view: ChannelView, arm: ArmRow) -> VerdictRow:
                         details, part="acceptance")
 
 
+def _move(r: ResultRow, before: ResultRow | None) -> float | None:
+    """ln(R's decode rate / BEFORE's), None where either is not measurable."""
+    return None if before is None else log_ratio(decode_rate(r), decode_rate(before))
+
+
 def _speed(view: ChannelView, arm: ArmRow) -> VerdictRow:
     done, skipped, none = _exercised(arm)
     if none:
         return not_exercised(view, arm, none, {"not_exercised": skipped}, part="speed")
     reps = _by_repeat(view, arm)
     ref, again = reps.get(0, {}), reps.get(1, {})
-    moves = [abs(m) for name, r in again.items()
-             if (m := log_ratio(decode_rate(r), decode_rate(ref.get(name)) if name in ref else None)) is not None]
+    moves = [abs(m) for name, r in again.items() if (m := _move(r, ref.get(name))) is not None]
     if not moves:
         return view.verdict(arm, SKIP, "speed not measurable: no decode rates before the cycles",
                             {"not_exercised": skipped}, part="speed")
     noise = max(moves)
     rows, flagged = [], []
     for rep, op in done:
-        logs = [m for name, r in reps.get(rep, {}).items()
-                if (m := log_ratio(decode_rate(r), decode_rate(ref.get(name)) if name in ref else None)) is not None]
+        logs = [m for name, r in reps.get(rep, {}).items() if (m := _move(r, ref.get(name))) is not None]
         med = median(logs)
         row = {"op": op, "median_log_ratio": None if med is None else round(med, 3),
                "noise": round(noise, 3), "slower": med is not None and med < -noise}
