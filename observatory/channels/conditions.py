@@ -74,6 +74,18 @@ def decode_rate(r: ResultRow) -> float | None:
     return (n - 1) / ((r.duration_ms - r.ttft_ms) / 1000.0)
 
 
+def request_rate(r: ResultRow) -> float | None:
+    """Generated tokens per second over the whole request (first token included), or None.
+
+    Steadier than `decode_rate` on short answers: a stream whose tokens arrive in a few chunks
+    leaves almost no time after its first token, and the decode rate of 30 tokens then swings
+    by orders of magnitude between two identical requests (seen on the loaded CPU engine)."""
+    n = len(r.token_ids or [])
+    if not r.ok or n < 1 or r.duration_ms is None or r.duration_ms <= 0:
+        return None
+    return n / (r.duration_ms / 1000.0)
+
+
 def z_two_proportions(x1: int, n1: int, x2: int, n2: int) -> float | None:
     """The pooled two-proportion z of x2/n2 against x1/n1 (soak's), None when not defined."""
     from observatory.channels.soak import z_two_proportions as z

@@ -28,8 +28,8 @@ Verdicts, per arm:
   each cycle, pooled over its requests, against before's, two-proportion
   z-test; |z| > 3.29 (two-sided p < 0.001) beyond what the two runs before
   show between themselves is a WARN, a drop or a jump;
-- ``lifecycle:speed``: the median over requests of ln(decode tok/s after /
-  before); below minus the largest such move between the two runs before,
+- ``lifecycle:speed``: the median over requests of ln(tok/s after / before,
+  the whole request's); below minus the largest such move between the two runs before,
   per request (the session's own noise with nothing changed), is a WARN.
 """
 
@@ -45,11 +45,11 @@ from observatory.channels import Channel
 from observatory.channels.conditions import (
     Z_DROP,
     acceptance,
-    decode_rate,
     facts,
     log_ratio,
     median,
     not_exercised,
+    request_rate,
     sibling_problem,
     z_two_proportions,
 )
@@ -317,8 +317,8 @@ def _acceptance(view: ChannelView, arm: ArmRow) -> VerdictRow:
 
 
 def _move(r: ResultRow, before: ResultRow | None) -> float | None:
-    """ln(R's decode rate / BEFORE's), None where either is not measurable."""
-    return None if before is None else log_ratio(decode_rate(r), decode_rate(before))
+    """ln(R's tok/s / BEFORE's), None where either is not measurable."""
+    return None if before is None else log_ratio(request_rate(r), request_rate(before))
 
 
 def _speed(view: ChannelView, arm: ArmRow) -> VerdictRow:
@@ -329,7 +329,7 @@ def _speed(view: ChannelView, arm: ArmRow) -> VerdictRow:
     ref, again = reps.get(0, {}), reps.get(1, {})
     moves = [abs(m) for name, r in again.items() if (m := _move(r, ref.get(name))) is not None]
     if not moves:
-        return view.verdict(arm, SKIP, "speed not measurable: no decode rates before the cycles",
+        return view.verdict(arm, SKIP, "speed not measurable: no request rates before the cycles",
                             {"not_exercised": skipped}, part="speed")
     noise = max(moves)
     rows, flagged = [], []
@@ -344,10 +344,10 @@ def _speed(view: ChannelView, arm: ArmRow) -> VerdictRow:
     details = {"table": rows, "noise": round(noise, 3), "not_exercised": skipped}
     if flagged:
         f = flagged[0]
-        return view.verdict(arm, WARN, f"decode slower after {f['op']}: median ln(after/before) "
+        return view.verdict(arm, WARN, f"slower after {f['op']}: median ln(after/before) "
                             f"{f['median_log_ratio']} beyond the runs before's largest move {f['noise']}", details,
                             part="speed")
-    return view.verdict(arm, PASS, f"decode speed back after every cycle (within {noise:.3f} in ln)", details,
+    return view.verdict(arm, PASS, f"tok/s back after every cycle (within {noise:.3f} in ln)", details,
                         part="speed")
 
 
