@@ -14,8 +14,9 @@ others), streamed one at a time with the counters read around each, and the
 whole set ``REPEATS`` times.
 
 Verdicts:
-- ``long_prompts`` (speculating arms): each bucket's acceptance (the mean of
-  its samples' accepted/drafted rates) against the shortest bucket's. The
+- ``long_prompts`` (speculating arms): each longer bucket's acceptance (the
+  mean of its samples' accepted/drafted rates) against the short buckets'
+  (up to a quarter of the longest prompt), their samples pooled. The
   noise is the data's own: the spread between samples of one length (the
   pooled within-bucket standard deviation of the per-sample rates, whose
   repeats are averaged first; repeats that differ are shown, `repeat_spread`).
@@ -54,6 +55,7 @@ SAMPLES = 3
 REPEATS = 2
 MAX_TOKENS = 24
 MIN_DROP = 0.05  # a drop in the accepted rate smaller than this is not reported, however sure
+REFERENCE_FRACTION = 1 / 4  # buckets up to this fraction of the longest prompt, pooled, are the reference
 FILLER = " The quick brown fox jumps over the lazy dog."
 DEFAULT_QUESTIONS = ("Count from 1 to 20.", "Recite the alphabet.", "List the days of the week.")
 
@@ -158,9 +160,15 @@ def pooled_sd(groups: list[list[float]]) -> float | None:
 
 
 def drops(bs: list[Bucket]) -> tuple[list[dict[str, Any]], float | None]:
-    """Each bucket against the shortest: its table rows, and the pooled SD they were judged with."""
+    """Each longer bucket against the short ones pooled: its table rows, and the pooled SD they were judged with.
+
+    The reference is every sample of the buckets at most REFERENCE_FRACTION of the longest prompt: one
+    bucket of SAMPLES prompts alone leaves too wide a standard error (docs/design.md section 4.2).
+    """
     sd = pooled_sd([b.rates for b in bs])
-    first = next((b for b in bs if b.mean is not None), None)
+    short = [b for b in bs if BUCKETS[b.bucket] <= REFERENCE_FRACTION and b.rates] if bs else []
+    ref = [x for b in short for x in b.rates]
+    ref_mean = statistics.fmean(ref) if ref else None
     rows = []
     for b in bs:
         row: dict[str, Any] = {"bucket": b.bucket, "prompt_tokens": b.length, "samples": len(b.rates),
@@ -168,11 +176,13 @@ def drops(bs: list[Bucket]) -> tuple[list[dict[str, Any]], float | None]:
                                "repeat_spread": None if b.repeat_spread is None else round(b.repeat_spread, 3),
                                "decode_tok_s": None if b.decode_tps is None else round(b.decode_tps, 1),
                                "ttft_ms": None if b.ttft_ms is None else round(b.ttft_ms, 1)}
-        if first is None or b.mean is None or first.mean is None or b is first:
-            row["trend"] = "reference" if b is first else "not measurable"
+        if b in short:
+            row["trend"] = "reference"
+        elif ref_mean is None or b.mean is None:
+            row["trend"] = "not measurable"
         else:
-            drop = first.mean - b.mean
-            se = None if sd is None else sd * math.sqrt(1 / len(first.rates) + 1 / len(b.rates))
+            drop = ref_mean - b.mean
+            se = None if sd is None else sd * math.sqrt(1 / len(ref) + 1 / len(b.rates))
             z = drop / se if se else None
             row.update(drop=round(drop, 3), z=None if z is None else round(z, 2))
             if se is None:
@@ -187,19 +197,20 @@ def _acceptance(view: ChannelView, arm: ArmRow) -> VerdictRow:
     bs = buckets(view, arm)
     rows, sd = drops(bs)
     details = {"table": rows, "pooled_sd": None if sd is None else round(sd, 4), "z_threshold": Z_DROP,
-               "min_drop": MIN_DROP}
+               "min_drop": MIN_DROP, "reference": f"buckets up to {REFERENCE_FRACTION:g} of the longest prompt"}
     if not any(b.rates for b in bs):
         return view.verdict(arm, SKIP, "acceptance not measurable: no draft counters per request", details)
     flagged = [r for r in rows if r.get("trend") == "drop"]
     if flagged:
         f = flagged[0]
+        ref = [r for r in rows if r.get("trend") == "reference"]
         return view.verdict(arm, WARN, f"acceptance drops with prompt length: {f['acceptance']} at "
-                            f"{f['prompt_tokens']} tokens against {rows[0]['acceptance']} at "
-                            f"{rows[0]['prompt_tokens']} (z = {f['z']}, beyond {Z_DROP} standard errors of the "
-                            f"between-sample spread and {MIN_DROP})", details)
+                            f"{f['prompt_tokens']} tokens, {f['drop']} below the prompts of at most "
+                            f"{ref[-1]['prompt_tokens'] if ref else '?'} tokens (z = {f['z']}, beyond {Z_DROP} "
+                            f"standard errors of the between-sample spread and {MIN_DROP})", details)
     longest = next((r for r in reversed(rows) if r.get("acceptance") is not None), rows[-1])
     return view.verdict(arm, PASS, f"acceptance steady up to {longest['prompt_tokens']} tokens "
-                        f"({longest['acceptance']} against {rows[0]['acceptance']})", details)
+                        f"({longest['acceptance']}; the short prompts' {rows[0]['acceptance']} and up)", details)
 
 
 def _speed(view: ChannelView, arm: ArmRow) -> VerdictRow:
