@@ -69,7 +69,8 @@ def build(tmp_path: Path, channel: Channel, arms: dict[str, str], answer: Answer
                     token_ids=tokens, token_texts=[str(t) for t in tokens],
                     top_logprobs=top_k(tokens), repeat=fields.get("repeat", 0),
                     concurrency=fields.get("concurrency", 1), usage=fields.get("usage", {}),
-                    counters_delta=fields.get("counters", {})))
+                    counters_delta=fields.get("counters", {}), ttft_ms=fields.get("ttft_ms"),
+                    duration_ms=fields.get("duration_ms")))
     with store.tx() as s:
         s.add_all(results)
     return ChannelView(store, sid, channel.name, rows, dict(arms), {pids[p.name]: p for p in probes},

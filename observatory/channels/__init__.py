@@ -10,8 +10,10 @@ more phase between the correctness pass and the timed runs (results stored
 with ``mode`` = the channel's name), and judges them after the arms ran
 (verdict rows with no probe, named ``NAME`` or ``NAME:part``).
 
-A channel module defines one `Channel` and is listed in `_MODULES`; the
-``nightly`` profile runs every listed channel in that order, ``quick`` none.
+A channel module defines one `Channel` and is registered by entry point
+(`observatory.model.plugins`); the ``nightly`` profile runs every channel of
+profile ``nightly`` in that order, ``deep`` those and the channels of profile
+``deep`` (engine conditions: each relaunches an arm or runs long), ``quick`` none.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from observatory.model.gates import GateRegistry
     from observatory.store.db import ArmRow, VerdictRow
 
-PROFILES = ("quick", "nightly")
+PROFILES = ("quick", "nightly", "deep")
+CHANNEL_PROFILES = ("nightly", "deep")  # the profile a channel joins (deep runs nightly's too)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Channel:
     judge: Callable[[ChannelView], list[VerdictRow]]  # its verdicts for every arm, from the store
     options: dict[str, Any] = field(default_factory=dict)  # documented knobs (for the report)
     faults: tuple[str, ...] = ()  # the plugin faults it must catch (observatory.faults): selftest's controls
+    profile: str = "nightly"  # the smallest profile that runs it: "nightly", or "deep" (too costly for the nightly)
 
 
 _REGISTRY: dict[str, Channel] = {}
@@ -63,6 +67,9 @@ def channels() -> dict[str, Channel]:
             if ch.name != plugin.name:
                 raise ObservatoryError(f"channel plugin {plugin.name!r} ({plugin.dist}) is named {ch.name!r}: "
                                        "the entry point's name and the channel's must agree")
+            if ch.profile not in CHANNEL_PROFILES:
+                raise ObservatoryError(f"channel plugin {plugin.name!r} ({plugin.dist}) joins profile "
+                                       f"{ch.profile!r}: one of {', '.join(CHANNEL_PROFILES)}")
             _REGISTRY[ch.name] = ch
     return dict(_REGISTRY)
 
@@ -83,7 +90,8 @@ def is_channel_gate(gate: str) -> bool:
 def resolve(profile: str | None, names: Sequence[str] | str | None = None) -> list[str]:
     """The channels a session runs: those named (comma list), else the profile's.
 
-    ``quick`` (the default) runs none: today's behaviour; ``nightly`` runs them all.
+    ``quick`` (the default) runs none: today's behaviour; ``nightly`` runs every channel of profile
+    ``nightly``; ``deep`` runs them all (nightly's, then the costly engine-condition channels).
     """
     if names:
         items = names.split(",") if isinstance(names, str) else list(names)
@@ -94,7 +102,9 @@ def resolve(profile: str | None, names: Sequence[str] | str | None = None) -> li
     profile = profile or "quick"
     if profile not in PROFILES:
         raise ObservatoryError(f"--profile must be one of {', '.join(PROFILES)}; got {profile!r}")
-    return list(channels()) if profile == "nightly" else []
+    if profile == "quick":
+        return []
+    return [n for n, ch in channels().items() if profile == "deep" or ch.profile == "nightly"]
 
 
 def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Probe]]:

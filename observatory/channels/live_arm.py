@@ -7,6 +7,8 @@ where the runner hands an `ArmRun` to a channel's ``measure``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from observatory.client.answer import Response
@@ -40,3 +42,16 @@ class LiveArm(Protocol):
 
     def store_result(self, probe: Probe, resp: Response, mode: str, delta: SpecCounters | None = None,
                      repeat: int = 0, concurrency: int = 1, keep_top: bool = True) -> ResultRow: ...
+
+    def sibling(self, why: str, engine_args: Sequence[str] = (),
+                env: Mapping[str, str] | None = None) -> AbstractContextManager[LiveArm | None]:
+        """A second engine of this arm, launched with ENGINE_ARGS and ENV added, for one engine condition
+        (a small KV cache, dev-mode endpoints): a LiveArm whose results are stored on this arm, stopped
+        when the block ends; None where the arm cannot be relaunched (a URL arm) or its launch failed.
+        How it went is noted under WHY (`note`: key ``sibling``)."""
+        ...
+
+    def note(self, channel: str, **facts: object) -> None:
+        """Keep FACTS a channel's judge needs beyond its results (an engine counter, the endpoints it
+        found), stored at once in the arm's launch facts under ``channel_facts[CHANNEL]``."""
+        ...

@@ -11,6 +11,7 @@ from typing import Any, cast
 import click
 from click.core import ParameterSource
 
+from observatory.channels import PROFILES
 from observatory.commands import INTERRUPTED_EXIT
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.model.gates import registry_for
@@ -59,8 +60,9 @@ def compare_options(f: Callable[..., Any] | None = None, *,
                      help="vLLM --tool-call-parser of launched arms, or none (an arms file's tool_parser wins)."),
         click.option("--reasoning-parser",
                      help="vLLM --reasoning-parser of launched arms (an arms file's reasoning_parser wins)."),
-        click.option("--profile", type=click.Choice(["quick", "nightly"]), default="quick", show_default=True,
-                     help="quick: the suite alone; nightly: the suite plus every field channel (docs/channels.md)."),
+        click.option("--profile", type=click.Choice(list(PROFILES)), default="quick", show_default=True,
+                     help="quick: the suite alone; nightly: the suite plus the nightly field channels; deep: "
+                          "nightly plus the engine-condition channels (docs/channels.md)."),
         click.option("--channels", help="Comma list of field channels to run (overrides --profile's list)."),
         click.option("--aa-copy/--no-aa-copy", "aa_copy", default=True, show_default=True,
                      help="nightly profile: add an A/A copy of each base arm unless --arms has one (the noise "

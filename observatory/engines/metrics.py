@@ -259,14 +259,26 @@ def parse_spec_counters(text: str, model: str | None = None) -> SpecCounters:
 def parse_generated(text: str, prefix: str = "vllm:", model: str | None = None) -> int | None:
     """The engine's generated-token counter (``PREFIX generation_tokens_total``) in a Prometheus text;
     None when absent or not a usable count (its problems never touch the spec counters)."""
+    return parse_total(text, "generation_tokens", prefix, model)
+
+
+def parse_preemptions(text: str, prefix: str = "vllm:", model: str | None = None) -> int | None:
+    """The engine's preemption counter (vLLM ``vllm:num_preemptions_total``: requests the scheduler
+    evicted from the KV cache to be recomputed); None when absent or not a usable count."""
+    return parse_total(text, "num_preemptions", prefix, model)
+
+
+def parse_total(text: str, name: str, prefix: str = "vllm:", model: str | None = None) -> int | None:
+    """One counter family's total (``PREFIX NAME[_total]``, summed over its labels) in a Prometheus text;
+    None when absent or not a usable count."""
     # Only the family's own lines are parsed (HELP, TYPE, samples): /metrics is read around every correctness
     # request, and parsing a vLLM text of ~75 kB a second time costs as much as the spec counters' read.
-    family = f"{prefix}generation_tokens"
+    family = f"{prefix}{name}"
     mine = "\n".join(line for line in text.splitlines() if family in line)
-    counts = read_counters(mine + "\n", prefix, "Engine", only=frozenset({"generation_tokens"}), model=model)
-    if counts.problems or "generation_tokens" not in counts.values:
+    counts = read_counters(mine + "\n", prefix, "Engine", only=frozenset({name}), model=model)
+    if counts.problems or name not in counts.values:
         return None
-    return sum(counts.values["generation_tokens"].values())
+    return sum(counts.values[name].values())
 
 
 def impossible(c: SpecCounters, k: int | None) -> list[str]:

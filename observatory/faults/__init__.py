@@ -67,6 +67,7 @@ import os
 from collections.abc import Mapping
 
 from observatory.faults.field_answers import FAULTS as _ANSWERS
+from observatory.faults.field_conditions import FAULTS as _CONDITIONS
 from observatory.faults.field_params import FAULTS as _PARAMS
 from observatory.faults.field_sdk import FAULTS as _SDK
 from observatory.faults.field_seeds import FAULTS as _SEEDS
@@ -104,6 +105,7 @@ FAULTS: dict[str, str] = {
     **_SEEDS,  # issue 28 items 3-4: seed_ignored (channel seeds), logprob_row (channel teacher)
     **_SDK,  # issue 28 item 7: sdk_object (field_sdk), caught by channel sdk
     **_PARAMS,  # issue 28 item 1: spec_penalty_skip, spec_bad_words_skip (field_params: channel params)
+    **_CONDITIONS,  # issue 28 item 5: preempt_poison, wake_broken_drafter, length_decay (field_conditions)
 }
 
 # A child of vLLM's logger, so messages use vLLM's handler and format in every

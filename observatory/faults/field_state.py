@@ -37,9 +37,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from observatory.faults import transforms
+from observatory.faults import field_conditions, transforms
 
-FIELD_FAULTS = frozenset({"soak_poison", "length_poison", "batch_swap"})  # described in FAULTS
+# described in FAULTS; preempt_poison is field_conditions' (memory_pressure), ghosted here like the others
+FIELD_FAULTS = frozenset({"soak_poison", "length_poison", "batch_swap", "preempt_poison"})
 POISON_AFTER = 5  # occurrences of one prompt served clean; the next ones are poisoned
 
 _SEEN = "_observatory_field_seen"  # on the Scheduler: prompt key -> times served
@@ -118,7 +119,8 @@ def rewrite(scheduler: Any, scheduler_output: Any, engine_core_outputs: Any, fau
         ghost = False
         if spec.get(rid) and getattr(out, "new_sampling_mask", None) is None and rid in last:
             ghost = ("soak_poison" in faults and (occurrence(scheduler, rid) or 0) > POISON_AFTER) or (
-                "length_poison" in faults and length_hit(scheduler, rid))
+                "length_poison" in faults and length_hit(scheduler, rid)) or (
+                "preempt_poison" in faults and field_conditions.preempted(scheduler, rid))
         tokens, logprobs = list(out.new_token_ids), out.new_logprobs
         if ghost:
             tok, row = last[rid]

@@ -98,6 +98,7 @@ from typing import Any
 from observatory.faults import (
     conditions,
     field_answers,
+    field_conditions,
     field_params,
     field_sampling,
     field_sdk,
@@ -296,6 +297,7 @@ TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], 
     **field_seeds.TARGETS,  # issue 28: n_seed_shared (the sampler's seed_ignored, logprob_row above)
     **field_answers.TARGETS,  # issue 28 item 2: usage and logprobs wrong, ids right
     **field_sdk.TARGETS,  # issue 28 item 7: a stream only the openai SDK rejects
+    **field_conditions.TARGETS,  # issue 28 item 5: the drafter after wake_up, acceptance by prompt length
 }
 
 

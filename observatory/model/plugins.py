@@ -42,7 +42,7 @@ BUILTIN: dict[str, dict[str, str]] = {
     GATES: {"builtin": "observatory.model.paths:GATES_DIR"},
     CHANNELS: {name: f"observatory.channels.{name}:CHANNEL"
                for name in ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "params", "teacher",
-                            "seeds", "history", "sdk")},
+                            "seeds", "history", "sdk", "memory_pressure", "long_prompts", "lifecycle")},
     ENGINES: {"vllm": "observatory.engines.spec_counters:VLLMAdapter",
               "sglang": "observatory.engines.spec_counters:SGLangAdapter",
               "llama.cpp": "observatory.engines.spec_counters:LlamaCppAdapter",

@@ -8,11 +8,14 @@ error; an engine that died or stopped answering raises `ArmCrashed`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from observatory.channels.live_arm import StepReporter
 from observatory.client.answer import MAX_COUNT, Response
@@ -20,7 +23,7 @@ from observatory.client.batch import timed_batch
 from observatory.client.send import EngineClient, RequestFailed
 from observatory.engines.gpu_clocks import ClockSampler
 from observatory.engines.metrics import SpecCounters
-from observatory.engines.server import EngineProcess
+from observatory.engines.server import EngineProcess, EngineStartError
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
@@ -28,7 +31,12 @@ from observatory.model.vocabulary import PAIRED_BASE
 from observatory.store.db import ArmRow, MeasurementRow, ResultRow
 from observatory.store.session_store import Store, storable
 
+if TYPE_CHECKING:  # pragma: no cover
+    from observatory.session.launch import RunningEngine
+
 REFERENCE_MODES = ("stream", "nonstream")
+# (the arm with a channel's extra flags and environment, why) -> its second engine, healthy (the runner's)
+Relauncher = Callable[[Arm, str], "RunningEngine"]
 
 
 class ArmCrashed(Exception):
@@ -62,6 +70,8 @@ class ArmRun:
     # field channels (observatory.channels) in the order they run, each with its own probes
     channels: list[str] = field(default_factory=list)
     channel_probes: dict[str, list[Probe]] = field(default_factory=dict)
+    # launches a second engine of this arm for a channel's engine condition (`sibling`); None: a URL arm
+    relauncher: Relauncher | None = None
 
     @property
     def live(self) -> bool:
@@ -133,6 +143,49 @@ class ArmRun:
             sdk=storable(resp.sdk),
         ))
         return row
+
+    # -- engine conditions (observatory.channels.live_arm.LiveArm.sibling) --
+    def note(self, channel: str, **facts: Any) -> None:
+        """Keep FACTS for CHANNEL's judge in the arm's launch facts (``channel_facts``), stored at once."""
+        launch = self.extra.setdefault("launch", {})
+        launch.setdefault("channel_facts", {}).setdefault(channel, {}).update(facts)
+        self.store.update(ArmRow, self.arm_id, launch=dict(launch))
+
+    @contextmanager
+    def sibling(self, why: str, engine_args: Sequence[str] = (),
+                env: Mapping[str, str] | None = None) -> Iterator[ArmRun | None]:
+        """A second engine of this arm with ENGINE_ARGS and ENV added, while the block runs (see LiveArm).
+
+        Its results are stored on this arm; an engine that dies under the
+        block ends the block (noted), never this arm. Both engines are up
+        while it runs: the sibling is stopped before the arm's timed runs.
+        """
+        asked = {"engine_args": list(engine_args), "env": dict(env or {})}
+        if self.relauncher is None:
+            why_not = ("the arm is a server the observatory did not start" if self.arm.url
+                       else "this run cannot launch engines")
+            self.note(why, sibling={**asked, "launched": False, "reason": why_not})
+            yield None
+            return
+        arm = dataclasses.replace(self.arm, engine_args=[*self.arm.engine_args, *engine_args],
+                                  env={**self.arm.env, **(env or {})})
+        try:
+            eng = self.relauncher(arm, why)
+        except EngineStartError as e:
+            self.note(why, sibling={**asked, "launched": False, "reason": f"its launch failed: {e}"})
+            yield None
+            return
+        facts = {**asked, "launched": True, "argv": list(eng.argv), "env": dict(eng.env),
+                 "ready_s": round(eng.ready_s, 1), "log_path": str(eng.log_path)}
+        self.note(why, sibling=facts)
+        twin = dataclasses.replace(self, proc=eng.proc, client=eng.client, status="ok", reason=None,
+                                   relauncher=None)
+        try:
+            yield twin
+        except ArmCrashed as e:
+            self.note(why, sibling={**facts, "ended": f"{e.status}: {e.reason}"})
+        finally:
+            eng.stop()
 
     # -- phases --------------------------------------------------------
     def correctness(self) -> None:

@@ -243,7 +243,7 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     compare session: the one place a plan becomes what the runner runs."""
     parse_fail_on(plan.fail_on)  # validates the thresholds before anything launches
     arm_list = parse_arms(plan.arms, plan.arms_file, plan.speculative_config)
-    if plan.aa_copy and (plan.profile or "quick") == "nightly":
+    if plan.aa_copy and (plan.profile or "quick") in ("nightly", "deep"):
         arm_list = with_aa_copies(arm_list)
     adapter_for(plan.engine)  # validates the name
     if plan.engine.lower() != "vllm" and any(a.url is None for a in arm_list):

@@ -43,7 +43,7 @@ from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE, assign_roles
-from observatory.session.launch import launch
+from observatory.session.launch import RunningEngine, launch
 from observatory.session.measure import ArmCrashed, ArmRun
 from observatory.store import lease
 from observatory.store.clock import utcnow
@@ -352,7 +352,8 @@ class Runner:
         o = self.opts
         return ArmRun(arm, int(row.id), self.store, self.probe_ids, o.probes, self.reporter, diffs=o.diffs,
                       concurrency=o.concurrency, repeat=o.repeat, gpus=gpus, extra={"launch": facts},
-                      channels=list(o.channels), channel_probes=o.channel_probes)
+                      channels=list(o.channels), channel_probes=o.channel_probes,
+                      relauncher=None if arm.url else functools.partial(self._relaunch, session_id, gpus))
 
     def _timing_alone(self, arm: Arm) -> str:
         """How an arm that runs alone is timed: "paired" beside its engine's live base (--timing paired), else "alone"."""
@@ -431,6 +432,15 @@ class Runner:
                      on_wait=lambda e: self.reporter.arm_waiting(arm, e),
                      container_prefix=f"observatory-{session_id}-{safe}")
         return eng.proc, eng.client, eng.ready_s
+
+
+    def _relaunch(self, session_id: int, gpus: list[int] | None, arm: Arm, why: str) -> RunningEngine:
+        """A second engine of ARM (a channel's engine condition, `ArmRun.sibling`), healthy; its own log."""
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{arm.name}-{why}")
+        log_path = self.opts.log_dir / f"session-{session_id}-{safe}.log"
+        self.reporter.step(arm, f"{why}: starting a second engine (log: {log_path})", 0, 1)
+        return launch(arm, self.opts.settings, gpus, log_path, request_timeout_s=self.opts.request_timeout_s,
+                      container_prefix=f"observatory-{session_id}-{safe}")
 
 
 def install_sigterm() -> Any:
