@@ -105,6 +105,14 @@ def test_a_server_that_drops_logprobs_is_a_setup_error(tmp_path: Path) -> None:
     assert not (tmp_path / "p.db").exists()
 
 
+def test_a_spec_arm_that_drops_logprobs_beside_a_base_that_returns_them_runs(tmp_path: Path) -> None:
+    """Where base's server returns logprobs, a spec arm dropping them is the deployment's difference, judged by the
+    session (tests/test_verdict_policy.py: its text diffed, its ids UNJUDGED), not a setup error."""
+    with StubServer("ok") as base, StubServer("ok", with_logprobs=False) as spec:
+        code, out = _compare(tmp_path, f"base={base.url},mtp1={spec.url}")
+    assert code != 3 and not [line for line in _error_lines(out) if "without logprobs" in line], out
+
+
 def test_not_http_passes_a_real_http_server_and_a_silent_port() -> None:
     """The negative controls of the HTTP check: a stub HTTP server, and a port that accepts and says nothing."""
     with StubServer("ok") as ok:

@@ -10,9 +10,11 @@ one line names the flag:
   ``top_logprobs`` a pass asks for (`TOP_LOGPROBS`);
 - answered logprobs whose tokens are text, not ``token_id:N``: the server
   ignores ``return_tokens_as_token_ids``;
-- an answer with no logprobs at all although they were asked for: what
-  answers is not vLLM's OpenAI server (which always returns them when asked)
-  or a proxy in front of it drops them.
+- an answer with no logprobs at all although they were asked for, from
+  every vLLM URL arm of the session: what answers is not vLLM's OpenAI server
+  (which always returns them when asked) or a proxy in front of it drops them.
+  Where another arm's server returns them, the arm that drops them is judged
+  by the session (its text diffed, its ids UNJUDGED), not refused.
 
 Before that, every URL arm (any engine) is asked ``GET /health`` over a bare
 socket: a port whose first bytes back are not ``HTTP/`` is no HTTP server
@@ -43,6 +45,9 @@ PREFLIGHT_S = 10.0
 _PROBE = Probe(name="preflight", category="preflight", messages=[{"role": "user", "content": "Say ok."}], max_tokens=1)
 
 
+NO_LOGPROBS = "answers without logprobs although asked"
+
+
 def check_serves(arms: list[Arm], api_key: str | None, engine: str = "vllm") -> None:
     """Every URL arm's port speaks HTTP and every vLLM URL arm's server answers with the logprobs and token ids a
     pass needs, or ArmError names what is wrong (one line: a setup error, exit 3)."""
@@ -53,13 +58,21 @@ def check_serves(arms: list[Arm], api_key: str | None, engine: str = "vllm") -> 
     if engine.lower() != "vllm":
         return
     seen: set[str] = set()
+    dropped: list[tuple[Arm, str]] = []
     for arm in arms:
         if not arm.url or arm.engine != "vllm" or arm.url in seen:
             continue
         seen.add(arm.url)
         problem = missing_flag(arm.url, api_key)
-        if problem:
+        if problem and problem.startswith(NO_LOGPROBS):
+            dropped.append((arm, problem))
+        elif problem:
             raise ArmError(f"arm {arm.name}: {arm.url} {problem}")
+    # No server of the session returns logprobs: a setup error. Where another arm's server returns them, an arm
+    # that drops them is a difference of that deployment (e.g. speculation switched on), the session's to judge.
+    if dropped and len(dropped) == len(seen):
+        arm, problem = dropped[0]
+        raise ArmError(f"arm {arm.name}: {arm.url} {problem}")
 
 
 def not_http(url: str) -> str | None:
@@ -117,7 +130,7 @@ def missing_flag(url: str, api_key: str | None) -> str | None:
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None  # a malformed answer: the session's to record
     if no_logprobs:
-        return ("answers without logprobs although asked (logprobs, top_logprobs "
+        return (f"{NO_LOGPROBS} (logprobs, top_logprobs "
                 f"{TOP_LOGPROBS}): vLLM's OpenAI server returns them; serve the model with vLLM (`vllm serve`), "
                 "not a proxy or server that drops them")
     if tokens and not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
