@@ -157,3 +157,60 @@ def test_tool_calls_nested_or_mistyped_are_malformed_not_stored() -> None:
     ok = finish(Response(finish_reason="tool_calls", tool_calls=[
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"a": [[1]]}'}}]), time.perf_counter())
     assert ok.error is None and ok.tool_calls
+
+
+# -- hostile files --------------------------------------------------------------------------------------
+
+def test_a_suite_of_100000_probes_is_refused_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """100,000 probes (5 MB, under the size bound) took minutes to load and would run for hours: past the
+    test's timeout, a hang to CI. Over MAX_PROBES is one line, exit 3, before any database is made (the
+    bound lowered here to keep the test cheap)."""
+    import observatory.model.probes as probes
+    from observatory.model.probes import load_probe_file
+
+    assert probes.MAX_PROBES == 10_000
+    monkeypatch.setattr(probes, "MAX_PROBES", 20)
+    MAX_PROBES = 20
+
+    one = '[[probe]]\nname = "p{i}"\ncategory = "prose_en"\nprompt = "x"\nmax_tokens = 1\n'
+    f = tmp_path / "many.toml"
+    f.write_text("".join(one.format(i=i) for i in range(MAX_PROBES + 1)))
+    db = tmp_path / "m.db"
+    r = CliRunner().invoke(cli, ["compare", "--arms", "base=http://127.0.0.1:9", "--suite", str(f), "--db", str(db),
+                                 "--quiet"])
+    assert r.exit_code == 3, r.output
+    assert f"{MAX_PROBES + 1} probes, over the {MAX_PROBES}" in r.output and not db.exists()
+    f.write_text("".join(one.format(i=i) for i in range(3)))
+    assert len(load_probe_file(f)) == 3  # the control
+
+
+# -- comparisons across what differs ---------------------------------------------------------------------
+
+def test_report_vs_names_an_arm_whose_k_engine_or_dtype_differs(tmp_path: Path) -> None:
+    """`report --vs` named a different model, but not one arm name run with another k, another engine or
+    another dtype in the other session ("Differences between these sessions: none recorded")."""
+    import sqlite3
+
+    from test_report import make_session
+
+    from observatory.report.data import build
+    from observatory.report.html import render_cross
+    from observatory.store.session_store import Store
+
+    db = tmp_path / "runs.db"
+    store = Store(str(db))
+    first, second, control = make_session(store), make_session(store), make_session(store)
+    con = sqlite3.connect(db)
+    launch = json.loads(con.execute("SELECT launch FROM arms WHERE session_id = ? AND name = 'mtp1'",
+                                    (second,)).fetchone()[0])
+    launch.update(speculative_config={"method": "mtp", "num_speculative_tokens": 3}, engine="llama.cpp",
+                  argv=[*launch["argv"], "--dtype", "float16"])
+    con.execute("UPDATE arms SET launch = ? WHERE session_id = ? AND name = 'mtp1'", (json.dumps(launch), second))
+    con.commit()
+    con.close()
+    store = Store(str(db))
+    html = render_cross(build(store, first), build(store, second), tmp_path / "x").read_text()
+    for what in ("arm mtp1: engine (vllm vs llama.cpp)", "arm mtp1: speculative config", "arm mtp1: dtype (None vs float16)"):
+        assert what in html, what
+    same = render_cross(build(store, first), build(store, control), tmp_path / "y").read_text()
+    assert "arm mtp1:" not in same  # the control: the same launches name nothing
