@@ -214,3 +214,14 @@ def test_report_vs_names_an_arm_whose_k_engine_or_dtype_differs(tmp_path: Path) 
         assert what in html, what
     same = render_cross(build(store, first), build(store, control), tmp_path / "y").read_text()
     assert "arm mtp1:" not in same  # the control: the same launches name nothing
+
+
+@pytest.mark.parametrize("flag", [["--concurrency", "99999999999"], ["--concurrency", "1,4097"], ["--repeat", "100000"]])
+def test_a_concurrency_or_repeat_beyond_any_host_is_a_setup_error(tmp_path: Path, flag: list[str]) -> None:
+    """--concurrency 99999999999 was taken: the session stayed running, building a batch of that size."""
+    db = tmp_path / "c.db"
+    with StubServer("ok", token=5) as s:
+        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", _suite(tmp_path),
+                                     "--db", str(db), "--quiet", *flag])
+    assert r.exit_code == 3, r.output
+    assert "1..4096" in r.output and not db.exists()
