@@ -225,3 +225,15 @@ def test_a_concurrency_or_repeat_beyond_any_host_is_a_setup_error(tmp_path: Path
                                      "--db", str(db), "--quiet", *flag])
     assert r.exit_code == 3, r.output
     assert "1..4096" in r.output and not db.exists()
+
+
+def test_the_preflight_request_survives_an_answer_nested_too_deep() -> None:
+    """The one-token request before anything is stored read its answer with json (RecursionError on 50,000
+    levels: an internal error, exit 4); the answer is the session's to record as malformed."""
+    from sse_stub import SseStub, whole
+
+    from observatory.session.preflight import missing_flag
+
+    deep = b'{"choices": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    with SseStub({"/v1/chat/completions": lambda req: whole(deep)}) as stub:  # type: ignore[dict-item]
+        assert missing_flag(stub.url, None) is None

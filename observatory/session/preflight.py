@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from observatory.client.send import TOP_LOGPROBS, EngineClient, RequestFailed, request_body, request_params
+from observatory.client.sse import MalformedStream, decode_json
 from observatory.model.arms import Arm
 from observatory.model.errors import ArmError
 from observatory.model.probes import Probe
@@ -63,8 +64,8 @@ def missing_flag(url: str, api_key: str | None) -> str | None:
     if r.status_code != 200:
         return None
     try:
-        tokens = _tokens(r.json())
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        tokens = _tokens(decode_json(r.content))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, MalformedStream):
         return None  # a malformed answer: the session's to record
     if tokens and not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
         return ("answers logprobs without token ids (return_tokens_as_token_ids ignored): start vLLM with "
