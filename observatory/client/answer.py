@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observatory.model.errors import ObservatoryError
+from observatory.model.safe_read import too_deep
 
 
 @dataclass
@@ -162,10 +163,19 @@ def _check_finish(out: Response) -> None:
 Take = Callable[[Response, Mapping[str, Any], bool], int]
 
 
+# The largest token id taken: a vocabulary is far smaller, and ids are stored as 32-bit integers.
+MAX_TOKEN_ID = 2**31 - 1
+
+
 def parse_token_id(token: str) -> int:
-    """``token_id:123`` -> 123 (vLLM's return_tokens_as_token_ids form)."""
+    """``token_id:123`` -> 123 (vLLM's return_tokens_as_token_ids form): ASCII digits, at most MAX_TOKEN_ID
+    (str.isdigit takes "٣" and int() reads it; a 23-digit id was stored as received)."""
+    if not isinstance(token, str):
+        raise ObservatoryError(f"Expected a token like 'token_id:123' from the engine, got {_shown(token)}")
     prefix, sep, num = token.partition(":")
-    if prefix != "token_id" or not sep or not num.isdigit():
+    if prefix == "token_id" and sep and num.isascii() and num.isdigit() and (len(num) > 10 or int(num) > MAX_TOKEN_ID):
+        raise ObservatoryError(f"token id {_shown(num)} is out of range (0..{MAX_TOKEN_ID})")
+    if prefix != "token_id" or not sep or not num.isascii() or not num.isdigit():
         raise ObservatoryError(
             f"Expected a token like 'token_id:123' from the engine, got {token!r}; "
             "is this a vLLM server (return_tokens_as_token_ids)? An SGLang server needs --engine sglang"
@@ -179,12 +189,35 @@ def _bytes_text(b: list[int] | None, fallback: str) -> str:
     return bytes(b).decode("utf-8", errors="replace")
 
 
+# How deep a tool call may nest (function, arguments as a string: 3 levels in the API); deeper is no tool call,
+# and nothing that nests hundreds deep may reach the store (its masking and JSON encoding recurse).
+MAX_TOOL_CALL_DEPTH = 16
+
+
+def _check_tool_calls(out: Response) -> None:
+    calls = out.tool_calls
+    if calls is None:
+        return
+    if not isinstance(calls, list) or too_deep(calls, MAX_TOOL_CALL_DEPTH):
+        out.bad_fields.append(f"tool_calls nest over {MAX_TOOL_CALL_DEPTH} levels or are not a list")
+        out.tool_calls = None
+        return
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(call.get("id"), (str, type(None))) or not all(
+                isinstance(fn.get(k), (str, type(None))) for k in ("name", "arguments")):
+            out.bad_fields.append(f"tool call {_shown(call)} is not an object with a string id, name and arguments")
+            out.tool_calls = None
+            return
+
+
 def finish(out: Response, t0: float) -> Response:
     """OUT with its duration since T0 (`time.perf_counter()`); an answer without a finish_reason is malformed.
 
     So is one with a field out of range (`bad_fields`): kept as received, not ok.
     """
     _check_finish(out)
+    _check_tool_calls(out)
     _check_stop_reason(out)
     out.usage = checked_usage(out, out.usage)
     if out.error is None and out.bad_fields:
@@ -331,10 +364,10 @@ def item_token_id(item: dict[str, Any]) -> int:
     (tools/server/server-task.cpp, completion_token_output::probs_vector_to_json).
     """
     tid = item.get("id")
-    if type(tid) is int and tid >= 0:
+    if type(tid) is int and 0 <= tid <= MAX_TOKEN_ID:
         return tid
     if tid is not None:
-        raise ObservatoryError(f"Expected a non-negative integer token id, got id={tid!r}")
+        raise ObservatoryError(f"Expected a token id in 0..{MAX_TOKEN_ID}, got id={_shown(tid)}")
     return parse_token_id(item["token"])
 
 

@@ -42,8 +42,8 @@ import msgspec
 from observatory.client.answer import Response, Take, finish, read_stream, take_logprobs, take_whole
 from observatory.client.sglang_ids import sglang_params, take_ids
 from observatory.client.sse import MalformedStream, ServerError, decode_json, events
-from observatory.client.wire import DeadlineExceeded, Pool, WireError
-from observatory.engines.metrics import CounterWatch, SpecCounters, not_reported
+from observatory.client.wire import BodyTooLarge, DeadlineExceeded, Pool, WireError
+from observatory.engines.metrics import MAX_METRICS_BYTES, CounterWatch, SpecCounters, not_reported
 from observatory.engines.server_facts import fact_text
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
@@ -157,6 +157,10 @@ REQUEST_FAILURES = (_Failed, DeadlineExceeded, WireError, ServerError, Observato
                     ValueError, KeyError, TypeError, AttributeError, IndexError)
 
 
+class TooLarge(httpx.ReadError):
+    """An engine's answer over the bytes its reader takes (`EngineClient.fetch`'s LIMIT)."""
+
+
 class EngineClient:
     """Talks to one running arm: probes, health, version, metrics."""
 
@@ -184,9 +188,10 @@ class EngineClient:
         self._wire.close()
         self._aux.close()
 
-    def fetch(self, path: str, timeout_s: float, body: dict[str, Any] | None = None) -> httpx.Response:
+    def fetch(self, path: str, timeout_s: float, body: dict[str, Any] | None = None,
+              limit: int = MAX_BODY_BYTES) -> httpx.Response:
         """GET PATH (POST BODY as JSON) bounded as a whole by TIMEOUT_S (at most the request timeout)
-        and by MAX_BODY_BYTES.
+        and by LIMIT bytes (over it: `TooLarge`).
 
         Over `observatory.client.wire`, whose deadline holds for the whole request,
         head included: httpx's timeout restarts with every byte read, so a
@@ -201,11 +206,13 @@ class EngineClient:
             resp = self._aux.request(method, path, None if body is None else _encode(body),
                                       time.perf_counter() + timeout_s)
             try:
-                content = resp.read(MAX_BODY_BYTES)
+                content = resp.read(limit)
             finally:
                 resp.close()
         except DeadlineExceeded:
             raise httpx.ReadTimeout(f"{method} {path}: ReadTimeout, the answer did not finish within {timeout_s:g} s") from None
+        except BodyTooLarge as e:
+            raise TooLarge(f"{method} {path}: {e}") from None
         except WireError as e:
             if e.kind == "timeout":
                 raise httpx.ConnectTimeout(f"{method} {path}: {e}") from None
@@ -269,8 +276,11 @@ class EngineClient:
     def counters(self) -> SpecCounters:
         """Current cumulative spec-decode counters from GET /metrics (None fields: not reported)."""
         try:
-            r = self.fetch("/metrics", 30.0)
+            r = self.fetch("/metrics", 30.0, limit=MAX_METRICS_BYTES)
             r.raise_for_status()
+        except TooLarge as e:  # a server that answers, with megabytes no engine writes: unusable, not gone
+            return self._watch.check(SpecCounters(None, None, None, None, f"{self.base_url}/metrics: {e}"), "",
+                                     self._model)
         except httpx.HTTPError as e:
             raise RequestFailed(f"{self.base_url}/metrics failed: {e}", _kind(e)) from None
         found = self.adapter.counters_from_metrics(r.text, self._model)

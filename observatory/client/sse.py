@@ -33,12 +33,14 @@ def decode_json(data: bytes) -> Any:
     """Decode one JSON document (msgspec; raises MalformedStream on bad input)."""
     try:
         return _decode(data)
+    except RecursionError:  # nested about 1,000 deep: no answer is (issue 32, round three)
+        raise MalformedStream(f"JSON nested too deep to decode: {data[:200]!r}") from None
     except msgspec.DecodeError as e:
         # Python servers may write NaN or Infinity (json.dumps allows them); msgspec refuses them.
         # The slow path accepts them, and the store turns non-finite numbers into null.
         try:
             return json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise MalformedStream(f"not JSON: {e}: {data[:200]!r}") from None
 
 

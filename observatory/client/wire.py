@@ -34,6 +34,8 @@ _HEX = frozenset(b"0123456789abcdefABCDEF")
 MAX_HEAD_BYTES = 64 * 1024
 # One chunk larger than this is refused (a streamed event is a few kB; a whole answer well under it).
 MAX_CHUNK_BYTES = 64 * 1024 * 1024
+# The most of one body read whole (an answer, an error body, /metrics): far above any real one.
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class DeadlineExceeded(Exception):
@@ -46,6 +48,10 @@ class WireError(Exception):
     def __init__(self, message: str, kind: str = "connect"):
         super().__init__(message)
         self.kind = kind
+
+
+class BodyTooLarge(WireError):
+    """A body over the limit its reader set (nothing past the limit is kept)."""
 
 
 @dataclass
@@ -110,15 +116,13 @@ class WireResponse:
         except (DeadlineExceeded, WireError):
             self.close()
 
-    def read(self, limit: int | None = None) -> bytes:
-        """The whole body (WireError past LIMIT bytes)."""
-        if limit is None:
-            return b"".join(self.body())
+    def read(self, limit: int = MAX_BODY_BYTES) -> bytes:
+        """The whole body (BodyTooLarge past LIMIT bytes: an error body or a whole answer is bounded too)."""
         out = bytearray()
         for part in self.body():
             out += part
             if len(out) > limit:
-                raise WireError(f"the body is over {limit} bytes")
+                raise BodyTooLarge(f"the body is over {limit} bytes")
         return bytes(out)
 
     def close(self) -> None:

@@ -56,6 +56,9 @@ _COUNTER_TYPES = frozenset({"counter", "unknown", "untyped"})
 MAX_POSITION = 256
 # Prometheus values are doubles: above 2^53 a count is no longer exact (nor storable as JSON everywhere).
 MAX_COUNTER = 2**53
+# The most of one /metrics answer read (vLLM's is about 75 kB; with many LoRA adapters or engines a few
+# hundred kB): a larger one makes the counters unusable instead of costing seconds per read.
+MAX_METRICS_BYTES = 8 * 1024 * 1024
 # prometheus_client's process collector (vLLM, SGLang): when the server process started
 START_TIME = "process_start_time_seconds"
 
@@ -164,6 +167,19 @@ class PromCounts:
     problems: list[str] = field(default_factory=list)
 
 
+def lines_naming(text: str, *names: str) -> str:
+    """The lines of TEXT that contain one of NAMES (a family's HELP, TYPE and sample lines all name it).
+
+    /metrics is read around every correctness request and may be megabytes of
+    other families (a hostile server's 50 MB took minutes per read through
+    the full parser); only the lines naming what is read are parsed, so
+    garbage elsewhere neither costs nor counts.
+    """
+    if not any(n in text for n in names):
+        return ""
+    return "".join(line + "\n" for line in text.splitlines() if any(n in line for n in names))
+
+
 def _other_model(labels: dict[str, str], model: str | None) -> bool:
     """Whether a sample's labels name a model other than MODEL (no model_name label: the arm's own)."""
     return model is not None and "model_name" in labels and labels["model_name"] != model
@@ -182,7 +198,7 @@ def read_counters(text: str, prefix: str, engine: str, only: frozenset[str] | No
     """
     out = PromCounts()
     try:
-        families = list(text_string_to_metric_families(text))
+        families = list(text_string_to_metric_families(lines_naming(text, prefix)))
     except ValueError as e:
         out.problems.append(f"{engine} /metrics is not valid Prometheus text: {e}")
         return out
@@ -223,7 +239,7 @@ def read_counters(text: str, prefix: str, engine: str, only: frozenset[str] | No
 def read_info(text: str, name: str) -> dict[str, str] | None:
     """The labels of the first sample named NAME in a Prometheus text; None if absent or unparsable."""
     try:
-        families = list(text_string_to_metric_families(text))
+        families = list(text_string_to_metric_families(lines_naming(text, name)))
     except ValueError:
         return None
     for fam in families:
@@ -304,7 +320,8 @@ def _series(text: str, model: str | None) -> tuple[float | None, frozenset[tuple
     start: float | None = None
     series: set[tuple[str, ...]] = set()
     try:
-        families = list(text_string_to_metric_families(text))
+        families = list(text_string_to_metric_families(lines_naming(text, "spec_decode_", "spec_verify",
+                                                                    START_TIME)))
     except ValueError:
         return None, frozenset()
     for fam in families:

@@ -82,6 +82,9 @@ _PROBE_KEYS = {
 }
 _EXPECT_KEYS = {"exact", "regex", "contains", "tool_names", "tool_count"}
 _SUITE_KEYS = {"suite", "description", "probe"}
+# The most probes one suite may hold: the bundled ones hold 5 to 30, and each probe is a request per arm
+# and pass; 100,000 took minutes just to load and hours to run (hostile round three), so it is refused.
+MAX_PROBES = 10_000
 _MESSAGE_ROLES = {"system", "user", "assistant", "tool"}
 
 
@@ -271,6 +274,8 @@ def load_probe_file(path: Path | str) -> list[Probe]:
     raw_probes = data.get("probe")
     if not isinstance(raw_probes, list) or not raw_probes:
         raise ProbeFileError(f"{path}: no [[probe]] tables")
+    if len(raw_probes) > MAX_PROBES:
+        raise ProbeFileError(f"{path}: {len(raw_probes)} probes, over the {MAX_PROBES} a suite may hold")
     probes = [_check_probe(path, i, raw) for i, raw in enumerate(raw_probes)]
     seen: set[str] = set()
     for p in probes:

@@ -16,17 +16,25 @@ the engine: an arm's or the session's env values whose name says they are a
 credential (`SECRET_NAME`), and the value of an engine argument such as
 ``--api-key VALUE`` / ``--api-key=VALUE`` (`remember_engine`); and an
 engine's own log once it has stopped (`redact_file`: vLLM logs its arguments).
+
+Round three (hostile testing of issue 32): a remembered value is masked in
+any letter case (a server that echoes ``basic DXNL...`` upper- or
+lower-cased), in its JSON-escaped and percent-encoded forms (an error body
+kept as the server wrote it), and a URL's query parameters named like a
+credential (``?api_key=...``, ``&password=...``) are masked like its
+userinfo, wherever a URL appears.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 MASK = "***"
 # Where a URL's userinfo ends: "@" ends it, the others end the authority without one.
@@ -37,13 +45,25 @@ MIN_SECRET_CHARS = 6
 # env names and engine flags whose value is a credential: API_KEY, HF_TOKEN, --api-key, --hf-token, ...
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 
+# Where a URL ends in running text (a query parameter's value ends at & ; # too).
+_URL_END = re.compile(r"[\s\"'<>`]")
+_PARAM_END = re.compile(r"[&;#\s\"'<>`]")
+
 _known: set[str] = set()
+_casefold: dict[str, re.Pattern[str]] = {}  # each non-ASCII secret's case-insensitive pattern
 
 
 def remember(secret: str | None) -> None:
-    """Mask SECRET (a key value) from now on, wherever it appears."""
-    if secret and len(secret) >= MIN_SECRET_CHARS:
-        _known.add(secret)
+    """Mask SECRET (a key value) from now on, wherever it appears: in any letter case, JSON-escaped or
+    percent-encoded too (the forms a server echoing it may write)."""
+    if not secret or len(secret) < MIN_SECRET_CHARS:
+        return
+    escaped = json.dumps(secret)[1:-1]
+    for form in {secret, escaped, json.dumps(secret, ensure_ascii=False)[1:-1], quote(secret, safe=""),
+                 quote(secret)}:
+        _known.add(form.lower() if form.isascii() else form)
+        if not form.isascii():
+            _casefold[form] = re.compile(re.escape(form), re.IGNORECASE)
 
 
 def remember_url(url: str | None) -> None:
@@ -58,6 +78,9 @@ def remember_url(url: str | None) -> None:
         if value:
             remember(value)
             remember(unquote(value))
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        if SECRET_NAME.search(name):
+            remember(value)
     if parts.username is not None:
         # The client sends URL credentials as Basic auth (observatory.client.wire): base64("user:password"),
         # base64("user:") for a user name alone; some servers echo the header.
@@ -92,6 +115,7 @@ def remember_engine(args: Iterable[str], env: Mapping[str, str]) -> None:
 def forget_all() -> None:
     """Drop every remembered secret (tests)."""
     _known.clear()
+    _casefold.clear()
 
 
 def _userinfo_spans(text: str) -> list[tuple[int, int]]:
@@ -114,14 +138,50 @@ def _userinfo_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _query_spans(text: str) -> list[tuple[int, int]]:
+    """The [start, end) of every value of a query parameter named like a credential (SECRET_NAME) in
+    every URL in TEXT (``?api_key=...``). Linear: each URL is scanned once, from its "://" to its end."""
+    if "://" not in text or "=" not in text:
+        return []
+    spans: list[tuple[int, int]] = []
+    at = text.find("://")
+    while at != -1:
+        m = _URL_END.search(text, at + 3)
+        url_end = m.start() if m is not None else len(text)
+        q = text.find("?", at + 3, url_end)
+        while q != -1 and q < url_end:
+            eq = text.find("=", q + 1, url_end)
+            if eq == -1:
+                break
+            m = _PARAM_END.search(text, eq + 1, url_end)
+            value_end = m.start() if m is not None else url_end
+            if SECRET_NAME.search(text[q + 1:eq]) and value_end > eq + 1:
+                spans.append((eq + 1, value_end))
+            q = value_end if value_end < url_end and text[value_end] in "&;" else -1
+        at = text.find("://", url_end)
+    return spans
+
+
 def _secret_spans(text: str) -> list[tuple[int, int]]:
     """The merged, sorted [start, end) spans of TEXT to mask: URL userinfo and every remembered key."""
-    spans = _userinfo_spans(text)
-    for secret in _known:
-        at = text.find(secret)
-        while at != -1:
-            spans.append((at, at + len(secret)))
-            at = text.find(secret, at + 1)
+    spans = _userinfo_spans(text) + _query_spans(text)
+    if _known:
+        # ASCII secrets are kept lower-cased: found in any case in the lower-cased text (the same length
+        # as TEXT only where TEXT is ASCII; elsewhere a case-insensitive pattern per secret)
+        lower = text.lower() if text.isascii() else None
+        for secret in _known:
+            if lower is not None:
+                at = lower.find(secret) if secret.isascii() else -1
+                while at != -1:
+                    spans.append((at, at + len(secret)))
+                    at = lower.find(secret, at + 1)
+                continue
+            pattern = _casefold.get(secret) or _casefold.setdefault(secret, re.compile(re.escape(secret),
+                                                                                     re.IGNORECASE))
+            m = pattern.search(text)
+            while m is not None:
+                spans.append((m.start(), m.end()))
+                m = pattern.search(text, m.start() + 1)
     merged: list[tuple[int, int]] = []
     for start, end in sorted(spans):
         if merged and start <= merged[-1][1]:

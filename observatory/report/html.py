@@ -460,6 +460,35 @@ def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
     return out
 
 
+def _flag_value(argv: Sequence[Any], flag: str) -> str | None:
+    """The value of FLAG in a launch ARGV (``--dtype X`` or ``--dtype=X``); None where it is not given."""
+    args = [str(x) for x in argv]
+    for i, x in enumerate(args):
+        if x == flag and i + 1 < len(args):
+            return args[i + 1]
+        if x.startswith(flag + "="):
+            return x.split("=", 1)[1]
+    return None
+
+
+def arm_differences(a: SessionView, b: SessionView) -> list[str]:
+    """What differs between the arms of one name in both sessions: the engine, the speculative config
+    (another k under one name), the dtype; each named "arm NAME: what (A vs B)"."""
+    out: list[str] = []
+    theirs = {x.name: x for x in b.arms}
+    for arm in a.arms:
+        other = theirs.get(arm.name)
+        if other is None:
+            continue
+        pairs = [("engine", engine_of(arm.launch), engine_of(other.launch)),
+                 ("speculative config", json.dumps(arm.speculative_config, sort_keys=True),
+                  json.dumps(other.speculative_config, sort_keys=True)),
+                 ("dtype", _flag_value((arm.launch or {}).get("argv") or [], "--dtype"),
+                  _flag_value((other.launch or {}).get("argv") or [], "--dtype"))]
+        out += [f"arm {arm.name}: {what} ({x} vs {y})" for what, x, y in pairs if x != y]
+    return out
+
+
 def served_models(data: SessionView) -> list[str]:
     """Every model DATA served: the session's and each arm's (an arm's server may name its own), sorted."""
     names = {data.session.model} | {a.model for a in data.arms}
@@ -483,6 +512,7 @@ def render_cross(a: SessionView, b: SessionView, out: Path | str,
     other_model = models[0] != models[1]
     if other_model and "model" not in differs:
         differs.insert(0, "model")
+    differs += arm_differences(a, b)
     names = list(dict.fromkeys([p.name for p in a.probes] + [p.name for p in b.probes]))
     hashes = [{p.name: p.hash for p in d.probes} for d in (a, b)]
     rows = []

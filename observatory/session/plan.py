@@ -178,14 +178,20 @@ def _fits(value: Any, hint: Any) -> bool:
     return isinstance(value, hint)
 
 
+# The highest level taken: one thread and connection per request in flight; 99,999,999,999 was taken and
+# the session hung building its batch (hostile round three).
+MAX_INT_LIST_VALUE = 4096
+
+
 def parse_int_list(text: str, what: str) -> list[int]:
-    """'1,4,16' -> [1, 4, 16], all positive."""
+    """'1,4,16' -> [1, 4, 16], all in 1..MAX_INT_LIST_VALUE."""
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ObservatoryError(f"{what}: expected a comma list of positive integers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise ObservatoryError(f"{what}: expected a comma list of positive integers, got {text!r}")
+        raise ObservatoryError(f"{what}: expected a comma list of positive integers, got {text[:80]!r}") from None
+    if not values or any(v < 1 or v > MAX_INT_LIST_VALUE for v in values):
+        raise ObservatoryError(f"{what}: expected a comma list of integers in 1..{MAX_INT_LIST_VALUE}, "
+                               f"got {text[:80]!r}")
     return values
 
 
@@ -268,8 +274,8 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
             raise ObservatoryError("--spec-extra: nested too deeply") from None
         if not isinstance(extra, dict):
             raise ObservatoryError("--spec-extra must be a JSON object")
-    if plan.repeat < 1:
-        raise ObservatoryError("--repeat must be at least 1")
+    if plan.repeat < 1 or plan.repeat > MAX_INT_LIST_VALUE:
+        raise ObservatoryError(f"--repeat must be in 1..{MAX_INT_LIST_VALUE}")
     tool_parser = check_parser(plan.tool_parser, "--tool-parser")
     reasoning_parser = check_parser(plan.reasoning_parser, "--reasoning-parser") if plan.reasoning_parser else None
     settings = EngineSettings(

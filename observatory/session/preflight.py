@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from observatory.client.send import TOP_LOGPROBS, EngineClient, RequestFailed, request_body, request_params
+from observatory.client.sse import MalformedStream, decode_json
 from observatory.model.arms import Arm
 from observatory.model.errors import ArmError
 from observatory.model.probes import Probe
@@ -124,10 +125,10 @@ def missing_flag(url: str, api_key: str | None) -> str | None:
     if r.status_code != 200:
         return None
     try:
-        answer = r.json()
+        answer = decode_json(r.content)
         tokens = _tokens(answer)
         no_logprobs = answer["choices"][0].get("logprobs") is None
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, MalformedStream):
         return None  # a malformed answer: the session's to record
     if no_logprobs:
         return (f"{NO_LOGPROBS} (logprobs, top_logprobs "
