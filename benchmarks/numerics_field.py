@@ -30,6 +30,10 @@ Three steps, each its own subcommand:
     of identical tokens (emitted and shared top-k entries, over the common
     prefix), per-position acceptance per repeat, and the teacher-forced gaps.
     Prints a markdown summary; writes the compact figures as JSON.
+``gate RAW_DIR``
+    The ``answer_fields`` gate replayed on one run's raw answers: clean arms
+    judged with base's dtype unknown and as bfloat16, and mtp2 with shifted
+    logprob rows (a stand-in for the ``logprob_shift`` fault).
 
 Usage (H200, vLLM 0.26 bundle; see examples/h200-numerics/README.md):
     python benchmarks/numerics_field.py prompts /tmp/numerics-prompts.json
@@ -446,6 +450,51 @@ def summary(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- gate replay
+
+def gate_replay(raw_dir: Path) -> None:
+    """The answer_fields gate on the raw answers: each arm's answers with base's ids, judged with base's
+    dtype unknown (the float32 floor) and as bfloat16; then mtp2's with every second position carrying the
+    next one's logprob row (a stand-in for the logprob_shift fault, ids intact), as bfloat16."""
+    from collections import Counter
+
+    sys.path.insert(0, str(ROOT))
+    from observatory.model.gates import Output, default_registry
+    from observatory.model.probes import Probe
+
+    check = default_registry().get("answer_fields").check
+    probe = Probe(name="p", category="prose_en", prompt="x", max_tokens=MAX_TOKENS)
+
+    def load(arm: str) -> dict[str, Any]:
+        with gzip.open(raw_dir / f"raw-{arm}.json.gz", "rt", encoding="utf-8") as fh:
+            return dict(json.load(fh))
+
+    def out(a: dict[str, Any], dtype: str | None = None) -> Output:
+        return Output(text="", content="", token_ids=a["ids"], logprobs=list(a["lp"]),
+                      top_logprobs=[[(int(t), float(v)) for t, v in row] for row in a["top"]],
+                      finish_reason=a["finish"], served_dtype=dtype, aa_logprob_spread=0.0)
+
+    base = load("base")["repeats"]
+    for arm in ("base2", "mtp1", "mtp2"):
+        reps = load(arm)["repeats"]
+        for dtype in (None, "bfloat16"):
+            c: Counter[str] = Counter()
+            for r, rep in enumerate(reps[: len(base)]):
+                for x, y in zip(rep["answers"], base[r]["answers"]):
+                    if x["ids"] == y["ids"]:
+                        c[check(out(x), out(y, dtype), probe).verdict] += 1
+            print(f"{arm}, base's dtype {dtype or 'unknown (float32 bounds)'}: {dict(c)}")
+    c = Counter()
+    for x, y in zip(load("mtp2")["repeats"][0]["answers"], base[0]["answers"]):
+        if x["ids"] != y["ids"] or len(x["ids"]) < 3:
+            continue
+        o = out(x)
+        for i in range(0, len(o.logprobs) - 1, 2):
+            o.logprobs[i], o.top_logprobs[i] = o.logprobs[i + 1], o.top_logprobs[i + 1]
+        c[check(o, out(y, "bfloat16"), probe).verdict] += 1
+    print(f"mtp2, rows shifted (logprob_shift stand-in), bfloat16: {dict(c)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -475,11 +524,15 @@ def main() -> None:
     a.add_argument("out", type=Path)
     a.add_argument("raw_dirs", type=Path, nargs="+", help="one per run; the first run's base is the reference")
     a.add_argument("--prompts", type=Path)
+    g = sub.add_parser("gate", help="replay the answer_fields gate on one run's raw answers")
+    g.add_argument("raw_dir", type=Path)
     args = ap.parse_args()
     if args.cmd == "prompts":
         make_prompts(args.out)
     elif args.cmd == "run":
         run(args)
+    elif args.cmd == "gate":
+        gate_replay(args.raw_dir)
     else:
         analyze(args.raw_dirs, args.out, args.prompts)
 
