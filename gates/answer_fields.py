@@ -32,17 +32,22 @@ Three gates:
     different answers are not compared (SKIP, except ``usage.prompt_tokens``,
     which the same prompt fixes). Exact fields that differ FAIL. Logprobs of
     identical tokens within the tolerance PASS; beyond it but within
-    ``LOGPROB_FAIL_NATS`` WARN; beyond that FAIL. The top-k sets must be
+    the dtype's FAIL bound (``LOGPROB_FAIL_NATS`` for float32) WARN; beyond that FAIL. The top-k sets must be
     equal, except for tokens whose logprob lies within the tolerance of their
     row's lowest listed one (they sit on the top-k boundary, where a
     reordered reduction may swap them). Fields nobody compares are listed in
     the details (``not_compared``), not ignored silently.
 
-Tolerance: ``max(NUMERICS_BOUND_NATS, AA_FACTOR x the A/A spread)``, the A/A
-spread being the largest logprob difference between base and its A/A copy
-(``base#2``) on identical tokens in this session (`Output.aa_logprob_spread`,
-set by the judge); without an A/A copy, the bound alone. docs/design.md
-section 3.5 gives the measurements behind both numbers.
+Tolerance: ``max(floor, AA_FACTOR x the A/A spread)``, the A/A spread being
+the largest logprob difference between base and its A/A copy (``base#2``) on
+identical tokens in this session (`Output.aa_logprob_spread`, set by the
+judge); without an A/A copy, the floor alone. The floor and the FAIL bound
+are the served dtype's (`observatory.model.numerics.bounds_for` of
+`Output.served_dtype`, set by the judge from base's launch): float32 1e-3 and
+0.25 nats, bfloat16 0.25 and 0.5 (a bf16 spec arm's verify pass moves
+logprobs by whole bf16 steps of a logit, where the A/A copy, the same kernels
+on the same shapes, moves nothing). docs/design.md sections 3.5 and 3.6 give
+the measurements behind the numbers.
 """
 
 import math
@@ -50,6 +55,7 @@ from typing import Any
 
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, PASS, SKIP, WARN, GateResult, Output, gate, offline
+from observatory.model.numerics import bounds_for
 from observatory.model.probes import Probe
 
 # Logprobs come back as float32 through JSON; the emitted token's logprob and its top-k entry are the same
@@ -59,13 +65,14 @@ GREEDY_TOLERANCE_NATS = 1e-5
 # fp32, base#2 and mtp2 differ from base by exactly 0 on identical tokens (bundled and field models, 19,030
 # logprob values each), so the floor is a numerics bound: 100x the ~1e-5 nats a reordered fp32 reduction
 # moves a logprob, 100x below the smallest difference the logprob_shift fault showed (0.078 nats).
-NUMERICS_BOUND_NATS = 1e-3
+# (The float32 entry of observatory.model.numerics.BOUNDS; bfloat16 has its own there: docs/design.md 3.6.)
+NUMERICS_BOUND_NATS = bounds_for("float32").logprob_floor
 # The A/A spread measures one engine's run-to-run noise; a spec arm adds its own reordered reductions (verify
 # shapes), so its tolerance is a few times the copy's spread (docs/design.md 3.5).
 AA_FACTOR = 4.0
 # Beyond this a logprob difference on the same token is no rounding: a factor e^0.25 = 1.28 in probability
 # (token_diff's near-tie bound).
-LOGPROB_FAIL_NATS = 0.25
+LOGPROB_FAIL_NATS = bounds_for("float32").logprob_fail
 
 # field -> the rule it is compared by (answer_fields). "token_diff" fields are the token diff's gate.
 FIELD_RULES: dict[str, str] = {
@@ -231,11 +238,13 @@ def check_usage(outputs: list[tuple[Probe, Output]]) -> GateResult:
 
 def tolerance(base: Output) -> tuple[float, str]:
     """The logprob tolerance of a pair and where it came from."""
+    floor = bounds_for(base.served_dtype).logprob_floor
+    what = f"{base.served_dtype or 'float32 (dtype unknown)'} numerics bound {floor:g} nats"
     spread = base.aa_logprob_spread
     if spread is None:
-        return NUMERICS_BOUND_NATS, f"numerics bound {NUMERICS_BOUND_NATS:g} nats (no A/A copy)"
-    tol = max(NUMERICS_BOUND_NATS, AA_FACTOR * spread)
-    return tol, f"max({NUMERICS_BOUND_NATS:g}, {AA_FACTOR:g} x A/A spread {spread:.3g}) = {tol:.3g} nats"
+        return floor, f"{what} (no A/A copy)"
+    tol = max(floor, AA_FACTOR * spread)
+    return tol, f"max({what}, {AA_FACTOR:g} x A/A spread {spread:.3g}) = {tol:.3g} nats"
 
 
 def _calls(calls: list[dict[str, Any]] | None) -> Any:
@@ -266,6 +275,7 @@ def _topk(spec: Output, base: Output, tol: float) -> tuple[float, list[int]]:
 def check_fields(spec: Output, base: Output, probe: Probe) -> GateResult:
     """Compare every field of SPEC's answer with BASE's, one rule per field (`FIELD_RULES`)."""
     tol, tol_why = tolerance(base)
+    fail_nats = bounds_for(base.served_dtype).logprob_fail
     fields: dict[str, str] = {}
     failed: list[str] = []
     warned: list[str] = []
@@ -322,7 +332,7 @@ def check_fields(spec: Output, base: Output, probe: Probe) -> GateResult:
         worst = max(abs(a - b) for a, b in pairs)
         details["logprob_max_diff"] = worst
         fields["logprobs"] = f"max difference {worst:.3g} nats over {len(pairs)} tokens"
-        if worst > LOGPROB_FAIL_NATS:
+        if worst > fail_nats:
             failed.append("logprobs")
         elif worst > tol:
             warned.append("logprobs")
@@ -335,7 +345,7 @@ def check_fields(spec: Output, base: Output, probe: Probe) -> GateResult:
         details.update(top_logprobs_max_diff=worst, top_k_sets_differ_at=off[:20])
         fields["top_logprobs"] = (f"shared entries differ by at most {worst:.3g} nats; sets differ beyond the "
                                   f"boundary margin at {len(off)} positions")
-        if off or worst > LOGPROB_FAIL_NATS:
+        if off or worst > fail_nats:
             failed.append("top_logprobs")
         elif worst > tol:
             warned.append("top_logprobs")
@@ -345,7 +355,7 @@ def check_fields(spec: Output, base: Output, probe: Probe) -> GateResult:
                                 f"(logprob tolerance {tol:.3g} nats)", details)
     if warned:
         return GateResult(WARN, f"{', '.join(warned)} differ from base's beyond the tolerance ({tol_why}), "
-                                f"within {LOGPROB_FAIL_NATS} nats", details)
+                                f"within {fail_nats} nats", details)
     return GateResult(PASS, f"every compared field equals base's ({len(fields)} fields; logprobs within {tol:.3g} "
                             "nats)", details)
 

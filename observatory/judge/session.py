@@ -53,6 +53,7 @@ from observatory.model.gates import (
     Output,
     registry_for,
 )
+from observatory.model.numerics import served_dtype
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, base_arm, by_engine, engine_of, stored_roles
 from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, UNJUDGED
@@ -248,6 +249,7 @@ class _Judge:
         self.base_failed: set[tuple[int, str]] = set()
         self.rows: list[VerdictRow] = []
         self.aa_spread = self.aa_logprob_spread()
+        self.served_dtype = served_dtype((self.base.launch or {}).get("argv") or []) if self.base else None
 
     def aa_logprob_spread(self) -> float | None:
         """The session's logprob noise floor: the largest logprob difference between base's and its A/A
@@ -383,6 +385,7 @@ class _Judge:
                     assert ref is not None
                     reference = self.output_of(self.base, ref) if self.base is not None else to_output(ref)
                     reference.aa_logprob_spread = self.aa_spread
+                    reference.served_dtype = self.served_dtype
                     self.rows.append(_row(arm, gate, _safe(gate, self.output_of(arm, stream), reference, probe),
                                           stream, pid))
 

@@ -129,6 +129,10 @@ class Output:
     # the session's A/A copy showed against base on identical tokens (None: no
     # A/A copy judged). The per-field comparison takes its tolerance from it.
     aa_logprob_spread: float | None = None
+    # On the reference (base) output of a pair: the dtype base's engine serves in
+    # (`observatory.model.numerics.served_dtype`; None: unknown). The per-field
+    # comparison takes its numerics bounds from it (`observatory.model.numerics.bounds_for`).
+    served_dtype: str | None = None
     # False where the engine's stream withholds ids by design (llama-server sends no logprobs for tokens
     # accepted from a draft): a streamed answer's ids then fall short of its usage and that says nothing.
     streams_every_id: bool = True

