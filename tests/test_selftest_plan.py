@@ -135,3 +135,18 @@ def test_the_command_prints_the_item_of_each_fault_and_the_shipped_arms_bugs(mon
     for text in ("issue item", "28.4", "28.7", "channel seeds", "CAUGHT", "engine bug cpu_expand",
                  "1 FAIL(s) from known engine bugs, 0 unexplained"):
         assert text in r.output, text
+
+
+def test_list_prints_the_plan_and_launches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(kw: dict[str, Any]) -> tuple[Any, int, bool]:
+        raise AssertionError("--list launched a session")
+
+    monkeypatch.setattr(st, "run_compare", run)
+    monkeypatch.setattr(st, "gpu_count", lambda: 0)
+    monkeypatch.setenv("COLUMNS", "240")
+    r = CliRunner().invoke(st.selftest, ["--profile", "nightly", "--list"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    for fault, (item, catcher) in ISSUE_28.items():
+        line = next(x for x in r.output.splitlines() if f" {fault} " in x)
+        assert item in line and str(catcher) in line and f"mtp1+repair=cpu_expand+fault={fault}" in line
+    assert "controls: base, base, mtp1, mtp1+repair=cpu_expand (repairs: cpu_expand)" in r.output

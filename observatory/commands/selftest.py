@@ -246,13 +246,16 @@ def fault_rows(expected: dict[str, Catcher], findings: dict[str, Any]) -> list[d
 @click.option("--repair", "repair", default="auto", show_default=True,
               help="Engine bugs repaired in the clean and fault arms (observatory/faults/repairs.py), the shipped "
                    "arm run beside them: auto (the CPU build's on a host without GPUs), none, or a comma list.")
-def selftest(spec_arm: str, fault_names: str | None, repair: str, **kw: Any) -> int:
+@click.option("--list", "list_only", is_flag=True,
+              help="Print the plan (each fault, its issue item, what must catch it, the arms) and launch nothing.")
+def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: bool, **kw: Any) -> int:
     """Inject each known fault into a real engine and show which gates and channels catch it.
 
     \b
     observatory selftest
     observatory selftest --spec-arm mtp2 --db selftest.db
     observatory selftest --profile nightly --spec-arm mtp2
+    observatory selftest --profile nightly --list
     """
     expected = fault_plan(kw.get("profile"), kw.get("channels"))
     if fault_names:
@@ -265,8 +268,18 @@ def selftest(spec_arm: str, fault_names: str | None, repair: str, **kw: Any) -> 
     repairs = resolve_repairs(repair)
     suite = kw.get("suite") or (None if (kw.get("profile") or "quick") in NIGHTLY and not kw.get("model")
                                 else DEFAULT_SUITE)  # nightly: its bundled model's suite
-    kw.update(arms=",".join(selftest_arms(spec_arm, faults, repairs)), arms_file=None, speculative_config=None,
-              suite=suite)
+    arms = selftest_arms(spec_arm, faults, repairs)
+    kw.update(arms=",".join(arms), arms_file=None, speculative_config=None, suite=suite)
+    if list_only:
+        plan = Table(title="selftest plan")
+        for col in ("fault", "issue item", "must be caught by", "arm"):
+            plan.add_column(col)
+        fixed = arms[len(arms) - len(faults) - 1]
+        for fault, catcher in expected.items():
+            plan.add_row(fault, ISSUE_ITEMS.get(fault, "-"), str(catcher), Text(f"{fixed}+fault={fault}"))
+        Console().print(plan)
+        click.echo(f"controls: {', '.join(arms[:len(arms) - len(faults)])} (repairs: {', '.join(repairs) or 'none'})")
+        return 0
     store, session_id, interrupted = run_compare(kw)
     if interrupted:
         return INTERRUPTED_EXIT
