@@ -56,11 +56,15 @@ def test_arms_repaired_with_the_shipped_arm_beside_them() -> None:
 
 
 def test_repairs_auto_is_the_cpu_builds_on_a_host_without_gpus() -> None:
-    assert resolve_repairs("auto", n_gpus=0) == ("cpu_expand",)
-    assert resolve_repairs("auto", n_gpus=1) == ()
-    assert resolve_repairs("none", n_gpus=0) == () and resolve_repairs("cpu_expand", n_gpus=1) == ("cpu_expand",)
+    nightly = ["soak", "sampling", "params", "seeds"]
+    assert resolve_repairs("auto", nightly, n_gpus=0) == ("cpu_expand",)
+    assert resolve_repairs("auto", nightly, n_gpus=1) == ()
+    assert resolve_repairs("auto", [], n_gpus=0) == ()  # quick: the greedy suite never meets the bug
+    assert resolve_repairs("auto", ["soak"], n_gpus=0) == ()
+    assert resolve_repairs("none", nightly, n_gpus=0) == ()
+    assert resolve_repairs("cpu_expand", [], n_gpus=1) == ("cpu_expand",)
     with pytest.raises(ObservatoryError, match="unknown repair"):
-        resolve_repairs("nope", n_gpus=0)
+        resolve_repairs("nope", [], n_gpus=0)
 
 
 def _found(caught_by: dict[str, int] | None = None, channels: list[str] | None = None,

@@ -22,7 +22,9 @@ Known engine bugs (`observatory.faults.repairs.ENGINE_BUGS`) would make the
 clean spec arm FAIL rightly, and a fault arm on such an engine proves
 nothing about a check the bug already trips. With ``--repair`` (default
 ``auto``: the CPU build's repairs on a host without GPUs) the clean control
-and every fault arm run with the bugs repaired (``+repair=NAME``), and the
+and every fault arm run with the bugs repaired (``+repair=NAME``; auto
+repairs only bugs in a channel the profile runs, so the quick selftest is
+as before), and the
 shipped arm runs beside them unrepaired: its FAILs in a channel a repaired
 bug breaks, which the repaired arm does not get, are listed apart as that
 engine bug with its reproduction; any other FAIL of it is unexplained and
@@ -97,11 +99,14 @@ def fault_plan(profile: str | None, names: str | None) -> dict[str, Catcher]:
     return plan
 
 
-def resolve_repairs(value: str | None, n_gpus: int | None = None) -> tuple[str, ...]:
-    """--repair: "auto" (the CPU build's repairs on a host without GPUs, else none), "none", or a comma list."""
+def resolve_repairs(value: str | None, channels: list[str], n_gpus: int | None = None) -> tuple[str, ...]:
+    """--repair: "auto", "none", or a comma list. auto: on a host without GPUs, the CPU build's repairs whose
+    bug breaks one of the CHANNELS run (none for the quick profile: its greedy suite never meets them)."""
     value = (value or "auto").strip()
     if value == "auto":
-        return CPU_REPAIRS if (gpu_count() if n_gpus is None else n_gpus) == 0 else ()
+        if (gpu_count() if n_gpus is None else n_gpus) != 0:
+            return ()
+        return tuple(r for r in CPU_REPAIRS if r not in ENGINE_BUGS or set(ENGINE_BUGS[r].breaks) & set(channels))
     if value == "none":
         return ()
     names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
@@ -245,7 +250,8 @@ def fault_rows(expected: dict[str, Catcher], findings: dict[str, Any]) -> list[d
 @click.option("--faults", "fault_names", help="Comma list of faults to inject (default: all of the profile's).")
 @click.option("--repair", "repair", default="auto", show_default=True,
               help="Engine bugs repaired in the clean and fault arms (observatory/faults/repairs.py), the shipped "
-                   "arm run beside them: auto (the CPU build's on a host without GPUs), none, or a comma list.")
+                   "arm run beside them: auto (on a host without GPUs, the CPU build's repairs of bugs in the "
+                   "channels run), none, or a comma list.")
 @click.option("--list", "list_only", is_flag=True,
               help="Print the plan (each fault, its issue item, what must catch it, the arms) and launch nothing.")
 def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: bool, **kw: Any) -> int:
@@ -265,7 +271,7 @@ def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: boo
             raise ObservatoryError(f"--faults: unknown fault {unknown[0]!r} (known: {', '.join(sorted(FAULT_REGISTRY))})")
         expected = {f: expected.get(f, Catcher("suite")) for f in wanted}
     faults = tuple(expected)
-    repairs = resolve_repairs(repair)
+    repairs = resolve_repairs(repair, resolve_channels(kw.get("profile"), kw.get("channels")))
     suite = kw.get("suite") or (None if (kw.get("profile") or "quick") in NIGHTLY and not kw.get("model")
                                 else DEFAULT_SUITE)  # nightly: its bundled model's suite
     arms = selftest_arms(spec_arm, faults, repairs)
