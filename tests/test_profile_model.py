@@ -40,10 +40,16 @@ def test_quick_keeps_the_tiny_model_and_the_default_suite() -> None:
 
 def test_model_suite_and_dtype_given_override_the_profile(tmp_path: Path) -> None:
     """The controls: --model, --suite and --dtype given run as given on the nightly profile."""
-    opts = _plan(profile="nightly", model=str(DEFAULT_MODEL_DIR))
+    opts = _plan(profile="nightly", model=str(DEFAULT_MODEL_DIR))  # the tiny model given by its path
     assert Path(opts.settings.model) == DEFAULT_MODEL_DIR
-    assert Path(opts.suite) == PROBES_DIR / "default.toml"  # a model given: the default suite, as before
-    assert opts.settings.dtype is None and opts.settings.max_model_len is None  # not an embedded model
+    assert Path(opts.suite) == PROBES_DIR / "default.toml"  # as it runs by default: its suite, fp32
+    assert opts.settings.dtype == "float32" and opts.settings.max_model_len == 1024
+    other = tmp_path / "m"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    opts = _plan(profile="nightly", model=str(other))  # any other model: the default suite, the engine's dtype
+    assert Path(opts.suite) == PROBES_DIR / "default.toml"
+    assert opts.settings.dtype is None and opts.settings.max_model_len is None
     opts = _plan(profile="nightly", suite="selftest", dtype="float32")
     assert Path(opts.settings.model) == FIELD_MODEL_DIR and Path(opts.suite) == PROBES_DIR / "selftest.toml"
     assert opts.settings.dtype == "float32"

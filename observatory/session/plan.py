@@ -229,7 +229,8 @@ def embedded_model(profile: str | None) -> EmbeddedModel:
 
 
 def resolve_model(model: str | None, profile: str | None = None) -> tuple[str, EmbeddedModel | None]:
-    """(model path or name, the bundled model it is: the profile's, when MODEL is None; else None)."""
+    """(model path or name, the bundled model it is: the profile's when MODEL is None, the one at MODEL's path,
+    else None)."""
     if model is None:
         embedded = embedded_model(profile)
         if not (embedded.path / "config.json").is_file():
@@ -245,7 +246,8 @@ def resolve_model(model: str | None, profile: str | None = None) -> tuple[str, E
             raise ObservatoryError(f"Model path {model} does not exist. Pass --model with a local model directory.")
         if p.is_dir() and not (p / "config.json").is_file():
             raise ObservatoryError(f"Model directory {model} has no config.json; is it a Hugging Face model folder?")
-        return str(p.resolve()), None
+        bundled = next((m for m in PROFILE_MODELS.values() if m.path.resolve() == p.resolve()), None)
+        return str(p.resolve()), bundled  # a bundled model given by its path runs as it does by default
     return model, None  # a hub name: the engine resolves it (offline caches)
 
 
