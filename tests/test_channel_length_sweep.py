@@ -23,6 +23,8 @@ def test_plan_is_contiguous_over_two_blocks_and_short_lengths() -> None:
     assert lengths == list(range(1, lengths[-1] + 1))
     assert lengths[-1] > 2 * 128 and all(p.max_tokens <= 16 for p in probes)
     assert {1, 2, 3, 2 * 4 + 2} <= set(lengths)  # 1 .. 2k + 2 for k up to 4 (and far beyond)
+    # every length generates its max_tokens (a model that answers EOS at once leaves no speculative step)
+    assert all(p.sampling == {"ignore_eos": True} for p in probes)
 
 
 def test_padded_ids_have_the_exact_length_and_end_with_the_question() -> None:

@@ -149,13 +149,13 @@ def test_selftest_nightly_adds_each_channels_faults(monkeypatch: pytest.MonkeyPa
     """Issue 15 item 12: selftest's fault list is the suite's plus each channel's, each with the channel that must catch it."""
     from dataclasses import replace
 
-    from observatory.commands.selftest import FAULTS, fault_plan
+    from observatory.commands.selftest import FAULTS, Catcher, fault_plan
 
     channels_mod.channels()
     monkeypatch.setitem(channels_mod._REGISTRY, "echo", replace(ECHO, faults=("ghost_batch",)))
-    assert fault_plan("quick", None) == {f: None for f in FAULTS}
+    assert fault_plan("quick", None) == {f: Catcher("suite") for f in FAULTS}
     plan = fault_plan(None, "echo")
-    assert plan["ghost_batch"] == "echo" and all(plan[f] is None for f in FAULTS)
+    assert plan["ghost_batch"] == Catcher("channel", "echo") and all(plan[f] == Catcher("suite") for f in FAULTS)
 
 
 def test_every_channel_names_the_faults_selftest_injects_for_it() -> None:
@@ -164,8 +164,8 @@ def test_every_channel_names_the_faults_selftest_injects_for_it() -> None:
     from observatory.faults import FAULTS as KNOWN
 
     plan = fault_plan("nightly", None)
-    assert {plan[f] for f in ("soak_poison", "length_poison", "batch_swap", "past_stop", "inflate_accepted",
-                              "biased_accept", "logprob_row", "seed_ignored")} == {
+    assert {plan[f].name for f in ("soak_poison", "length_poison", "batch_swap", "past_stop", "inflate_accepted",
+                                   "biased_accept", "logprob_row", "seed_ignored")} == {
         "soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "teacher", "seeds"}
     assert all(f in KNOWN for f in plan)
 

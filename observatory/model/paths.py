@@ -27,3 +27,6 @@ TEMPLATES_DIR = _data_dir("templates")
 # OBSERVATORY_DEFAULT_MODEL points the embedded default at another folder
 # (used while a new default model is being trained and checked).
 DEFAULT_MODEL_DIR = Path(os.environ.get("OBSERVATORY_DEFAULT_MODEL") or PACKAGE_DIR / "default_model")
+# The second bundled model, trained on real package text (observatory/field_model/README.md): acceptance about
+# 0.6 at position 1 where the tiny default's is 0.99. The nightly profile's default (session.plan.PROFILE_DEFAULTS).
+FIELD_MODEL_DIR = PACKAGE_DIR / "field_model"

