@@ -259,3 +259,13 @@ def test_seed_ignored_drops_the_generators_of_spec_positions() -> None:
     patched = module.generate_uniform_probs
     field_seeds.patch_v1_sampler(module, frozenset({"seed_ignored"}))  # type: ignore[arg-type]
     assert module.generate_uniform_probs is patched  # once
+
+
+def test_seeds_arm_that_never_reached_the_phase_is_not_measured(store: Store) -> None:
+    """An arm stopped before its seeds phase (an engine crash, an interrupted session) has no answers: SKIP, never
+    the FAIL a missing n answer read as 'all choices the same', nor a PASS over 0 prompts; the arm with answers
+    beside it (the control) is still judged."""
+    got = _seeds(store, {"base": CLEAN, "mtp2": {"repeat": [], "n": []}, "mtp2+fault=seed_ignored": CLEAN})
+    assert got[("mtp2", "seeds:n")][0] == "SKIP" and "not measured" in got[("mtp2", "seeds:n")][1]
+    assert got[("mtp2", "seeds:reproduce")][0] == "SKIP"
+    assert got[("mtp2+fault=seed_ignored", "seeds:n")][0] == "PASS"

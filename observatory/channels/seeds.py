@@ -141,6 +141,9 @@ def distinct(rs: list[ResultRow]) -> int:
     return len({tuple(r.token_ids or []) for r in rs})
 
 
+NOT_MEASURED = "not measured: the arm answered none of these requests (it stopped before this phase)"
+
+
 def _judge_reproduce(view: ChannelView, base: ArmRow, arms: list[ArmRow]) -> list[VerdictRow]:
     out: list[VerdictRow] = []
     base_res = _outputs(view, base, REPEAT)
@@ -163,7 +166,9 @@ def _judge_reproduce(view: ChannelView, base: ArmRow, arms: list[ArmRow]) -> lis
                 bad.append(name)
         details = {"table": table, "temperature": TEMPERATURE}
         fail_why = _failed(res) if arm is not base else None
-        if fail_why is not None:
+        if not res:  # the arm stopped (or was interrupted) before this phase: nothing to judge, never a PASS
+            out.append(view.verdict(arm, "SKIP", NOT_MEASURED, details, part="reproduce"))
+        elif fail_why is not None:
             out.append(view.verdict(arm, "INVALID", f"seeded requests failed: {fail_why}", details, part="reproduce"))
         elif not bad:
             out.append(view.verdict(arm, "PASS", f"every seeded request gave the same output on each of its copies "
@@ -197,13 +202,15 @@ def _judge_n(view: ChannelView, base: ArmRow, arms: list[ArmRow]) -> list[Verdic
                  for name, rs in sorted(res.items())]
         details = {"table": table}
         fail_why = _failed(res) if arm is not base else None
-        if not measurable:
+        if not res:
+            out.append(view.verdict(arm, "SKIP", NOT_MEASURED, details, part="n"))
+        elif not measurable:
             out.append(view.verdict(arm, "SKIP", "not measurable: base's own n choices coincide on every prompt",
                                     details, part="n"))
         elif fail_why is not None:
             out.append(view.verdict(arm, "INVALID", f"n > 1 requests failed: {fail_why}", details, part="n"))
         else:
-            same = [name for name in measurable if distinct(res.get(name, [])) < 2]
+            same = [name for name in measurable if name in res and distinct(res[name]) < 2]
             if same:
                 out.append(view.verdict(arm, "FAIL", f"the n choices of one request are all the same ({', '.join(same)}) "
                                         "where base's differ", details, part="n"))
