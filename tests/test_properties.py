@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from observatory.client.answer import parse_token_id
+from observatory.client.answer import MAX_TOKEN_ID, parse_token_id
 from observatory.engines.metrics import SpecCounters, parse_spec_counters
 from observatory.model.arms import load_arms_file
 from observatory.model.errors import ArmError, ObservatoryError, ProbeFileError
@@ -55,7 +55,12 @@ def test_prometheus_counters_round_trip(drafts: int, tokens: int, accepted: int,
 @FAST
 @given(st.integers(0, 2**40))
 def test_token_id_round_trip(n: int) -> None:
-    assert parse_token_id(f"token_id:{n}") == n
+    """Every id a 32-bit column stores reads back; a larger one is refused (a malformed answer), never stored."""
+    if n <= MAX_TOKEN_ID:
+        assert parse_token_id(f"token_id:{n}") == n
+    else:
+        with pytest.raises(ObservatoryError, match="out of range"):
+            parse_token_id(f"token_id:{n}")
 
 
 @FAST
