@@ -29,7 +29,7 @@ from typing import Any
 from observatory.channels import Channel
 from observatory.channels.conditions import facts, metrics_text, not_exercised, sibling_problem
 from observatory.channels.length_sweep import padded_ids
-from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
+from observatory.channels.pairs import Keyed, differs_alone, judge_against_base
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
 from observatory.engines.metrics import parse_preemptions, read_info
@@ -143,13 +143,8 @@ def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
 
 
 def _base_noise(ref: dict[tuple[Any, ...], Keyed]) -> dict[tuple[Any, ...], str]:
-    """Requests whose pressured output on base differs from base's alone output (the engine's own issue)."""
-    out = {}
-    for (name, how), k in ref.items():
-        alone = ref.get((name, ALONE))
-        if how == PRESSURE and alone is not None and not same_tokens(k.result, alone.result):
-            out[(name, how)] = "base differs alone and under memory pressure"
-    return out
+    """Requests whose pressured output on base differs from base's alone output."""
+    return differs_alone(ref, ALONE, PRESSURE, "base differs alone and under memory pressure")
 
 
 def exercised(arm: ArmRow) -> str | None:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from observatory.channels import Channel
-from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
+from observatory.channels.pairs import Keyed, differs_alone, judge_against_base
 from observatory.channels.view import ChannelView
 from observatory.model.probes import Probe
 from observatory.store.db import ArmRow, VerdictRow
@@ -81,12 +81,7 @@ def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
 
 def _base_noise(ref: dict[tuple[Any, ...], Keyed]) -> dict[tuple[Any, ...], str]:
     """Requests whose batched output on base differs from base's alone output."""
-    out = {}
-    for (name, how), k in ref.items():
-        alone = ref.get((name, ALONE))
-        if how == BATCHED and alone is not None and not same_tokens(k.result, alone.result):
-            out[(name, how)] = "base differs alone and in the batch"
-    return out
+    return differs_alone(ref, ALONE, BATCHED, "base differs alone and in the batch")
 
 
 def judge(view: ChannelView) -> list[VerdictRow]:

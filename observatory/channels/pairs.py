@@ -57,6 +57,17 @@ def same_tokens(a: ResultRow | None, b: ResultRow | None) -> bool:
     return a is not None and b is not None and a.ok and b.ok and list(a.token_ids) == list(b.token_ids)
 
 
+def differs_alone(ref: dict[tuple[Any, ...], Keyed], alone: str, other: str, why: str) -> dict[tuple[Any, ...], str]:
+    """Base's own noise for channels keyed (name, how): requests whose OTHER output on base differs from its ALONE
+    output of the same name, each with WHY (the engine's own issue, not the spec arm's)."""
+    out = {}
+    for (name, how), k in ref.items():
+        first = ref.get((name, alone))
+        if how == other and first is not None and not same_tokens(k.result, first.result):
+            out[(name, how)] = why
+    return out
+
+
 def preview(r: ResultRow | None) -> str:
     """The first 80 characters of a result's text (the template escapes it)."""
     if r is None:
