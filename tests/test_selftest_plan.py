@@ -141,6 +141,27 @@ def test_the_command_prints_the_item_of_each_fault_and_the_shipped_arms_bugs(mon
         assert text in r.output, text
 
 
+def test_every_fault_name_is_whole_in_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine test (and a reader) finds each fault by name: the table never wraps or cuts it, at the
+    80 columns CliRunner and a default terminal give (the issue-item column once wrapped 'accept_all')."""
+    from observatory.commands import selftest as st
+
+    findings = {"faults": {f: {"arm": f"mtp1+fault={f}", "status": "ok", "drafts": 79, "channels": [],
+                               "caught_by": {"token_diff": 3, "expect": 2, "degeneracy": 1}} for f in st.FAULTS},
+                "aa": {"arm": "base#2", "clean": True, "failures": []},
+                "clean": {"arm": "mtp1", "status": "ok", "clean": True, "failures": [], "repairs": [],
+                          "draft_tokens": 79, "rejected": 12},
+                "shipped": None}
+    monkeypatch.setattr(st, "run_compare", lambda kw: (None, 1, False))
+    monkeypatch.setattr(st, "build", lambda store, sid: None)
+    monkeypatch.setattr(st, "selftest_findings", lambda data: findings)
+    monkeypatch.setenv("COLUMNS", "80")
+    r = CliRunner().invoke(st.selftest, [], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    for fault in st.FAULTS:
+        assert fault in r.output, (fault, r.output)
+
+
 def test_list_prints_the_plan_and_launches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     def run(kw: dict[str, Any]) -> tuple[Any, int, bool]:
         raise AssertionError("--list launched a session")

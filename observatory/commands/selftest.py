@@ -292,8 +292,11 @@ def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: boo
     findings = selftest_findings(build(store, session_id))
     console = Console()
     table = Table(title=f"selftest (session {session_id})")
-    for col in ("fault", "issue item", "must be caught by", "arm", "drafts", "caught by", ""):
-        table.add_column(col)
+    # the fault's name is never wrapped or cut (a reader, and the engine test, look each one up); the
+    # other columns fold in a narrow terminal rather than lose text to an ellipsis
+    table.add_column("fault", no_wrap=True, min_width=max(len(f) for f in faults))
+    for col in ("issue item", "must be caught by", "arm", "drafts", "caught by", ""):
+        table.add_column(col, overflow="fold")
     rows = fault_rows(expected, findings)
     ok = all(r["caught"] for r in rows)
     for r in rows:
