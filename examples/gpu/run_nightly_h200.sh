@@ -3,12 +3,15 @@
 # (the trimmed bundle, see examples/h200/README.md). From the repo root, on the device machine:
 #   bash examples/gpu/run_nightly_h200.sh tiny     # base,base,mtp1,mtp2 on the embedded tiny model
 #   bash examples/gpu/run_nightly_h200.sh hybrid   # base,mtp2 on the Qwen3.5-style hybrid, random weights
+#   bash examples/gpu/run_nightly_h200.sh field    # base,base,mtp1,mtp2 on the bundled field model with production
+#                                                  # defaults (bf16, CUDA graphs, prefix caching): one clean night
+#                                                  # of the false-alarm table (docs/design.md 3.7); TAG names the run
 # Results go to $OUT (or /tmp/out), at most 8 files (what the device machine sends back): nightly-MODE.db,
 # nightly-MODE.txt (the gate's output), costs-MODE.txt (benchmarks/channel_costs.py: each phase's cost),
 # timings.txt, and nightly-MODE.tar.gz (report, JUnit, engine logs). LIMIT_S (default 560) stops the gate
 # with SIGINT, as Ctrl-C would: the session is stored as interrupted and its engines stopped.
 set -uo pipefail
-mode=${1:?tiny or hybrid}
+mode=${1:?tiny, hybrid or field}
 cd "$(dirname "$0")/../.."
 source examples/gpu/device_env.sh  # the bundle, the wheels, PYTHONPATH, $out
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpus.txt"
@@ -28,6 +31,14 @@ tiny)
     --report "$out/nightly-tiny" --junit "$out/nightly-tiny.xml" "${common[@]}" \
     --engine-arg=--gpu-memory-utilization=0.2 --engine-arg=--enforce-eager --concurrency 1,4 > "$out/nightly-tiny.txt" 2>&1
   tail -40 "$out/nightly-tiny.txt"
+  ;;
+field)
+  tag=${TAG:-1}
+  timed nightly-field-$tag timeout -s INT "$limit" python3 -m observatory gate --arms base,base,mtp1,mtp2 --db "$out/nightly-field-$tag.db" \
+    --report "$out/nightly-field-$tag" --junit "$out/nightly-field-$tag.xml" "${common[@]}" \
+    --dtype bfloat16 --engine-arg=--gpu-memory-utilization=0.2 > "$out/nightly-field-$tag.txt" 2>&1
+  tail -40 "$out/nightly-field-$tag.txt"
+  mode=field-$tag
   ;;
 hybrid)
   python3 examples/gpu/make_hybrid_config.py /tmp/hybrid --hidden 4096 --layers 32 \

@@ -397,8 +397,7 @@ def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any], singles: dict[in
     if (a.launch or {}).get("speculative_config") is not None:
         fig["stream_tau"] = stream_tau(stream)
         fig["stream_counter_tau"] = acceptance(total, k)["tau"]
-        paired = pairs([r for r in timed if (r.probe_id, r.repeat) not in warm or r.concurrency != 1],
-                       store.results(a.id, PAIRED_BASE))  # --timing paired (observatory.judge.paired)
+        paired = pairs(timed, store.results(a.id, PAIRED_BASE), warm)  # --timing paired (observatory.judge.paired)
         if paired is not None:
             fig["paired"] = paired
     return fig

@@ -20,6 +20,7 @@ no tokens are left out and counted.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -37,12 +38,16 @@ def _sample(r: ResultRow) -> tuple[float, float] | None:
     return float(n), float(r.duration_ms) / 1000.0
 
 
-def pairs(spec_timed: list[ResultRow], paired_base: list[ResultRow]) -> dict[str, Any] | None:
+def pairs(spec_timed: list[ResultRow], paired_base: list[ResultRow],
+          left_out: Collection[tuple[int, int]] = ()) -> dict[str, Any] | None:
     """The complete pairs ([spec tokens, spec s, base tokens, base s], ...) of one spec arm, matched on
-    (probe, repeat); None when the arm was not timed in pairs."""
+    (probe, repeat); None when the arm was not timed in pairs. The (probe, repeat) keys LEFT_OUT (the spec
+    arm's warm-up, observatory.judge.steady_state) are left out on both sides: neither a pair nor incomplete."""
     if not paired_base:
         return None
     mine = {(r.probe_id, r.repeat): r for r in spec_timed if r.concurrency == 1}
+    skip = set(left_out)
+    paired_base = [b for b in paired_base if (b.probe_id, b.repeat) not in skip]
     out: list[list[float]] = []
     for b in paired_base:
         s = mine.get((b.probe_id, b.repeat))
