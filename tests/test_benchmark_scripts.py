@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,3 +50,37 @@ def test_steady_bands_recomputes_the_bands_of_a_stored_session(capsys: pytest.Ca
     out = capsys.readouterr().out
     assert "mtp1: 10 requests; first: TTFT 50.13x" in out and out.count("warm-up found: 1") == 2
     assert "probe mix, after the first request (36 requests)" in out and "A/A pair's two servers (10)" in out
+
+
+def test_false_alarms_counts_each_gates_alarms_on_the_clean_arms_of_a_night(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 27 item 4's table on the committed H200 nightly (clean arms, vLLM 0.26.0 for CUDA): its spec arms'
+    finish and mixed_batch FAILs are the engine's stop-string bug (examples/h200-nightly/README.md), counted
+    apart when named; the rest are per gate and kind of arm, as `show --json` reports them."""
+    fa = _load("false_alarms")
+    db = REPO / "examples/h200-nightly/nightly-tiny.db.gz"
+    fa.main([str(db), "--json"])
+    t = json.loads(capsys.readouterr().out)
+    assert t["sessions"] == ["nightly-tiny.db.gz#1"] and t["skipped"] == []
+    assert t["arms"] == {"base": 1, "aa": 1, "spec": 2}
+    assert t["gates"]["finish"] == {"spec": {"FAIL": 2}} and t["gates"]["mixed_batch"] == {"spec": {"FAIL": 2}}
+    assert t["gates"]["stream_tokens"] == {"aa": {"WARN": 3}, "spec": {"WARN": 6}}
+    fa.main([str(db), "--json", "--known-bug", "finish=stop-string ids", "--known-bug", "mixed_batch:mtp2=stop"])
+    t = json.loads(capsys.readouterr().out)
+    assert "finish" not in t["gates"] and t["known"]["finish (stop-string ids)"] == {"spec": 2}
+    assert t["gates"]["mixed_batch"] == {"spec": {"FAIL": 1}} and t["known"]["mixed_batch (stop)"] == {"spec": 1}
+    with pytest.raises(SystemExit):
+        fa.main([str(db), "--known-bug", "finish"])  # no WHERE: refused
+
+
+def test_false_alarms_leaves_out_a_night_that_is_not_clean() -> None:
+    """A fault arm, an arm that did not end ok, or an unfinished session: listed, never counted."""
+    fa = _load("false_alarms")
+    arm = {"name": "mtp1", "is_spec": True, "status": "ok", "launch": {}}
+    night = {"_db": "n.db", "session": {"id": 1, "status": "complete"}, "arms": [arm],
+             "verdict": {"reasons": [{"level": "FAIL", "gate": "token_diff", "arm": "mtp1"}]}}
+    assert fa.tally([night], [])["gates"] == {"token_diff": {"spec": {"FAIL": 1}}}
+    for bad, why in (({"launch": {"fault": "ghost"}}, "fault"), ({"status": "hung"}, "'hung'")):
+        t = fa.tally([{**night, "arms": [{**arm, **bad}]}], [])
+        assert t["gates"] == {} and t["sessions"] == [] and why in t["skipped"][0]["why"]
+    t = fa.tally([{**night, "session": {"id": 1, "status": "interrupted"}}], [])
+    assert t["sessions"] == [] and "interrupted" in t["skipped"][0]["why"]
