@@ -43,11 +43,12 @@ the largest logprob difference between base and its A/A copy (``base#2``) on
 identical tokens in this session (`Output.aa_logprob_spread`, set by the
 judge); without an A/A copy, the floor alone. The floor and the FAIL bound
 are the served dtype's (`observatory.model.numerics.bounds_for` of
-`Output.served_dtype`, set by the judge from base's launch): float32 1e-3 and
-0.25 nats, bfloat16 0.25 and 0.5 (a bf16 spec arm's verify pass moves
-logprobs by whole bf16 steps of a logit, where the A/A copy, the same kernels
-on the same shapes, moves nothing). docs/design.md sections 3.5 and 3.6 give
-the measurements behind the numbers.
+`Output.served_dtype` and `Output.served_platform`, set by the judge from
+base's launch): float32 1e-3 and 0.25 nats (0.02 and 0.25 on CUDA), bfloat16
+0.25 and 0.5 (a bf16 spec arm's verify pass moves logprobs by whole bf16
+steps of a logit, where the A/A copy, the same kernels on the same shapes,
+moves nothing). docs/design.md sections 3.5, 3.6 and 3.7 give the
+measurements behind the numbers.
 """
 
 import math
@@ -238,8 +239,9 @@ def check_usage(outputs: list[tuple[Probe, Output]]) -> GateResult:
 
 def tolerance(base: Output) -> tuple[float, str]:
     """The logprob tolerance of a pair and where it came from."""
-    floor = bounds_for(base.served_dtype).logprob_floor
-    what = f"{base.served_dtype or 'float32 (dtype unknown)'} numerics bound {floor:g} nats"
+    floor = bounds_for(base.served_dtype, base.served_platform).logprob_floor
+    on = f" on {base.served_platform.upper()}" if base.served_platform else ""
+    what = f"{base.served_dtype or 'float32 (dtype unknown)'}{on} numerics bound {floor:g} nats"
     spread = base.aa_logprob_spread
     if spread is None:
         return floor, f"{what} (no A/A copy)"
@@ -275,7 +277,7 @@ def _topk(spec: Output, base: Output, tol: float) -> tuple[float, list[int]]:
 def check_fields(spec: Output, base: Output, probe: Probe) -> GateResult:
     """Compare every field of SPEC's answer with BASE's, one rule per field (`FIELD_RULES`)."""
     tol, tol_why = tolerance(base)
-    fail_nats = bounds_for(base.served_dtype).logprob_fail
+    fail_nats = bounds_for(base.served_dtype, base.served_platform).logprob_fail
     fields: dict[str, str] = {}
     failed: list[str] = []
     warned: list[str] = []

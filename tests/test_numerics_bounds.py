@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from observatory.model.gates import Output, default_registry
-from observatory.model.numerics import BOUNDS, bounds_for, served_dtype
+from observatory.model.numerics import BOUNDS, bounds_for, served_dtype, served_platform
 from observatory.model.probes import Probe
 
 FIELDS = default_registry().get("answer_fields")
@@ -55,3 +55,27 @@ def test_a_bf16_pair_is_judged_by_the_bf16_bounds() -> None:
     assert FIELDS.check(_answer(shift=0.3), bf16, PROBE).verdict == "WARN"
     assert FIELDS.check(_answer(shift=0.6), bf16, PROBE).verdict == "FAIL"
     assert FIELDS.check(_answer(shift=0.3), fp32, PROBE).verdict == "FAIL"
+
+
+def test_a_float32_pair_served_on_cuda_is_judged_by_the_cuda_float32_bounds() -> None:
+    """docs/design.md 3.7: on the H200 in float32 clean spec arms' shared top-k logprobs differ from base's by up
+    to 0.00507 nats (A/A 0): under the CUDA floor 0.02 a PASS; on the CPU (bit-identical there) still a WARN."""
+    clean = _answer(top_shift=0.00507)
+    cuda = _answer(served_dtype="float32", served_platform="cuda")
+    cpu = _answer(served_dtype="float32")
+    r = FIELDS.check(clean, cuda, PROBE)
+    assert r.verdict == "PASS", r.reason
+    assert "float32 on CUDA numerics bound 0.02" in r.details["tolerance_from"]
+    assert FIELDS.check(clean, cpu, PROBE).verdict == "WARN"
+    # negative controls on CUDA: beyond the floor WARN, beyond float32's FAIL bound FAIL
+    assert FIELDS.check(_answer(top_shift=0.03), cuda, PROBE).verdict == "WARN"
+    assert FIELDS.check(_answer(shift=0.3), cuda, PROBE).verdict == "FAIL"
+    # bf16 on CUDA keeps the bf16 bounds; float32 with no platform keeps the CPU's
+    assert bounds_for("bfloat16", "cuda") == BOUNDS["bfloat16"] and bounds_for("float32") == BOUNDS["float32"]
+
+
+def test_the_platform_is_cuda_only_where_the_observatory_gave_the_arm_gpus() -> None:
+    assert served_platform({"gpus": [0], "url": None}) == "cuda"
+    assert served_platform({"gpus": None, "url": None}) is None  # the CPU engine
+    assert served_platform({"gpus": [0], "url": "http://h:8000"}) is None  # a server the observatory did not start
+    assert served_platform(None) is None

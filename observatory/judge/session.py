@@ -53,7 +53,7 @@ from observatory.model.gates import (
     Output,
     registry_for,
 )
-from observatory.model.numerics import served_dtype
+from observatory.model.numerics import served_dtype, served_platform
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, base_arm, by_engine, engine_of, stored_roles
 from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, UNJUDGED
@@ -250,6 +250,7 @@ class _Judge:
         self.rows: list[VerdictRow] = []
         self.aa_spread = self.aa_logprob_spread()
         self.served_dtype = served_dtype((self.base.launch or {}).get("argv") or []) if self.base else None
+        self.served_platform = served_platform(self.base.launch) if self.base else None
 
     def aa_logprob_spread(self) -> float | None:
         """The session's logprob noise floor: the largest logprob difference between base's and its A/A
@@ -386,6 +387,7 @@ class _Judge:
                     reference = self.output_of(self.base, ref) if self.base is not None else to_output(ref)
                     reference.aa_logprob_spread = self.aa_spread
                     reference.served_dtype = self.served_dtype
+                    reference.served_platform = self.served_platform
                     self.rows.append(_row(arm, gate, _safe(gate, self.output_of(arm, stream), reference, probe),
                                           stream, pid))
 

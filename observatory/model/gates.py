@@ -133,6 +133,9 @@ class Output:
     # (`observatory.model.numerics.served_dtype`; None: unknown). The per-field
     # comparison takes its numerics bounds from it (`observatory.model.numerics.bounds_for`).
     served_dtype: str | None = None
+    # ... and the platform it serves on ("cuda", `observatory.model.numerics.served_platform`; None: the CPU or
+    # unknown): float32 rounds differently on CUDA (docs/design.md 3.7).
+    served_platform: str | None = None
     # False where the engine's stream withholds ids by design (llama-server sends no logprobs for tokens
     # accepted from a draft): a streamed answer's ids then fall short of its usage and that says nothing.
     streams_every_id: bool = True
