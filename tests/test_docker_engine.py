@@ -73,8 +73,19 @@ def _gate(tmp: Path, *args: str) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "observatory", "gate", "--image", IMAGE, "--db", str(tmp / "runs.db"),
            "--log-dir", str(tmp / "logs"), "--report", str(tmp / "report"), "--json", str(tmp / "session.json"),
            "--quiet", *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "PYTHONFAULTHANDLER": "1"}  # SIGABRT dumps every thread's stack (`_exit_or_dump`)
     return subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _exit_or_dump(proc: subprocess.Popen[str], timeout_s: float, after: str) -> str:
+    """PROC's output once it exits within TIMEOUT_S; else fail with where each of its threads was stuck."""
+    try:
+        return proc.communicate(timeout=timeout_s)[0]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints the stacks, then the process dies
+        out = proc.communicate(timeout=60)[0]
+        raise AssertionError(f"the gate did not exit within {timeout_s:.0f} s {after}; its stacks:\n{out[-12000:]}") from None
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +191,7 @@ def test_killed_observatory_leaves_no_container(image: str, tmp_path: Path, sig:
         _wait_for(lambda: _running(proc.pid), 300, "the observatory's first container to run")
     finally:
         proc.send_signal(sig)
-    proc.communicate(timeout=120)
+    _exit_or_dump(proc, 120, f"after {sig.name}")  # one CI run timed out here once; this says where, if again
     _wait_for(lambda: not _ours(proc.pid), 30, "the container of the killed observatory to be removed")
 
 
