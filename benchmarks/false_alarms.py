@@ -5,7 +5,7 @@
 Issue 27 item 4 asks for this table over clean nightly sessions (base,base,mtp1,mtp2 on the field model,
 no fault): every non-PASS verdict there is a false alarm, or an engine bug. It reads each session as a user
 does, through ``observatory show --json`` (every non-PASS verdict is in ``verdict.reasons``, with its gate
-and arm), and counts per gate and kind of arm (base, the A/A copy, spec arms). A session with a fault arm
+and arm), and counts per gate and arm role (base, aa_copy, spec: the session's own roles). A session with a fault arm
 (``launch.fault``) or an arm that did not run to its end is not clean: it is listed and left out, not
 counted. ``--known-bug GATE=WHERE`` (or ``GATE:ARM=WHERE``) counts that gate's FAILs apart, as a known
 engine bug whose reproduction WHERE names (docs/engines.md): issue 27 wants those beside the table, not
@@ -42,13 +42,6 @@ def _plain(db: Path, tmp: Path) -> Path:
     return dest
 
 
-def arm_kind(arm: dict[str, Any]) -> str:
-    """base, aa (an A/A copy of base) or spec."""
-    if arm.get("is_spec"):
-        return "spec"
-    return "aa" if arm.get("copy_of") else "base"
-
-
 def not_clean(data: dict[str, Any]) -> str | None:
     """Why a session cannot count as a clean night, or None."""
     for a in data["arms"]:
@@ -69,7 +62,8 @@ def _known(reason: dict[str, Any], known: list[tuple[str, str | None, str]]) -> 
 
 
 def tally(sessions: list[dict[str, Any]], known: list[tuple[str, str | None, str]]) -> dict[str, Any]:
-    """{"sessions", "skipped", "arms": {kind: n}, "gates": {gate: {kind: {level: n}}}, "known": {...}}."""
+    """{"sessions", "skipped", "arms": {role: n}, "gates": {gate: {role: {level: n}}}, "known": {...}}; roles are
+    `show --json`'s (observatory.model.roles: base, aa_copy, spec, ...), "session" for a session-wide reason."""
     gates: dict[str, dict[str, collections.Counter[str]]] = collections.defaultdict(
         lambda: collections.defaultdict(collections.Counter))
     bugs: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
@@ -82,7 +76,7 @@ def tally(sessions: list[dict[str, Any]], known: list[tuple[str, str | None, str
             skipped.append({"session": label, "why": why})
             continue
         counted.append(label)
-        kinds = {a["name"]: arm_kind(a) for a in data["arms"]}
+        kinds = {a["name"]: a.get("role") or "unknown" for a in data["arms"]}  # the session's own roles
         arms.update(kinds.values())
         for r in data["verdict"]["reasons"]:
             if r["level"] not in LEVELS:
@@ -99,7 +93,7 @@ def tally(sessions: list[dict[str, Any]], known: list[tuple[str, str | None, str
 
 
 def markdown(t: dict[str, Any]) -> str:
-    kinds = ("base", "aa", "spec", "session")
+    kinds = ("base", "aa_copy", "spec", "session")
     lines = [f"{len(t['sessions'])} clean session(s); arms: "
              + ", ".join(f"{t['arms'].get(k, 0)} {k}" for k in kinds[:3]), "",
              "| gate | " + " | ".join(f"{k} WARN / FAIL / INVALID" for k in kinds) + " |",

@@ -61,9 +61,9 @@ def test_false_alarms_counts_each_gates_alarms_on_the_clean_arms_of_a_night(caps
     fa.main([str(db), "--json"])
     t = json.loads(capsys.readouterr().out)
     assert t["sessions"] == ["nightly-tiny.db.gz#1"] and t["skipped"] == []
-    assert t["arms"] == {"base": 1, "aa": 1, "spec": 2}
+    assert t["arms"] == {"base": 1, "aa_copy": 1, "spec": 2}
     assert t["gates"]["finish"] == {"spec": {"FAIL": 2}} and t["gates"]["mixed_batch"] == {"spec": {"FAIL": 2}}
-    assert t["gates"]["stream_tokens"] == {"aa": {"WARN": 3}, "spec": {"WARN": 6}}
+    assert t["gates"]["stream_tokens"] == {"aa_copy": {"WARN": 3}, "spec": {"WARN": 6}}
     fa.main([str(db), "--json", "--known-bug", "finish=stop-string ids", "--known-bug", "mixed_batch:mtp2=stop"])
     t = json.loads(capsys.readouterr().out)
     assert "finish" not in t["gates"] and t["known"]["finish (stop-string ids)"] == {"spec": 2}
@@ -75,7 +75,7 @@ def test_false_alarms_counts_each_gates_alarms_on_the_clean_arms_of_a_night(caps
 def test_false_alarms_leaves_out_a_night_that_is_not_clean() -> None:
     """A fault arm, an arm that did not end ok, or an unfinished session: listed, never counted."""
     fa = _load("false_alarms")
-    arm = {"name": "mtp1", "is_spec": True, "status": "ok", "launch": {}}
+    arm = {"name": "mtp1", "role": "spec", "status": "ok", "launch": {}}
     night = {"_db": "n.db", "session": {"id": 1, "status": "complete"}, "arms": [arm],
              "verdict": {"reasons": [{"level": "FAIL", "gate": "token_diff", "arm": "mtp1"}]}}
     assert fa.tally([night], [])["gates"] == {"token_diff": {"spec": {"FAIL": 1}}}

@@ -46,8 +46,9 @@ BOUNDS: dict[str, NumericsBounds] = {
 # (vLLM 0.26.0 on the H200, the bundled tiny model, TP 1 and 2): clean spec arms' shared top-k logprobs differ
 # from base's on identical tokens by up to 0.00507 nats (the 4 committed H200 sessions of examples/h200,
 # h200x2 and h200-nightly: 49 answers of mtp1/mtp2 with logprobs, the same figures in every session:
-# deterministic), the A/A copy by 0; the CPU's 1e-3 (bit-identical there) made 6 of 10 answers a WARN. The floor is 4x the largest measured clean difference (answer_fields' factor on an A/A spread, 0.0203,
-# taken as 0.02); the FAIL bound is float32's.
+# deterministic), the A/A copy by 0; the CPU's 1e-3 (bit-identical there) made 6 of 10 answers a WARN. The
+# floor is 4x the largest measured clean difference (answer_fields' factor on an A/A spread, 0.0203, taken as
+# 0.02); the FAIL bound is float32's.
 PLATFORM_BOUNDS: dict[tuple[str, str], NumericsBounds] = {
     ("float32", "cuda"): NumericsBounds(logprob_floor=0.02, logprob_fail=0.25),
 }
