@@ -183,6 +183,22 @@ def test_divergence_only_under_concurrency_fails(tmp_path: Path) -> None:
     assert "timed at c=4 differs" in html  # the per-level verdict shows in the probe x arm matrix
 
 
+def test_a_timed_output_equal_to_the_arm_own_stream_is_judged_once(tmp_path: Path) -> None:
+    """Issue 27 item 4 (H200 field nights): a spec arm whose output differs from base's (there a bf16 near-tie,
+    a WARN of token_diff) gave the same output timed, and token_diff:c1 FAILed it a second time on every such
+    probe. A timed output equal to the arm's own streamed output is that difference, judged once by
+    token_diff; one that differs from the arm's own stream is still judged (the test above)."""
+    with AnswerStub(lambda r, n: Answer(text="right", token_ids=[5], delay_s=0.05)) as base, \
+            AnswerStub(lambda r, n: Answer(text="other", token_ids=[6], delay_s=0.05)) as spec:
+        code, data, _ = _gate(tmp_path, f"base={base.url},mtp1={spec.url}", "--concurrency", "1")
+    mtp1 = next(a for a in data["arms"] if a["name"] == "mtp1")
+    verdicts = mtp1["results"][0]["verdicts"]
+    assert verdicts["token_diff"]["verdict"] == "FAIL"  # the difference itself, judged by the token diff
+    assert verdicts["token_diff:c1"]["verdict"] == "PASS"
+    assert "equal this arm's streamed output" in verdicts["token_diff:c1"]["reason"]
+    assert code == 1
+
+
 def test_clean_session_passes_and_json_carries_the_verdict(tmp_path: Path) -> None:
     """Issue 13 item 16: show --json carries the verdict at the top level; a clean session is PASS/WARN, exit 0."""
     # An A/A pair: the stub moves no spec counters, so a spec arm on it would be INVALID (not speculating).
