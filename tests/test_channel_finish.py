@@ -163,3 +163,37 @@ def test_the_aa_copy_differing_from_base_is_noise_not_a_fail(store: Store) -> No
     """Channel rules: base against its own copy is the engine's noise: a WARN, never a FAIL."""
     got = _judge(store, ["base", "base#2"], leak_on="base#2")
     assert got["base#2"].verdict == "WARN" and "A/A copy" in got["base#2"].reason
+
+
+def _judge_diverged(store: Store, leak: bool) -> Any:
+    """mtp2's greedy output departs from base's at token 5 (a near-tie the suite's token diff judges), so every
+    request made from it differs too; with LEAK its stop-string answer also shows its own stop string."""
+    probes = finish.plan(SUITE[:1])
+    sid, arms, pids = session(store, probes, ["base", "mtp2"], options={"channels": ["finish"]})
+    other_ids, other_texts = [*IDS[:5], *range(200, 205)], [*TEXTS[:5], *(f" v{i}" for i in range(5))]
+    for name, arm in arms.items():
+        ids0, texts0 = (IDS, TEXTS) if name == "base" else (other_ids, other_texts)
+        for p in probes:
+            params = finish.derive(ids0, texts0, p.meta["variant"]) or {}
+            ids, texts, text, why = _answers(ids0, texts0, params)
+            if leak and name == "mtp2" and p.meta["variant"] == "stop_str":
+                text = "".join(texts)
+            result(store, arm, pids[p.name], "finish", ids, texts, text=text, finish=why)
+    all_arms = store.arms(sid)
+    view = ChannelView(store, sid, "finish", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]),
+                       {pids[p.name]: p for p in probes}, default_registry())
+    return {v.arm_id: v for v in finish.judge(view)}[arms["mtp2"].id]
+
+
+def test_an_arm_whose_own_output_differs_is_not_compared_but_keeps_its_leak_check(store: Store) -> None:
+    """Issue 27 item 4 (H200 field nights): a bf16 near-tie made a spec arm's eos output differ from base's at
+    token 16, and eos, len-1 and len-2 FAILed here although the suite's token diff had judged it a near-tie
+    WARN. Such rows are "not comparable" (no FAIL, no WARN of their own); a stop string in the arm's own text
+    still FAILs."""
+    got = _judge_diverged(store, leak=False)
+    assert got.verdict == "SKIP", got.reason  # nothing left to compare: not measurable, never a FAIL
+    assert all(r["result"].startswith("not comparable") for r in got.details["table"])
+    assert "5 finish requests not comparable" in got.reason
+    store2 = Store(str(Path(store.engine.url.database).with_name("leak.db")))
+    leaked = _judge_diverged(store2, leak=True)
+    assert leaked.verdict == "FAIL" and "past its stop string" in leaked.reason

@@ -128,6 +128,15 @@ def _same(a: ResultRow, b: ResultRow) -> bool:
     return (a.finish_reason, list(a.token_ids or []), a.text or "") == (b.finish_reason, list(b.token_ids or []), b.text or "")
 
 
+def _eos_differs(mine: dict[str, ResultRow], ref: dict[str, ResultRow], probe: Probe) -> bool:
+    """Whether this arm's ``eos`` output of PROBE's suite probe differs from base's in ids (a stop-string
+    request keeps its own leak check). That output is the suite probe as it is, so the difference is the
+    suite's token diff's to judge, with base's margins (a bf16 near-tie there read as a finish FAIL on
+    ``eos``, ``len-1`` and ``len-2`` on every H200 field night, docs/design.md 3.7)."""
+    a, b = mine.get(f"{NAME}:{probe.meta['of']}:eos"), ref.get(f"{NAME}:{probe.meta['of']}:eos")
+    return a is not None and b is not None and list(a.token_ids or []) != list(b.token_ids or [])
+
+
 def _leak(r: ResultRow, params: dict[str, Any] | None) -> str | None:
     """A stop string found in the text of a stop-string request (it must end the text, unseen)."""
     for s in (params or {}).get("stop") or []:
@@ -178,9 +187,14 @@ def judge(view: ChannelView) -> list[VerdictRow]:
                 row["result"] = "not measured" if p_base is None else "missing"
                 if r is None and b is not None and p_mine == p_base:
                     fails.append(f"{name}: no answer where base answered")
-            elif p_mine != p_base:
-                row["result"] = "not comparable: this arm's own output differs (the suite's token diff judges it)"
-                warns.append(f"{name}: not comparable")
+            elif p_mine != p_base or _eos_differs(mine, ref, probe):
+                leak = _leak(r, p_mine)
+                if leak is not None:  # its own stop string in its own text: a FAIL on its own
+                    row["result"] = f"FAIL: output past the stop string {leak[:20]!r}"
+                    fails.append(f"{name}: text runs past its stop string")
+                else:
+                    # the suite's token diff judges that difference (a WARN or FAIL there): not again here
+                    row["result"] = "not comparable: this arm's own output differs (the suite's token diff judges it)"
             else:
                 leak = _leak(r, p_mine)
                 row.update(finish=r.finish_reason, base_finish=b.finish_reason, tokens=len(r.token_ids or []),
@@ -209,11 +223,16 @@ def judge(view: ChannelView) -> list[VerdictRow]:
             rows.append(view.verdict(arm, "WARN", f"{len(warns)} finish request(s) not attributable: {warns[0]}",
                                      details))
         elif not any(row.get("result") == "equal" for row in table):
-            rows.append(view.verdict(arm, "SKIP", "not measurable: no finish request answered on both arms", details))
+            apart = sum(str(row.get("result", "")).startswith("not comparable") for row in table)
+            rows.append(view.verdict(arm, "SKIP", f"not measurable: {apart} finish requests not comparable (this "
+                                     "arm's own output differs: the suite's token diff judges it)" if apart else
+                                     "not measurable: no finish request answered on both arms", details))
         else:
             n = sum(row.get("result") == "equal" for row in table)
-            rows.append(view.verdict(arm, "PASS", f"{n} finish requests equal base's (finish_reason, ids, text)",
-                                     details))
+            apart = sum(str(row.get("result", "")).startswith("not comparable") for row in table)
+            rows.append(view.verdict(arm, "PASS", f"{n} finish requests equal base's (finish_reason, ids, text)"
+                                     + (f"; {apart} not comparable (this arm's own output differs: the suite's "
+                                        "token diff judges it)" if apart else ""), details))
     return rows
 
 
