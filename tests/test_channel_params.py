@@ -77,7 +77,7 @@ def _store(store: Store, arm: Any, pid: int, ans: Answer | str, params: dict[str
         return
     store.add(ResultRow(arm_id=arm.id, probe_id=pid, mode="params", repeat=repeat, ok=True, text=ans["text"],
                         content=ans["text"], token_ids=ans["ids"], token_texts=_texts(ans["ids"]),
-                        finish_reason=ans["finish"], tool_calls=ans["calls"],
+                        finish_reason=ans["finish"], tool_calls=ans["calls"], top_logprobs=ans.get("top"),
                         usage={"params_sent": params, "params_facts": ans["facts"]}))
 
 
@@ -313,3 +313,35 @@ def test_the_faults_patch_only_the_rejection_sampler_draft_path() -> None:
         field_params.patch_v1_sampler(module, frozenset(field_params.FAULTS))  # type: ignore[arg-type]
     assert Sampler.apply_penalties(5, None, None, None, None) == 5
     assert module.apply_bad_words_with_drafts([], {}, [], []) is None
+
+
+def _penalty_tie(spec_token: int, base_margin: float) -> Twist:
+    """Base and mtp2 part at token 9 of the repetition_penalty cases: base keeps REF's id 22 ("4"), mtp2 emits
+    SPEC_TOKEN; base's raw top logprobs there rank 22 BASE_MARGIN above it, both below a penalised id 14."""
+    def twist(arm: str, p: Probe, params: dict[str, Any], ans: Answer, i: int) -> Answer | None:
+        if p.meta["param"] != "repetition_penalty" or p.meta.get("sampled") or "prose" in p.meta["label"]:
+            return None
+        if arm == "mtp2":
+            ans["ids"] = REF[:9] + [spec_token] + REF[10:]
+        ans["top"] = [[[i, -0.5]] for i in ans["ids"]]
+        if arm == "base":
+            ans["top"][9] = [[14, -1.0], [22, -2.84], [spec_token, -2.84 - base_margin]]
+        return ans
+    return twist
+
+
+def test_a_near_tie_the_penalty_did_not_touch_is_a_warn(store: Store) -> None:
+    """Issue 27 item 4 (H200 field nights, vLLM 0.26 bf16): under repetition_penalty the arms parted between two
+    tokens neither seen before (raw logprobs -2.843 and -2.875 on base, a tie on the spec arms), and params
+    FAILed both MTP arms on 3 of 3 nights. The raw margin is the chosen one when the penalty touched neither
+    token: token_diff's near-tie rule applies. Negative controls: a wide margin, or a token already emitted
+    (the penalty moved it, so the raw margin says nothing), stay FAIL."""
+    got = judge(store, ["base", "mtp2"], _penalty_tie(500, 0.031))["mtp2"]["params:repetition_penalty"]
+    assert got.verdict == "WARN", got.reason
+    assert "a near-tie the penalty did not touch" in got.reason
+
+
+@pytest.mark.parametrize(("token", "margin"), [(500, 0.5), (223, 0.031)], ids=["wide-margin", "seen-token"])
+def test_a_penalty_divergence_that_is_no_untouched_tie_fails(store: Store, token: int, margin: float) -> None:
+    got = judge(store, ["base", "mtp2"], _penalty_tie(token, margin))["mtp2"]["params:repetition_penalty"]
+    assert got.verdict == "FAIL", got.reason

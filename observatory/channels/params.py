@@ -106,6 +106,10 @@ CLIENT_FIELDS = frozenset({"messages", "model", "max_tokens", "temperature", "se
 # Parameters that change the logits the engine chooses from (not the logprobs it returns)
 _PROCESSED = frozenset({"repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "bad_words",
                         "allowed_token_ids", "min_tokens", "response_format", "structured_outputs", "tool_choice"})
+# Of those, the penalties that move only the logits of tokens already seen (repetition_penalty: in the prompt
+# or the output; frequency and presence: in the output): where neither token at a divergence was seen, the
+# penalty left both alone and base's raw margin between them is the margin it chose from (`_untouched_tie`)
+_SEEN_ONLY = frozenset({"repetition_penalty", "frequency_penalty", "presence_penalty"})
 _RANK = {"SKIP": 0, "PASS": 1, "WARN": 2, "INVALID": 3, "FAIL": 4}
 
 
@@ -570,6 +574,38 @@ def _self_checks(probe: Probe, rs: list[ResultRow], ref: ResultRow | None) -> li
     return bad
 
 
+def _untouched_tie(view: ChannelView, probe: Probe, here: ResultRow, base: ResultRow) -> str | None:
+    """Why a divergence under a seen-token penalty is a plausible near-tie, or None.
+
+    vLLM returns raw logprobs, so under a penalty base's margin at a divergence
+    does not describe what it chose from, unless the penalty touched neither
+    token: both unseen in the output before the divergence (the two share it)
+    and neither token's text found in the prompt. Then the raw margin between
+    them is the chosen one, and token_diff's near-tie bound applies. Seen on the
+    H200 (vLLM 0.26, bf16): ``repetition_penalty`` on "Count from 1 to 12."
+    diverged at token 8 between ids 41 and 40, raw logprobs -2.843 and -2.875
+    on base, an exact tie on the spec arms, on 3 of 3 nights (docs/design.md 3.7).
+    """
+    sent = set(_sent(base))
+    if not sent & _SEEN_ONLY or (sent & _PROCESSED) - _SEEN_ONLY:
+        return None
+    ib, ih = list(base.token_ids or []), list(here.token_ids or [])
+    k = next((i for i, (x, y) in enumerate(zip(ib, ih)) if x != y), None)
+    tb, th = list(base.token_texts or []), list(here.token_texts or [])
+    if k is None or len(tb) != len(ib) or len(th) != len(ih):
+        return None
+    prompt = json.dumps([probe.prompt, probe.messages], ensure_ascii=False)
+    for tok, text in ((ib[k], tb[k]), (ih[k], th[k])):
+        if tok in ib[:k] or not text.strip() or text.strip() in prompt:
+            return None
+    _, d = diff(view, here, base)
+    margin, bound = d.get("margin"), d.get("near_tie_nats")
+    if margin is None or bound is None or d.get("margin_is_lower_bound") or abs(margin) > bound:
+        return None
+    return (f"a near-tie the penalty did not touch (ids {ib[k]} and {ih[k]} unseen before token {k}; base's "
+            f"margin between them {abs(margin):.3f} <= {bound} nats, token_diff's rule)")
+
+
 def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: ArmRow, is_base: bool,
                 aa: list[_Arm]) -> _Finding:
     """One case on one arm."""
@@ -622,6 +658,9 @@ def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: Ar
         verdict, _ = diff(view, h[0], b[0])
         if verdict == "WARN":
             return _Finding("WARN", f"{why}: a near-tie in base's logprobs there (token_diff's rule)", name)
+    tie = _untouched_tie(view, probe, h[0], b[0])
+    if tie is not None:
+        return _Finding("WARN", f"{why}: {tie}", name)
     if any(a.cases.get(name) and a.cases[name][0].ok and same_output(b[0], a.cases[name][0]) for a in aa):
         return _Finding("WARN", f"{why}; an A/A copy differs from base too: not attributable", name)
     return _Finding("FAIL", why, name)
