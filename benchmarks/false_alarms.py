@@ -1,13 +1,14 @@
 """The gates' false-alarm rate over clean sessions: each gate's WARN, FAIL and INVALID count on clean arms.
 
-    python benchmarks/false_alarms.py night1.db night2.db.gz ... [--known-bug GATE[:ARM]=WHERE ...] [--json]
+    python benchmarks/false_alarms.py night1.db night2.db.gz ... [--known-bug GATE[@ARM]=WHERE ...] [--json]
 
 Issue 27 item 4 asks for this table over clean nightly sessions (base,base,mtp1,mtp2 on the field model,
 no fault): every non-PASS verdict there is a false alarm, or an engine bug. It reads each session as a user
 does, through ``observatory show --json`` (every non-PASS verdict is in ``verdict.reasons``, with its gate
 and arm), and counts per gate and arm role (base, aa_copy, spec: the session's own roles). A session with a fault arm
 (``launch.fault``) or an arm that did not run to its end is not clean: it is listed and left out, not
-counted. ``--known-bug GATE=WHERE`` (or ``GATE:ARM=WHERE``) counts that gate's FAILs apart, as a known
+counted. ``--known-bug GATE=WHERE`` (or ``GATE@ARM=WHERE``: gate names hold colons, ``params:top_k``)
+counts that gate's FAILs apart, as a known
 engine bug whose reproduction WHERE names (docs/engines.md): issue 27 wants those beside the table, not
 in it. Databases may be gzipped (``.db.gz``, as examples/ keeps them).
 """
@@ -114,8 +115,8 @@ def markdown(t: dict[str, Any]) -> str:
 def _known_arg(text: str) -> tuple[str, str | None, str]:
     key, sep, where = text.partition("=")
     if not sep or not key or not where:
-        raise argparse.ArgumentTypeError(f"--known-bug {text!r}: expected GATE=WHERE or GATE:ARM=WHERE")
-    gate, _, arm = key.partition(":")
+        raise argparse.ArgumentTypeError(f"--known-bug {text!r}: expected GATE=WHERE or GATE@ARM=WHERE")
+    gate, _, arm = key.partition("@")
     return gate, arm or None, where
 
 
