@@ -594,7 +594,9 @@ def _untouched_tie(view: ChannelView, probe: Probe, here: ResultRow, base: Resul
     tb, th = list(base.token_texts or []), list(here.token_texts or [])
     if k is None or len(tb) != len(ib) or len(th) != len(ih):
         return None
-    prompt = json.dumps([probe.prompt, probe.messages], ensure_ascii=False)
+    # the prompt as the chat template sends it, roughly: the messages and ChatML's own markup (a conservative
+    # superset: a token whose text shows here may have been penalised, so it is never called untouched)
+    prompt = json.dumps([probe.prompt, probe.messages], ensure_ascii=False) + "<|im_start|>system user assistant\n"
     for tok, text in ((ib[k], tb[k]), (ih[k], th[k])):
         if tok in ib[:k] or not text.strip() or text.strip() in prompt:
             return None
