@@ -41,6 +41,7 @@ VARIANTS = ("eos", "len-1", "len-2", "stop_str", "stop_id")
 STOP_STR_AT = 0.6
 STOP_ID_AT = 0.4
 MIN_TOKENS = 4  # an eos output shorter than this leaves no room inside it
+NOT_COMPARABLE = "not comparable: this arm's own output differs (the suite's token diff judges it)"
 
 
 def _pick(suite: list[Probe]) -> list[Probe]:
@@ -134,7 +135,7 @@ def _eos_differs(mine: dict[str, ResultRow], ref: dict[str, ResultRow], probe: P
     suite's token diff's to judge, with base's margins (a bf16 near-tie there read as a finish FAIL on
     ``eos``, ``len-1`` and ``len-2`` on every H200 field night, docs/design.md 3.7)."""
     a, b = mine.get(f"{NAME}:{probe.meta['of']}:eos"), ref.get(f"{NAME}:{probe.meta['of']}:eos")
-    return a is not None and b is not None and list(a.token_ids or []) != list(b.token_ids or [])
+    return a is not None and b is not None and _diff_at(a, b) is not None
 
 
 def _leak(r: ResultRow, params: dict[str, Any] | None) -> str | None:
@@ -194,7 +195,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
                     fails.append(f"{name}: text runs past its stop string")
                 else:
                     # the suite's token diff judges that difference (a WARN or FAIL there): not again here
-                    row["result"] = "not comparable: this arm's own output differs (the suite's token diff judges it)"
+                    row["result"] = NOT_COMPARABLE
             else:
                 leak = _leak(r, p_mine)
                 row.update(finish=r.finish_reason, base_finish=b.finish_reason, tokens=len(r.token_ids or []),
@@ -214,6 +215,9 @@ def judge(view: ChannelView) -> list[VerdictRow]:
                     (warns if noisy else fails).append(f"{name}: {diff}")
             table.append(row)
         details = {"table": table}
+        apart = sum(row.get("result") == NOT_COMPARABLE for row in table)
+        why_apart = (f"{apart} finish requests not comparable (this arm's own output differs: the suite's token "
+                     "diff judges it)")
         if fails and view.role(arm) == AA_COPY:  # base against itself: the noise, never a FAIL
             warns, fails = [f"{f} (A/A copy: the engine's own non-determinism)" for f in fails] + warns, []
         if fails:
@@ -223,16 +227,12 @@ def judge(view: ChannelView) -> list[VerdictRow]:
             rows.append(view.verdict(arm, "WARN", f"{len(warns)} finish request(s) not attributable: {warns[0]}",
                                      details))
         elif not any(row.get("result") == "equal" for row in table):
-            apart = sum(str(row.get("result", "")).startswith("not comparable") for row in table)
-            rows.append(view.verdict(arm, "SKIP", f"not measurable: {apart} finish requests not comparable (this "
-                                     "arm's own output differs: the suite's token diff judges it)" if apart else
+            rows.append(view.verdict(arm, "SKIP", f"not measurable: {why_apart}" if apart else
                                      "not measurable: no finish request answered on both arms", details))
         else:
             n = sum(row.get("result") == "equal" for row in table)
-            apart = sum(str(row.get("result", "")).startswith("not comparable") for row in table)
             rows.append(view.verdict(arm, "PASS", f"{n} finish requests equal base's (finish_reason, ids, text)"
-                                     + (f"; {apart} not comparable (this arm's own output differs: the suite's "
-                                        "token diff judges it)" if apart else ""), details))
+                                     + (f"; {why_apart}" if apart else ""), details))
     return rows
 
 

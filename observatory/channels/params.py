@@ -589,22 +589,19 @@ def _untouched_tie(view: ChannelView, probe: Probe, here: ResultRow, base: Resul
     sent = set(_sent(base))
     if not sent & _SEEN_ONLY or (sent & _PROCESSED) - _SEEN_ONLY:
         return None
-    ib, ih = list(base.token_ids or []), list(here.token_ids or [])
-    k = next((i for i, (x, y) in enumerate(zip(ib, ih)) if x != y), None)
-    tb, th = list(base.token_texts or []), list(here.token_texts or [])
-    if k is None or len(tb) != len(ib) or len(th) != len(ih):
+    _, d = diff(view, here, base)  # token_diff's first divergence and base's raw margin there
+    k, margin, bound = d.get("position"), d.get("margin"), d.get("near_tie_nats")
+    ib, tb, th = list(base.token_ids or []), list(base.token_texts or []), list(here.token_texts or [])
+    if (k is None or "spec_token_id" not in d or margin is None or bound is None or d.get("margin_is_lower_bound")
+            or abs(margin) > bound or len(tb) != len(ib) or len(th) != len(here.token_ids or [])):
         return None
     # the prompt as the chat template sends it, roughly: the messages and ChatML's own markup (a conservative
     # superset: a token whose text shows here may have been penalised, so it is never called untouched)
     prompt = json.dumps([probe.prompt, probe.messages], ensure_ascii=False) + "<|im_start|>system user assistant\n"
-    for tok, text in ((ib[k], tb[k]), (ih[k], th[k])):
+    for tok, text in ((d["base_token_id"], tb[k]), (d["spec_token_id"], th[k])):
         if tok in ib[:k] or not text.strip() or text.strip() in prompt:
             return None
-    _, d = diff(view, here, base)
-    margin, bound = d.get("margin"), d.get("near_tie_nats")
-    if margin is None or bound is None or d.get("margin_is_lower_bound") or abs(margin) > bound:
-        return None
-    return (f"a near-tie the penalty did not touch (ids {ib[k]} and {ih[k]} unseen before token {k}; base's "
+    return (f"a near-tie the penalty did not touch (ids {ib[k]} and {d['spec_token_id']} unseen before token {k}; base's "
             f"margin between them {abs(margin):.3f} <= {bound} nats, token_diff's rule)")
 
 

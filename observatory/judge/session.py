@@ -263,6 +263,10 @@ class _Judge:
                    and (d := logprob_spread(r, ref)) is not None]
         return max(spreads) if spreads else None
 
+    def is_base_config(self, arm: ArmRow) -> bool:
+        """Base or its A/A copy: an arm whose differences from itself are the engine's own noise."""
+        return arm is self.base or self.roles.get(arm.name) == AA_COPY
+
     def base_result(self, pid: int) -> ResultRow | None:
         """Base's usable streamed result for a probe, if any."""
         if self.base is None:
@@ -440,7 +444,7 @@ class _Judge:
                         self.rows.append(row)
                     elif stream is not None and stream.ok and other is not stream:
                         res = text_divergence(other, stream, "the streamed output")
-                        if res.verdict == FAIL and (arm is self.base or self.roles.get(arm.name) == AA_COPY):
+                        if res.verdict == FAIL and self.is_base_config(arm):
                             # a base arm against itself with no ids to read a margin from: the engine's own
                             # noise (on the H200 field nights, a bf16 near-tie inside a tool call whose
                             # streamed ids vLLM withheld), as stream_text_rows rules
@@ -480,7 +484,7 @@ class _Judge:
                 ref = base_stream.get(pid)
                 ref_clean = (ref is not None and ref.ok and stream_text_unmeasurable(ref) is None
                              and stream_text_mismatch(ref) is None)
-                if is_base or self.roles.get(arm.name) == AA_COPY:
+                if self.is_base_config(arm):
                     verdict, why = WARN, "a base arm: the reference's own stream"
                 elif ref_clean:
                     verdict, why = FAIL, "base's stream of this probe matches its ids"
@@ -578,8 +582,8 @@ class _Judge:
         parted: list[str] = []
         for group in groups:
             for name in group.get("probes") or []:
-                pid, ref = by_name.get(name), self.base_result(by_name.get(name, -1))
-                r = mine.get(pid) if pid is not None else None
+                pid = by_name.get(name)
+                r, ref = (mine.get(pid), self.base_result(pid)) if pid is not None else (None, None)
                 if r is None or ref is None:
                     return None
                 if comparable_text(r) == comparable_text(ref):
