@@ -3,7 +3,7 @@
 # examples/h200/README.md) so that it travels beside this checkout and the observatory's own
 # wheels (.whl) under the 64 MiB a device call carries.
 #   usage: bash examples/gpu/trim-bundle.sh .gpu
-# What goes (measured 2026-12-02: 41.6 MB -> 38.2 MB):
+# What goes (measured 2026-12-02: 42.4 MB -> 38.0 MB, du -sb of the folder):
 #   - the llguidance wheel (3.1 MB): guided decoding by llguidance is then unavailable (xgrammar, the
 #     default backend, stays); vLLM's backend_guidance.py evaluates llguidance annotations at import,
 #     so the bundle's copy gets `from __future__ import annotations` (quoting two of them is not
