@@ -104,6 +104,7 @@ from observatory.faults import (
     field_sdk,
     field_seeds,
     field_semantics,
+    field_speed,
     field_state,
     transforms,
 )
@@ -129,6 +130,7 @@ def _patch_v1_sampler(module: ModuleType, faults: frozenset[str]) -> None:
     field_seeds.patch_v1_sampler(module, faults)  # seed_ignored, logprob_row
     if faults & field_params.FAULTS.keys():
         field_params.patch_v1_sampler(module, faults)
+    field_speed.patch_v1(module, faults)  # slow_step
     if "accept_all" not in faults:
         return
     orig = module.rejection_sample
@@ -153,6 +155,9 @@ def _patch_v1_sampler(module: ModuleType, faults: frozenset[str]) -> None:
 
 
 def _patch_v2_sampler(module: ModuleType, faults: frozenset[str]) -> None:
+    field_speed.patch_v2(module, faults)  # slow_step
+    if "accept_all" not in faults:
+        return
     orig = module.rejection_sample
     if getattr(orig, _MARK, False):
         return
@@ -288,9 +293,9 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
 
 # module -> (faults it serves, patch function)
 TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], None]]] = {
-    V1_SAMPLER: (frozenset({"accept_all", "biased_accept", "seed_ignored", "logprob_row", *field_params.FAULTS}),
-                 _patch_v1_sampler),
-    V2_SAMPLER: (frozenset({"accept_all"}), _patch_v2_sampler),
+    V1_SAMPLER: (frozenset({"accept_all", "biased_accept", "seed_ignored", "logprob_row", *field_params.FAULTS,
+                            *field_speed.FAULTS}), _patch_v1_sampler),
+    V2_SAMPLER: (frozenset({"accept_all", *field_speed.FAULTS}), _patch_v2_sampler),
     SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL, *field_state.FIELD_FAULTS}),
                 _patch_scheduler),
     **field_semantics.TARGETS,  # issue 15: stops, streams, drafts, counters
