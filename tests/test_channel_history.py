@@ -230,3 +230,16 @@ def test_nights_whose_session_failed_are_kept_out(store: Store) -> None:
     got = _tonight(store, 0.61)
     assert got["verdict"] == "PASS" and "kept out: 4 (session verdict FAIL), 5 (session verdict INVALID)" in \
         got["reason"], got["reason"]
+
+
+def test_s_floor_is_the_sessions_own_noise_where_measured():
+    """A 5% fixed floor hides a 5% slower spec step (S -4.8%); a session that measured its S to +-1% can tell."""
+    from observatory.channels.history import _own_s_noise, s_floor
+
+    assert s_floor(1.5, 0.015) == 0.015
+    assert s_floor(1.5, 0.0) == pytest.approx(0.075)  # nothing measured: 5% of the median
+    paired = {"vs_base": {"design": "paired", "ci": [1.2, 1.8], "ci_suite": [1.49, 1.51]},
+              "noise_floor": {"throughput_spread": 0.2}}
+    assert _own_s_noise(paired) == pytest.approx(0.01)  # the drift the A/A spread measures is paired away
+    blocks = {"vs_base": {"ci": [1.4, 1.6]}, "noise_floor": {"throughput_spread": 0.2}}
+    assert _own_s_noise(blocks) == pytest.approx(0.2)

@@ -120,3 +120,22 @@ def test_paired_session_on_the_cpu_engine(tmp_path: Path) -> None:
     assert "(paired, 95% CI" in r.output  # the closing headline says how S was timed
     for pid in (base["launch"].get("pid"), mtp1["launch"].get("pid")):
         assert pid is None or not psutil.pid_exists(pid), "an engine outlived the session"
+
+
+def test_suite_interval_holds_timing_noise_not_the_spread_between_probes():
+    """Two probes with very different S (code vs prose), each timed twice alike: the pair bootstrap is wide
+    (it draws other mixes of probes), the within-probe interval is tight (the same probes every night)."""
+    from observatory.judge.paired import paired_ratio, suite_interval
+
+    rows, probes = [], []
+    for probe, spec_s in ((1, 0.5), (2, 1.0)):  # 100 tokens; base 1.0 s: S 2.0 and 1.0
+        for jitter in (0.99, 1.01):
+            rows.append([100.0, spec_s * jitter, 100.0, 1.0])
+            probes.append(probe)
+    S, ci = paired_ratio(rows)
+    tight = suite_interval(rows, probes)
+    assert S == pytest.approx(200 / 1.5 / 100)
+    assert ci is not None and tight is not None
+    assert ci[1] - ci[0] > 0.5 and tight[1] - tight[0] < 0.05
+    assert tight[0] <= S <= tight[1]
+    assert suite_interval(rows[::2], probes[::2]) is None  # one timing per probe: nothing to resample

@@ -16,6 +16,15 @@ bootstrap that resamples *pairs*: each draw keeps a spec request with the base
 request it was timed beside, so the shared drift stays inside each draw
 instead of widening the interval. Pairs whose either side failed or reported
 no tokens are left out and counted.
+
+That interval answers "what S would other prompts like these see": it holds
+the spread between probes (code accepts more drafts than prose), which on a
+dedicated GPU is most of its width. Night against night the probes are the
+same (channel history compares sessions of one suite), so what can move S
+there is only the timing of the same requests: ``ci_suite`` resamples each
+probe's own pairs (its repeats) and keeps every probe in every draw, a
+bootstrap stratified by probe. It needs at least two repeats of some probe
+(else None), and is what history takes as the session's own S noise.
 """
 
 from __future__ import annotations
@@ -49,12 +58,14 @@ def pairs(spec_timed: list[ResultRow], paired_base: list[ResultRow],
     skip = set(left_out)
     paired_base = [b for b in paired_base if (b.probe_id, b.repeat) not in skip]
     out: list[list[float]] = []
+    probes: list[int] = []
     for b in paired_base:
         s = mine.get((b.probe_id, b.repeat))
         ss, bs = (_sample(s) if s is not None else None), _sample(b)
         if ss is not None and bs is not None:
             out.append([ss[0], ss[1], bs[0], bs[1]])
-    return {"pairs": out, "incomplete": len(paired_base) - len(out)}
+            probes.append(int(b.probe_id))
+    return {"pairs": out, "probes": probes, "incomplete": len(paired_base) - len(out)}
 
 
 def paired_ratio(rows: list[list[float]], seed: int = 0) -> tuple[float | None, list[float] | None]:
@@ -73,13 +84,33 @@ def paired_ratio(rows: list[list[float]], seed: int = 0) -> tuple[float | None, 
     return S, [float(np.percentile(ratio, 2.5)), float(np.percentile(ratio, 97.5))]
 
 
+def suite_interval(rows: list[list[float]], probes: list[int], seed: int = 0) -> list[float] | None:
+    """95% interval of the paired S on this suite: a bootstrap stratified by probe (each draw resamples every
+    probe's own pairs, so every probe is in every draw); None without a probe timed at least twice."""
+    if not rows or len(probes) != len(rows):
+        return None
+    a = np.asarray(rows, dtype=float)
+    groups: dict[int, list[int]] = {}
+    for i, p in enumerate(probes):
+        groups.setdefault(p, []).append(i)
+    if max(len(g) for g in groups.values()) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    cols = [np.asarray(g)[rng.integers(0, len(g), size=(BOOTSTRAP_SAMPLES, len(g)))] for g in groups.values()]
+    d = a[np.concatenate(cols, axis=1)]  # draws x pairs x 4, every probe's count of pairs kept
+    ratio = (d[..., 0].sum(1) / d[..., 1].sum(1)) / (d[..., 2].sum(1) / d[..., 3].sum(1))
+    return [float(np.percentile(ratio, 2.5)), float(np.percentile(ratio, 97.5))]
+
+
 def paired_vs_base(paired: dict[str, Any]) -> dict[str, Any]:
-    """The paired S fields of vs_base: S, ci, and the pairs' count and side rates."""
+    """The paired S fields of vs_base: S, ci (pairs resampled), ci_suite (within probes), the pairs' count and
+    side rates."""
     rows = paired["pairs"]
     S, ci = paired_ratio(rows)
     a = np.asarray(rows, dtype=float) if rows else None
     return {
-        "S": S, "ci": ci, "design": "paired", "pairs": len(rows), "incomplete_pairs": paired["incomplete"],
+        "S": S, "ci": ci, "ci_suite": suite_interval(rows, paired.get("probes") or []),
+        "design": "paired", "pairs": len(rows), "incomplete_pairs": paired["incomplete"],
         "paired_tok_s": None if a is None else {"arm": float(a[:, 0].sum() / a[:, 1].sum()),
                                                 "base": float(a[:, 2].sum() / a[:, 3].sum())},
     }
