@@ -14,6 +14,7 @@ ENV_VARS = {
     "OBSERVATORY_LLAMA_SERVER": "llama-server binary for llama.cpp arms (default: scripts/build-llama.sh's)",
     "OBSERVATORY_LLAMA_CACHE": "where scripts/build-llama.sh builds llama.cpp (default: ~/.cache/observatory)",
     "OBSERVATORY_FAULT": "set in an engine's environment (by selftest's +fault=F arms): the faults it injects",
+    "OBSERVATORY_SLOW_STEP_FRACTION": "set in an engine's environment: how much slower the slow_step fault makes each spec step (default 0.05)",
     "OBSERVATORY_REPAIR": "set in an engine's environment (an arms file's env): the engine repair it applies",
     "OBSERVATORY_SQLITE_BUSY_MS": "how long SQLite waits for another writer's lock, in ms (default 30000)",
     "OBSERVATORY_RAISE_ERRORS": "any value: an internal error shows its traceback instead of one line",
