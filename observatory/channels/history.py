@@ -36,7 +36,7 @@ from typing import Any
 
 from observatory.channels import Channel
 from observatory.channels.view import ChannelView
-from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash
+from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash, summary_model
 from observatory.model.probes import Probe
 from observatory.store.db import ArmRow, VerdictRow
 from observatory.store.summaries import earlier_trusted
@@ -140,7 +140,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
     for arm in view.arms:
         if not (arm.launch or {}).get("speculative_config") or arm.status != "ok":
             continue
-        earlier, kept_out = _earlier(view, arm, session.model, suite)
+        earlier, kept_out = _earlier(view, arm, summary_model(arm.model, session.model), suite)
         out = [{"session_id": x["session_id"], "why": x["kept_out"]} for x in kept_out]
         if len(earlier) < MIN_NIGHTS:
             rows.append(view.verdict(arm, "SKIP", f"not measurable: {len(earlier)} earlier sessions "

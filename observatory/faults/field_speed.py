@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -133,13 +134,32 @@ def _delayer(on_cuda: bool) -> Callable[[float], None]:
     return lambda s: _sleep(s) if s > 0 else None
 
 
+def _capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and bool(torch.cuda.is_current_stream_capturing())
+
+
+def _announce(state: SlowStep) -> None:
+    """One line in the engine's log when the delay is set: what the fault does to this engine."""
+    median = statistics.median(state.intervals)
+    print(f"observatory fault slow_step: spec step median {median * 1e3:.3f} ms over {len(state.intervals)} "
+          f"intervals; each spec step now delayed {state.delay_s * 1e3 if state.delay_s else 0:.3f} ms "
+          f"({state.fraction:g} of it)", file=sys.stderr, flush=True)
+
+
 def _wrap(orig: Callable[..., Any], on_cuda: bool) -> Callable[..., Any]:
     state = SlowStep(fraction_from_env(), CALIBRATION_STEPS)
     delay = _delayer(on_cuda)
 
     @functools.wraps(orig)
     def slowed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        delay(state.observe(_clock()))
+        # calls being captured into a CUDA graph (start-up) are neither timed nor delayed
+        if not (on_cuda and _capturing()):
+            calibrating = state.delay_s is None
+            delay(state.observe(_clock()))
+            if calibrating and state.delay_s is not None:
+                _announce(state)
         return orig(self, *args, **kwargs)
 
     setattr(slowed, _MARK, True)

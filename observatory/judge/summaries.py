@@ -35,6 +35,13 @@ ASSUMED_WHILE_RUNNING = "complete"
 DEFAULT_ACCEPTANCE_TOLERANCE = 0.05
 
 
+def summary_model(arm_model: str | None, session_model: str | None) -> str | None:
+    """The model an arm's summary is filed under: the one its server served (a URL arm's own), else the
+    session's --model. History never draws one trend across two models that one session model string hid
+    (issue 32 item 7), and it looks the nights up by this same key (observatory.channels.history)."""
+    return arm_model or session_model
+
+
 def suite_hash(hashes: Iterable[str]) -> str:
     """A hash of a session's probe content HASHES (same probes, same hash)."""
     joined = ",".join(sorted(hashes))
@@ -65,9 +72,7 @@ def arm_summaries(data: SessionView) -> list[dict[str, Any]]:
         ci = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else None
         cells = [r.verdict for r in a.results if r.verdict]
         out.append({
-            # the model the arm's server served (a URL arm's own), else the session's --model: history never
-            # draws one trend across two models that one session model string hid (issue 32 item 7)
-            "position": a.position, "arm": a.name, "model": a.model or s.model,
+            "position": a.position, "arm": a.name, "model": summary_model(a.model, s.model),
             "engine_version": a.engine_version, "image": s.image, "suite_hash": suite,
             "status": a.status, "validity": codes,
             "trusted": a.status == "ok" and not any(c in INVALID_CODES for c in codes),
