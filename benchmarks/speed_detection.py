@@ -1,0 +1,154 @@
+"""Does the history channel catch a 5% slower spec step, and leave a clean one alone? (issue 29 item 5)
+
+Servers stay up across sessions (started by the caller, e.g.
+examples/gpu/run_speed_h200.sh): BASE, CLEAN (a spec arm) and FAULTED (the
+same spec arm launched with ``OBSERVATORY_FAULT=slow_step``: every spec step
+delayed by OBSERVATORY_SLOW_STEP_FRACTION of its own median time,
+observatory/faults/field_speed.py). Each session is
+
+    observatory compare --arms base=BASE,ARM=CLEAN|FAULTED --timing paired --no-diffs
+                        --channels history --repeat R --suite SUITE --db DB
+
+in one database, so the spec arm has the same name every night and the fault
+is hidden from the observatory (the served config is the same). The schedule
+is a string of ``c`` (clean) and ``f`` (faulted); the first MIN_NIGHTS
+sessions must be clean (the history's baseline). Per session one JSON line is
+appended to OUT/results.jsonl as it ends: the spec arm's S, its intervals
+(ci: over probes; ci_suite: on this suite), tau, and the history verdict with
+its details. ``count`` reads those lines back and prints the detection table.
+
+    python benchmarks/speed_detection.py run --base URL --clean URL --faulted URL --arm mtp2 \\
+        --model /tmp/scaled --suite probes/field.toml --schedule cccfcfcfcf --db D --out OUT --deadline-s 500
+    python benchmarks/speed_detection.py count OUT/results.jsonl [...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+MIN_NIGHTS = 3  # observatory.channels.history.MIN_NIGHTS: fewer earlier sessions and the verdict is SKIP
+
+
+def history_verdict(arm: dict[str, Any]) -> dict[str, Any] | None:
+    """The arm's history channel verdict from `show --json` (None: the channel did not judge the arm)."""
+    for gate, v in (arm.get("channel_verdicts") or {}).items():
+        if gate.split(":", 1)[0] == "history":
+            return {"gate": gate, **v}
+    return None
+
+
+def one_session(args: argparse.Namespace, i: int, kind: str) -> dict[str, Any]:
+    """Run session I (KIND "c" or "f") and return its line."""
+    url = args.clean if kind == "c" else args.faulted
+    argv = [sys.executable, "-m", "observatory", "compare", "--arms", f"base={args.base},{args.arm}={url}",
+            "--timing", "paired", "--no-diffs", "--channels", "history", "--repeat", str(args.repeat),
+            "--model", args.model, "--suite", args.suite, "--db", args.db, "--log-dir", str(args.out / "logs"),
+            "--quiet", *args.extra]
+    t0 = time.monotonic()
+    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    row: dict[str, Any] = {"session": i, "kind": "faulted" if kind == "f" else "clean", "rc": r.returncode,
+                           "wall_s": round(time.monotonic() - t0, 1)}
+    shown = subprocess.run([sys.executable, "-m", "observatory", "show", "--db", args.db, "--json"], cwd=REPO,
+                           capture_output=True, text=True, check=False)
+    try:
+        data = json.loads(shown.stdout)
+    except json.JSONDecodeError:
+        row["error"] = (r.stdout + r.stderr + shown.stderr)[-800:]
+        return row
+    row["id"] = data.get("id")
+    row["verdict"] = data.get("verdict")
+    for a in data.get("arms", []):
+        if a.get("name") != args.arm:
+            continue
+        vb = a.get("vs_base") or {}
+        row.update({k: vb.get(k) for k in ("S", "ci", "ci_suite", "design", "r", "c")})
+        row["tau"] = (a.get("acceptance") or {}).get("tau")
+        row["tok_s"] = (a.get("speed") or {}).get("single_stream_tok_s")
+        row["history"] = history_verdict(a)
+    if "history" not in row:
+        row["error"] = f"no arm {args.arm!r} in the session; stderr: {r.stderr[-500:]}"
+    return row
+
+
+def run(args: argparse.Namespace) -> None:
+    if set(args.schedule) - {"c", "f"} or "f" in args.schedule[:MIN_NIGHTS]:
+        sys.exit(f"--schedule is a string of c and f whose first {MIN_NIGHTS} are c (the baseline), "
+                 f"got {args.schedule!r}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    done = 0
+    results = args.out / "results.jsonl"
+    if results.exists():  # resumed in a later call: continue the schedule
+        done = sum(1 for line in results.read_text().splitlines() if line.strip())
+    t0 = time.monotonic()
+    for i, kind in enumerate(args.schedule):
+        if i < done:
+            continue
+        if time.monotonic() - t0 > args.deadline_s:
+            print(f"deadline: {i} of {len(args.schedule)} sessions done", flush=True)
+            return
+        row = one_session(args, i, kind)
+        with results.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        h = row.get("history") or {}
+        print(f"{i} {row['kind']}: rc={row['rc']} S={row.get('S')} ci_suite={row.get('ci_suite')} "
+              f"history={h.get('verdict')} wall={row['wall_s']} s", flush=True)
+
+
+def count(paths: list[Path]) -> None:
+    rows = [json.loads(line) for p in paths for line in p.read_text().splitlines() if line.strip()]
+    judged = [r for r in rows if r["session"] >= MIN_NIGHTS]
+    print("| session | kind | S | ci_suite | ci (over probes) | history |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        h = r.get("history") or {}
+        ci, cs = r.get("ci") or [None, None], r.get("ci_suite") or [None, None]
+        print(f"| {r['session']} | {r['kind']} | {_f(r.get('S'))} | [{_f(cs[0])}, {_f(cs[1])}] | "
+              f"[{_f(ci[0])}, {_f(ci[1])}] | {h.get('verdict', r.get('error', '-'))} |")
+    for kind in ("faulted", "clean"):
+        got = [r for r in judged if r["kind"] == kind]
+        flagged = [r for r in got if (r.get("history") or {}).get("verdict") in ("WARN", "FAIL")]
+        fails = [r for r in got if (r.get("history") or {}).get("verdict") == "FAIL"]
+        print(f"{kind}: flagged {len(flagged)} of {len(got)} (FAIL {len(fails)})")
+    halves = [(r["ci_suite"][1] - r["ci_suite"][0]) / 2 / r["S"] for r in rows if r.get("ci_suite") and r.get("S")]
+    if halves:
+        print(f"ci_suite half-width / S: median {sorted(halves)[len(halves) // 2]:.4f}, max {max(halves):.4f}")
+
+
+def _f(x: Any) -> str:
+    return f"{x:.4f}" if isinstance(x, (int, float)) else "-"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--base", required=True)
+    r.add_argument("--clean", required=True)
+    r.add_argument("--faulted", required=True)
+    r.add_argument("--arm", default="mtp2")
+    r.add_argument("--model", required=True)
+    r.add_argument("--suite", default="field")
+    r.add_argument("--repeat", type=int, default=2)
+    r.add_argument("--schedule", default="cccfcfcfcfcfcfcfcfcfc")
+    r.add_argument("--db", required=True)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--deadline-s", type=float, default=1e9, help="start no session after this many seconds")
+    r.add_argument("extra", nargs="*", help="after --: more `compare` flags")
+    c = sub.add_parser("count")
+    c.add_argument("paths", nargs="+", type=Path)
+    a = ap.parse_args()
+    if a.cmd == "run":
+        run(a)
+    else:
+        count(a.paths)
+
+
+if __name__ == "__main__":
+    main()
