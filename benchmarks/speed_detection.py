@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+SETUP_ERROR = 3  # observatory's exit code for a setup error (README: exit codes)
 MIN_NIGHTS = 3  # observatory.channels.history.MIN_NIGHTS: fewer earlier sessions and the verdict is SKIP
 
 
@@ -94,6 +95,9 @@ def run(args: argparse.Namespace) -> None:
             print(f"deadline: {i} of {len(args.schedule)} sessions done", flush=True)
             return
         row = one_session(args, i, kind)
+        if row["rc"] == SETUP_ERROR:  # a server is down or the flags are wrong: no session was judged
+            print(f"session {i}: setup error, stopping: {row.get('error', '')[-300:]}", flush=True)
+            return
         with results.open("a") as f:
             f.write(json.dumps(row) + "\n")
         h = row.get("history") or {}

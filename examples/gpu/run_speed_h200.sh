@@ -33,7 +33,7 @@ note "model ready"
 python3 examples/gpu/hbm_bandwidth.py > "$out/hbm.json"; cat "$out/hbm.json"
 logs=$cache/logs; mkdir -p "$logs"
 spec() { echo "{\"method\":\"mtp\",\"num_speculative_tokens\":$1,\"attention_backend\":\"TRITON_ATTN\"}"; }
-start() {  # name port [K [fault]]
+start() {  # name port [K [fault]]; the server runs in the background ($!)
   local name=$1 port=$2 k=${3:-} fault=${4:-}
   local argv=(python3 -m vllm.entrypoints.openai.api_server --model "$model" --host 127.0.0.1 --port "$port"
               --seed 0 --max-logprobs 20 --dtype bfloat16 --enable-auto-tool-choice
@@ -43,19 +43,30 @@ start() {  # name port [K [fault]]
   env VLLM_CACHE_ROOT="$cache/vc-$name" TRITON_CACHE_DIR="$cache/tc-$name" TORCHINDUCTOR_CACHE_DIR="$cache/ic-$name" \
       ${fault:+OBSERVATORY_FAULT=$fault} "${argv[@]}" > "$logs/$name.log" 2>&1 &
 }
-start base 8200; start mtp1 8201 1; start mtp2 8202 2; start slow 8203 2 slow_step
-for port in 8200 8201 8202 8203; do
-  until curl -sf "http://127.0.0.1:$port/health" > /dev/null; do
-    sleep 2
-    if [ "$(elapsed)" -gt 420 ]; then note "server on $port not healthy"; break; fi
+declare -A pid
+wait_for() {  # until LOG has PATTERN; a server that exited stops the run (its log comes back)
+  local name=$1 pattern=$2
+  until grep -q "$pattern" "$logs/$name.log" 2>/dev/null; do
+    sleep 1
+    if ! kill -0 "${pid[$name]}" 2>/dev/null || [ "$(elapsed)" -gt 400 ]; then
+      note "server $name failed before '$pattern'"; grep -m 3 "Error" "$logs/$name.log" | tee -a "$out/timings.txt"
+      kill $(jobs -p) 2>/dev/null; tar -C "$logs" -czf "$out/servers.tar.gz" .; exit 1
+    fi
   done
-done
+}
+# vLLM sizes its KV cache from the GPU's free memory during its profiling run: a server profiling while
+# another loads its weights counts them as its own (base at -19.04 GiB, 2026-12-03). Base first, until its
+# KV cache is allocated; the three spec servers (the same timeline) then start together.
+start base 8200; pid[base]=$!
+wait_for base "GPU KV cache size"
+start mtp1 8201 1; pid[mtp1]=$!; start mtp2 8202 2; pid[mtp2]=$!; start slow 8203 2 slow_step; pid[slow]=$!
+for name in base mtp1 mtp2 slow; do wait_for "$name" "Application startup complete"; done
 note "servers ready"
 grep -h "Model loading took" "$logs"/*.log | head -n 4 | tee -a "$out/timings.txt"
 u() { echo "http://127.0.0.1:$1"; }
 if [ "$mode" = speed ]; then
   python3 -m observatory compare --arms "base=$(u 8200),mtp1=$(u 8201),mtp2=$(u 8202)" --model "$model" \
-      --suite field --timing paired --no-diffs --repeat 2 --db "$out/speed.db" --log-dir "$logs/obs" \
+      --suite benchmarks/speed_suite.toml --timing paired --no-diffs --repeat 2 --db "$out/speed.db" --log-dir "$logs/obs" \
       --quiet > "$out/speed.txt" 2>&1
   note "speed session rc=$?"
   python3 -m observatory show --db "$out/speed.db" --json > "$out/speed.json" 2>> "$out/speed.txt"
