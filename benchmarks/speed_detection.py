@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -120,6 +121,19 @@ def count(paths: list[Path]) -> None:
         flagged = [r for r in got if (r.get("history") or {}).get("verdict") in ("WARN", "FAIL")]
         fails = [r for r in got if (r.get("history") or {}).get("verdict") == "FAIL"]
         print(f"{kind}: flagged {len(flagged)} of {len(got)} (FAIL {len(fails)})")
+    for key, what in (("S", "S"), ("tok_s", "spec single-stream tok/s")):
+        by = {k: [float(r[key]) for r in rows if r["kind"] == k and isinstance(r.get(key), (int, float))]
+              for k in ("clean", "faulted")}
+        if len(by["clean"]) >= 2 and by["faulted"]:
+            mean, sd = statistics.fmean(by["clean"]), statistics.stdev(by["clean"])
+            move = statistics.fmean(by["faulted"]) / mean - 1
+            print(f"{what}: clean sessions n={len(by['clean'])} mean {mean:.4g}, between-session SD {sd:.3g} "
+                  f"({sd / mean:.1%}), range {min(by['clean']):.4g}-{max(by['clean']):.4g}; faulted n="
+                  f"{len(by['faulted'])} mean {move:+.1%} against clean")
+    moves = [t["band"] for r in judged for t in ((r.get("history") or {}).get("details") or {}).get("table", [])
+             if t.get("figure") == "S" and t.get("band") and t.get("median")]
+    if moves:
+        print("history's allowed S band: " + ", ".join(f"[{lo:.3f}, {hi:.3f}]" for lo, hi in moves))
     halves = [(r["ci_suite"][1] - r["ci_suite"][0]) / 2 / r["S"] for r in rows if r.get("ci_suite") and r.get("S")]
     if halves:
         print(f"ci_suite half-width / S: median {sorted(halves)[len(halves) // 2]:.4f}, max {max(halves):.4f}")
