@@ -87,3 +87,20 @@ def test_false_alarms_leaves_out_a_night_that_is_not_clean() -> None:
         assert t["gates"] == {} and t["sessions"] == [] and why in t["skipped"][0]["why"]
     t = fa.tally([{**night, "session": {"id": 1, "status": "interrupted"}}], [])
     assert t["sessions"] == [] and "interrupted" in t["skipped"][0]["why"]
+
+
+def test_speed_detection_counts_the_committed_h200_sessions(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/speed_detection.py count on examples/h200-speed: the verdicts it read back, as recorded there."""
+    mod = _load("speed_detection")
+    mod.count([REPO / "examples" / "h200-speed" / "detect-results.jsonl"])
+    out = capsys.readouterr().out
+    assert "faulted: flagged 0 of 4 (FAIL 0)" in out and "clean: flagged 0 of 4 (FAIL 0)" in out
+    assert "between-session SD 0.0561 (3.7%)" in out  # the spread examples/h200-speed/README.md states
+    assert out.count("| clean |") == 7 and out.count("| faulted |") == 4
+
+
+def test_speed_detection_refuses_a_schedule_without_a_clean_baseline(tmp_path: Path) -> None:
+    mod = _load("speed_detection")
+    args = mod.argparse.Namespace(schedule="ccfc", out=tmp_path)
+    with pytest.raises(SystemExit, match="first 3 are c"):
+        mod.run(args)
