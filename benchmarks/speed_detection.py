@@ -71,6 +71,7 @@ def one_session(args: argparse.Namespace, i: int, kind: str) -> dict[str, Any]:
             continue
         vb = a.get("vs_base") or {}
         row.update({k: vb.get(k) for k in ("S", "ci", "ci_suite", "design", "r", "c")})
+        row["S_step"] = (vb.get("step") or {}).get("S")
         row["tau"] = (a.get("acceptance") or {}).get("tau")
         row["tok_s"] = (a.get("speed") or {}).get("single_stream_tok_s")
         row["history"] = history_verdict(a)
@@ -121,7 +122,7 @@ def count(paths: list[Path]) -> None:
         flagged = [r for r in got if (r.get("history") or {}).get("verdict") in ("WARN", "FAIL")]
         fails = [r for r in got if (r.get("history") or {}).get("verdict") == "FAIL"]
         print(f"{kind}: flagged {len(flagged)} of {len(got)} (FAIL {len(fails)})")
-    for key, what in (("S", "S"), ("tok_s", "spec single-stream tok/s")):
+    for key, what in (("S", "S"), ("S_step", "S_step"), ("tok_s", "spec single-stream tok/s")):
         by = {k: [float(r[key]) for r in rows if r["kind"] == k and isinstance(r.get(key), (int, float))]
               for k in ("clean", "faulted")}
         if len(by["clean"]) >= 2 and by["faulted"]:

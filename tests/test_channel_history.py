@@ -146,7 +146,7 @@ def test_the_robust_band_is_median_and_scaled_mad_floored_and_capped() -> None:
 
 
 def _judged_night(store: Store, day: int, alpha: float, s: float, monkeypatch: pytest.MonkeyPatch,
-                  ci: tuple[float, float] | None = None) -> tuple[int, Any]:
+                  ci: tuple[float, float] | None = None, s_step: float | None = None) -> tuple[int, Any]:
     """A night judged by the history channel and stored as the next nights see it: its verdict row and summary.
 
     S is planted into the figures (the fixtures store no timed measurements; acceptance comes from the
@@ -160,7 +160,8 @@ def _judged_night(store: Store, day: int, alpha: float, s: float, monkeypatch: p
 
     def planted(st: Any, session_id: int) -> dict[int, dict[str, Any]]:
         figs = real(st, session_id)
-        figs.setdefault(arms["mtp2"].id, {})["vs_base"] = {"S": s, "ci": list(ci or (0.9 * s, 1.1 * s))}
+        figs.setdefault(arms["mtp2"].id, {})["vs_base"] = {"S": s, "ci": list(ci or (0.9 * s, 1.1 * s)),
+                                                           "step": {"S": s_step}}
         return figs
 
     monkeypatch.setattr(figures_mod, "compute_figures", planted)
@@ -179,7 +180,8 @@ def _judged_night(store: Store, day: int, alpha: float, s: float, monkeypatch: p
         store.add(SummaryRow(session_id=sid, arm_id=arm.id, position=pos, arm=name, model="m", engine_version="0.1",
                              suite_hash=sh, status="ok", validity=[], trusted=True,
                              alpha=alpha if spec else None, tau=1 + 2 * alpha if spec else None,
-                             S=s if spec else None, verdicts={}, failing=[], session_verdict="PASS",
+                             S=s if spec else None, S_step=s_step if spec else None, verdicts={}, failing=[],
+                             session_verdict="PASS",
                              verdict_status="complete"))
     return sid, row
 
@@ -231,6 +233,30 @@ def test_a_wide_own_interval_cannot_widen_the_band_past_half(store: Store, monke
     _, row = _judged_night(store, 3, 0.61, 0.24, monkeypatch, ci=(0.05, 2.05))
     s_row = next(r for r in row.details["table"] if r["figure"] == "S")
     assert row.verdict == "WARN" and s_row["noise"] == pytest.approx(0.49), row.details
+
+
+def test_a_five_percent_slower_step_is_seen_in_s_step_where_s_cannot(store: Store,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29 item 5, the H200 sessions replayed (examples/h200-speed): S moved 3.7% between clean sessions
+    and the faulted session's S (1.455) sat inside its band; S at the median step moved 0.6% between clean
+    sessions, and the same faulted session's (1.7775, the step 5% slower) is a drop. A clean night passes."""
+    nights = [(1.431, 1.8519), (1.581, 1.8848), (1.553, 1.8712)]  # (S, S_step) of the three clean sessions
+    for d, (s, step) in enumerate(nights):
+        _judged_night(store, d, 0.576, s, monkeypatch, ci=(0.975 * s, 1.025 * s), s_step=step)
+    _, row = _judged_night(store, 3, 0.576, 1.455, monkeypatch, ci=(1.437, 1.474), s_step=1.7775)
+    table = {r["figure"]: r for r in row.details["table"]}
+    assert table["S"]["result"] == "within noise" and table["S_step"]["result"] == "drop beyond noise"
+    assert row.verdict == "WARN" and row.reason.startswith("S_step drop: 5.0%"), row.reason
+    _, row = _judged_night(store, 4, 0.576, 1.494, monkeypatch, ci=(1.458, 1.531), s_step=1.8704)
+    assert row.verdict == "PASS", row.reason  # negative control
+
+
+def test_the_step_floor_is_two_percent_or_the_sessions_own_noise() -> None:
+    assert history.step_floor(2.0, {"vs_base": {"S": 1.5, "ci_suite": [1.47, 1.53], "design": "paired"}}) == \
+        pytest.approx(0.04)  # own noise 2% = the floor
+    assert history.step_floor(2.0, {"vs_base": {"S": 1.5, "ci_suite": [1.35, 1.65], "design": "paired"}}) == \
+        pytest.approx(0.2)  # a noisy host: 10%
+    assert history.step_floor(2.0, {}) == pytest.approx(0.04)  # no S at all: the floor
 
 
 def test_nights_whose_session_failed_are_kept_out(store: Store) -> None:

@@ -9,13 +9,16 @@ out the nights this channel flagged (WARN or FAIL) and those whose session
 verdict was FAIL or INVALID (`observatory.store.summaries.earlier_trusted`),
 so that one bad night never joins the baseline (issue 29 item 6), and flags:
 
-- ``drop``: alpha, tau or S below the earlier nights' median by more than
+- ``drop``: alpha, tau, S or S_step below the earlier nights' median by more than
   their noise (`band`): `SIGMAS` robust standard deviations (MAD x
   `MAD_SIGMA`), at least `observatory.judge.summaries.DEFAULT_ACCEPTANCE_TOLERANCE`
   (5%) of the median for alpha and tau, and at least this session's own S
   noise (half its bootstrap interval, or the A/A throughput spread) for S,
   5% of the median only where the session measured none (`s_floor`);
-  never more than `MAX_MOVE` of the median;
+  for S_step (S at the median engine step, `observatory.judge.step_time`:
+  request-level S moved 3.7% between clean H200 sessions, the median step
+  0.6%) at least `STEP_FLOOR` of the median or the session's own relative
+  S noise (`step_floor`); never more than `MAX_MOVE` of the median;
 - ``jump``: alpha or tau above the median beyond the same noise while the arm's
   output got more repetitive (its mean character 3-gram degeneracy score
   below the earlier nights' beyond the same band, at least
@@ -52,6 +55,8 @@ MAD_SIGMA = 1.4826
 # anything (every fault issue 29 item 6 records moved a figure by 74-75%; docs/channels.md, history)
 MAX_MOVE = 0.5
 FAIL_KEY = "history_drop"
+# least relative move of S_step (`step_floor`): 3 x the H200's between-session SD of the median spec step, rounded up
+STEP_FLOOR = 0.02
 
 
 def plan(suite: list[Probe]) -> list[Probe]:
@@ -126,6 +131,21 @@ def s_floor(median: float, own_noise: float) -> float:
     return own_noise if own_noise > 0 else DEFAULT_ACCEPTANCE_TOLERANCE * abs(median)
 
 
+def step_floor(median: float, fig: dict[str, Any]) -> float:
+    """Least allowed move of S_step (S at the median engine step, observatory.judge.step_time): `STEP_FLOOR`
+    of the median, at least this session's own relative S noise (a host noisy enough to widen S's interval
+    moves its steps too).
+
+    STEP_FLOOR from the H200 (examples/h200-speed/README.md): over seven clean
+    sessions on unchanged servers the spec arm's median step had a
+    between-session SD of 0.6%, so 3 SD is 1.8%, rounded up to 2%; a 5%
+    slower spec step moved S_step by 4.8-5.3% in each of its four sessions."""
+    vb = fig.get("vs_base") or {}
+    s = vb.get("S")
+    own = _own_s_noise(fig) / s if isinstance(s, (int, float)) and s > 0 else 0.0
+    return max(STEP_FLOOR, own) * abs(median)
+
+
 def judge(view: ChannelView) -> list[VerdictRow]:
     """Per spec arm: this session's alpha, tau, S and degeneracy against the earlier nights."""
     from observatory.judge.figures import compute_figures
@@ -152,7 +172,9 @@ def judge(view: ChannelView) -> list[VerdictRow]:
             figures = compute_figures(view.store, view.session_id)
         fig = figures.get(arm.id) or {}
         acc = fig.get("acceptance") or {}
-        now = {"alpha": acc.get("alpha"), "tau": acc.get("tau"), "S": (fig.get("vs_base") or {}).get("S")}
+        vb = fig.get("vs_base") or {}
+        now = {"alpha": acc.get("alpha"), "tau": acc.get("tau"), "S": vb.get("S"),
+               "S_step": (vb.get("step") or {}).get("S")}
         table: list[dict[str, Any]] = []
         drops: list[tuple[str, float]] = []
         jumps: list[tuple[str, float]] = []
@@ -163,14 +185,16 @@ def judge(view: ChannelView) -> list[VerdictRow]:
                 table.append({"figure": fname, "now": value, "nights": len(past), "result": "not measurable"})
                 continue
             med = statistics.median(past)
-            floor = s_floor(med, _own_s_noise(fig)) if fname == "S" else DEFAULT_ACCEPTANCE_TOLERANCE * abs(med)
+            floor = (s_floor(med, _own_s_noise(fig)) if fname == "S"
+                     else step_floor(med, fig) if fname == "S_step"
+                     else DEFAULT_ACCEPTANCE_TOLERANCE * abs(med))
             mean, tol = band(past, floor)
             move = value - mean
             result = "within noise"
             if move < -tol:
                 result = "drop beyond noise"
                 drops.append((fname, -move / mean if mean else 0.0))
-            elif move > tol and fname != "S":
+            elif move > tol and fname not in ("S", "S_step"):
                 result = "rise beyond noise"
                 jumps.append((fname, move / mean if mean else 0.0))
             table.append({"figure": fname, "now": round(value, 4), "median": round(mean, 4), "noise": round(tol, 4),
@@ -184,7 +208,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
         if out:
             made += "; kept out: " + ", ".join(f"{o['session_id']} ({o['why']})" for o in out)
         if not breaches:
-            rows.append(view.verdict(arm, "PASS", f"alpha, tau and S within the band of {len(earlier)} earlier "
+            rows.append(view.verdict(arm, "PASS", f"alpha, tau, S and S_step within the band of {len(earlier)} earlier "
                                      f"sessions ({made})", details))
             continue
         worst = max(breaches, key=lambda b: b[1])

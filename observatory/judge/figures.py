@@ -58,6 +58,7 @@ from observatory.judge.session import base_reference
 from observatory.judge.session_parts import cross_session
 from observatory.judge.speed import speed, stream_tau, ttft_by_level
 from observatory.judge.steady_state import excluded_keys, steady_state
+from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.roles import by_engine, engine_of
 from observatory.model.vocabulary import PAIRED_BASE
@@ -459,6 +460,10 @@ def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm:
             if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:
                 vb["within_noise"] = abs(vb["S"] - 1.0) <= floor["throughput_spread"]
             vb["cross_session"] = apart
+            if singles is not None and base is not None:
+                beside = [r for r in store.results(a.id, PAIRED_BASE) if r.ok and r.concurrency == 1]
+                vb["step"] = step_speedup(singles.get(a.id, []), beside or singles.get(base.id, []),
+                                          fig["acceptance"].get("tau"))
             fig["vs_base"] = vb
             for level, row in fig["by_concurrency"].items():
                 b = (base_fig["by_concurrency"].get(level) or {}).get("tok_s")

@@ -78,6 +78,7 @@ def arm_summaries(data: SessionView) -> list[dict[str, Any]]:
             "trusted": a.status == "ok" and not any(c in INVALID_CODES for c in codes),
             "alpha": acc.get("alpha"), "tau": acc.get("tau"), "S": vs.get("S"),
             "S_lo": ci[0] if ci else None, "S_hi": ci[1] if ci else None, "spread": spread,
+            "S_step": (vs.get("step") or {}).get("S"),
             "ttft_ms": (spd.get("ttft_ms") or {}).get("median"),
             "verdicts": dict(Counter(cells)),
             "failing": sorted(r.probe for r in a.results if r.verdict == "FAIL"),

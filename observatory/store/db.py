@@ -219,6 +219,8 @@ class SummaryRow(Base):
     S: Mapped[float | None] = mapped_column(Float, nullable=True)
     S_lo: Mapped[float | None] = mapped_column(Float, nullable=True)
     S_hi: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # S at the median engine step (observatory.judge.step_time), None where not measurable
+    S_step: Mapped[float | None] = mapped_column(Float, nullable=True)
     # the session's A/A throughput spread (noise floor), None without an A/A control
     spread: Mapped[float | None] = mapped_column(Float, nullable=True)
     ttft_ms: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -252,9 +252,14 @@ def m008_warm_measurement_gpu(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE measurements ADD COLUMN gpu JSON"))
 
 
+def m009_summary_s_step(conn: Connection) -> None:
+    """S at the median engine step, per summarised arm (issue 29 item 5; observatory.judge.step_time)."""
+    conn.execute(text("ALTER TABLE summaries ADD COLUMN S_step FLOAT"))
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries, m005_triage,
-    m006_result_logprobs_stop_reason, m007_result_sdk, m008_warm_measurement_gpu,
+    m006_result_logprobs_stop_reason, m007_result_sdk, m008_warm_measurement_gpu, m009_summary_s_step,
 ]
 
 _TRACKING = MetaData()

@@ -96,7 +96,7 @@ def earlier_trusted(store: Any, before_session: int, arm: str, model: str | None
                                            VerdictRow.verdict.in_(("WARN", "FAIL"))).exists()
                if flagged_by else literal(False))
     bad_verdict = func.coalesce(t.c.session_verdict, "").in_(KEPT_OUT_VERDICTS)
-    base = (select(t.c.session_id, t.c.arm_id, t.c.alpha, t.c.tau, t.c.S, t.c.session_verdict,
+    base = (select(t.c.session_id, t.c.arm_id, t.c.alpha, t.c.tau, t.c.S, t.c.S_step, t.c.session_verdict,
                    flagged.label("flagged"))
             .where(t.c.session_id < before_session, t.c.arm == arm, t.c.model == model, t.c.suite_hash == suite_hash,
                    t.c.engine_version == engine_version, t.c.trusted.is_(True)))
