@@ -254,7 +254,7 @@ def m008_warm_measurement_gpu(conn: Connection) -> None:
 
 def m009_summary_s_step(conn: Connection) -> None:
     """S at the median engine step, per summarised arm (issue 29 item 5; observatory.judge.step_time)."""
-    conn.execute(text("ALTER TABLE summaries ADD COLUMN S_step FLOAT"))
+    conn.execute(text('ALTER TABLE summaries ADD COLUMN "S_step" FLOAT'))  # quoted: PostgreSQL folds bare names to lower case
 
 
 MIGRATIONS: list[Migration] = [
