@@ -120,7 +120,7 @@ class _GpuSpin:
         import torch
 
         cuda: Any = torch.cuda
-        if delay_s <= 0 or cuda.is_current_stream_capturing():
+        if delay_s <= 0:  # never called while a graph is captured (`_wrap` skips those calls)
             return
         if self.cycles_per_s is None:
             self.calibrate()
@@ -144,7 +144,7 @@ def _announce(state: SlowStep) -> None:
     """One line in the engine's log when the delay is set: what the fault does to this engine."""
     median = statistics.median(state.intervals)
     print(f"observatory fault slow_step: spec step median {median * 1e3:.3f} ms over {len(state.intervals)} "
-          f"intervals; each spec step now delayed {state.delay_s * 1e3 if state.delay_s else 0:.3f} ms "
+          f"intervals; each spec step now delayed {(state.delay_s or 0.0) * 1e3:.3f} ms "
           f"({state.fraction:g} of it)", file=sys.stderr, flush=True)
 
 

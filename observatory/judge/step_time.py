@@ -40,20 +40,26 @@ def chunk_gaps(results: Iterable[Any]) -> list[float]:
     return gaps
 
 
+def median_gap(gaps: list[float]) -> float | None:
+    """The median of GAPS (ms), None with fewer than MIN_GAPS non-negative ones (or a median of 0)."""
+    kept = [g for g in gaps if g >= 0]
+    if len(kept) < MIN_GAPS:
+        return None
+    med = statistics.median(kept)
+    return med if med > 0 else None
+
+
 def median_step_ms(results: Iterable[Any]) -> float | None:
     """The median chunk gap of RESULTS, None with fewer than MIN_GAPS gaps (or none positive)."""
-    gaps = [g for g in chunk_gaps(results) if g >= 0]
-    if len(gaps) < MIN_GAPS:
-        return None
-    med = statistics.median(gaps)
-    return med if med > 0 else None
+    return median_gap(chunk_gaps(results))
 
 
 def step_speedup(arm_single: list[Any], base_single: list[Any], tau: float | None) -> dict[str, Any]:
     """S_step of an arm's single-stream timed results against base's (see the module docstring)."""
-    arm_ms, base_ms = median_step_ms(arm_single), median_step_ms(base_single)
+    arm_gaps, base_gaps = chunk_gaps(arm_single), chunk_gaps(base_single)
+    arm_ms, base_ms = median_gap(arm_gaps), median_gap(base_gaps)
     out: dict[str, Any] = {"arm_step_ms": arm_ms, "base_step_ms": base_ms, "tau": tau,
-                           "gaps": {"arm": len(chunk_gaps(arm_single)), "base": len(chunk_gaps(base_single))}}
+                           "gaps": {"arm": len(arm_gaps), "base": len(base_gaps)}}
     if arm_ms is None or base_ms is None or not tau:
         out["S"] = None
         out["why"] = (f"not measurable: fewer than {MIN_GAPS} chunk gaps on a side" if tau
