@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from child_signals import sigint_default
 from click.testing import CliRunner
 from conftest import passed_but_for_speed, requires_engine
 from sqlalchemy import select
@@ -118,10 +119,7 @@ def test_interrupted_observatory_stops_servers_and_resumes(tmp_path: Path) -> No
     db = tmp_path / "i.db"
     env = {**os.environ, "OBSERVATORY_DB": str(db)}
     cmd = [sys.executable, "-m", "observatory.cli", "compare", "--arms", "base", "--log-dir", str(tmp_path), *FAST]
-    # SIGINT back to its default in the child: a shell's background job (pytest run with `&`) ignores
-    # SIGINT, the child would inherit that, and Python installs no KeyboardInterrupt handler then.
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=sigint_default)
     store = Store(str(db))
     pid = None
     deadline = time.monotonic() + 600
