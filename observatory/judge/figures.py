@@ -462,8 +462,8 @@ def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm:
             vb["cross_session"] = apart
             if singles is not None and base is not None:
                 beside = [r for r in store.results(a.id, PAIRED_BASE) if r.ok and r.concurrency == 1]
-                vb["step"] = step_speedup(singles.get(a.id, []), beside or singles.get(base.id, []),
-                                          fig["acceptance"].get("tau"))
+                vb["step"] = step_speedup(singles.get(a.id, []), singles.get(base.id, []),
+                                          fig["acceptance"].get("tau"), beside)
             fig["vs_base"] = vb
             for level, row in fig["by_concurrency"].items():
                 b = (base_fig["by_concurrency"].get(level) or {}).get("tok_s")
