@@ -71,7 +71,9 @@ def one_session(args: argparse.Namespace, i: int, kind: str) -> dict[str, Any]:
             continue
         vb = a.get("vs_base") or {}
         row.update({k: vb.get(k) for k in ("S", "ci", "ci_suite", "design", "r", "c")})
-        row["S_step"] = (vb.get("step") or {}).get("S")
+        step = vb.get("step") or {}
+        row["S_step"] = step.get("S")
+        row["step_ms"] = {"arm": step.get("arm_step_ms"), **(step.get("base_blocks_ms") or {})}
         row["tau"] = (a.get("acceptance") or {}).get("tau")
         row["tok_s"] = (a.get("speed") or {}).get("single_stream_tok_s")
         row["history"] = history_verdict(a)
@@ -155,7 +157,7 @@ def main() -> None:
     r.add_argument("--model", required=True)
     r.add_argument("--suite", default="field")
     r.add_argument("--repeat", type=int, default=2)
-    r.add_argument("--schedule", default="cccfcfcfcfcfcfcfcfcfc")
+    r.add_argument("--schedule", default="ccc" + "fc" * 10)  # issue 29 item 5: 10 faulted, 10 clean
     r.add_argument("--db", required=True)
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--deadline-s", type=float, default=1e9, help="start no session after this many seconds")
