@@ -5,8 +5,10 @@ of the dict-era `report_data.build` (before the read model), on a copy of
 examples/h200/h200-tiny.db.gz and on the field-channel session `_channel_session`
 makes; the read model must print the same bytes. Should a later change mean to
 alter the documented shape, regenerate them with ``show --json`` and say so.
-Regenerated once (issue 30 item 8): the top-level ``"schema_version": 1`` was
-added in front; the rest of both files is byte-identical.
+Regenerated when the shape grew, each time by one field and nothing else:
+the top-level ``"schema_version": 1`` (issue 30 item 8); ``vs_base.step``, S at
+the median engine step (issue 29); and inside it ``base_blocks_ms``, the median
+step of each base block that the pooled base step is made of (issue 29).
 """
 
 from __future__ import annotations
