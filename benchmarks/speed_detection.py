@@ -70,7 +70,8 @@ def one_session(args: argparse.Namespace, i: int, kind: str) -> dict[str, Any]:
         if a.get("name") != args.arm:
             continue
         vb = a.get("vs_base") or {}
-        row.update({k: vb.get(k) for k in ("S", "ci", "ci_suite", "design", "r", "c")})
+        row.update({k: vb.get(k) for k in ("S", "ci", "ci_suite", "design", "r", "c", "detectable_change")})
+        row["timed_s"] = vb.get("timed_s")  # seconds of timed traffic per side (the target: at most 60 s an arm)
         step = vb.get("step") or {}
         row["S_step"] = step.get("S")
         row["step_ms"] = {"arm": step.get("arm_step_ms"), **(step.get("base_blocks_ms") or {})}
@@ -112,13 +113,14 @@ def run(args: argparse.Namespace) -> None:
 def count(paths: list[Path]) -> None:
     rows = [json.loads(line) for p in paths for line in p.read_text().splitlines() if line.strip()]
     judged = [r for r in rows if r["session"] >= MIN_NIGHTS]
-    print("| session | kind | S | ci_suite | ci (over probes) | history |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| session | kind | S | ci_suite | ci (over probes) | S_step | timed s (arm) | history |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         h = r.get("history") or {}
         ci, cs = r.get("ci") or [None, None], r.get("ci_suite") or [None, None]
         print(f"| {r['session']} | {r['kind']} | {_f(r.get('S'))} | [{_f(cs[0])}, {_f(cs[1])}] | "
-              f"[{_f(ci[0])}, {_f(ci[1])}] | {h.get('verdict', r.get('error', '-'))} |")
+              f"[{_f(ci[0])}, {_f(ci[1])}] | {_f(r.get('S_step'))} | {_f((r.get('timed_s') or {}).get('arm'))} | "
+              f"{h.get('verdict', r.get('error', '-'))} |")
     for kind in ("faulted", "clean"):
         got = [r for r in judged if r["kind"] == kind]
         flagged = [r for r in got if (r.get("history") or {}).get("verdict") in ("WARN", "FAIL")]
@@ -140,6 +142,9 @@ def count(paths: list[Path]) -> None:
     halves = [(r["ci_suite"][1] - r["ci_suite"][0]) / 2 / r["S"] for r in rows if r.get("ci_suite") and r.get("S")]
     if halves:
         print(f"ci_suite half-width / S: median {sorted(halves)[len(halves) // 2]:.4f}, max {max(halves):.4f}")
+    timed = [float(t) for r in rows for t in (r.get("timed_s") or {}).values() if isinstance(t, (int, float))]
+    if timed:
+        print(f"timed traffic per arm and session: median {statistics.median(timed):.1f} s, max {max(timed):.1f} s")
 
 
 def _f(x: Any) -> str:
