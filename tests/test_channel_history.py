@@ -257,6 +257,8 @@ def test_the_step_floor_is_two_percent_or_the_sessions_own_noise() -> None:
     assert history.step_floor(2.0, {"vs_base": {"S": 1.5, "ci_suite": [1.35, 1.65], "design": "paired"}}) == \
         pytest.approx(0.2)  # a noisy host: 10%
     assert history.step_floor(2.0, {}) == pytest.approx(0.04)  # no S at all: the floor
+    wide_step = {"vs_base": {"S": 1.5, "ci_suite": [1.47, 1.53], "design": "paired", "step": {"half_width": 0.03}}}
+    assert history.step_floor(2.0, wide_step) == pytest.approx(0.06)  # S_step's own interval wider than 2%
 
 
 def test_nights_whose_session_failed_are_kept_out(store: Store) -> None:

@@ -20,7 +20,7 @@ from rich.console import Console
 from observatory.cli import cli
 from observatory.judge.figures import compute_figures, vs_base
 from observatory.judge.perf_gates import speedup_check
-from observatory.judge.precision import TARGET_HALF_WIDTH, Z_80, Z_975, precision, spent
+from observatory.judge.precision import TARGET_HALF_WIDTH, Z_80, Z_975, precision, spent, step_phrase
 from observatory.model.probes import Probe
 from observatory.report.data import build
 from observatory.report.terminal import print_closing
@@ -130,6 +130,11 @@ def _session(tmp_path: Path) -> Path:
             store.add(ResultRow(arm_id=a.id, probe_id=pid, mode="timed", ok=True, text="x", token_ids=list(range(21)),
                                 chunks=chunks, usage={"completion_tokens": 21}, ttft_ms=40.0, duration_ms=dur,
                                 concurrency=1, repeat=i, counters_delta=cd))
+        if k:  # a streamed probe with the engine's counters: the arm's tau (1.5 tokens a step)
+            store.add(ResultRow(arm_id=a.id, probe_id=pid, mode="stream", ok=True, text="x", token_ids=list(range(21)),
+                                chunks=[], usage={"completion_tokens": 21}, concurrency=1, repeat=0,
+                                counters_delta={"drafts": 20, "draft_tokens": 20, "accepted": 10,
+                                                "accepted_per_pos": [10]}))
     compute_figures(store, int(s.id))
     return tmp_path / "runs.db"
 
@@ -149,3 +154,24 @@ def test_show_json_and_the_closing_block_carry_the_precision(tmp_path: Path) -> 
     print_closing(build(Store(str(db))), {}, console)
     text = console.export_text()
     assert f"S detects ≥{vb['detectable_change']:.0%}; ±2% needs ~" in text, text
+
+
+def test_the_closing_block_states_s_step_and_its_precision(tmp_path: Path) -> None:
+    """S at the median step travels with its own interval: ``show --json`` and the closing block's phrase."""
+    db = _session(tmp_path)
+    r = CliRunner().invoke(cli, ["show", "--db", str(db), "--json"], catch_exceptions=False)
+    step = {a["name"]: a for a in json.loads(r.output)["arms"]}["mtp1"]["vs_base"]["step"]
+    assert set(PRECISION_KEYS) <= set(step)
+    console = Console(record=True, width=400)
+    print_closing(build(Store(str(db))), {}, console)
+    text = console.export_text()
+    assert step["S"] == pytest.approx(1.5 * step["base_step_ms"] / step["arm_step_ms"]) and step["ci"] is not None
+    assert step_phrase({"step": step}) in text, text
+
+
+def test_the_step_phrase_says_what_it_cannot_measure() -> None:
+    assert step_phrase({"step": {"S": 1.8632, "half_width": 0.0095}}) == "S_step 1.863 ±0.9%"
+    assert step_phrase({"step": {"S": 1.8632, "half_width": None}}) == "S_step 1.863 (interval not measurable)"
+    assert step_phrase({"step": {"S": None, "why": "not measurable: no tokens per step (tau)"}}) == \
+        "S_step not measurable"
+    assert step_phrase(None) == "S_step not measurable"

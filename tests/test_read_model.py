@@ -8,7 +8,9 @@ alter the documented shape, regenerate them with ``show --json`` and say so.
 Regenerated when the shape grew, each time by one field and nothing else:
 the top-level ``"schema_version": 1`` (issue 30 item 8); ``vs_base.step``, S at
 the median engine step (issue 29); and inside it ``base_blocks_ms``, the median
-step of each base block that the pooled base step is made of (issue 29).
+step of each base block that the pooled base step is made of, and S_step's
+precision fields (``se``, ``half_width``, ``detectable_change``, ``timed_requests``,
+``timed_s``, ``traffic_for``: null where S_step is not measurable; issue 29).
 """
 
 from __future__ import annotations

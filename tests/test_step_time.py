@@ -52,6 +52,45 @@ def test_base_step_pools_its_own_block_and_the_block_beside_the_arm() -> None:
     assert skewed["base_step_ms"] == pytest.approx(3.748)  # pooled: 99 + 39 gaps at 3.748 outnumber 59 at 4.4
 
 
+def _jittered(gap_ms: float, chunks: int, seed: int, spread: float = 0.04) -> SimpleNamespace:
+    """A stream whose steps scatter by +-SPREAD around GAP_MS (each stream its own offset, as streams do)."""
+    import random
+
+    rng = random.Random(seed)
+    offset = rng.uniform(-spread, spread) * gap_ms
+    t, chunks_ms = 25.0, []
+    for _ in range(chunks):
+        chunks_ms.append([t, None])
+        t += gap_ms + offset + rng.uniform(-spread, spread) * gap_ms
+    return SimpleNamespace(chunks=chunks_ms)
+
+
+def test_s_step_has_a_cluster_bootstrap_interval_that_narrows_with_traffic() -> None:
+    few = step_time.step_speedup([_jittered(4.36, 20, i) for i in range(6)],
+                                 [_jittered(3.75, 20, 100 + i) for i in range(6)], 2.153)
+    many = step_time.step_speedup([_jittered(4.36, 20, i) for i in range(60)],
+                                  [_jittered(3.75, 20, 100 + i) for i in range(60)], 2.153)
+    for got in (few, many):
+        lo, hi = got["ci"]
+        assert lo < got["S"] < hi and got["half_width"] == pytest.approx((hi - lo) / 2 / got["S"])
+        assert got["detectable_change"] > got["half_width"]  # 2.80 SE against 1.96 SE
+    assert many["half_width"] < few["half_width"] / 2  # ten times the streams: about 1/sqrt(10) as wide
+    assert few["timed_s"]["arm"] == pytest.approx(sum(sum(b - a for (a, _), (b, _) in zip(r.chunks, r.chunks[1:]))
+                                                      for r in [_jittered(4.36, 20, i) for i in range(6)]) / 1000)
+    assert few["traffic_for"]["s"]["arm"] > few["timed_s"]["arm"]  # +-2% needs more than 6 streams' worth
+    again = step_time.step_speedup([_jittered(4.36, 20, i) for i in range(6)],
+                                   [_jittered(3.75, 20, 100 + i) for i in range(6)], 2.153)
+    assert again["ci"] == few["ci"]  # a fixed seed: the same session states the same interval
+
+
+def test_s_step_from_one_stream_a_side_has_no_interval() -> None:
+    """One stream a side: its gaps are not independent, so there is nothing to resample and no precision."""
+    got = step_time.step_speedup([_result(4.36, 100)], [_result(3.75, 100)], 2.153)
+    assert got["S"] is not None and got["ci"] is None and got["detectable_change"] is None
+    short = step_time.step_speedup([_result(4.0, 10)], [_result(3.7, 100)], 2.0)
+    assert short["detectable_change"] is None and short["half_width"] is None
+
+
 def test_the_h200_detection_sessions_replayed(tmp_path: Path) -> None:
     """examples/h200-speed/detect.db.gz re-judged in order: the 5% slower spec step (sessions 4, 6, 8, 10) is an
     S_step drop in each (10 only with base's two blocks pooled: its block beside the arm was 2.6% slower that
@@ -78,3 +117,35 @@ def test_the_h200_detection_sessions_replayed(tmp_path: Path) -> None:
     assert flagged == {4, 6, 8, 10}, got
     assert all(got[s][0] == "PASS" for s in (5, 7, 9, 11)), got
     assert all(got[s][1] == "S_step drop" for s in flagged), got
+
+
+def test_the_second_h200_detection_run_replayed(tmp_path: Path) -> None:
+    """examples/h200-speed/detect2.db.gz (23 sessions the pooled rule had not seen: ccc + fc x 10) re-judged in order
+    with S_step's own interval: every faulted session an S_step drop, every clean one PASS, no FAIL; every session
+    states S_step within +-2% (issue 29 item 5)."""
+    import gzip
+    import shutil
+
+    from observatory.commands.evaluate import evaluate
+    from observatory.judge.figures import compute_figures
+    from observatory.store.session_store import Store
+
+    src = Path(__file__).resolve().parent.parent / "examples" / "h200-speed" / "detect2.db.gz"
+    db = tmp_path / "detect2.db"
+    with gzip.open(src) as f, db.open("wb") as out:
+        shutil.copyfileobj(f, out)
+    store = Store(str(db), create=False, write=True)
+    for sid in range(1, 24):
+        evaluate(store, sid)
+    got, halves = {}, []
+    for sid in range(1, 24):
+        arm = next(a for a in store.arms(sid) if a.name == "mtp2")
+        halves.append(compute_figures(store, sid)[arm.id]["vs_base"]["step"]["half_width"])
+        if sid > 3:
+            v = next(v for v in store.verdicts(arm.id) if v.gate == "history")
+            got[sid] = (v.verdict, {row["figure"]: row["result"] for row in v.details["table"]})
+    faulted, clean = set(range(4, 24, 2)), set(range(5, 24, 2))  # session ids are schedule index + 1
+    assert {s for s, (verdict, _) in got.items() if verdict == "WARN"} == faulted, got
+    assert all(got[s][1]["S_step"] == "drop beyond noise" for s in faulted), got  # session 20: S too
+    assert all(got[s][0] == "PASS" for s in clean), got
+    assert all(h is not None and h < 0.02 for h in halves), halves

@@ -133,8 +133,8 @@ def s_floor(median: float, own_noise: float) -> float:
 
 def step_floor(median: float, fig: dict[str, Any]) -> float:
     """Least allowed move of S_step (S at the median engine step, observatory.judge.step_time): `STEP_FLOOR`
-    of the median, at least this session's own relative S noise (a host noisy enough to widen S's interval
-    moves its steps too).
+    of the median, at least S_step's own relative half-width (its interval in this session) and this
+    session's own relative S noise (a host noisy enough to widen S's interval moves its steps too).
 
     STEP_FLOOR from the H200 (examples/h200-speed/README.md): over seven clean
     sessions on unchanged servers the spec arm's median step had a
@@ -143,7 +143,8 @@ def step_floor(median: float, fig: dict[str, Any]) -> float:
     vb = fig.get("vs_base") or {}
     s = vb.get("S")
     own = _own_s_noise(fig) / s if isinstance(s, (int, float)) and s > 0 else 0.0
-    return max(STEP_FLOOR, own) * abs(median)
+    step_half = (vb.get("step") or {}).get("half_width")
+    return max(STEP_FLOOR, own, float(step_half or 0.0)) * abs(median)
 
 
 def judge(view: ChannelView) -> list[VerdictRow]:

@@ -93,6 +93,16 @@ def short_phrase(vb: Mapping[str, Any] | None) -> str:
     return f"detects ≥{mde:.0%}{more}"
 
 
+def step_phrase(vb: Mapping[str, Any] | None) -> str:
+    """A few words for the terminal: S at the median engine step (observatory.judge.step_time) and its precision."""
+    step = (vb or {}).get("step") or {}
+    S = step.get("S")
+    if S is None:
+        return "S_step not measurable"
+    half = step.get("half_width")
+    return f"S_step {S:.3f}" + (f" ±{half:.1%}" if half is not None else " (interval not measurable)")
+
+
 def _whole(n: float) -> int:
     """Requests to time: N rounded up, float noise (4.0000000001) not counted as one more."""
     return math.ceil(round(n, 6))

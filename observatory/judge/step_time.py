@@ -26,6 +26,19 @@ clean median of 1.872); pooled, the block weighs half and that session read
 0.004 (examples/h200-speed/README.md). Each block's own median is kept beside
 (`base_blocks_ms`). Fewer than `MIN_GAPS` gaps on either side: not measurable
 (None).
+
+How precise S_step is (issue 29 item 1): ``ci`` is a 95% cluster bootstrap
+interval, each side's requests resampled whole (the gaps of one stream are not
+independent of each other), tau held fixed (it is counted by the engine over
+the whole arm, not sampled per request), `BOOT` draws from a fixed seed. From
+it `observatory.judge.precision` gives ``half_width``, ``detectable_change``
+and the decode traffic a +-2% interval would need (``timed_s`` here: each
+stream's first-to-last chunk time, the part of a request S_step is made of).
+Checked against what sessions actually did (examples/h200-speed/README.md): on
+23 H200 sessions of unchanged servers (3.7 s of timed traffic per arm each) the
+stated half-width had a median of 0.87% (0.68-1.36%), while S_step's
+between-session SD over the 13 clean ones was 0.36% (a 95% spread of +-0.70%):
+the interval is honest, about 1.2 times wider than the spread it stands for.
 """
 
 from __future__ import annotations
@@ -35,8 +48,14 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
+from observatory.judge.precision import precision
+
 # fewer gaps than this and a median says little (a session of the 12-probe speed suite has 446 on mtp2)
 MIN_GAPS = 50
+BOOT = 1000  # bootstrap draws of the interval (1000 draws of a 24 + 48 request session: about 0.15 s)
+SEED = 0
 
 
 def chunk_gaps(results: Iterable[Any]) -> list[float]:
@@ -65,10 +84,13 @@ def median_step_ms(results: Iterable[Any]) -> float | None:
 def step_speedup(arm_single: list[Any], base_single: list[Any], tau: float | None,
                  base_beside: list[Any] | None = None) -> dict[str, Any]:
     """S_step of an arm's single-stream timed results against base's: BASE_SINGLE (base's own timed block)
-    and BASE_BESIDE (base timed beside the arm) pooled (see the module docstring)."""
+    and BASE_BESIDE (base timed beside the arm) pooled, with its interval and precision (see the module
+    docstring)."""
     alone, beside = chunk_gaps(base_single), chunk_gaps(base_beside or [])
     arm_gaps, base_gaps = chunk_gaps(arm_single), alone + beside
     arm_ms, base_ms = median_gap(arm_gaps), median_gap(base_gaps)
+    arm_streams = _streams(arm_single)
+    base_streams = _streams(base_single) + _streams(base_beside or [])
     out: dict[str, Any] = {"arm_step_ms": arm_ms, "base_step_ms": base_ms, "tau": tau,
                            "base_blocks_ms": {"alone": median_gap(alone), "beside": median_gap(beside)},
                            "gaps": {"arm": len(arm_gaps), "base": len(base_gaps)}}
@@ -76,6 +98,38 @@ def step_speedup(arm_single: list[Any], base_single: list[Any], tau: float | Non
         out["S"] = None
         out["why"] = (f"not measurable: fewer than {MIN_GAPS} chunk gaps on a side" if tau
                       else "not measurable: no tokens per step (tau)")
+        out.update(precision(None, None, None, None))
         return out
     out["S"] = tau * base_ms / arm_ms
+    out["ci"] = _interval(arm_streams, base_streams, float(tau))
+    out.update(precision(out["S"], out["ci"], _spent(arm_streams), _spent(base_streams)))
     return out
+
+
+def _streams(results: Iterable[Any]) -> list[list[float]]:
+    """Each result's chunk gaps (ms), one list per stream with at least one gap."""
+    return [g for g in ([x for x in chunk_gaps([r]) if x >= 0] for r in results) if g]
+
+
+def _spent(streams: list[list[float]]) -> tuple[int, float]:
+    """(streams, seconds between their first and last chunks): the decode traffic S_step is made of."""
+    return len(streams), sum(sum(g) for g in streams) / 1000.0
+
+
+def _interval(arm: list[list[float]], base: list[list[float]], tau: float) -> list[float] | None:
+    """95% cluster bootstrap interval of tau x median(base gaps) / median(arm gaps), streams resampled whole;
+    None with fewer than two streams on a side (no spread to resample)."""
+    if len(arm) < 2 or len(base) < 2:
+        return None
+    rng = np.random.default_rng(SEED)
+    draws = np.empty(BOOT)
+    a_arr, b_arr = [np.asarray(g) for g in arm], [np.asarray(g) for g in base]
+    for i in range(BOOT):
+        ia, ib = rng.integers(0, len(arm), len(arm)), rng.integers(0, len(base), len(base))
+        a_med = float(np.median(np.concatenate([a_arr[j] for j in ia])))
+        b_med = float(np.median(np.concatenate([b_arr[j] for j in ib])))
+        draws[i] = tau * b_med / a_med if a_med > 0 else np.nan
+    draws = draws[np.isfinite(draws)]
+    if len(draws) < BOOT // 2:
+        return None
+    return [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))]

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from observatory.judge.precision import short_phrase
+from observatory.judge.precision import short_phrase, step_phrase
 from observatory.judge.verdict import arm_role
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
@@ -243,7 +243,8 @@ def print_closing(data: SessionView, paths: dict[str, str], console: Console | N
             continue
         rate, ttft = _rate_ttft(a)
         console.print(Text(f"{a.name}:", style="cyan"), Text(arm_headline(a)))
-        precise = f" · S {short_phrase(a.figures.vs_base)}" if a.is_spec else ""
+        precise = (f" · S {short_phrase(a.figures.vs_base)} · {step_phrase(a.figures.vs_base)}"
+                   if a.is_spec else "")
         console.print(Text(f"  single-stream tok/s {rate} vs base {b_rate} · TTFT median {ttft} vs base {b_ttft}"
                            + precise))
     for label, path in paths.items():
