@@ -2,6 +2,15 @@
 
     python benchmarks/channel_costs.py runs.db [--session N] [--json]
 
+Time to verdict (issue 29 item 7): the session's wall time in the store
+(session ``started_at`` to ``finished_at``) split into the engines' start
+(launch to ready, every arm), generation (every phase above: the engine
+serving requests) and what the observatory adds inside the session (the rest:
+stopping each engine, the gaps between arms, its own work between phases),
+with the ratio wall / (start + generation) the issue bounds at 1.25. Judging
+and the report come after ``finished_at`` and are not in the store; time them
+on a copy (``observatory judge 1 --db COPY``; benchmarks/README.md).
+
 Read from the store alone (results' ``created_at``, arms' ``started_at``,
 ``ready_at`` and ``finished_at``): results are stored as they arrive and the
 runner runs an arm's phases one after another, so a phase's cost is the time
@@ -18,6 +27,7 @@ import argparse
 import json
 import sqlite3
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 
@@ -27,6 +37,8 @@ def _t(value: str | None) -> datetime | None:
 
 def phase_costs(db: str, session: int | None = None) -> dict[str, Any]:
     """{"session": id, "arms": [{"name", "start_s", "phases": [{"mode", "requests", "seconds"}], "total_s"}]}."""
+    if not Path(db).is_file():
+        raise SystemExit(f"channel_costs: no database at {db}")
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     if session is None:
         session = con.execute("select max(id) from sessions").fetchone()[0]
@@ -53,8 +65,22 @@ def phase_costs(db: str, session: int | None = None) -> dict[str, Any]:
                      "start_s": round((tr - t0).total_seconds(), 1) if t0 and tr else None,
                      "phases": out,
                      "total_s": round((t1 - t0).total_seconds(), 1) if t0 and t1 else None})
+    srow = con.execute("select started_at, finished_at from sessions where id = ?", (session,)).fetchone()
     con.close()
-    return {"session": session, "arms": arms}
+    return {"session": session, "arms": arms, "time_to_verdict": time_to_verdict(srow, arms)}
+
+
+def time_to_verdict(srow: tuple[str | None, str | None] | None, arms: list[dict[str, Any]]) -> dict[str, Any]:
+    """The session's wall time, the engines' start, generation, what the observatory added, and the ratio
+    wall / (start + generation); None figures where the store lacks a timestamp (a URL arm has no start)."""
+    t0, t1 = (_t(srow[0]), _t(srow[1])) if srow else (None, None)
+    wall = (t1 - t0).total_seconds() if t0 and t1 else None
+    start = sum(a["start_s"] or 0.0 for a in arms)
+    generation = sum(p["seconds"] or 0.0 for a in arms for p in a["phases"])
+    added = wall - start - generation if wall is not None else None
+    return {"wall_s": None if wall is None else round(wall, 1), "start_s": round(start, 1),
+            "generation_s": round(generation, 1), "observatory_s": None if added is None else round(added, 1),
+            "ratio": round(wall / (start + generation), 3) if wall and start + generation > 0 else None}
 
 
 def main() -> None:
@@ -71,6 +97,10 @@ def main() -> None:
         print(f"{arm['name']}: engine start {arm['start_s']} s, arm total {arm['total_s']} s")
         for p in arm["phases"]:
             print(f"  {p['mode']:<14} {p['requests']:>5} requests  {p['seconds']} s")
+    t = data["time_to_verdict"]
+    print(f"session: wall {t['wall_s']} s = engine start {t['start_s']} s + generation {t['generation_s']} s "
+          f"+ observatory {t['observatory_s']} s; wall / (start + generation) = {t['ratio']} "
+          "(judging and the report come after, not in the store)")
 
 
 if __name__ == "__main__":

@@ -101,6 +101,32 @@ def test_speed_detection_counts_the_committed_h200_sessions(capsys: pytest.Captu
 
 def test_speed_detection_refuses_a_schedule_without_a_clean_baseline(tmp_path: Path) -> None:
     mod = _load("speed_detection")
-    args = mod.argparse.Namespace(schedule="ccfc", out=tmp_path)
+    args = mod.argparse.Namespace(schedule="ccfc", out=tmp_path, faulted="http://f", fault=[])
     with pytest.raises(SystemExit, match="first 3 are c"):
         mod.run(args)
+    several = mod.argparse.Namespace(schedule="cccfdx", out=tmp_path, faulted="http://f", fault=["d=http://d"])
+    with pytest.raises(SystemExit, match="string of cdf"):  # x names no server
+        mod.run(several)
+    assert mod.servers(several) == {"f": "http://f", "d": "http://d"}
+    with pytest.raises(SystemExit, match="LETTER=URL"):
+        mod.servers(mod.argparse.Namespace(faulted=None, fault=["c=http://c"]))
+
+
+def test_channel_costs_splits_the_time_to_verdict(tmp_path: Path) -> None:
+    """Issue 29 item 7 on the committed H200 nightly (tiny model, base,base,mtp1,mtp2): the session's wall time is the
+    engines' start plus generation plus what the observatory added, and the ratio is read from those."""
+    from conftest import example_db
+
+    mod = _load("channel_costs")
+    data = mod.phase_costs(str(example_db("h200-nightly/nightly-tiny.db", tmp_path / "n.db")))
+    t = data["time_to_verdict"]
+    assert [a["name"] for a in data["arms"]] == ["base", "base#2", "mtp1", "mtp2"]
+    assert t["start_s"] == pytest.approx(sum(a["start_s"] for a in data["arms"]), abs=0.2)
+    assert t["wall_s"] == pytest.approx(t["start_s"] + t["generation_s"] + t["observatory_s"], abs=0.2)
+    assert t["ratio"] == pytest.approx(t["wall_s"] / (t["start_s"] + t["generation_s"]), abs=0.002)
+    assert (t["wall_s"], t["start_s"], t["generation_s"], t["ratio"]) == (361.5, 221.2, 135.0, 1.015)  # README
+
+
+def test_channel_costs_says_when_there_is_no_database(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no database at"):
+        _load("channel_costs").phase_costs(str(tmp_path / "missing.db"))

@@ -57,6 +57,31 @@ def test_relative_model_is_mounted_read_only_at_its_absolute_path(tmp_path: Path
     assert tail[tail.index("--model") + 1] == model
 
 
+def _cache_of(argv: list[str]) -> str | None:
+    """The compile-cache folder a container command mounts (its VLLM_CACHE_ROOT), None for none."""
+    head, _, _ = split_docker_argv(argv)
+    roots = [head[i + 1].split("=", 1)[1] for i, a in enumerate(head) if a == "-e" and
+             head[i + 1].startswith("VLLM_CACHE_ROOT=")]
+    if not roots:
+        return None
+    assert f"{roots[0]}:{roots[0]}" in head  # mounted read-write at its own path
+    return roots[0]
+
+
+def test_containers_share_a_compile_cache_keyed_by_image_and_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29 item 7: base and spec arms of one image share vLLM's compile cache across arms and nights; a faulted
+    arm or another image gets its own (a patched engine's graphs must not load into a clean arm); "off": none."""
+    monkeypatch.setenv("OBSERVATORY_COMPILE_CACHE", str(tmp_path / "cc"))
+    base, mtp1 = _cache_of(_docker_argv("base", image=IMG_A)), _cache_of(_docker_argv("mtp1", image=IMG_A))
+    assert base is not None and base == mtp1 and Path(base).is_dir() and Path(base).parent == tmp_path / "cc"
+    assert _cache_of(_docker_argv("mtp1+fault=ghost", image=IMG_A)) not in (None, base)
+    assert _cache_of(_docker_argv("mtp1", image=IMG_B)) not in (None, base)
+    monkeypatch.setenv("OBSERVATORY_COMPILE_CACHE", "off")
+    assert _cache_of(_docker_argv("mtp1", image=IMG_A)) is None
+    assert "-v" not in split_docker_argv(_docker_argv("mtp1", model="/m", image=IMG_A))[0]  # /m does not exist
+
+
 def test_arm_image_overrides_the_session_image() -> None:
     """Item 3: ARM@IMAGE runs that arm in its own image, others in --image."""
     arms = parse_arms(f"base@{IMG_A},mtp2@{IMG_A},mtp2@{IMG_B}")
