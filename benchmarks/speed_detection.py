@@ -11,7 +11,9 @@ observatory/faults/field_speed.py). Each session is
 
 in one database, so the spec arm has the same name every night and the fault
 is hidden from the observatory (the served config is the same). The schedule
-is a string of ``c`` (clean) and ``f`` (faulted); the first MIN_NIGHTS
+is a string of ``c`` (clean) and ``f`` (faulted), or of other letters each
+naming a faulted server of its own (``--fault d=URL``: several hidden faults,
+one a night, as on the CPU engine in benchmarks/README.md); the first MIN_NIGHTS
 sessions must be clean (the history's baseline). Per session one JSON line is
 appended to OUT/results.jsonl as it ends: the spec arm's S, its intervals
 (ci: over probes; ci_suite: on this suite), tau, and the history verdict with
@@ -48,14 +50,15 @@ def history_verdict(arm: dict[str, Any]) -> dict[str, Any] | None:
 
 def one_session(args: argparse.Namespace, i: int, kind: str) -> dict[str, Any]:
     """Run session I (KIND "c" or "f") and return its line."""
-    url = args.clean if kind == "c" else args.faulted
+    url = args.clean if kind == "c" else servers(args)[kind]
     argv = [sys.executable, "-m", "observatory", "compare", "--arms", f"base={args.base},{args.arm}={url}",
             "--timing", "paired", "--no-diffs", "--channels", "history", "--repeat", str(args.repeat),
             "--model", args.model, "--suite", args.suite, "--db", args.db, "--log-dir", str(args.out / "logs"),
             "--quiet", *args.extra]
     t0 = time.monotonic()
     r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
-    row: dict[str, Any] = {"session": i, "kind": "faulted" if kind == "f" else "clean", "rc": r.returncode,
+    row: dict[str, Any] = {"session": i, "kind": "clean" if kind == "c" else "faulted", "rc": r.returncode,
+                           "fault": None if kind == "c" else kind,
                            "wall_s": round(time.monotonic() - t0, 1)}
     shown = subprocess.run([sys.executable, "-m", "observatory", "show", "--db", args.db, "--json"], cwd=REPO,
                            capture_output=True, text=True, check=False)
@@ -83,10 +86,22 @@ def one_session(args: argparse.Namespace, i: int, kind: str) -> dict[str, Any]:
     return row
 
 
+def servers(args: argparse.Namespace) -> dict[str, str]:
+    """The faulted servers by schedule letter: ``f`` is --faulted, the others each --fault LETTER=URL."""
+    out = {"f": args.faulted} if args.faulted else {}
+    for spec in args.fault:
+        letter, sep, url = spec.partition("=")
+        if not sep or len(letter) != 1 or letter == "c" or not url:
+            sys.exit(f"--fault takes LETTER=URL (one letter other than c), got {spec!r}")
+        out[letter] = url
+    return out
+
+
 def run(args: argparse.Namespace) -> None:
-    if set(args.schedule) - {"c", "f"} or "f" in args.schedule[:MIN_NIGHTS]:
-        sys.exit(f"--schedule is a string of c and f whose first {MIN_NIGHTS} are c (the baseline), "
-                 f"got {args.schedule!r}")
+    known = {"c", *servers(args)}
+    if set(args.schedule) - known or set(args.schedule[:MIN_NIGHTS]) != {"c"}:
+        sys.exit(f"--schedule is a string of {''.join(sorted(known))} whose first {MIN_NIGHTS} are c "
+                 f"(the baseline), got {args.schedule!r}")
     args.out.mkdir(parents=True, exist_ok=True)
     done = 0
     results = args.out / "results.jsonl"
@@ -126,6 +141,12 @@ def count(paths: list[Path]) -> None:
         flagged = [r for r in got if (r.get("history") or {}).get("verdict") in ("WARN", "FAIL")]
         fails = [r for r in got if (r.get("history") or {}).get("verdict") == "FAIL"]
         print(f"{kind}: flagged {len(flagged)} of {len(got)} (FAIL {len(fails)})")
+    letters = sorted({r.get("fault") for r in judged if r.get("fault") not in (None, "f")})
+    for letter in letters:  # several faults in one schedule: each one's count, and what history said
+        got = [r for r in judged if r.get("fault") == letter]
+        said = "; ".join(f"{r['session']}: {(r.get('history') or {}).get('verdict')} "
+                         f"{((r.get('history') or {}).get('reason') or '')[:60]}" for r in got)
+        print(f"fault {letter}: {said}")
     for key, what in (("S", "S"), ("S_step", "S_step"), ("tok_s", "spec single-stream tok/s")):
         by = {k: [float(r[key]) for r in rows if r["kind"] == k and isinstance(r.get(key), (int, float))]
               for k in ("clean", "faulted")}
@@ -157,7 +178,9 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("--base", required=True)
     r.add_argument("--clean", required=True)
-    r.add_argument("--faulted", required=True)
+    r.add_argument("--faulted", help="the faulted server of schedule letter f")
+    r.add_argument("--fault", action="append", default=[], metavar="LETTER=URL",
+                   help="another faulted server, its schedule letter (several faults, one a night)")
     r.add_argument("--arm", default="mtp2")
     r.add_argument("--model", required=True)
     r.add_argument("--suite", default="field")

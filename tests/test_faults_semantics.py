@@ -5,6 +5,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
+import pytest
+
 from observatory.faults import FAULTS, field_semantics, parse_faults
 from observatory.faults.patches import TARGETS
 
@@ -91,3 +93,22 @@ def test_draft_noise_keeps_the_shape() -> None:
     assert noisy.shape == t.shape and noisy.dtype == t.dtype and int(noisy.max()) < 50
     rows = field_semantics.noise_like([[1, 2], [3]], 50, gen)
     assert [len(r) for r in rows] == [2, 1]
+
+
+def test_draft_noise_can_replace_a_share_of_the_rows() -> None:
+    """OBSERVATORY_DRAFT_NOISE_FRACTION: a drafter a third worse, not only a dead one; all rows by default."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    drafts = torch.full((3000, 2), 7, dtype=torch.int64)
+    out = field_semantics.partly_noise(drafts, 50_000, gen, 0.33)
+    replaced = (out != 7).any(dim=1).float().mean().item()
+    assert 0.30 < replaced < 0.36 and out.shape == drafts.shape
+    assert ((out == 7).all(dim=1) | (out != 7).any(dim=1)).all()  # a row is kept whole or replaced whole
+    rows = field_semantics.partly_noise([[7, 7]] * 400, 50_000, gen, 0.5)
+    assert 150 < sum(r != [7, 7] for r in rows) < 250
+    assert field_semantics.noise_fraction({}) == 1.0
+    assert field_semantics.noise_fraction({"OBSERVATORY_DRAFT_NOISE_FRACTION": "0.33"}) == 0.33
+    for bad in ("0", "1.5", "x"):
+        with pytest.raises(ValueError, match="OBSERVATORY_DRAFT_NOISE_FRACTION"):
+            field_semantics.noise_fraction({"OBSERVATORY_DRAFT_NOISE_FRACTION": bad})

@@ -34,6 +34,7 @@ V1 runner):
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
 from typing import Any
 
@@ -42,11 +43,15 @@ OUTPUT_PROCESSOR = "vllm.v1.engine.output_processor"
 MODEL_RUNNER = "vllm.v1.worker.gpu_model_runner"
 SPEC_METRICS = "vllm.v1.spec_decode.metrics"
 NOISE_SEED = 15
+# draft_noise: the share of draft rows (one request's drafts of one step) replaced; 1 (all) unless set. 0.33: a
+# drafter about a third worse, the degradation docs/design.md's gates must catch, instead of a dead one.
+NOISE_FRACTION_VAR = "OBSERVATORY_DRAFT_NOISE_FRACTION"
 
 FAULTS = {
     "past_stop": "text past a stop string leaks on a speculative step (stop string and later tokens kept)",
     "stream_drop": "the last token's text cut from multi-token stream chunks (ids intact; non-streamed intact)",
-    "draft_noise": "drafts replaced by random tokens: acceptance collapses, output intact",
+    "draft_noise": "drafts replaced by random tokens (OBSERVATORY_DRAFT_NOISE_FRACTION of the rows, default all): "
+                   "acceptance collapses, output intact",
     "inflate_accepted": "acceptance counters inflated: every draft step counted twice in /metrics, output intact",
 }
 
@@ -115,6 +120,36 @@ def noise_like(drafts: Any, vocab: int, generator: Any) -> Any:
     return [[int(x) for x in torch.randint(0, vocab, (len(row),), generator=generator)] for row in drafts]
 
 
+def noise_fraction(environ: dict[str, str] | None = None) -> float:
+    """draft_noise's share of rows replaced (``OBSERVATORY_DRAFT_NOISE_FRACTION``, default 1); a bad value stops
+    the engine (a fault never injected would make the negative control pass silently)."""
+    raw = (os.environ if environ is None else environ).get(NOISE_FRACTION_VAR, "")
+    if not raw.strip():
+        return 1.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise ValueError(f"{NOISE_FRACTION_VAR}={raw!r}: a number in (0, 1], the share of draft rows replaced")
+    return value
+
+
+def partly_noise(drafts: Any, vocab: int, generator: Any, fraction: float) -> Any:
+    """DRAFTS with each row (one request's drafts) replaced by random ids with probability FRACTION."""
+    import torch
+
+    if fraction >= 1.0:
+        return noise_like(drafts, vocab, generator)
+    noisy = noise_like(drafts, vocab, generator)
+    n = int(drafts.shape[0]) if isinstance(drafts, torch.Tensor) else len(drafts)
+    hit = torch.rand(n, generator=generator) < fraction
+    if isinstance(drafts, torch.Tensor):
+        return torch.where(hit.to(drafts.device)[:, None], noisy, drafts) if drafts.dim() == 2 else \
+            (noisy if bool(hit.any()) else drafts)
+    return [noisy[i] if bool(hit[i]) else row for i, row in enumerate(drafts)]
+
+
 def _patch_model_runner(module: ModuleType, faults: frozenset[str]) -> None:
     import torch
 
@@ -123,10 +158,11 @@ def _patch_model_runner(module: ModuleType, faults: frozenset[str]) -> None:
         return
     orig = cls.propose_draft_token_ids
     gen = torch.Generator().manual_seed(NOISE_SEED)
+    fraction = noise_fraction()
 
     def propose_draft_token_ids(self: Any, *args: Any, **kwargs: Any) -> Any:
         drafts = orig(self, *args, **kwargs)
-        return noise_like(drafts, int(self.model_config.get_vocab_size()), gen)
+        return partly_noise(drafts, int(self.model_config.get_vocab_size()), gen, fraction)
 
     setattr(propose_draft_token_ids, _MARK, True)
     cls.propose_draft_token_ids = propose_draft_token_ids
