@@ -21,6 +21,8 @@ its details. ``count`` reads those lines back and prints the detection table.
 
     python benchmarks/speed_detection.py run --base URL --clean URL --faulted URL --arm mtp2 \\
         --model /tmp/scaled --suite probes/field.toml --schedule cccfcfcfcf --db D --out OUT --deadline-s 500
+    python benchmarks/speed_detection.py run --launch --arm spec2 --k 2 --fault-env d=OBSERVATORY_FAULT=draft_noise \\
+        --model observatory/field_model --schedule cccdc --db D --out OUT      # engines launched per session
     python benchmarks/speed_detection.py count OUT/results.jsonl [...]
 """
 
@@ -48,10 +50,35 @@ def history_verdict(arm: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def arms_file(args: argparse.Namespace, i: int, kind: str) -> Path:
+    """--launch: session I's arms file, the spec arm ARM with KIND's hidden fault in its environment only."""
+    env = {} if kind == "c" else dict(kv.split("=", 1) for kv in launched(args)[kind].split(","))
+    body = (f'[arms.{args.arm}]\nspeculative_config = {{ method = "mtp", num_speculative_tokens = {args.k} }}\n'
+            + ("env = { " + ", ".join(f'{k} = "{v}"' for k, v in sorted(env.items())) + " }\n" if env else ""))
+    path = args.out / f"arms-{i}.toml"
+    path.write_text(body)
+    return path
+
+
+def launched(args: argparse.Namespace) -> dict[str, str]:
+    """--launch: each fault letter's environment (``LETTER=VAR=VALUE,VAR=VALUE``)."""
+    out = {}
+    for spec in args.fault_env:
+        letter, sep, env = spec.partition("=")
+        if not sep or len(letter) != 1 or letter == "c" or "=" not in env:
+            sys.exit(f"--fault-env takes LETTER=VAR=VALUE[,VAR=VALUE] (one letter other than c), got {spec!r}")
+        out[letter] = env
+    return out
+
+
 def one_session(args: argparse.Namespace, i: int, kind: str) -> dict[str, Any]:
-    """Run session I (KIND "c" or "f") and return its line."""
-    url = args.clean if kind == "c" else servers(args)[kind]
-    argv = [sys.executable, "-m", "observatory", "compare", "--arms", f"base={args.base},{args.arm}={url}",
+    """Run session I (KIND "c" or a fault's letter) and return its line."""
+    if args.launch:  # the observatory launches both engines, the fault hidden in the spec arm's environment
+        arms = ["--arms", f"base,{args.arm}", "--arms-file", str(arms_file(args, i, kind))]
+    else:
+        url = args.clean if kind == "c" else servers(args)[kind]
+        arms = ["--arms", f"base={args.base},{args.arm}={url}"]
+    argv = [sys.executable, "-m", "observatory", "compare", *arms,
             "--timing", "paired", "--no-diffs", "--channels", "history", "--repeat", str(args.repeat),
             "--model", args.model, "--suite", args.suite, "--db", args.db, "--log-dir", str(args.out / "logs"),
             "--quiet", *args.extra]
@@ -98,7 +125,7 @@ def servers(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> None:
-    known = {"c", *servers(args)}
+    known = {"c", *(launched(args) if args.launch else servers(args))}
     if set(args.schedule) - known or set(args.schedule[:MIN_NIGHTS]) != {"c"}:
         sys.exit(f"--schedule is a string of {''.join(sorted(known))} whose first {MIN_NIGHTS} are c "
                  f"(the baseline), got {args.schedule!r}")
@@ -176,8 +203,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--base", required=True)
-    r.add_argument("--clean", required=True)
+    r.add_argument("--base", help="base's server (not with --launch)")
+    r.add_argument("--clean", help="the clean spec server (not with --launch)")
+    r.add_argument("--launch", action="store_true",
+                   help="the observatory launches base and ARM every session (ARM's K: --k; faults: --fault-env)")
+    r.add_argument("--k", type=int, default=2, help="--launch: ARM's num_speculative_tokens")
+    r.add_argument("--fault-env", action="append", default=[], metavar="LETTER=VAR=VALUE[,VAR=VALUE]",
+                   help="--launch: a fault's schedule letter and the environment that injects it")
     r.add_argument("--faulted", help="the faulted server of schedule letter f")
     r.add_argument("--fault", action="append", default=[], metavar="LETTER=URL",
                    help="another faulted server, its schedule letter (several faults, one a night)")

@@ -101,10 +101,11 @@ def test_speed_detection_counts_the_committed_h200_sessions(capsys: pytest.Captu
 
 def test_speed_detection_refuses_a_schedule_without_a_clean_baseline(tmp_path: Path) -> None:
     mod = _load("speed_detection")
-    args = mod.argparse.Namespace(schedule="ccfc", out=tmp_path, faulted="http://f", fault=[])
+    args = mod.argparse.Namespace(schedule="ccfc", out=tmp_path, faulted="http://f", fault=[], launch=False)
     with pytest.raises(SystemExit, match="first 3 are c"):
         mod.run(args)
-    several = mod.argparse.Namespace(schedule="cccfdx", out=tmp_path, faulted="http://f", fault=["d=http://d"])
+    several = mod.argparse.Namespace(schedule="cccfdx", out=tmp_path, faulted="http://f", fault=["d=http://d"],
+                                     launch=False)
     with pytest.raises(SystemExit, match="string of cdf"):  # x names no server
         mod.run(several)
     assert mod.servers(several) == {"f": "http://f", "d": "http://d"}
@@ -130,3 +131,18 @@ def test_channel_costs_splits_the_time_to_verdict(tmp_path: Path) -> None:
 def test_channel_costs_says_when_there_is_no_database(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no database at"):
         _load("channel_costs").phase_costs(str(tmp_path / "missing.db"))
+
+
+def test_speed_detection_launch_hides_each_fault_in_the_spec_arms_environment(tmp_path: Path) -> None:
+    """--launch: the same arm name every night, the fault only in that night's environment (history sees one arm)."""
+    import tomllib
+
+    mod = _load("speed_detection")
+    args = mod.argparse.Namespace(out=tmp_path, arm="spec2", k=2, launch=True, fault_env=[
+        "d=OBSERVATORY_FAULT=draft_noise,OBSERVATORY_DRAFT_NOISE_FRACTION=0.33", "s=OBSERVATORY_FAULT=slow_step"])
+    clean = tomllib.loads(mod.arms_file(args, 0, "c").read_text())
+    third = tomllib.loads(mod.arms_file(args, 3, "d").read_text())
+    assert clean == {"arms": {"spec2": {"speculative_config": {"method": "mtp", "num_speculative_tokens": 2}}}}
+    assert third["arms"]["spec2"]["env"] == {"OBSERVATORY_FAULT": "draft_noise", "OBSERVATORY_DRAFT_NOISE_FRACTION": "0.33"}
+    with pytest.raises(SystemExit, match="LETTER=VAR=VALUE"):
+        mod.launched(mod.argparse.Namespace(fault_env=["d=draft_noise"]))

