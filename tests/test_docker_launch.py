@@ -77,6 +77,9 @@ def test_containers_share_a_compile_cache_keyed_by_image_and_environment(
     assert base is not None and base == mtp1 and Path(base).is_dir() and Path(base).parent == tmp_path / "cc"
     assert _cache_of(_docker_argv("mtp1+fault=ghost", image=IMG_A)) not in (None, base)
     assert _cache_of(_docker_argv("mtp1", image=IMG_B)) not in (None, base)
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("OBSERVATORY_COMPILE_CACHE", str(tmp_path / "file" / "cc"))  # cannot be made: no cache
+    assert _cache_of(_docker_argv("mtp1", image=IMG_A)) is None
     monkeypatch.setenv("OBSERVATORY_COMPILE_CACHE", "off")
     assert _cache_of(_docker_argv("mtp1", image=IMG_A)) is None
     assert "-v" not in split_docker_argv(_docker_argv("mtp1", model="/m", image=IMG_A))[0]  # /m does not exist

@@ -131,7 +131,10 @@ def compile_cache(image: str, env: dict[str, str]) -> str | None:
     base = Path(root) if root else Path.home() / ".cache" / "observatory" / "compile"
     key = hashlib.sha256(json.dumps({"image": image, "env": sorted(env.items())}).encode()).hexdigest()[:16]
     folder = base / key
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only or missing home: the arm compiles as before, it does not fail to launch
+        return None
     return str(folder)
 
 
