@@ -56,7 +56,7 @@ from observatory.model.gates import (
 from observatory.model.numerics import served_dtype, served_platform
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, base_arm, by_engine, engine_of, stored_roles
-from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, UNJUDGED
+from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, TOKEN_DIFF, UNJUDGED
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
 
 SELF_PAIRS = {"nonstream": "nonstream", "batch": "batch"}
@@ -492,7 +492,7 @@ class _Judge:
                     verdict, why = WARN, "base's stream differs too (or is missing): not attributable to this arm"
                 reason = (f"the streamed deltas differ from the streamed ids detokenised at character {at} ({why}): "
                           "the stream lost, added or garbled text")
-            self.rows.append(VerdictRow(arm_id=arm.id, result_id=r.id, probe_id=pid, gate="token_diff:stream_text",
+            self.rows.append(VerdictRow(arm_id=arm.id, result_id=r.id, probe_id=pid, gate=f"{TOKEN_DIFF}:stream_text",
                                         gate_version="judge", verdict=verdict, reason=reason, details=details))
 
     def timed_rows(self, arm: ArmRow) -> None:

@@ -40,15 +40,16 @@ from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
 from observatory.model.roles import engine_of
+from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.report import charts
 from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
 from observatory.report.token_spans import tokens_html, visible
 
 # gate -> (reference label, compared label (None: the arm's name), what is compared)
 DIFF_GATES = {
-    "token_diff": ("base", None, "spec vs base"),
-    "token_diff:nonstream": ("streamed", "non-streamed", "non-streamed vs streamed"),
-    "token_diff:batch": ("alone (streamed)", "in a concurrent batch", "batch vs alone"),
+    TOKEN_DIFF: ("base", None, "spec vs base"),
+    f"{TOKEN_DIFF}:nonstream": ("streamed", "non-streamed", "non-streamed vs streamed"),
+    f"{TOKEN_DIFF}:batch": ("alone (streamed)", "in a concurrent batch", "batch vs alone"),
 }
 # the passes an arm's acceptance counts (observatory.judge.figures: acc["from"]), as the report names them
 PASSES = (("stream", "streamed probes (correctness pass)"), ("timed", "timed runs (speed pass)"))
@@ -209,7 +210,7 @@ def diffs_by_result(data: SessionView) -> dict[tuple[int, int], list[dict[str, A
                 d = v.details or {}
                 if d.get("kind") in ("identical", None) and v.verdict in ("PASS", "SKIP"):
                     continue
-                if gate == "token_diff" and a.copy_of:
+                if gate == TOKEN_DIFF and a.copy_of:
                     label = "A/A control vs base"
                 out.setdefault((ai, pi), []).append({
                     "arm": a.name, "probe": r.probe, "href": result_href(ai, pi), "gate": gate,
@@ -290,7 +291,7 @@ def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
             if r is None:
                 cells.append(None)
                 continue
-            stream_flags = [(g, r.verdicts[g].verdict) for g in ("token_diff:nonstream", "token_diff:batch")
+            stream_flags = [(g, r.verdicts[g].verdict) for g in (f"{TOKEN_DIFF}:nonstream", f"{TOKEN_DIFF}:batch")
                             if g in r.verdicts]
             flags = [{"text": f"{DIFF_GATES[g][1]} differs", "verdict": verdict}
                      for g, verdict in stream_flags if verdict in ("FAIL", "WARN")]

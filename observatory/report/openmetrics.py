@@ -30,9 +30,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from observatory.judge.summaries import arm_summaries
 from observatory.model.read_model import SessionView
+from observatory.model.vocabulary import FAIL, INVALID, PASS, WARN, worst
 
-VERDICT_CODE = {"PASS": 0, "WARN": 1, "INVALID": 2, "FAIL": 3}
-_SEVERITY = ("FAIL", "INVALID", "WARN")
+VERDICT_CODE = {PASS: 0, WARN: 1, INVALID: 2, FAIL: 3}
 
 # (metric name, help, the arm summary's key, scale)
 _FIGURES = (
@@ -51,7 +51,7 @@ def arm_verdicts(data: SessionView) -> dict[str, str]:
     for r in data.verdict.reasons:
         if r.arm is not None:
             levels.setdefault(r.arm, set()).add(r.level)
-    return {a.name: next((lv for lv in _SEVERITY if lv in levels.get(a.name, set())), "PASS") for a in data.arms}
+    return {a.name: worst(lv for lv in levels.get(a.name, set()) if lv in VERDICT_CODE) or PASS for a in data.arms}
 
 
 class _SessionCollector(Collector):
