@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from sqlalchemy import select
 
 from observatory.model.gates import registry_for
 from observatory.report.data import build
 from observatory.report.jsonout import to_json
 from observatory.report.terminal import print_summary
-from observatory.store.db import SessionRow, SummaryRow
+from observatory.store.db import SessionRow
 from observatory.store.session_store import Store
 
 db_option = click.option(
@@ -24,9 +23,7 @@ db_option = click.option(
 
 def _verdict(store: Store, s: SessionRow) -> str:
     """The session verdict: the stored summaries' when judged at the session's current status, else decided now."""
-    with store.tx() as tx:
-        row = tx.execute(select(SummaryRow.session_verdict, SummaryRow.verdict_status)
-                         .where(SummaryRow.session_id == s.id).limit(1)).first()
+    row = store.stored_verdict(s.id)
     if row is not None and row[0] and row[1] == s.status:
         return str(row[0])
     return build(store, s.id).verdict.verdict

@@ -26,6 +26,7 @@ from observatory.store.db import (
     ProbeRow,
     ResultRow,
     SessionRow,
+    SummaryRow,
     VerdictRow,
     open_engine,
     session_factory,
@@ -258,6 +259,14 @@ class Store:
         """An arm's verdicts."""
         with self._sessions() as s:
             return list(s.scalars(select(VerdictRow).where(VerdictRow.arm_id == arm_id).order_by(VerdictRow.id)))
+
+    def stored_verdict(self, session_id: int) -> tuple[str | None, str | None] | None:
+        """(session verdict, the session status it was judged at) from the session's stored summaries; None
+        when none is stored."""
+        with self._sessions() as s:
+            row = s.execute(select(SummaryRow.session_verdict, SummaryRow.verdict_status)
+                            .where(SummaryRow.session_id == session_id).limit(1)).first()
+        return None if row is None else (row[0], row[1])
 
     def measurements(self, arm_id: int) -> list[MeasurementRow]:
         """An arm's throughput measurements."""
