@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
+from observatory.store.session_store import Store
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
@@ -123,7 +124,7 @@ def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Prob
     return out
 
 
-def judge_channel(store: Any, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
+def judge_channel(store: Store, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
                   probes: dict[int, Probe], registry: GateRegistry) -> list[VerdictRow]:
     """The verdicts of channel NAME over one engine's ARMS: what the judge is given for the channels."""
     from observatory.channels.view import ChannelView

@@ -9,13 +9,14 @@ from observatory.model.gates import GateRegistry
 from observatory.model.probes import Probe
 from observatory.model.roles import base_arm
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.session_store import Store
 
 
 @dataclass
 class ChannelView:
     """One channel of one session, read from the store (a channel's `judge` gets this)."""
 
-    store: Any
+    store: Store
     session_id: int
     channel: str
     arms: list[ArmRow]

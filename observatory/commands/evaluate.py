@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from observatory.channels import judge_channel
 from observatory.judge.figures import compute_figures
 from observatory.judge.session import judge_session
 from observatory.report.summarize import write_summaries
+from observatory.store.session_store import Store
 
 
-def evaluate(store: Any, session_id: int) -> int:
+def evaluate(store: Store, session_id: int) -> int:
     """Re-judge every result, recompute every arm's figures and its history summary; returns the verdict count."""
     rows = judge_session(store, session_id, channels=judge_channel)
     compute_figures(store, session_id)

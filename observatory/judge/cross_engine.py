@@ -41,6 +41,7 @@ from observatory.engines.spec_counters import adapter_for
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE, engine_of, stored_roles
 from observatory.model.vocabulary import TOKEN_DIFF
+from observatory.store.session_store import Store
 
 TOKENIZE_TIMEOUT_S = 30.0  # each tokenize call, as a whole
 PROMPT_IDS = "prompt_ids"  # key of the base arm's launch dict
@@ -142,7 +143,7 @@ def acceptance_side_by_side(arms: Sequence[Any]) -> list[dict[str, Any]]:
     return [{"family": fam, "arms": rows} for fam, rows in groups.items() if len({r["engine"] for r in rows}) > 1]
 
 
-def _output_diff(store: Any, ref: Any, other: Any, pid: int, probe: Probe, gate: Any) -> dict[str, Any]:
+def _output_diff(store: Store, ref: Any, other: Any, pid: int, probe: Probe, gate: Any) -> dict[str, Any]:
     """OTHER's base output against REF's (the reference, whose top-k gives margins) on one probe."""
     from observatory.judge.session import full_sequence, results_by_mode, to_output
 
@@ -167,7 +168,7 @@ def _output_diff(store: Any, ref: Any, other: Any, pid: int, probe: Probe, gate:
     return {**out, "reason": reason, "compared": [theirs.mode, mine.mode], "tokens": n}
 
 
-def compare(store: Any, session_id: int) -> dict[str, Any] | None:
+def compare(store: Store, session_id: int) -> dict[str, Any] | None:
     """The session's cross-engine comparison (None when its arms ran on one engine). Never a verdict."""
     from observatory.model.gates import default_registry
 

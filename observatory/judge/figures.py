@@ -63,6 +63,7 @@ from observatory.judge.verdict import INVALID_CODES
 from observatory.model.roles import by_engine, engine_of
 from observatory.model.vocabulary import PAIRED_BASE
 from observatory.store.db import ArmRow
+from observatory.store.session_store import Store
 
 MIN_DRAFTS = 200
 BOOTSTRAP_SAMPLES = 2000
@@ -350,7 +351,7 @@ def malformed_answers(results: list[Any]) -> dict[str, Any] | None:
     return {"answers": len(bad), "first": bad[0][:300]} if bad else None
 
 
-def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any], singles: dict[int, list[Any]] | None = None
+def _arm_figures(store: Store, a: ArmRow, probes: dict[int, Any], singles: dict[int, list[Any]] | None = None
                  ) -> dict[str, Any]:
     """Acceptance (overall, per category, per probe, per concurrency level) and speed of one arm."""
     stream = [r for r in store.results(a.id, "stream") if r.ok]
@@ -404,7 +405,7 @@ def _arm_figures(store: Any, a: ArmRow, probes: dict[int, Any], singles: dict[in
     return fig
 
 
-def compute_figures(store: Any, session_id: int) -> dict[int, dict[str, Any]]:
+def compute_figures(store: Store, session_id: int) -> dict[int, dict[str, Any]]:
     """Compute and store figures, performance checks and validity for every arm of a session."""
     arms = store.arms(session_id)
     probes = {p.id: p for p in store.probes(session_id)}
@@ -434,7 +435,7 @@ def _common_speed(spd: dict[str, Any], single: list[Any], drop: set[tuple[int, i
     return speed(kept) if kept and len(kept) != spd.get("requests") else spd
 
 
-def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm: dict[int, dict[str, Any]],
+def _group_figures(store: Store, arms: list[ArmRow], group: list[ArmRow], per_arm: dict[int, dict[str, Any]],
                    fail_on: dict[str, Any], singles: dict[int, list[Any]] | None = None) -> None:
     """Figures against base, performance checks and validity for one engine's arms (GROUP) of the session."""
     base = base_reference(group)
@@ -480,7 +481,7 @@ def _group_figures(store: Any, arms: list[ArmRow], group: list[ArmRow], per_arm:
         store.update(ArmRow, a.id, figures=fig, validity=codes)
 
 
-def noise_floor(store: Any, base: ArmRow, copies: list[ArmRow], per_arm: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+def noise_floor(store: Store, base: ArmRow, copies: list[ArmRow], per_arm: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     """Token-identity rate and throughput spread between base and its A/A copies."""
     if not copies:
         return None

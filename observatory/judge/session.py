@@ -58,6 +58,7 @@ from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, base_arm, by_engine, engine_of, stored_roles
 from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, TOKEN_DIFF, UNJUDGED
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.session_store import Store
 
 SELF_PAIRS = {"nonstream": "nonstream", "batch": "batch"}
 
@@ -149,7 +150,7 @@ def _override(row: VerdictRow, verdict: str, why: str) -> VerdictRow:
     return row
 
 
-def results_by_mode(store: Any, arm_id: int) -> dict[str, dict[int, ResultRow]]:
+def results_by_mode(store: Store, arm_id: int) -> dict[str, dict[int, ResultRow]]:
     """An arm's correctness results: mode (stream, nonstream, batch) -> probe id -> result."""
     modes: dict[str, dict[int, ResultRow]] = {}
     for r in store.results(arm_id):
@@ -158,7 +159,7 @@ def results_by_mode(store: Any, arm_id: int) -> dict[str, dict[int, ResultRow]]:
     return modes
 
 
-def timed_by_level(store: Any, arm_id: int) -> dict[int, dict[int, list[ResultRow]]]:
+def timed_by_level(store: Store, arm_id: int) -> dict[int, dict[int, list[ResultRow]]]:
     """An arm's timed results: concurrency level -> probe id -> results."""
     out: dict[int, dict[int, list[ResultRow]]] = {}
     for r in store.results(arm_id, "timed"):
@@ -235,7 +236,7 @@ def text_divergence(mine: ResultRow, ref: ResultRow, ref_label: str) -> GateResu
 class _Judge:
     """One judging pass over one session."""
 
-    def __init__(self, store: Any, session_id: int, registry: GateRegistry, arms: list[ArmRow],
+    def __init__(self, store: Store, session_id: int, registry: GateRegistry, arms: list[ArmRow],
                  channels: ChannelJudge | None = None):
         self.store, self.registry, self.channels = store, registry, channels
         self.arms = arms  # one engine's arms: each engine's are judged against their own base
@@ -631,7 +632,7 @@ def _same_output(r: ResultRow, ref: ResultRow) -> bool:
     return comparable_text(r) == comparable_text(ref)
 
 
-def session_registry(store: Any, session_id: int) -> GateRegistry:
+def session_registry(store: Store, session_id: int) -> GateRegistry:
     """The gates a session is judged with: built-ins plus its stored ``--gates-dir`` folders."""
     options = store.session(session_id).options or {}
     return registry_for((options.get("plan") or {}).get("gates_dirs") or ())
@@ -640,11 +641,11 @@ def session_registry(store: Any, session_id: int) -> GateRegistry:
 class ChannelJudge(Protocol):
     """The verdicts of one field channel over one engine's arms (`observatory.channels.judge_channel`)."""
 
-    def __call__(self, store: Any, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
+    def __call__(self, store: Store, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
                  probes: dict[int, Probe], registry: GateRegistry) -> list[VerdictRow]: ...
 
 
-def judge_session(store: Any, session_id: int, registry: GateRegistry | None = None,
+def judge_session(store: Store, session_id: int, registry: GateRegistry | None = None,
                   channels: ChannelJudge | None = None) -> list[VerdictRow]:
     """(Re)compute and store every verdict of a session; CHANNELS judges the field channels it ran."""
     registry = registry or session_registry(store, session_id)

@@ -12,10 +12,11 @@ from typing import Any
 
 from observatory.judge.summaries import ASSUMED_WHILE_RUNNING, arm_summaries, session_verdict
 from observatory.report.data import build
+from observatory.store.session_store import Store
 from observatory.store.summaries import replace_summaries, stale_sessions, summary_rows
 
 
-def write_summaries(store: Any, session_id: int) -> int:
+def write_summaries(store: Store, session_id: int) -> int:
     """(Re)write one session's summaries from its judged data; returns how many arms."""
     data = build(store, session_id)
     status = data.session.status
@@ -27,7 +28,7 @@ def write_summaries(store: Any, session_id: int) -> int:
     return replace_summaries(store, session_id, rows)
 
 
-def ensure_summaries(store: Any, model: str | None = None, limit: int = 100) -> list[int]:
+def ensure_summaries(store: Store, model: str | None = None, limit: int = 100) -> list[int]:
     """Build the summaries missing (or stale) among the latest LIMIT sessions of MODEL; returns their ids."""
     stale = stale_sessions(store, model, limit, ASSUMED_WHILE_RUNNING)
     for sid in stale:
@@ -35,7 +36,7 @@ def ensure_summaries(store: Any, model: str | None = None, limit: int = 100) -> 
     return stale
 
 
-def read_summaries(store: Any, model: str | None = None, arm: str | None = None,
+def read_summaries(store: Store, model: str | None = None, arm: str | None = None,
                    limit: int = 100) -> list[dict[str, Any]]:
     """Summary fields plus the session's ``started_at``, ``host`` and ``session_status`` of the latest
     LIMIT sessions whose model contains MODEL (case-insensitive), only arm ARM if given; oldest

@@ -14,13 +14,14 @@ import msgspec
 from sqlalchemy import Text, delete, func, literal, or_, select, type_coerce
 
 from observatory.store.db import ArmRow, SessionRow, SummaryRow, VerdictRow
+from observatory.store.session_store import Store
 
 _decode = msgspec.json.Decoder().decode
 # the JSON columns read as text and decoded with msgspec (4,000 rows: SQLAlchemy's json.loads was half the time)
 _JSON_FIELDS = ("validity", "verdicts", "failing")
 
 
-def replace_summaries(store: Any, session_id: int, rows: Sequence[dict[str, Any]]) -> int:
+def replace_summaries(store: Store, session_id: int, rows: Sequence[dict[str, Any]]) -> int:
     """Replace the session's summary rows with ROWS (SummaryRow fields); returns how many."""
     with store.tx() as tx:
         tx.execute(delete(SummaryRow).where(SummaryRow.session_id == session_id))
@@ -37,7 +38,7 @@ def _latest_sessions(model: str | None, limit: int) -> Any:
     return q.order_by(SessionRow.id.desc()).limit(limit)
 
 
-def stale_sessions(store: Any, model: str | None, limit: int, assumed_while_running: str) -> list[int]:
+def stale_sessions(store: Store, model: str | None, limit: int, assumed_while_running: str) -> list[int]:
     """Among the latest LIMIT sessions of MODEL, those whose summaries are missing or were taken under
     another status than the session's (a running session is summarised as ASSUMED_WHILE_RUNNING)."""
     latest = _latest_sessions(model, limit).subquery()
@@ -57,7 +58,7 @@ def stale_sessions(store: Any, model: str | None, limit: int, assumed_while_runn
     return sorted(stale)
 
 
-def summary_rows(store: Any, model: str | None = None, arm: str | None = None,
+def summary_rows(store: Store, model: str | None = None, arm: str | None = None,
                  limit: int = 100) -> list[dict[str, Any]]:
     """Summary fields plus the session's ``started_at``, ``host`` and ``session_status`` of the latest
     LIMIT sessions whose model contains MODEL (case-insensitive), only arm ARM if given; oldest
@@ -83,7 +84,7 @@ def summary_rows(store: Any, model: str | None = None, arm: str | None = None,
 KEPT_OUT_VERDICTS = ("FAIL", "INVALID")
 
 
-def earlier_trusted(store: Any, before_session: int, arm: str, model: str | None, suite_hash: str,
+def earlier_trusted(store: Store, before_session: int, arm: str, model: str | None, suite_hash: str,
                     engine_version: str | None, nights: int,
                     flagged_by: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(baseline, kept out): alpha, tau and S of the last NIGHTS trusted summaries of ARM before

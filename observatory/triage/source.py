@@ -25,6 +25,7 @@ from observatory.model.probes import Probe
 from observatory.model.roles import engine_of
 from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.store.db import ArmRow, ResultRow, SessionRow
+from observatory.store.session_store import Store
 
 CHANNELS = ("stream", "nonstream", "batch")
 
@@ -67,7 +68,7 @@ class Target:
         return len((self.session.machine or {}).get("gpus") or [])
 
 
-def _failures(store: Any, arm: ArmRow, base_modes: dict[str, dict[int, ResultRow]],
+def _failures(store: Store, arm: ArmRow, base_modes: dict[str, dict[int, ResultRow]],
               probes: dict[int, Probe], gate: Gate, wanted: set[str] | None) -> tuple[list[Failure], dict[str, ResultRow]]:
     modes = results_by_mode(store, arm.id)
     found, refs = [], {}
@@ -122,7 +123,7 @@ def rebuild_settings(session: SessionRow) -> EngineSettings:
     return EngineSettings(**{k: v for k, v in stored.items() if k in names and k != "env"})
 
 
-def find_target(store: Any, session_id: int | None, arm_name: str | None = None,
+def find_target(store: Store, session_id: int | None, arm_name: str | None = None,
                 probe_names: list[str] | None = None) -> Target:
     """The failing arm of a session (ARM_NAME, or the one with most failures) and its failures."""
     session = store.session(session_id)
