@@ -34,9 +34,10 @@ V1 runner):
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 from typing import Any
+
+from observatory.faults.names import fraction_var
 
 DETOKENIZER = "vllm.v1.engine.detokenizer"
 OUTPUT_PROCESSOR = "vllm.v1.engine.output_processor"
@@ -121,18 +122,9 @@ def noise_like(drafts: Any, vocab: int, generator: Any) -> Any:
 
 
 def noise_fraction(environ: dict[str, str] | None = None) -> float:
-    """draft_noise's share of rows replaced (``OBSERVATORY_DRAFT_NOISE_FRACTION``, default 1); a bad value stops
-    the engine (a fault never injected would make the negative control pass silently)."""
-    raw = (os.environ if environ is None else environ).get(NOISE_FRACTION_VAR, "")
-    if not raw.strip():
-        return 1.0
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 1:
-        raise ValueError(f"{NOISE_FRACTION_VAR}={raw!r}: a number in (0, 1], the share of draft rows replaced")
-    return value
+    """draft_noise's share of rows replaced (``OBSERVATORY_DRAFT_NOISE_FRACTION``, default 1;
+    `observatory.faults.names.fraction_var`)."""
+    return fraction_var(NOISE_FRACTION_VAR, 1.0, 1, "the share of draft rows replaced", environ)
 
 
 def partly_noise(drafts: Any, vocab: int, generator: Any, fraction: float) -> Any:

@@ -27,13 +27,14 @@ The decisions (`SlowStep`) are pure functions of the clock's readings
 from __future__ import annotations
 
 import functools
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+from observatory.faults.names import fraction_var
 
 FRACTION_VAR = "OBSERVATORY_SLOW_STEP_FRACTION"
 DEFAULT_FRACTION = 0.05
@@ -49,18 +50,8 @@ _sleep = time.sleep
 
 
 def fraction_from_env(environ: dict[str, str] | None = None) -> float:
-    """The delay as a fraction of the step time; a bad value stops the engine (a fault never injected
-    would make the negative control pass silently)."""
-    raw = (os.environ if environ is None else environ).get(FRACTION_VAR, "")
-    if not raw.strip():
-        return DEFAULT_FRACTION
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 10:
-        raise ValueError(f"{FRACTION_VAR}={raw!r}: a number in (0, 10], the delay as a fraction of a spec step")
-    return value
+    """The delay as a fraction of the step time (`observatory.faults.names.fraction_var`)."""
+    return fraction_var(FRACTION_VAR, DEFAULT_FRACTION, 10, "the delay as a fraction of a spec step", environ)
 
 
 class SlowStep:
