@@ -86,11 +86,11 @@ def step_speedup(arm_single: list[Any], base_single: list[Any], tau: float | Non
     """S_step of an arm's single-stream timed results against base's: BASE_SINGLE (base's own timed block)
     and BASE_BESIDE (base timed beside the arm) pooled, with its interval and precision (see the module
     docstring)."""
-    alone, beside = chunk_gaps(base_single), chunk_gaps(base_beside or [])
-    arm_gaps, base_gaps = chunk_gaps(arm_single), alone + beside
+    arm_per, alone_per, beside_per = (_per_stream(rs) for rs in (arm_single, base_single, base_beside or []))
+    alone, beside = _joined(alone_per), _joined(beside_per)
+    arm_gaps, base_gaps = _joined(arm_per), alone + beside
     arm_ms, base_ms = median_gap(arm_gaps), median_gap(base_gaps)
-    arm_streams = _streams(arm_single)
-    base_streams = _streams(base_single) + _streams(base_beside or [])
+    arm_streams, base_streams = _streams(arm_per), _streams(alone_per + beside_per)
     out: dict[str, Any] = {"arm_step_ms": arm_ms, "base_step_ms": base_ms, "tau": tau,
                            "base_blocks_ms": {"alone": median_gap(alone), "beside": median_gap(beside)},
                            "gaps": {"arm": len(arm_gaps), "base": len(base_gaps)}}
@@ -106,9 +106,18 @@ def step_speedup(arm_single: list[Any], base_single: list[Any], tau: float | Non
     return out
 
 
-def _streams(results: Iterable[Any]) -> list[list[float]]:
-    """Each result's chunk gaps (ms), one list per stream with at least one gap."""
-    return [g for g in ([x for x in chunk_gaps([r]) if x >= 0] for r in results) if g]
+def _per_stream(results: Iterable[Any]) -> list[list[float]]:
+    """Each result's chunk gaps (ms), one list per result: read once, for the medians and the interval alike."""
+    return [chunk_gaps([r]) for r in results]
+
+
+def _joined(per_stream: list[list[float]]) -> list[float]:
+    return [g for gaps in per_stream for g in gaps]
+
+
+def _streams(per_stream: list[list[float]]) -> list[list[float]]:
+    """The non-negative gaps of each stream, the streams with at least one (what the interval resamples)."""
+    return [g for g in ([x for x in gaps if x >= 0] for gaps in per_stream) if g]
 
 
 def _spent(streams: list[list[float]]) -> tuple[int, float]:
