@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +63,17 @@ def arms_file(args: argparse.Namespace, i: int, kind: str) -> Path:
 
 def launched(args: argparse.Namespace) -> dict[str, str]:
     """--launch: each fault letter's environment (``LETTER=VAR=VALUE,VAR=VALUE``)."""
+    return _by_letter(args.fault_env, "--fault-env", "LETTER=VAR=VALUE[,VAR=VALUE]", lambda v: "=" in v)
+
+
+def _by_letter(specs: list[str], flag: str, form: str, ok: Callable[[str], bool]) -> dict[str, str]:
+    """FLAG's LETTER=VALUE specs as {letter: value}; a spec not of FORM (OK(value) false) stops the run."""
     out = {}
-    for spec in args.fault_env:
-        letter, sep, env = spec.partition("=")
-        if not sep or len(letter) != 1 or letter == "c" or "=" not in env:
-            sys.exit(f"--fault-env takes LETTER=VAR=VALUE[,VAR=VALUE] (one letter other than c), got {spec!r}")
-        out[letter] = env
+    for spec in specs:
+        letter, sep, value = spec.partition("=")
+        if not sep or len(letter) != 1 or letter == "c" or not ok(value):
+            sys.exit(f"{flag} takes {form} (one letter other than c), got {spec!r}")
+        out[letter] = value
     return out
 
 
@@ -115,13 +121,8 @@ def one_session(args: argparse.Namespace, i: int, kind: str) -> dict[str, Any]:
 
 def servers(args: argparse.Namespace) -> dict[str, str]:
     """The faulted servers by schedule letter: ``f`` is --faulted, the others each --fault LETTER=URL."""
-    out = {"f": args.faulted} if args.faulted else {}
-    for spec in args.fault:
-        letter, sep, url = spec.partition("=")
-        if not sep or len(letter) != 1 or letter == "c" or not url:
-            sys.exit(f"--fault takes LETTER=URL (one letter other than c), got {spec!r}")
-        out[letter] = url
-    return out
+    return {**({"f": args.faulted} if args.faulted else {}),
+            **_by_letter(args.fault, "--fault", "LETTER=URL", bool)}
 
 
 def run(args: argparse.Namespace) -> None:
