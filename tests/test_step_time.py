@@ -38,6 +38,8 @@ def test_s_step_is_tau_times_base_step_over_arm_step() -> None:
 def test_s_step_not_measurable_says_why() -> None:
     short = step_time.step_speedup([_result(4.0, 10)], [_result(3.7, 100)], 2.0)
     assert short["S"] is None and "chunk gaps" in short["why"]
+    burst = step_time.step_speedup([_result(4.0, 100)], [SimpleNamespace(chunks=[[187.5, None]] * 100)], 2.0)
+    assert burst["S"] is None and "base's chunks arrived together" in burst["why"]  # 99 gaps, every one 0 ms
     no_tau = step_time.step_speedup([_result(4.0, 100)], [_result(3.7, 100)], None)
     assert no_tau["S"] is None and "tau" in no_tau["why"]
 

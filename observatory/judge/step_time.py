@@ -96,14 +96,23 @@ def step_speedup(arm_single: list[Any], base_single: list[Any], tau: float | Non
                            "gaps": {"arm": len(arm_gaps), "base": len(base_gaps)}}
     if arm_ms is None or base_ms is None or not tau:
         out["S"] = None
-        out["why"] = (f"not measurable: fewer than {MIN_GAPS} chunk gaps on a side" if tau
-                      else "not measurable: no tokens per step (tau)")
+        out["why"] = ("not measurable: no tokens per step (tau)" if not tau else _no_step_why(arm_gaps, base_gaps))
         out.update(precision(None, None, None, None))
         return out
     out["S"] = tau * base_ms / arm_ms
     out["ci"] = _interval(arm_streams, base_streams, float(tau))
     out.update(precision(out["S"], out["ci"], _spent(arm_streams), _spent(base_streams)))
     return out
+
+
+def _no_step_why(arm_gaps: list[float], base_gaps: list[float]) -> str:
+    """Why a side has no median step: too few gaps, or chunks that arrived together (median gap 0)."""
+    sides = [(name, [g for g in gaps if g >= 0]) for name, gaps in (("this arm", arm_gaps), ("base", base_gaps))]
+    if any(len(kept) < MIN_GAPS for _, kept in sides):
+        return f"not measurable: fewer than {MIN_GAPS} chunk gaps on a side"
+    burst = next(name for name, kept in sides if statistics.median(kept) <= 0)
+    return (f"not measurable: {burst}'s chunks arrived together (median gap 0 ms: the client read several at once), "
+            "so arrival times do not show its step")
 
 
 def _per_stream(results: Iterable[Any]) -> list[list[float]]:
