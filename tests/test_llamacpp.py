@@ -55,8 +55,8 @@ def test_arms_file_engine_key(tmp_path: Path) -> None:
                  'speculative_config = { method = "ngram-mod", num_speculative_tokens = 4 }\n')
     (arm,) = parse_arms("llama.cpp:lookup4", arms_file=f)
     assert arm.engine == "llama.cpp" and arm.name == "llama.cpp:lookup4"
-    f.write_text('[arms.x]\nengine = "sglang"\n')
-    with pytest.raises(ArmError, match="engine must be one of vllm, llama.cpp"):
+    f.write_text('[arms.x]\nengine = "tgi"\n')
+    with pytest.raises(ArmError, match="engine must be one of vllm, llama.cpp, sglang"):
         parse_arms("x", arms_file=f)
 
 

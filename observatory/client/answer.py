@@ -22,10 +22,13 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from observatory.model.errors import ObservatoryError
 from observatory.model.safe_read import too_deep
+
+if TYPE_CHECKING:
+    from observatory.engines.metrics import SpecCounters
 
 
 @dataclass
@@ -60,6 +63,10 @@ class Response:
     # the openai SDK's verdict on this answer (`observatory.client.sdk`); None: not read by it (timed pass,
     # no answer)
     sdk: dict[str, Any] | None = None
+    # the engine's own speculative counters for this request, from the answer itself (SGLang's meta_info,
+    # llama.cpp's timings: `observatory.engines.spec_counters`); None: the answer carries none. A
+    # correctness pass only (a timed pass keeps no answer objects)
+    request_counters: SpecCounters | None = None
 
     @property
     def ok(self) -> bool:

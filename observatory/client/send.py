@@ -64,7 +64,7 @@ def request_params(probe: Probe, engine: str = "vllm") -> dict[str, Any]:
     """The exact sampling parameters a correctness pass sends for PROBE to ENGINE (stored with the probe).
 
     vLLM's ``return_tokens_as_token_ids`` (llama.cpp ignores it); on SGLang its
-    ``return_token_ids`` instead (`observatory.client.sglang_ids`).
+    ``return_token_ids`` instead, and ``return_meta_info`` on chats (`observatory.client.sglang_ids`).
     """
     params: dict[str, Any] = {
         "temperature": 0.0,
@@ -87,11 +87,11 @@ def request_params(probe: Probe, engine: str = "vllm") -> dict[str, Any]:
         params.update(extra)
     from observatory.engines.spec_counters import adapter_for
 
-    return sglang_params(params) if adapter_for(engine).ids_in_choices else params
+    return sglang_params(params, probe.kind == "chat") if adapter_for(engine).ids_in_choices else params
 
 
 # What a correctness pass asks for only to read token ids (vLLM's and SGLang's flags): never in a timed pass.
-_ID_FLAGS = frozenset({"return_tokens_as_token_ids", "return_token_ids"})
+_ID_FLAGS = frozenset({"return_tokens_as_token_ids", "return_token_ids", "return_meta_info"})
 
 
 def timed_params(probe: Probe) -> dict[str, Any]:
@@ -273,6 +273,16 @@ class EngineClient:
             return f"the served model changed mid-arm: {fact_text(self._model, 80)!r} -> {fact_text(now, 80)!r}"
         return None
 
+    def _request_counters(self, kept: list[Any]) -> SpecCounters | None:
+        """The request's own counters in its answer (KEPT: the whole answer, or every chunk); None if none."""
+        from observatory.engines.spec_counters import counters_from_chunks
+
+        try:
+            found = counters_from_chunks(self.adapter, [o for o in kept if isinstance(o, dict)])
+        except ObservatoryError:
+            return None  # counters the answer states badly are left to /metrics (the counters channel reads both)
+        return found.plain() if found is not None else None
+
     def counters(self) -> SpecCounters:
         """Current cumulative spec-decode counters from GET /metrics (None fields: not reported)."""
         try:
@@ -397,6 +407,8 @@ class EngineClient:
         out = finish(out, t0)
         if kept and out.error_kind in (None, "malformed"):
             out.sdk = sdk_verdict(kept, stream, probe.kind == "chat", out)
+        if kept and out.error_kind is None:
+            out.request_counters = self._request_counters(kept)
         return out
 
     def failed(self, e: BaseException) -> Response:

@@ -52,11 +52,23 @@ def exit_kind(log_tail: str) -> str:
     return "port_in_use" if "address already in use" in log_tail.lower() else "exited"
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(highest: int = 65535) -> int:
+    """A loopback port nobody listens on right now, at most HIGHEST (an engine that derives other ports
+    from its own, `EngineAdapter.max_port`)."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port <= highest:
+            return port
+    for port in range(min(highest, 65535), 1023, -1):  # the kernel kept handing out high ports: look below
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise EngineStartError(f"no free loopback port at or below {highest}", kind="port_in_use")
 
 
 def engine_args(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
@@ -97,6 +109,10 @@ def engine_argv(arm: Arm, settings: EngineSettings, port: int, env: dict[str, st
         from observatory.engines.llamacpp import server_argv
 
         return server_argv(arm, settings, port)
+    if arm.engine == "sglang":  # SGLang's server: observatory.engines.sglang
+        from observatory.engines import sglang
+
+        return sglang.server_argv(arm, settings, port)
     args = engine_args(arm, settings, port)
     image = arm_image_ref(arm, settings)
     if image:

@@ -26,6 +26,10 @@ through the one reader, metrics.read_counters.
   texts come from the logprobs entries, and top-k alternatives, which have no ids, are stored
   empty, so margins stay not measurable; an answer without ``token_ids`` is malformed, never
   judged as no ids. /tokenize (TokenizeRequest: prompt or messages + tools) exists, as on vLLM.
+  SGLang 0.5.14 (served on the H200, examples/gpu/sglang/README.md) has no return_token_ids: a whole
+  chat completion asked with ``"return_meta_info": true`` carries each choice's meta_info, whose
+  output_token_logprobs / output_top_logprobs hold [logprob, id, text] (ids of the alternatives too:
+  margins measurable) and whose spec_* fields are the request's counters (read here).
 - llama.cpp: timings.draft_n (tokens tested) / draft_n_accepted in the final response or last
   stream chunk, only when draft_n > 0; drafts and positions are not reported per request.
   /metrics (PR #26389, --metrics) has the vLLM schema as llamacpp:spec_decode_num_*_total.
@@ -146,6 +150,8 @@ class EngineAdapter(Protocol):
     streams_tool_logprobs: bool  # logprobs on a streamed request with tools (else such probes go whole)
     # a streamed answer carries the end token's entry, as usage counts it (optional: True when absent)
     streams_end_token: bool = True
+    # the highest port a launched server may be given (optional: 65535 when absent)
+    max_port: int = 65535
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """{"ids", "pieces"} of PROBE's rendered prompt as the server tokenizes it (POST through POST)."""
@@ -212,7 +218,8 @@ class VLLMAdapter(Dialect):
 
 
 class SGLangAdapter(Dialect):
-    """SGLang: per request in meta_info / sglext; on /metrics only the verify-call counter."""
+    """SGLang: per request in meta_info (/generate's, or each chat choice's with return_meta_info) or
+    sglext; on /metrics only the verify-call counter."""
 
     name = "sglang"
     version_key = "version"
@@ -220,6 +227,10 @@ class SGLangAdapter(Dialect):
     # which a streamed chat completion refuses
     ids_in_choices = True
     streams_chat_ids = False
+    speculation_flags = "--speculative-"  # --speculative-algorithm, --speculative-draft-model-path, ...
+    # SGLang 0.5.14 derives its gRPC port as --port + 10000 (server_args.py, _handle_deprecated_args) and
+    # refuses to start when that passes 65535, gRPC unused or not (docs/engines.md)
+    max_port = 55535
 
     def version_path(self) -> str:
         return "/get_server_info"
@@ -246,7 +257,13 @@ class SGLangAdapter(Dialect):
         meta = body.get("meta_info")
         if isinstance(meta, Mapping) and "spec_verify_ct" in meta:
             return self._stats(meta, "SGLang meta_info", meta.get("completion_tokens"))
-        return None
+        # a whole chat completion asked with return_meta_info (SGLang 0.5.14: observatory.client.sglang_ids):
+        # the engine's meta_info on each choice
+        choices = body.get("choices")
+        metas = [m for c in choices if isinstance(c, Mapping) and isinstance(m := c.get("meta_info"), Mapping)
+                 and "spec_verify_ct" in m] if isinstance(choices, list) else []
+        found = [c for m in metas if (c := self._stats(m, "SGLang choices[].meta_info", m.get("completion_tokens")))]
+        return sum(found[1:], found[0]) if found else None
 
     def _stats(self, d: Any, where: str, completion: Any) -> EngineCounters | None:
         d = _obj(d, where)

@@ -375,6 +375,12 @@ def _arm_figures(store: Store, a: ArmRow, probes: dict[int, Any], singles: dict[
     # The arm's figures count every measured request: the streamed probes
     # (read one by one) and the timed runs (read around each batch).
     acc = acceptance(total + timed_total, k)
+    if acc["accepted"] is None and total.accepted is not None and total.drafts:
+        # an engine whose /metrics counts no accepted tokens (SGLang: verify steps only) reports them per
+        # request in its answers, which only the probe pass reads (observatory.session.measure): counted there
+        acc = {**acceptance(total, k), "counted": "the probe pass only: the engine reports no accepted tokens "
+               "for the timed passes (its /metrics counts verify steps only; each answer's own counters are "
+               "read where the answer is kept)"}
     acc["from"] = {"stream": total.to_dict(), "timed": timed_total.to_dict()}
     acc["by_category"] = {cat: acceptance(v, k) for cat, v in sorted(by_cat.items())}
     acc["by_probe"] = by_probe

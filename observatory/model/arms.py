@@ -11,7 +11,9 @@
 - an engine prefix: ``vllm:NAME`` is NAME (vLLM is the default engine);
   ``llama.cpp:base``, ``llama.cpp:draftK`` (draft-simple with a draft model),
   ``llama.cpp:ngramK`` (ngram-simple) run llama.cpp's llama-server (see
-  `observatory.engines.llamacpp`); the prefix stays in the arm's name;
+  `observatory.engines.llamacpp`); ``sglang:base``, ``sglang:mtpK`` (SGLang's EAGLE
+  path on the model's own MTP layer) run SGLang's server (`observatory.engines.sglang`);
+  the prefix stays in the arm's name;
 
 optionally followed by ``+fault=NAME`` (launch with an injected fault, see
 `observatory.faults`), ``+repair=NAME`` (launch with a known engine bug repaired in place,
@@ -29,7 +31,7 @@ Arms file layout (unknown keys are errors)::
     fault = "ghost"                        # optional
     url = "http://127.0.0.1:8001"          # optional: don't launch
     image = "vllm/vllm-openai:nightly"     # optional: run in this image
-    engine = "llama.cpp"                   # optional: "vllm" (default) or "llama.cpp"
+    engine = "llama.cpp"                   # optional: "vllm" (default), "llama.cpp" or "sglang"
     tool_parser = "qwen3_coder"            # optional: vLLM --tool-call-parser for this arm ("none": off)
     reasoning_parser = "qwen3"             # optional: vLLM --reasoning-parser for this arm ("none": off)
 
@@ -63,14 +65,16 @@ _ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "i
 # A parser name as vLLM spells them (hermes, qwen3_coder, deepseek_r1, ...); "none" turns the parser off.
 NO_PARSER = "none"
 _PARSER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
-ENGINES = ("vllm", "llama.cpp")
+ENGINES = ("vllm", "llama.cpp", "sglang")
 LLAMA_CPP = "llama.cpp"
+SGLANG = "sglang"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 # The longest arm name stored faithfully: ArmRow.name is String(255) (tests/test_hostile_files.py checks it).
 MAX_NAME = 255
 _PRESET_RE = re.compile(r"(mtp|ngram)([1-9][0-9]?)")
 _LLAMA_PRESET_RE = re.compile(r"(draft|ngram)([1-9][0-9]?)")
-_ENGINE_PREFIX_RE = re.compile(r"(vllm|llama\.cpp):(.+)")
+_SGLANG_PRESET_RE = re.compile(r"mtp([1-9][0-9]?)")
+_ENGINE_PREFIX_RE = re.compile(r"(vllm|llama\.cpp|sglang):(.+)")
 
 
 @dataclass
@@ -138,6 +142,27 @@ def llama_preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
         return False, None
     method = {"draft": "draft-simple", "ngram": "ngram-simple"}[m.group(1)]
     return True, {"method": method, "num_speculative_tokens": int(m.group(2))}
+
+
+def sglang_preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
+    """(is an SGLang preset, its speculative config) for NAME: base, mtpK.
+
+    ``mtp`` is MTP as the config names it for vLLM; `observatory.engines.sglang.spec_args` serves it
+    with SGLang's EAGLE algorithm drafting with the model's own MTP layer (MiMo's layout).
+    """
+    if name == "base":
+        return True, None
+    m = _SGLANG_PRESET_RE.fullmatch(name)
+    if not m:
+        return False, None
+    return True, {"method": "mtp", "num_speculative_tokens": int(m.group(1))}
+
+
+# Per engine with its own prefix: its presets, and how the error for an unknown name lists them.
+_ENGINE_PRESETS = {
+    LLAMA_CPP: (llama_preset_config, "llama.cpp:base, llama.cpp:draftK (draft model), llama.cpp:ngramK (n-gram)"),
+    SGLANG: (sglang_preset_config, "sglang:base, sglang:mtpK (MTP through SGLang's EAGLE)"),
+}
 
 
 def parse_speculative_config(text: str, where: str = "--speculative-config") -> dict[str, Any]:
@@ -222,12 +247,12 @@ def load_arms_file(path: Path | str) -> dict[str, Arm]:
         engine = raw.get("engine", "vllm")
         if engine not in ENGINES:
             raise ArmError(f"{where}: engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-        if engine == LLAMA_CPP and (fault is not None or image is not None):
-            raise ArmError(f"{where}: faults and images are vLLM's; a llama.cpp arm takes neither")
+        if engine != "vllm" and (fault is not None or image is not None):
+            raise ArmError(f"{where}: faults and images are vLLM's; a {engine} arm takes neither")
         parsers = {k: check_parser(raw[k], f"{where}: {k}") for k in ("tool_parser", "reasoning_parser") if k in raw}
-        if parsers and (engine == LLAMA_CPP or url is not None):
+        if parsers and (engine != "vllm" or url is not None):
             raise ArmError(f"{where}: {', '.join(parsers)} is a flag vLLM is launched with; an arm with a url "
-                           "or on llama.cpp is not launched by vLLM here (start its server with the flag)")
+                           f"or on {engine} is not launched by vLLM here (start its server with the flag)")
         arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(engine_args),
                          env=dict(env), url=url, fault=fault, image=image, engine=engine, **parsers)
     if not arms:
@@ -284,8 +309,8 @@ def parse_arms(
 
 def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | None) -> Arm:
     prefixed = _ENGINE_PREFIX_RE.fullmatch(item)
-    if prefixed and prefixed.group(1) == LLAMA_CPP:
-        return _parse_llama_item(item, prefixed.group(2), defined)
+    if prefixed and prefixed.group(1) in _ENGINE_PRESETS:
+        return _parse_engine_item(prefixed.group(1), item, prefixed.group(2), defined)
     if prefixed:  # vllm:NAME is NAME
         item = prefixed.group(2)
     m = re.fullmatch(r"([^=+]+)=(https?://\S+)", item)
@@ -329,24 +354,24 @@ def _add_repair(arm: Arm, name: str, item: str) -> None:
     arm.env[REPAIR_ENV] = ",".join(sorted(split_names(arm.env.get(REPAIR_ENV, "")) | {name}))
 
 
-def _parse_llama_item(item: str, rest: str, defined: dict[str, Arm]) -> Arm:
-    """``llama.cpp:NAME`` or ``llama.cpp:NAME=URL``: a llama-server arm, named with its prefix."""
+def _parse_engine_item(engine: str, item: str, rest: str, defined: dict[str, Arm]) -> Arm:
+    """``ENGINE:NAME`` or ``ENGINE:NAME=URL`` (llama.cpp, SGLang): an arm of that engine, named with its prefix."""
     name, eq, url = rest.partition("=")
     if "+" in name or "@" in name:
         raise ArmError(f"--arms item {item!r}: faults (+fault=) and images (@IMAGE) are vLLM's; "
-                       "a llama.cpp arm takes neither")
+                       f"a {engine} arm takes neither")
     if name in defined:
         arm = copy.deepcopy(defined[name])
-        if arm.engine != LLAMA_CPP:
-            raise ArmError(f"--arms item {item!r}: the arms file defines {name!r} without engine = \"llama.cpp\"")
+        if arm.engine != engine:
+            raise ArmError(f"--arms item {item!r}: the arms file defines {name!r} without engine = \"{engine}\"")
     else:
-        is_preset, config = llama_preset_config(name)
+        presets, listed = _ENGINE_PRESETS[engine]
+        is_preset, config = presets(name)
         if not is_preset:
-            raise ArmError(f"Unknown llama.cpp arm {name!r} in {item!r}. Presets: llama.cpp:base, "
-                           "llama.cpp:draftK (draft model), llama.cpp:ngramK (n-gram), K = 1..99; "
-                           "or an arms-file name with engine = \"llama.cpp\".")
-        arm = Arm(name=name, speculative_config=config, engine=LLAMA_CPP)
-    arm.name = f"{LLAMA_CPP}:{arm.name}"
+            raise ArmError(f"Unknown {engine} arm {name!r} in {item!r}. Presets: {listed}, K = 1..99; "
+                           f"or an arms-file name with engine = \"{engine}\".")
+        arm = Arm(name=name, speculative_config=config, engine=engine)
+    arm.name = f"{engine}:{arm.name}"
     if eq:
         arm.url = _check_url(url, f"--arms item {item!r}")
     return arm

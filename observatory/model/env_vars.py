@@ -12,6 +12,7 @@ ENV_VARS = {
     "OBSERVATORY_DEFAULT_MODEL": "folder of the embedded default model (default: the packaged tiny MTP model)",
     "OBSERVATORY_GPU_COUNT": "GPUs this host has, overriding detection (plans --parallel-arms waves)",
     "OBSERVATORY_LLAMA_SERVER": "llama-server binary for llama.cpp arms (default: scripts/build-llama.sh's)",
+    "OBSERVATORY_SGLANG_ARGS": "flags every launched SGLang arm gets (e.g. --attention-backend triton)",
     "OBSERVATORY_LLAMA_CACHE": "where scripts/build-llama.sh builds llama.cpp (default: ~/.cache/observatory)",
     "OBSERVATORY_FAULT": "set in an engine's environment (by selftest's +fault=F arms): the faults it injects",
     "OBSERVATORY_SLOW_STEP_FRACTION": "set in an engine's environment: how much slower the slow_step fault makes each spec step (default 0.05)",

@@ -78,8 +78,11 @@ def launch(arm: Arm, settings: EngineSettings, gpus: list[int] | None, log_path:
     "port_in_use") is retried, ATTEMPTS launches in all. The engine is
     stopped here on any failure, Ctrl-C included.
     """
+    from observatory.engines.spec_counters import adapter_for
+
+    highest = int(getattr(adapter_for(arm.engine), "max_port", 65535))
     for attempt in range(1, attempts + 1):
-        port = free_port()
+        port = free_port(highest)
         env = engine_env(arm, settings)
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)

@@ -207,7 +207,7 @@ class ArmRun:
                 self.store_result(probe, resp, "stream")
                 self.check_alive(resp)
                 continue
-            delta = self.counters() - before
+            delta = with_request_counters(self.counters() - before, resp)
             total = total + delta
             self.store_result(probe, resp, "stream", delta)
             if stream_is_reference(resp):
@@ -337,6 +337,18 @@ def stream_is_reference(resp: Response) -> bool:
     """Whether a streamed response carries every generated id, so the judge diffs it (judge.tokens_complete)."""
     n = (resp.usage or {}).get("completion_tokens")
     return bool(resp.ok and resp.token_ids and resp.top_logprobs and (n is None or n == len(resp.token_ids)))
+
+
+def with_request_counters(delta: SpecCounters, resp: Response) -> SpecCounters:
+    """DELTA (/metrics around one request), or the request's own counters where /metrics does not report
+    what they do: SGLang's /metrics counts verify steps only, its answer's meta_info every counter
+    (observatory.engines.spec_counters). Kept as /metrics says when it reports the accepted tokens."""
+    own = resp.request_counters
+    if delta.accepted is not None or not isinstance(own, SpecCounters) or own.accepted is None:
+        return delta
+    return SpecCounters(own.drafts, own.draft_tokens, own.accepted,
+                        None if own.accepted_per_pos is None else list(own.accepted_per_pos), own.problem,
+                        delta.generated)
 
 
 def _completion_tokens(resp: Response) -> int:

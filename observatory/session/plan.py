@@ -195,13 +195,18 @@ def parse_int_list(text: str, what: str) -> list[int]:
     return values
 
 
-def check_engine_python(python: str) -> None:
-    """The engine interpreter exists and can import vllm."""
+def check_engine_python(python: str, module: str = "vllm") -> None:
+    """The engine interpreter exists and can import MODULE (vllm; sglang for SGLang arms)."""
     if not Path(python).exists():
         raise ObservatoryError(f"Engine interpreter {python} does not exist (set --engine-python).")
-    code = "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('vllm') else 1)"
+    code = f"import importlib.util,sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
     r = subprocess.run([python, "-c", code], capture_output=True, timeout=60)
     if r.returncode != 0:
+        if module == "sglang":
+            raise ObservatoryError(
+                f"SGLang is not installed for {python}: install it, or point --engine-python at an interpreter "
+                "that has it (the H200 bundle: examples/gpu/sglang/README.md), or give the SGLang arms a URL "
+                "(sglang:NAME=http://...).")
         raise ObservatoryError(
             f"vLLM is not installed for {python}. Install it (on a CPU machine: "
             "`pip install -e '.[cpu]'`, see README), or point --engine-python at an "
@@ -329,6 +334,8 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     plan_waves(len(arm_list), n_gpus, plan.gpus_per_arm, plan.parallel_arms)  # validates the GPU request
     if any(a.url is None and a.engine == "vllm" and not (a.image or plan.image) for a in arm_list):
         check_engine_python(settings.python)
+    if any(a.url is None and a.engine == "sglang" for a in arm_list):
+        check_engine_python(settings.python, "sglang")
     if any(a.url is None and a.engine == "llama.cpp" for a in arm_list):
         from observatory.engines.llamacpp import require_binary
 
