@@ -195,12 +195,13 @@ def parse_int_list(text: str, what: str) -> list[int]:
     return values
 
 
-def check_engine_python(python: str, module: str = "vllm") -> None:
-    """The engine interpreter exists and can import MODULE (vllm; sglang for SGLang arms)."""
+def check_engine_python(python: str, module: str = "vllm", env: dict[str, str] | None = None) -> None:
+    """The engine interpreter exists and can import MODULE (vllm; sglang for SGLang arms) in the environment
+    the arm launches with (ENV: its overrides, e.g. an arms file's PYTHONPATH)."""
     if not Path(python).exists():
         raise ObservatoryError(f"Engine interpreter {python} does not exist (set --engine-python).")
     code = f"import importlib.util,sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
-    r = subprocess.run([python, "-c", code], capture_output=True, timeout=60)
+    r = subprocess.run([python, "-c", code], capture_output=True, timeout=60, env={**os.environ, **(env or {})})
     if r.returncode != 0:
         if module == "sglang":
             raise ObservatoryError(
@@ -334,8 +335,8 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     plan_waves(len(arm_list), n_gpus, plan.gpus_per_arm, plan.parallel_arms)  # validates the GPU request
     if any(a.url is None and a.engine == "vllm" and not (a.image or plan.image) for a in arm_list):
         check_engine_python(settings.python)
-    if any(a.url is None and a.engine == "sglang" for a in arm_list):
-        check_engine_python(settings.python, "sglang")
+    for env in {json.dumps(a.env, sort_keys=True) for a in arm_list if a.url is None and a.engine == "sglang"}:
+        check_engine_python(settings.python, "sglang", json.loads(env))
     if any(a.url is None and a.engine == "llama.cpp" for a in arm_list):
         from observatory.engines.llamacpp import require_binary
 
