@@ -35,15 +35,39 @@ ISSUE_28 = {"spec_penalty_skip": ("28.1", Catcher("channel", "params")),
             "logprob_row": ("28.3", Catcher("channel", "teacher")),
             "seed_ignored": ("28.4", Catcher("channel", "seeds")),
             "n_seed_shared": ("28.4", Catcher("channel", "seeds")),
-            "sdk_object": ("28.7", Catcher("channel", "sdk"))}
+            "sdk_object": ("28.7", Catcher("channel", "sdk")),
+            "lossy_synthetic": ("28.6", Catcher("validity", "LOSSY"))}
+# the deep profile's engine conditions (issue 28 item 5): each fault with its sub-item
+ISSUE_28_DEEP = {"preempt_poison": ("28.5a", Catcher("channel", "memory_pressure")),
+                 "wake_broken_drafter": ("28.5b", Catcher("channel", "lifecycle")),
+                 "length_decay": ("28.5c", Catcher("channel", "long_prompts"))}
 
 
 def test_nightly_plan_names_each_issue_28_fault_with_its_item_and_catcher() -> None:
     plan = fault_plan("nightly", None)
     for fault, (item, catcher) in ISSUE_28.items():
         assert plan[fault] == catcher and ISSUE_ITEMS[fault] == item, fault
-    assert all(f in KNOWN for f in plan) and all(f in ISSUE_ITEMS for f in plan)  # every row has its item
-    assert not set(GATE_FAULTS) & set(fault_plan("quick", None))  # the quick selftest is as it was
+    assert all(f in KNOWN or f == st.LOSSY for f in plan) and all(f in ISSUE_ITEMS for f in plan)  # every row has its item
+    assert not (set(GATE_FAULTS) | {st.LOSSY}) & set(fault_plan("quick", None))  # the quick selftest is as it was
+    deep = fault_plan("deep", None)
+    for fault, (item, catcher) in ISSUE_28_DEEP.items():
+        assert deep[fault] == catcher and ISSUE_ITEMS[fault] == item, fault
+    assert all(f in ISSUE_ITEMS for f in deep)
+
+
+def test_the_lossy_control_is_the_spec_arm_with_synthetic_acceptance() -> None:
+    """Issue 28 item 6's negative control: the arm of the session's --speculative-config, vLLM's synthetic
+    acceptance on the spec arm's own K, repaired like the fault arms."""
+    arms = selftest_arms("mtp2", ("ghost", st.LOSSY), ("cpu_expand",))
+    assert arms[-1] == "spec+repair=cpu_expand" and arms[-2] == "mtp2+repair=cpu_expand+fault=ghost"
+    config = st.lossy_config("mtp2")
+    assert config == {"method": "mtp", "num_speculative_tokens": 2, "rejection_sample_method": "synthetic",
+                      "synthetic_acceptance_length": 2.0}
+    import json
+    lossy = parse_arms(",".join(arms), speculative_config=json.dumps(config))[-1]
+    assert lossy.speculative_config == config and lossy.env.get("OBSERVATORY_REPAIR") == "cpu_expand"
+    with pytest.raises(ObservatoryError, match="speculating preset"):
+        st.lossy_config("base")
 
 
 def test_arms_repaired_with_the_shipped_arm_beside_them() -> None:
@@ -80,6 +104,12 @@ def test_what_counts_as_caught() -> None:
     assert is_caught(Catcher("channel", "seeds"), _found(channels=["seeds"]))
     assert not is_caught(Catcher("channel", "seeds"), _found({"token_diff": 1}, channels=["params"]))
     assert is_caught(Catcher("suite"), _found({"token_diff": 1})) and not is_caught(Catcher("suite"), _found())
+    lossy = Catcher("validity", "LOSSY")
+    named = {**_found(status="failed"), "validity": ["INVALID", "LOSSY"]}
+    assert is_caught(lossy, named), "named from its launch, whether or not the engine ran it"
+    assert not is_caught(lossy, {**_found(), "validity": ["LOW_N"]}) and not is_caught(lossy, None)
+    row = fault_rows({st.LOSSY: lossy}, {"faults": {st.LOSSY: named}, "clean": None})[0]
+    assert row["caught"] and row["outcome"] == "CAUGHT (the arm failed)" and "validity LOSSY" in row["caught_by"]
     rows = fault_rows({"usage_overcount": gate}, {"faults": {"usage_overcount": _found({"answer_usage": 1})},
                                                   "clean": None})
     assert rows[0]["item"] == "28.2" and rows[0]["outcome"] == "MISSED" and rows[0]["must"] == "gate answer_identities"
@@ -173,5 +203,6 @@ def test_list_prints_the_plan_and_launches_nothing(monkeypatch: pytest.MonkeyPat
     assert r.exit_code == 0, r.output
     for fault, (item, catcher) in ISSUE_28.items():
         line = next(x for x in r.output.splitlines() if f" {fault} " in x)
-        assert item in line and str(catcher) in line and f"mtp1+repair=cpu_expand+fault={fault}" in line
+        arm = "spec+repair=cpu_expand" if fault == st.LOSSY else f"mtp1+repair=cpu_expand+fault={fault}"
+        assert item in line and str(catcher) in line and arm in line
     assert "controls: base, base, mtp1, mtp1+repair=cpu_expand (repairs: cpu_expand)" in r.output
