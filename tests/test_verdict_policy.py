@@ -199,6 +199,45 @@ def test_a_timed_output_equal_to_the_arm_own_stream_is_judged_once(tmp_path: Pat
     assert code == 1
 
 
+def test_a_timed_output_equal_to_the_arm_own_non_streamed_output_is_judged_once(tmp_path: Path) -> None:
+    """SGLang's EAGLE arm in bf16 on the H200 (examples/h200-engines/README.md) answered a request's first
+    send one way and every later send, timed ones included, another way, both differing from base at
+    near-ties: the timed check FAILed again what token_diff:nonstream had judged. A timed output equal to
+    any of the arm's own correctness outputs is judged once, by that pass's token diff; the negative
+    control, a timed output equal to none of them, still FAILs (the concurrency case above, and here)."""
+    seen: dict[str, int] = {}
+
+    def first_then_other(request: dict[str, Any], in_flight: int) -> Answer:
+        key = json.dumps(request.get("messages"))
+        seen[key] = seen.get(key, 0) + 1
+        return Answer(text="first" if seen[key] == 1 else "other", token_ids=[6] if seen[key] == 1 else [7],
+                      delay_s=0.02)
+
+    suite = tmp_path / "s.toml"
+    suite.write_text(SUITE)
+    for name, spec_answer, want in (("repeats", first_then_other, "PASS"),
+                                    ("timed-only", lambda r, n: Answer(text="timed", token_ids=[8], delay_s=0.02)
+                                     if r.get("stream") and not r.get("logprobs") else
+                                     Answer(text="other", token_ids=[7], delay_s=0.02), "FAIL")):
+        seen.clear()
+        with AnswerStub(lambda r, n: Answer(text="right", token_ids=[5], delay_s=0.02)) as base, \
+                AnswerStub(spec_answer) as spec:
+            db = tmp_path / f"{name}.db"
+            r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", str(suite),
+                                         "--db", str(db), "--report", str(tmp_path / name), "--quiet",
+                                         "--concurrency", "1", "--health-timeout", "5",
+                                         "--request-timeout", "10"])
+        assert db.is_file(), r.output
+        data = json.loads(CliRunner().invoke(cli, ["show", "--db", str(db), "--json"]).output)
+        mtp1 = next(a for a in data["arms"] if a["name"] == "mtp1")
+        two = next(r for r in mtp1["results"] if r["probe"] == "two")["verdicts"]
+        assert two["token_diff:c1"]["verdict"] == want, (name, two["token_diff:c1"])
+        if want == "PASS":
+            assert two["token_diff"]["verdict"] == "FAIL"  # the first send's difference, judged by the token diff
+            assert two["token_diff:nonstream"]["verdict"] == "FAIL"  # the later sends', judged there
+            assert "equal this arm's non-streamed output" in two["token_diff:c1"]["reason"]
+
+
 def test_clean_session_passes_and_json_carries_the_verdict(tmp_path: Path) -> None:
     """Issue 13 item 16: show --json carries the verdict at the top level; a clean session is PASS/WARN, exit 0."""
     # An A/A pair: the stub moves no spec counters, so a spec arm on it would be INVALID (not speculating).
