@@ -78,7 +78,7 @@ def test_paired_timing_refuses_parallel_arms_and_an_unshared_gpu(monkeypatch: py
     with pytest.raises(ObservatoryError, match="cannot be combined with --parallel-arms"):
         plan_compare(SessionPlan(arms="base,mtp1", timing="paired", parallel_arms=True))
     monkeypatch.setattr(plan_mod, "gpu_count", lambda: 1)
-    monkeypatch.setattr(plan_mod, "check_engine_python", lambda _python: None)
+    monkeypatch.setattr(plan_mod, "check_launchable", lambda *_a: None)
     with pytest.raises(ObservatoryError, match="gpu-memory-utilization") as e:
         plan_compare(SessionPlan(arms="base,mtp1", timing="paired"))
     assert "base, mtp1" in str(e.value)

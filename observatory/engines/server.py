@@ -18,13 +18,13 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from observatory.engines import containers
-from observatory.engines.settings import EngineSettings, speculative_config_for
-from observatory.model.arms import NO_PARSER, Arm
+from observatory.engines.settings import EngineSettings, arm_parsers, speculative_config_for
+from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.redact import redact_file
 
@@ -50,6 +50,17 @@ def exit_kind(log_tail: str) -> str:
     # The one place the engine's own words are read: the port we picked was taken between
     # free_port() and the engine's bind (a race, not a fault of the arm).
     return "port_in_use" if "address already in use" in log_tail.lower() else "exited"
+
+
+def check_module(python: str, module: str, env: Mapping[str, str], what: str, hint: str) -> None:
+    """PYTHON exists and imports MODULE in the environment an arm launches with (ENV: its overrides, e.g. an
+    arms file's PYTHONPATH), else ObservatoryError naming WHAT (the engine) and ending in HINT."""
+    if not Path(python).exists():
+        raise ObservatoryError(f"Engine interpreter {python} does not exist (set --engine-python).")
+    code = f"import importlib.util,sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
+    r = subprocess.run([python, "-c", code], capture_output=True, timeout=60, env={**os.environ, **env})
+    if r.returncode != 0:
+        raise ObservatoryError(f"{what} is not installed for {python}. {hint}")
 
 
 def free_port(highest: int = 65535) -> int:
@@ -91,14 +102,6 @@ def engine_args(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
     if spec is not None:
         args += ["--speculative-config", _json(spec)]
     return args
-
-
-def arm_parsers(arm: Arm, settings: EngineSettings) -> tuple[str | None, str | None]:
-    """(tool-call parser, reasoning parser) ARM launches with: its own (arms file) over the session's;
-    "none" turns one off."""
-    tool = arm.tool_parser or settings.tool_parser
-    reasoning = arm.reasoning_parser or settings.reasoning_parser
-    return (None if tool == NO_PARSER else tool), (None if reasoning == NO_PARSER else reasoning)
 
 
 def engine_argv(arm: Arm, settings: EngineSettings, port: int, env: dict[str, str] | None = None,

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from observatory.model.arms import Arm
+from observatory.model.arms import NO_PARSER, Arm
 
 
 @dataclass
@@ -38,3 +38,11 @@ def speculative_config_for(arm: Arm, settings: EngineSettings) -> dict[str, Any]
     if arm.speculative_config is None:
         return None
     return {**arm.speculative_config, **settings.spec_extra}
+
+
+def arm_parsers(arm: Arm, settings: EngineSettings) -> tuple[str | None, str | None]:
+    """(tool-call parser, reasoning parser) ARM launches with: its own (arms file) over the session's;
+    "none" turns one off."""
+    tool = arm.tool_parser or settings.tool_parser
+    reasoning = arm.reasoning_parser or settings.reasoning_parser
+    return (None if tool == NO_PARSER else tool), (None if reasoning == NO_PARSER else reasoning)

@@ -37,6 +37,7 @@ import os
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from observatory.engines.settings import arm_parsers
 from observatory.model.errors import ObservatoryError
 
 if TYPE_CHECKING:
@@ -75,8 +76,6 @@ def session_args() -> list[str]:
 
 def server_argv(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
     """The SGLang command line for ARM (the session's model, seed, dtype, context and parsers)."""
-    from observatory.engines.server import arm_parsers
-
     argv = [settings.python, "-m", MODULE, "--model-path", settings.model, "--host", "127.0.0.1",
             "--port", str(port), "--random-seed", str(settings.seed), "--enable-metrics"]
     if settings.dtype:

@@ -152,6 +152,17 @@ class EngineAdapter(Protocol):
     streams_end_token: bool = True
     # the highest port a launched server may be given (optional: 65535 when absent)
     max_port: int = 65535
+    # optional, `Dialect` gives vLLM's: the module a launched arm runs (None: a binary), the engine's name in
+    # messages, whether its log names its CUDA graphs, whether URL arms get the logprobs preflight, whether its
+    # arms may run in serving images
+    engine_module: str | None = "vllm"
+    display: str = "vLLM"
+    logs_cuda_graphs: bool = True
+    preflight_logprobs: bool = True
+    runs_in_images: bool = True
+
+    def check_installed(self, python: str, env: Mapping[str, str]) -> None:
+        """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV."""
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """{"ids", "pieces"} of PROBE's rendered prompt as the server tokenizes it (POST through POST)."""
@@ -179,6 +190,25 @@ class Dialect:
     ids_in_choices = False
     streams_chat_ids = True
     streams_tool_logprobs = True
+    # the Python module a launched arm runs (`check_installed`); None: a binary (llama.cpp)
+    engine_module: str | None = "vllm"
+    display = "vLLM"  # the engine's name in messages
+    # what to tell a user whose engine interpreter lacks it
+    install_hint = ("Install it (on a CPU machine: `pip install -e '.[cpu]'`, see README), or point "
+                    "--engine-python at an interpreter that has it, or give every arm a URL (NAME=http://...).")
+    # its server logs the CUDA graphs it captured (observatory.judge.graph_coverage reads them)
+    logs_cuda_graphs = True
+    # a URL arm's server is asked for one token with logprobs and ids before the session (session.preflight)
+    preflight_logprobs = True
+    # its arms may run in a serving image (ARM@IMAGE, --image: observatory.engines.images)
+    runs_in_images = True
+
+    def check_installed(self, python: str, env: Mapping[str, str]) -> None:
+        """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV (its overrides)."""
+        from observatory.engines.server import check_module
+
+        if self.engine_module is not None:
+            check_module(python, self.engine_module, env, self.display, self.install_hint)
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """/tokenize with the chat template applied by the server (vLLM's and SGLang's form)."""
@@ -227,6 +257,13 @@ class SGLangAdapter(Dialect):
     # which a streamed chat completion refuses
     ids_in_choices = True
     streams_chat_ids = False
+    engine_module = "sglang"
+    display = "SGLang"
+    install_hint = ("Install it, or point --engine-python at an interpreter that has it (the H200 bundle: "
+                    "examples/gpu/sglang/README.md), or give the SGLang arms a URL (sglang:NAME=http://...).")
+    logs_cuda_graphs = False
+    preflight_logprobs = False  # its logprobs carry no ids: the answers' own check (observatory.client.sglang_ids)
+    runs_in_images = False
     speculation_flags = "--speculative-"  # --speculative-algorithm, --speculative-draft-model-path, ...
     # SGLang 0.5.14 derives its gRPC port as --port + 10000 (server_args.py, _handle_deprecated_args) and
     # refuses to start when that passes 65535, gRPC unused or not (docs/engines.md)
@@ -298,6 +335,11 @@ class LlamaCppAdapter(Dialect):
                        "(tools/server/server-context.cpp: \"TODO: set result.probs\"); the token diff uses the "
                        "non-streamed response, which carries every id")
     speculation_flags = "--spec-"  # --spec-type, --spec-draft-model, ...
+    engine_module = None  # llama-server, a binary
+    display = "llama.cpp"
+    logs_cuda_graphs = False
+    preflight_logprobs = False
+    runs_in_images = False
     # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp, oaicompat_chat_params_parse)
     streams_tool_logprobs = False
 
@@ -314,6 +356,12 @@ class LlamaCppAdapter(Dialect):
 
     def version_path(self) -> str:
         return "/props"
+
+    def check_installed(self, python: str, env: Mapping[str, str]) -> None:
+        """A llama-server binary to launch (observatory.engines.llamacpp), else a setup error that says how."""
+        from observatory.engines.llamacpp import require_binary
+
+        require_binary()
 
     def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
         """The vLLM-schema counters of PR #26389; None for builds without them."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from observatory.engines.cuda_graphs import from_argv
+from observatory.engines.spec_counters import adapter_for
 from observatory.model.roles import engine_of
 from observatory.store.db import ArmRow
 
@@ -54,7 +55,7 @@ def coverage(arm: ArmRow, levels: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {"status": UNKNOWN, "flagged": False, "levels": [], "why": None, "graphs": None}
     if launch.get("url"):
         return {**out, "why": "URL arm: its server's engine log and launch flags are not here"}
-    if engine_of(launch) != "vllm":
+    if not getattr(adapter_for(engine_of(launch)), "logs_cuda_graphs", False):
         return {**out, "why": f"capture sizes are not read for {engine_of(launch)}"}
     if not launch.get("gpus"):
         return {**out, "status": NOT_APPLICABLE, "why": "CPU engine: no CUDA graphs"}

@@ -20,7 +20,6 @@ import dataclasses
 import json
 import os
 import socket
-import subprocess
 import sys
 import types
 from collections.abc import Mapping
@@ -195,24 +194,18 @@ def parse_int_list(text: str, what: str) -> list[int]:
     return values
 
 
-def check_engine_python(python: str, module: str = "vllm", env: dict[str, str] | None = None) -> None:
-    """The engine interpreter exists and can import MODULE (vllm; sglang for SGLang arms) in the environment
-    the arm launches with (ENV: its overrides, e.g. an arms file's PYTHONPATH)."""
-    if not Path(python).exists():
-        raise ObservatoryError(f"Engine interpreter {python} does not exist (set --engine-python).")
-    code = f"import importlib.util,sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 1)"
-    r = subprocess.run([python, "-c", code], capture_output=True, timeout=60, env={**os.environ, **(env or {})})
-    if r.returncode != 0:
-        if module == "sglang":
-            raise ObservatoryError(
-                f"SGLang is not installed for {python}: install it, or point --engine-python at an interpreter "
-                "that has it (the H200 bundle: examples/gpu/sglang/README.md), or give the SGLang arms a URL "
-                "(sglang:NAME=http://...).")
-        raise ObservatoryError(
-            f"vLLM is not installed for {python}. Install it (on a CPU machine: "
-            "`pip install -e '.[cpu]'`, see README), or point --engine-python at an "
-            "interpreter that has it, or give every arm a URL (NAME=http://...)."
-        )
+def check_launchable(arms: list[Arm], settings: EngineSettings, image: str | None) -> None:
+    """Every arm the observatory launches can be: its engine installed for the engine interpreter in the arm's
+    environment (its adapter's `check_installed`), else a setup error (exit 3) before any arm launches. An arm
+    in a serving image brings its engine (observatory.engines.images checks the image)."""
+    seen: set[tuple[str, str]] = set()
+    for arm in arms:
+        key = (arm.engine, json.dumps(arm.env, sort_keys=True))
+        adapter = adapter_for(arm.engine)
+        if arm.url is not None or (adapter.runs_in_images and (arm.image or image)) or key in seen:
+            continue
+        seen.add(key)
+        adapter.check_installed(settings.python, arm.env)
 
 
 @dataclass(frozen=True)
@@ -333,14 +326,7 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     if plan.timing == "paired":
         check_paired(arm_list, plan, n_gpus)
     plan_waves(len(arm_list), n_gpus, plan.gpus_per_arm, plan.parallel_arms)  # validates the GPU request
-    if any(a.url is None and a.engine == "vllm" and not (a.image or plan.image) for a in arm_list):
-        check_engine_python(settings.python)
-    for env in {json.dumps(a.env, sort_keys=True) for a in arm_list if a.url is None and a.engine == "sglang"}:
-        check_engine_python(settings.python, "sglang", json.loads(env))
-    if any(a.url is None and a.engine == "llama.cpp" for a in arm_list):
-        from observatory.engines.llamacpp import require_binary
-
-        require_binary()  # a missing llama-server is a setup error (exit 3), before any arm launches
+    check_launchable(arm_list, settings, plan.image)
     refs = {ref for a in arm_list if a.url is None and (ref := a.image or plan.image)}
     for ref in sorted(refs):
         require_image(ref)  # docker hook (observatory.engines.images): a missing image is a setup error

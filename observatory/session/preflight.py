@@ -49,6 +49,13 @@ _PROBE = Probe(name="preflight", category="preflight", messages=[{"role": "user"
 NO_LOGPROBS = "answers without logprobs although asked"
 
 
+def _preflighted(engine: str) -> bool:
+    """Whether URL arms of ENGINE get the one-token logprobs request (its adapter's ``preflight_logprobs``)."""
+    from observatory.engines.spec_counters import adapter_for
+
+    return bool(getattr(adapter_for(engine), "preflight_logprobs", False))
+
+
 def check_serves(arms: list[Arm], api_key: str | None, engine: str = "vllm") -> None:
     """Every URL arm's port speaks HTTP and every vLLM URL arm's server answers with the logprobs and token ids a
     pass needs, or ArmError names what is wrong (one line: a setup error, exit 3)."""
@@ -56,12 +63,12 @@ def check_serves(arms: list[Arm], api_key: str | None, engine: str = "vllm") -> 
         problem = not_http(url)
         if problem:
             raise ArmError(f"arm {name}: {url} {problem}")
-    if engine.lower() != "vllm":
+    if not _preflighted(engine):
         return
     seen: set[str] = set()
     dropped: list[tuple[Arm, str]] = []
     for arm in arms:
-        if not arm.url or arm.engine != "vllm" or arm.url in seen:
+        if not arm.url or not _preflighted(arm.engine) or arm.url in seen:
             continue
         seen.add(arm.url)
         problem = missing_flag(arm.url, api_key)

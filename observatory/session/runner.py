@@ -38,6 +38,7 @@ from observatory.engines.server import (
 )
 from observatory.engines.server_facts import host_facts, served_facts
 from observatory.engines.settings import EngineSettings, speculative_config_for
+from observatory.engines.spec_counters import adapter_for
 from observatory.judge.cross_engine import PROMPT_IDS, engines_of, prompt_ids
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
@@ -375,7 +376,7 @@ class Runner:
                 r.proc, r.client, ready_s = self._launch(r, session_id)
             version = r.client.version()
             r.extra["launch"]["served"] = served_facts(r.client)
-            if r.proc is not None and r.gpus and self.engine_of(arm) == "vllm":
+            if r.proc is not None and r.gpus and getattr(adapter_for(self.engine_of(arm)), "logs_cuda_graphs", False):
                 # the CUDA graphs it captured, from its log's config line (observatory.judge.graph_coverage)
                 r.extra["launch"]["cuda_graphs"] = from_log_file(r.proc.log_path)
             if r.extra["launch"]["role"] == BASE and len(engines_of(self.opts.arms)) > 1:  # observatory.judge.cross_engine
