@@ -4,8 +4,8 @@
 #   usage: bash examples/gpu/sglang/build-bundle.sh DEST   (DEST: an ignored folder of the checkout)
 # Produces DEST/sglang-0.5.14-trim-sm90.tar.xz, DEST/whl/ and DEST/activate.sh.
 # Kept: SGLang's Python (less the diffusion server multimodal_gen and its tests), sgl_kernel's
-# Python and its sm90 common_ops; flashinfer's Python (no headers or sources: nothing JIT-built,
-# which is where bf16 serving stops, README.md). Cut: sgl_kernel's FA3 (flash_ops, 1.76 GB),
+# Python and its sm90 common_ops; flashinfer's Python (no headers or sources: nothing JIT-built;
+# patch-bundle.sh keeps sgl_kernel's norms off flashinfer, README.md). Cut: sgl_kernel's FA3 (flash_ops, 1.76 GB),
 # FlashMLA and sm100 ops, flashinfer's data and the cubin package, xgrammar (--grammar-backend
 # none), SGLang's grpc server, and every other requirement serving one dense model does not
 # import (README.md). patch-bundle.sh makes SGLang's two source changes.
