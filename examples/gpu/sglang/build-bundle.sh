@@ -8,7 +8,7 @@
 # patch-bundle.sh keeps sgl_kernel's norms off flashinfer, README.md). Cut: sgl_kernel's FA3 (flash_ops, 1.76 GB),
 # FlashMLA and sm100 ops, flashinfer's data and the cubin package, xgrammar (--grammar-backend
 # none), SGLang's grpc server, and every other requirement serving one dense model does not
-# import (README.md). patch-bundle.sh makes SGLang's two source changes.
+# import (README.md). patch-bundle.sh makes the bundle's four source changes.
 set -eo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 DEST=${1:?usage: build-bundle.sh DEST}; mkdir -p "$DEST"; DEST=$(cd "$DEST" && pwd)
