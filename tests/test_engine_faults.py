@@ -74,8 +74,8 @@ def test_port_taken_then_engine_killed_mid_probe(tmp_path: Path, monkeypatch: py
     real_free_port = launch_mod.free_port
     offered: list[int] = []
 
-    def free_port() -> int:
-        port = taken if not offered else real_free_port()
+    def free_port(highest: int = 65535) -> int:
+        port = taken if not offered else real_free_port(highest)
         offered.append(port)
         return port
 

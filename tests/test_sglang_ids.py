@@ -51,11 +51,13 @@ def _diff_at_first_token(base: Response) -> Any:
 
 
 def test_request_asks_sglang_for_its_ids_and_leaves_vllm_alone() -> None:
-    """Issue 17 item 5: SGLang takes return_token_ids (protocol.py), not vLLM's return_tokens_as_token_ids."""
-    for probe in (CHAT, TEXT):
+    """Issue 17 item 5: SGLang takes return_token_ids (protocol.py), not vLLM's return_tokens_as_token_ids;
+    a chat (sent whole) asks for return_meta_info too, where SGLang 0.5.14 puts a chat's ids."""
+    for probe, flags in ((CHAT, {"return_token_ids": True, "return_meta_info": True}),
+                         (TEXT, {"return_token_ids": True})):
         vllm, sg = request_params(probe), request_params(probe, "sglang")
         assert vllm["extra_body"] == {"return_tokens_as_token_ids": True}
-        assert sg["extra_body"] == {"return_token_ids": True}
+        assert sg["extra_body"] == flags
         assert {k: v for k, v in sg.items() if k != "extra_body"} == {k: v for k, v in vllm.items()
                                                                        if k != "extra_body"}
         assert request_params(probe, "llama.cpp") == vllm
@@ -171,7 +173,9 @@ def test_an_sglang_url_arm_reaches_the_sglang_path(tmp_path: Path) -> None:
     store = Store(str(db))
     sid = store.sessions()[0].id
     probes = store.probes(sid)
-    assert probes and all(p.params["extra_body"] == {"return_token_ids": True} for p in probes)
+    assert probes and all(p.params["extra_body"] == {"return_token_ids": True, "return_meta_info": True}
+                          if p.definition["kind"] == "chat" else p.params["extra_body"] == {"return_token_ids": True}
+                          for p in probes)
     arm = store.arms(sid)[0]
     assert arm.launch["engine"] == "sglang"
     stream = store.results(arm.id, "stream")
