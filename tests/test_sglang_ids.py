@@ -174,7 +174,7 @@ def test_an_sglang_url_arm_reaches_the_sglang_path(tmp_path: Path) -> None:
     sid = store.sessions()[0].id
     probes = store.probes(sid)
     assert probes and all(p.params["extra_body"] == {"return_token_ids": True, "return_meta_info": True}
-                          if p.definition["kind"] == "chat" else p.params["extra_body"] == {"return_token_ids": True}
+                          if p.definition["messages"] is not None else p.params["extra_body"] == {"return_token_ids": True}
                           for p in probes)
     arm = store.arms(sid)[0]
     assert arm.launch["engine"] == "sglang"
