@@ -93,6 +93,32 @@ def test_llama_chat_template_renders_our_prompts(server: RunningEngine) -> None:
     assert rendered == 3  # the three tool probes
 
 
+def test_client_tokenizes_and_detokenizes_through_llamas_own_form(server: RunningEngine) -> None:
+    """The channels that build prompts from ids (length_sweep, memory_pressure, long_prompts) tokenize
+    through `EngineClient`: on llama-server it must speak llama.cpp's /tokenize and /detokenize form.
+    Negative control: vLLM's form, which llama-server answers with no tokens at all."""
+    from observatory.client.send import EngineClient
+
+    tok = _hf_tokenizer()
+    text = "def add(a, b):\n    return a + b  # sum"  # ASCII: a lone token of a CJK character is a partial byte
+    ours = tok(text, add_special_tokens=False)["input_ids"]
+    client = EngineClient(server.url, engine="llama.cpp")
+    try:
+        assert client.tokenize(text) == ours
+        assert "".join(client.detokenize(ours)) == text
+        assert client.detokenize(ours[:3]) == [tok.decode([i]) for i in ours[:3]]
+        assert client.adapter.ids_text(client._post_json, client.model(), tok("加法").input_ids) == "加法"
+    finally:
+        client.close()
+    vllm_form = httpx.post(f"{server.url}/tokenize", json={"model": "m", "prompt": text, "add_special_tokens": False})
+    assert vllm_form.json().get("tokens") in ([], None)  # why the adapter must choose the form
+    vllm_client = EngineClient(server.url, engine="vllm")
+    try:
+        assert not vllm_client.tokenize(text)  # vLLM's form on llama-server: no ids
+    finally:
+        vllm_client.close()
+
+
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One real session across engines: vLLM base + n-gram, llama.cpp base + draft + n-gram; its

@@ -313,10 +313,9 @@ class EngineClient:
     def tokenize(self, text: str) -> list[int] | None:
         """TEXT's token ids as the server tokenizes it (no special tokens); None when it cannot say."""
         try:
-            got = self._post_json("/tokenize", {"model": self.model(), "prompt": text, "add_special_tokens": False})
+            ids = self.adapter.text_ids(self._post_json, self.model(), text)
         except (httpx.HTTPError, ValueError, ObservatoryError):
             return None
-        ids = (got or {}).get("tokens") if isinstance(got, dict) else None
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             return None
         return ids
@@ -326,9 +325,7 @@ class EngineClient:
         if self._separator is False:
             self._separator = None
             try:
-                got = self._post_json("/tokenize", {"model": self.model(), "prompt": _SEPARATOR,
-                                                    "add_special_tokens": False})
-                ids = (got or {}).get("tokens") or []
+                ids = self.adapter.text_ids(self._post_json, self.model(), _SEPARATOR) or []
                 if len(ids) == 1 and isinstance(ids[0], int):
                     self._separator = ids[0]
                 elif ids and isinstance(ids[-1], int) and self._detokenize_one(ids[-1]) == _SEPARATOR:
@@ -353,8 +350,8 @@ class EngineClient:
             for t in token_ids:
                 spaced += (t, sep)
             try:
-                got = self._post_json("/detokenize", {"model": self.model(), "tokens": spaced})
-                parts = str((got or {}).get("prompt", "")).split(_SEPARATOR)
+                got = self.adapter.ids_text(self._post_json, self.model(), spaced)
+                parts = (got or "").split(_SEPARATOR)
                 if got is not None and len(parts) == len(token_ids) + 1 and parts[-1] == "":
                     return parts[:-1]
             except (httpx.HTTPError, ValueError):
@@ -363,8 +360,7 @@ class EngineClient:
 
     def _detokenize_one(self, token_id: int) -> str:
         try:
-            got = self._post_json("/detokenize", {"model": self.model(), "tokens": [token_id]})
-            return str(got.get("prompt", "")) if isinstance(got, dict) else ""
+            return self.adapter.ids_text(self._post_json, self.model(), [token_id]) or ""
         except (httpx.HTTPError, ValueError):
             return ""
 

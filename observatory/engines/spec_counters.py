@@ -167,6 +167,12 @@ class EngineAdapter(Protocol):
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """{"ids", "pieces"} of PROBE's rendered prompt as the server tokenizes it (POST through POST)."""
 
+    def text_ids(self, post: Post, model: str, text: str) -> Any:
+        """TEXT's ids (no special tokens) as /tokenize answers them; POST takes a server-relative path."""
+
+    def ids_text(self, post: Post, model: str, ids: list[int]) -> str | None:
+        """The text of IDS as /detokenize answers it (None: no answer); POST takes a server-relative path."""
+
     def version_path(self) -> str:
         """HTTP path to GET for the engine version."""
 
@@ -218,6 +224,16 @@ class Dialect:
         got = post(f"{base_url}/tokenize", {**body, "return_token_strs": True})
         ids = [int(t) for t in got["tokens"]]
         return {"ids": ids, "pieces": [str(p) for p in got.get("token_strs") or [""] * len(ids)]}
+
+    def text_ids(self, post: Post, model: str, text: str) -> Any:
+        """vLLM's and SGLang's /tokenize: {"model", "prompt", "add_special_tokens"} -> {"tokens": [ids]}."""
+        got = post("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})
+        return got.get("tokens") if isinstance(got, dict) else None
+
+    def ids_text(self, post: Post, model: str, ids: list[int]) -> str | None:
+        """vLLM's and SGLang's /detokenize: {"model", "tokens"} -> {"prompt": text}."""
+        got = post("/detokenize", {"model": model, "tokens": ids})
+        return str(got.get("prompt", "")) if isinstance(got, dict) else None
 
 
 class VLLMAdapter(Dialect):
@@ -353,6 +369,16 @@ class LlamaCppAdapter(Dialect):
                                             "with_pieces": True})
         toks = got["tokens"]
         return {"ids": [int(t["id"]) for t in toks], "pieces": [str(t.get("piece", "")) for t in toks]}
+
+    def text_ids(self, post: Post, model: str, text: str) -> Any:
+        """llama-server's /tokenize: {"content", "add_special"} -> {"tokens": [ids]} (it ignores vLLM's form)."""
+        got = post("/tokenize", {"content": text, "add_special": False})
+        return got.get("tokens") if isinstance(got, dict) else None
+
+    def ids_text(self, post: Post, model: str, ids: list[int]) -> str | None:
+        """llama-server's /detokenize: {"tokens"} -> {"content": text}."""
+        got = post("/detokenize", {"tokens": ids})
+        return str(got.get("content", "")) if isinstance(got, dict) else None
 
     def version_path(self) -> str:
         return "/props"
