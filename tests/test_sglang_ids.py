@@ -121,12 +121,13 @@ def _without_ids(body: Any) -> Any:
      (TEXT, "/v1/completions", "completion_stream", True)],
     ids=["chat", "completion-whole", "completion-streamed"],
 )
-def test_answer_without_token_ids_is_malformed_naming_the_flag(probe: Probe, path: str, key: str,
-                                                               streamed: bool) -> None:
+def test_answer_without_token_ids_is_not_reported_naming_the_flag(probe: Probe, path: str, key: str,
+                                                                  streamed: bool) -> None:
     """Negative control: an SGLang that ignores return_token_ids answers without choices[].token_ids;
-    that is a malformed response naming the flag, not a crash and not an empty sequence judged."""
+    that is a failure naming the flag ("not reported by this engine", tests/test_not_reported.py), not a
+    crash and not an empty sequence judged."""
     r, _ = _run(probe, path, _without_ids(FIXTURE[key]), streamed=streamed, stream=streamed)
-    assert not r.ok and r.error_kind == "malformed"
+    assert not r.ok and r.error_kind == "not_reported"
     assert "return_token_ids" in (r.error or "") and "\n" not in (r.error or "")
     assert r.token_ids == []
 

@@ -80,8 +80,8 @@ def measure(run: Any, probes: list[Probe]) -> None:
         resp = client.run(sent, stream=False)
         run.store_result(probe, resp, NAME)
         run.check_alive(resp)
-        if not run.live:
-            return
+        if not run.live or resp.error_kind == "not_reported":
+            return  # the engine reports no ids for a completion (NotReported): the other lengths would not either
 
 
 def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from observatory.channels.view import ChannelView
+from observatory.model.errors import NOT_REPORTED
 from observatory.model.roles import AA_COPY, BASE
-from observatory.model.vocabulary import FAIL, INVALID, PASS, TOKEN_DIFF, UNJUDGED, WARN
+from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP, TOKEN_DIFF, UNJUDGED, WARN
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
 
 PREVIEW = 80  # characters of each output shown in a table row
@@ -154,8 +155,12 @@ def judge_against_base(view: ChannelView, keyed: KeyFn, ref_key: Callable[[tuple
                 if ref_key(key) in ref and not same_tokens(k.result, ref[ref_key(key)].result):
                     noisy.setdefault(key, f"A/A copy {arm.name} differs from base")
     out = [_base_verdict(view, base, ref, noisy, what, part)]
+    unreported = out[0].verdict == SKIP  # base's engine reports nothing to diff: no arm of it is judged
     for arm in view.arms:
         if arm.id == base.id or view.role(arm) == BASE:
+            continue
+        if unreported:
+            out.append(view.verdict(arm, SKIP, out[0].reason, {"requests": len(keyed(view, arm))}, part=part))
             continue
         rows = []
         for key, k in sorted(keyed(view, arm).items(), key=lambda kv: (kv[1].label.get("index", 0), kv[0])):
@@ -176,6 +181,9 @@ def _base_verdict(view: ChannelView, base: ArmRow, ref: dict[tuple[Any, ...], Ke
     details = {"requests": len(ref), "noisy": len(noisy), "table": table}
     if not ref:
         return view.verdict(base, INVALID, f"the reference: no {what} stored on base", details, part=part)
+    if failed and len(failed) == len(ref) and all((k.result.error or "").startswith(NOT_REPORTED) for k in failed):
+        return view.verdict(base, SKIP, f"not measurable: {_first_line(failed[0].result.error or '')}", details,
+                            part=part)
     if failed:
         return view.verdict(base, INVALID, f"the reference: {len(failed)} of {len(ref)} {what} failed on base",
                             details, part=part)
@@ -206,3 +214,9 @@ def _arm_verdict(view: ChannelView, arm: ArmRow, rows: list[dict[str, Any]], wha
 
 _NOT_LABEL = frozenset({"verdict", "kind", "position", "margin", "base", "here", "from_token", "base_ids",
                         "here_ids"})
+
+
+def _first_line(error: str, at_most: int = 300) -> str:
+    """A stored error's first line, cut to AT_MOST characters (a reason, not a log)."""
+    line = error.splitlines()[0] if error else ""
+    return line if len(line) <= at_most else line[:at_most] + "..."

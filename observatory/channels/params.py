@@ -59,9 +59,8 @@ import httpx
 
 from observatory.channels import Channel
 from observatory.channels.pairs import diff
-from observatory.client.answer import Response, take_logprobs, take_whole
+from observatory.client.answer import Response, take_whole
 from observatory.client.send import REQUEST_FAILURES, request_body, request_params
-from observatory.client.sglang_ids import take_ids
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
 
@@ -380,7 +379,7 @@ def send(run: LiveArm, probe: Probe, params: dict[str, Any]) -> Response:
                    sampling={k: v for k, v in params.items() if k != "max_tokens"})
     out = Response()
     t0 = time.perf_counter()
-    take = take_ids if client.adapter.ids_in_choices else take_logprobs
+    take = client.take
     try:
         body = request_body(sent, client.served_model(), request_params(sent, client.adapter.name), stream=False)
         r = client.fetch(CHAT_PATH, client.timeout, body)

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 import httpx
 
 from observatory.channels import Channel
-from observatory.client.answer import Response, finish, take_logprobs, take_whole
-from observatory.client.send import request_body, request_params
+from observatory.client.answer import Response, finish, take_whole
+from observatory.client.send import REQUEST_FAILURES, request_body, request_params
 from observatory.model.probes import Probe
 from observatory.model.roles import JUDGED_AGAINST_BASE
 
@@ -83,11 +83,13 @@ def run_n(client: EngineClient, probe: Probe, n: int) -> list[Response]:
         outs = []
         for choice in sorted(obj["choices"], key=lambda c: int(c.get("index", 0))):
             out = Response()
-            take_whole(out, {"choices": [choice], "usage": obj.get("usage")}, probe.kind == "chat", take_logprobs)
+            take_whole(out, {"choices": [choice], "usage": obj.get("usage")}, probe.kind == "chat", client.take)
             outs.append(finish(out, t0))
         return outs or [finish(Response(error="the server answered no choices", error_kind="malformed"), t0)]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError) as e:
+    except httpx.HTTPError as e:
         return [finish(Response(error=f"malformed response: {type(e).__name__}: {e}", error_kind="malformed"), t0)]
+    except REQUEST_FAILURES as e:  # an answer the engine's reader refuses (SGLang without ids): stored, not raised
+        return [finish(client.failed(e), t0)]
 
 
 def measure(run: LiveArm, probes: list[Probe]) -> None:

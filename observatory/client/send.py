@@ -45,7 +45,7 @@ from observatory.client.sse import MalformedStream, ServerError, decode_json, ev
 from observatory.client.wire import BodyTooLarge, DeadlineExceeded, Pool, WireError
 from observatory.engines.metrics import MAX_METRICS_BYTES, CounterWatch, SpecCounters, not_reported
 from observatory.engines.server_facts import fact_text
-from observatory.model.errors import ObservatoryError
+from observatory.model.errors import NOT_REPORTED, NotReported, ObservatoryError
 from observatory.model.probes import Probe
 
 TOP_LOGPROBS = 10
@@ -170,7 +170,7 @@ class EngineClient:
 
         self.adapter = adapter_for(engine)
         # where a correctness pass's ids are: logprobs entries, or choices[].token_ids (the adapter says)
-        self._take: Take = take_ids if self.adapter.ids_in_choices else take_logprobs
+        self.take: Take = take_ids if self.adapter.ids_in_choices else take_logprobs
         self.base_url = base_url.rstrip("/")
         self.timeout = float(timeout)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -417,6 +417,8 @@ class EngineClient:
             return Response(error=f"{type(e).__name__}: {e}", error_kind=e.kind)
         if isinstance(e, ServerError):
             return Response(error=str(e), error_kind="http")
+        if isinstance(e, NotReported):  # the engine answered, without what this request needs
+            return Response(error=f"{NOT_REPORTED}: {e}", error_kind="not_reported")
         if isinstance(e, ObservatoryError):
             return Response(error=f"{type(e).__name__}: {e}", error_kind="malformed")
         # a body that is not what the API promises (malformed JSON, missing fields)
@@ -447,12 +449,12 @@ class EngineClient:
                 obj = decode_json(resp.read())
                 if kept is not None:
                     kept.append(obj)
-                take_whole(out, obj, chat, self._take)
+                take_whole(out, obj, chat, self.take)
                 return
             pieces = resp.body()
             seen: list[Any] = []
             stamped = events(pieces, t0)
-            read_stream(out, stamped if kept is None else _keeping(stamped, seen), chat, timed, self._take)
+            read_stream(out, stamped if kept is None else _keeping(stamped, seen), chat, timed, self.take)
             resp.finish(pieces)
             if kept is not None:
                 kept.extend(seen)

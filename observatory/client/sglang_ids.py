@@ -56,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from observatory.model.errors import ObservatoryError
+from observatory.model.errors import NotReported, ObservatoryError
 
 if TYPE_CHECKING:
     from observatory.client.answer import Response
@@ -79,9 +79,9 @@ def sglang_params(params: dict[str, Any], chat: bool = False) -> dict[str, Any]:
     return {**params, "extra_body": extra}
 
 
-def missing_ids() -> ObservatoryError:
+def missing_ids() -> NotReported:
     """The error for an SGLang answer whose choice has no ``token_ids``."""
-    return ObservatoryError(
+    return NotReported(
         f"SGLang answered without choices[].token_ids (asked with \"{FLAG}\": true) and without "
         f"choices[].meta_info.output_token_logprobs (asked with \"{META_FLAG}\" on a whole chat completion): "
         "this server reports no token ids for this request (SGLang 0.5.14's /v1/completions has neither), "

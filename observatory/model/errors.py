@@ -15,3 +15,12 @@ class ArmError(ObservatoryError):
 
 class RequestTimeout(ObservatoryError):
     """A request that did not finish within the request timeout (a server dripping tokens forever)."""
+
+
+class NotReported(ObservatoryError):
+    """What the engine does not expose for this request (SGLang 0.5.14's completions carry no ids): the
+    request is stored as failed with NOT_REPORTED in front, and a channel whose base answers so is SKIP
+    ("not measurable"), never a verdict made up from nothing."""
+
+
+NOT_REPORTED = "not reported by this engine"  # the stored error's prefix for a `NotReported` answer

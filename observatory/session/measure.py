@@ -86,6 +86,8 @@ class ArmRun:
         """
         if resp is not None and resp.ok:
             return
+        if (kind or (resp.error_kind if resp else None)) == "not_reported":
+            return  # it answered, without what the request needs (`NotReported`): alive, nothing to wait for
         assert self.client is not None
         proc = self.proc
         error = error or (resp.error if resp else None)
