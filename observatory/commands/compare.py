@@ -23,7 +23,7 @@ from observatory.report.outputs import OutputFile
 from observatory.report.terminal import RichReporter, print_closing, print_summary
 from observatory.session.plan import TIMINGS, SessionPlan, plan_compare
 from observatory.session.preflight import check_serves
-from observatory.session.runner import Interrupted, Reporter, Runner
+from observatory.session.runner import RESUMED_STATUSES, Interrupted, Reporter, Runner
 from observatory.store.db import SessionRow
 from observatory.store.session_store import Store
 from observatory.store.storage_failure import StorageFailed, guarded
@@ -142,14 +142,16 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     api_key = kw.pop("api_key", None)
     remember(api_key)  # masked wherever it would be stored or shown (issue 19 item 5)
     store: Store | None = None
+    finished: frozenset[str] = frozenset()
     if resume is not None:
         store = Store(db, create=False, write=True)
         plan = SessionPlan.from_stored(store.check_not_running(resume).options.get("plan"), resume)
         plan = plan.refuse_conflicts(given or {}, resume)
+        finished = frozenset(a.name for a in store.arms(resume) if a.status not in RESUMED_STATUSES)
     else:
         plan = SessionPlan.from_options(kw)
     registry_for(list(plan.gates_dirs))  # a bad gate file is a setup error, found before anything launches
-    opts = plan_compare(plan, api_key=api_key, command=redact_argv(sys.argv))
+    opts = plan_compare(plan, api_key=api_key, command=redact_argv(sys.argv), finished=finished)
     remember_engine(opts.settings.extra_args, opts.settings.env)
     for arm in opts.arms:
         remember_url(arm.url)

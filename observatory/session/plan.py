@@ -271,9 +271,11 @@ def with_aa_copies(arms: list[Arm]) -> list[Arm]:
     return out
 
 
-def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list[str] | None = None) -> CompareOptions:
+def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list[str] | None = None,
+                 finished: frozenset[str] = frozenset()) -> CompareOptions:
     """Validate PLAN (what the command line or a stored session asked for) and return the options of one
-    compare session: the one place a plan becomes what the runner runs."""
+    compare session: the one place a plan becomes what the runner runs. FINISHED: the arms a resumed
+    session ran to their end (the runner does not launch them again, so their engines need not be here)."""
     parse_fail_on(plan.fail_on)  # validates the thresholds before anything launches
     arm_list = parse_arms(plan.arms, plan.arms_file, plan.speculative_config)
     if plan.aa_copy and (plan.profile or "quick") in ("nightly", "deep"):
@@ -326,8 +328,8 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     if plan.timing == "paired":
         check_paired(arm_list, plan, n_gpus)
     plan_waves(len(arm_list), n_gpus, plan.gpus_per_arm, plan.parallel_arms)  # validates the GPU request
-    check_launchable(arm_list, settings, plan.image)
-    refs = {ref for a in arm_list if a.url is None and (ref := a.image or plan.image)}
+    check_launchable([a for a in arm_list if a.name not in finished], settings, plan.image)
+    refs = {ref for a in arm_list if a.url is None and a.name not in finished and (ref := a.image or plan.image)}
     for ref in sorted(refs):
         require_image(ref)  # docker hook (observatory.engines.images): a missing image is a setup error
     check_listening(arm_list)

@@ -53,6 +53,9 @@ from observatory.store.session_store import Store
 from observatory.store.storage_failure import StorageFailed, guarded, mark_interrupted
 from observatory.store.storage_failure import problem as storage_problem
 
+# arm statuses --resume runs again (any other status: the arm ran to its end, and is not launched again)
+RESUMED_STATUSES = frozenset({"pending", "interrupted", "starting", "running"})
+
 
 class Interrupted(BaseException):
     """Ctrl-C or SIGTERM: stop servers, store the session as interrupted."""
@@ -216,7 +219,7 @@ class Runner:
                 for pos, gpus in wave:
                     arm = self.opts.arms[pos]
                     row = existing.get(arm.name)
-                    if row is not None and row.status not in ("pending", "interrupted", "starting", "running"):
+                    if row is not None and row.status not in RESUMED_STATUSES:
                         continue  # --resume: this arm already ran
                     todo.append((pos, arm, row, gpus))
                 if todo:
@@ -273,6 +276,13 @@ class Runner:
         except (Interrupted, KeyboardInterrupt):
             for r in runs:
                 r.status, r.reason = "interrupted", "the observatory was interrupted during this arm"
+            raise
+        except BaseException as e:
+            # the observatory itself failed (not the engine: that is ArmCrashed, in `_phase`): an arm left
+            # "ok" here would read as finished and --resume would skip it, its channels half run
+            for r in runs:
+                if r.status == "ok":
+                    r.status, r.reason = "interrupted", f"the observatory failed during this arm: {type(e).__name__}: {e}"
             raise
         finally:
             # every arm's engine is stopped, even when storing one arm's end fails (a full disk)
