@@ -282,7 +282,8 @@ def _session(store: Store, arms: list[dict[str, Any]], options: dict[str, Any] |
         cd = {"drafts": drafts, "draft_tokens": drafts * (k or 0), "accepted": drafts * (k or 0),
               "accepted_per_pos": [drafts] * (k or 0)}
         store.add(_at(res(chunks, usage=1 + 20 * size, ids=1 + 20 * size, mode="stream", counters=cd), a.id, pid))
-        store.add(_at(res(chunks, usage=1 + 20 * size, ids=1 + 20 * size), a.id, pid))
+        if not spec.get("untimed"):  # an arm that crashed before its timed pass has none
+            store.add(_at(res(chunks, usage=1 + 20 * size, ids=1 + 20 * size), a.id, pid))
         for level, c in (spec.get("counters_per_level") or {}).items():
             store.add(_at(res(chunks, usage=1 + 20 * size, concurrency=level), a.id, pid))
             store.add(MeasurementRow(arm_id=a.id, concurrency=level, repeat=0, requests=level,
@@ -512,3 +513,17 @@ def test_speed_floor_needs_the_interval_too_where_an_aa_copy_exists() -> None:
     # and a narrow interval inside a wide A/A spread stays within noise (the drift the spread measured)
     drift = _by_check(performance(_fig(0.85, 100.0, 0.7, ci=[0.83, 0.87]), BASE, {"throughput_spread": 0.26}, {}))
     assert drift["speedup"]["verdict"] == "PASS", drift["speedup"]
+
+
+@pytest.mark.parametrize("untimed", [True, False], ids=["spec-arm-crashed-before-timing", "control-both-timed"])
+def test_no_speedup_from_a_correctness_pass_against_a_timed_pass(store: Store, untimed: bool) -> None:
+    """sglang:sgl-mtp2 crashed on the H200 before its timed pass (examples/h200-engines): its S came from
+    its correctness pass (logprobs on, answers whole) over base's timed pass, 0.65. Now "not measurable"."""
+    sid = _session(store, [{"name": "base", "rate": 50, "ttft": 40.0},
+                           {"name": "mtp1", "k": 1, "rate": 60, "ttft": 40.0, "untimed": untimed}])
+    compute_figures(store, sid)
+    vb = _arm(store, sid, "mtp1").figures["vs_base"]
+    if untimed:
+        assert vb["S"] is None and vb["ci"] is None and "mtp1 has no timed pass" in vb["not_measurable"]
+    else:
+        assert vb["S"] == pytest.approx(60 / 50, rel=0.05) and "not_measurable" not in vb  # e2e: TTFT included

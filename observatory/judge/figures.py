@@ -143,6 +143,15 @@ def vs_base(acc: dict[str, Any], spd: dict[str, Any], base_spd: dict[str, Any], 
     return out
 
 
+def unlike_passes(vb: dict[str, Any], untimed: str) -> dict[str, Any]:
+    """VB without S where one side has no timed pass (an arm that crashed before it): its figure would come
+    from its correctness pass (logprobs on, answers whole where the engine needs them) against the other's
+    timed pass, two different requests; "not measurable", never a ratio of unlike things."""
+    return {**vb, "S": None, "ci": None, "r": None, "c": None, "pays": None, "statement": None,
+            "break_even_alpha": None, **precision(None, None, None, None),
+            "not_measurable": f"S: {untimed} has no timed pass (its speed would come from its correctness pass)"}
+
+
 def step_cost(S: float | None, tau: float | None, k: int | None) -> dict[str, Any]:
     """r = tau / S (one spec step in base steps), c = r - 1, whether it pays, its statement, k = 1's break-even."""
     if S is None or tau is None:
@@ -461,6 +470,8 @@ def _group_figures(store: Store, arms: list[ArmRow], group: list[ArmRow], per_ar
                 spd_s = _common_speed(spd_s, singles.get(a.id, []), drop)
                 base_s = _common_speed(base_s, singles.get(base.id, []), drop)
             vb = vs_base(fig["acceptance"], spd_s, base_s, k if isinstance(k, int) else None)
+            if singles is not None and base is not None and bool(singles.get(a.id)) != bool(singles.get(base.id)):
+                vb = unlike_passes(vb, a.name if not singles.get(a.id) else base.name)
             vb["warmup_left_out"] = sorted([int(p), int(r)] for p, r in drop)
             if fig.get("paired") is not None:
                 vb = with_pairs(vb, fig["paired"], fig["acceptance"].get("tau"), k if isinstance(k, int) else None)
