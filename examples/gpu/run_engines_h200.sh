@@ -9,7 +9,7 @@
 #   2. carry [".gpu", ".whl"]:  bash examples/gpu/run_engines_h200.sh run
 #      unpacks vLLM into /tmp/site, then `gate --profile nightly` over the six arms; the database is kept in
 #      /tmp/eng and copied to $OUT with the gate's output, the report and the engine logs
-#   3. only if 2 ran out of time (LIMIT_S, default 520, stops the gate with SIGINT: the session is stored as
+#   3. only if 2 ran out of time (LIMIT_S, default 560, stops the gate with SIGINT: the session is stored as
 #      interrupted): carry [".gpu", ".whl"], bash examples/gpu/run_engines_h200.sh resume (compare --resume);
 #      on a machine given back in between: stage again with carry [".sgl", ".whl"] (no llama.cpp build: a
 #      resume checks only the engines of the arms it runs), then resume with carry [".gpu", ".whl", ".eng"],
@@ -51,7 +51,7 @@ export TRITON_CACHE_DIR=/tmp/triton_cache TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_
 export SGLANG_BUNDLE_FP32_NATIVE=1
 export OBSERVATORY_SGLANG_ARGS="--attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static 0.3 --cuda-graph-max-bs 16"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-limit=${LIMIT_S:-520}
+limit=${LIMIT_S:-560}
 if [ "$mode" = run ]; then
   timeout -s INT "$limit" python3 -m observatory gate --profile nightly --no-aa-copy --model observatory/default_model \
     --arms-file examples/gpu/sglang/arms-h200.toml \
