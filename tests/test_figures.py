@@ -527,3 +527,18 @@ def test_no_speedup_from_a_correctness_pass_against_a_timed_pass(store: Store, u
         assert vb["S"] is None and vb["ci"] is None and "mtp1 has no timed pass" in vb["not_measurable"]
     else:
         assert vb["S"] == pytest.approx(60 / 50, rel=0.05) and "not_measurable" not in vb  # e2e: TTFT included
+
+
+def test_the_report_says_why_s_is_not_measurable(tmp_path: Path) -> None:
+    """The speedup table names why a crashed arm has no S (escaped), instead of a bare dash."""
+    db = tmp_path / "r.db"
+    store = Store(str(db))
+    sid = _session(store, [{"name": "base", "rate": 50, "ttft": 40.0},
+                           {"name": "mtp1<b>", "k": 1, "rate": 60, "ttft": 40.0, "untimed": True}])
+    compute_figures(store, sid)
+    store.close()
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(cli, ["report", str(sid), "--db", str(db), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    page = (out / "index.html").read_text()
+    assert "S: mtp1&lt;b&gt; has no timed pass" in page and "mtp1<b> has no timed pass" not in page
