@@ -140,6 +140,24 @@ def test_shipped_fails_from_a_repaired_bug_are_counted_apart_and_others_are_not(
     assert clean["clean"] and len(clean["engine_bugs"]) == 2
 
 
+def test_a_shipped_crash_is_the_bug_only_where_the_bug_crashes_and_the_repaired_arm_ran() -> None:
+    """The field-model selftest (docs/channels.md): the shipped mtp1 died at params:top_k:5, the float-expand
+    bug's known crash, and was listed UNEXPLAINED. Now the bug's, with its reproduction. Controls: a crash
+    with no FAIL the bug explains, and a crash where the repaired arm crashed too, stay unexplained."""
+    crash = Reason("INVALID", "arm mtp1: CRASHED: engine exited", arm="mtp1", code="CRASHED")
+    seeds = Reason("FAIL", "mtp1: channel seeds:reproduce: differs", arm="mtp1", gate="seeds:reproduce")
+    shipped = SimpleNamespace(name="mtp1", status="crashed", figures=SimpleNamespace(performance=[]))
+    fixed = _arm("mtp1+repair=cpu_expand")
+    found = engine_bugs(shipped, fixed, SimpleNamespace(reasons=[seeds, crash]))  # type: ignore[arg-type]
+    assert found["clean"] and found["unexplained"] == []
+    assert [b["reason"] for b in found["engine_bugs"]] == [seeds.text, crash.text]
+    alone = engine_bugs(shipped, fixed, SimpleNamespace(reasons=[crash]))  # type: ignore[arg-type]
+    assert not alone["clean"] and alone["unexplained"] == [crash.text]
+    broken = SimpleNamespace(name=fixed.name, status="crashed", figures=SimpleNamespace(performance=[]))
+    both = engine_bugs(shipped, broken, SimpleNamespace(reasons=[seeds, crash]))  # type: ignore[arg-type]
+    assert not both["clean"] and both["unexplained"] == [crash.text]
+
+
 def test_the_command_prints_the_item_of_each_fault_and_the_shipped_arms_bugs(monkeypatch: pytest.MonkeyPatch) -> None:
     """The printed table: one row per fault with its issue item; the shipped arm's engine bugs listed apart."""
     seen: dict[str, Any] = {}

