@@ -195,14 +195,15 @@ def engine_bugs(shipped: ArmView, repaired: ArmView, verdict: SessionVerdict) ->
     # a crash is the bug's only where the bug is known to crash the engine, the repaired arm ran to its end,
     # and the bug explains FAILs of this arm too; any other crash stays unexplained
     crasher = next((b for b in bugs if b.crashes and any(e["bug"] == b.repair for e in explained)), None)
+    if repaired.status != "ok":
+        crasher = None  # the repaired arm crashed too: the crash is not the bug's
     for r in crashed:
-        if crasher is not None and repaired.status == "ok":
+        if crasher is not None:
             explained.append({"reason": r.text, "bug": crasher.repair, "engine": crasher.engine,
                               "reproduction": crasher.reproduction})
         else:
             unexplained.append(r.text)
-    ran = shipped.status == "ok" or (shipped.status == "crashed" and bool(crashed) and crasher is not None
-                                     and repaired.status == "ok")
+    ran = shipped.status == "ok" or (shipped.status == "crashed" and bool(crashed) and crasher is not None)
     return {"arm": shipped.name, "status": shipped.status, "engine_bugs": explained, "unexplained": unexplained,
             "clean": ran and not unexplained}
 

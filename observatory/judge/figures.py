@@ -60,6 +60,7 @@ from observatory.judge.speed import speed, stream_tau, ttft_by_level
 from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
+from observatory.model.errors import NOT_REPORTED
 from observatory.model.roles import by_engine, engine_of
 from observatory.model.vocabulary import PAIRED_BASE
 from observatory.store.db import ArmRow
@@ -93,7 +94,7 @@ def acceptance(c: SpecCounters, k: int | None = None) -> dict[str, Any]:
         return out
     missing = [f for f in ("drafts", "draft_tokens", "accepted", "accepted_per_pos") if getattr(c, f) is None]
     if missing:
-        out["not_reported"] = f"{', '.join(missing)}: not reported by this engine"
+        out["not_reported"] = f"{', '.join(missing)}: {NOT_REPORTED}"
     if c.accepted is not None and c.draft_tokens:
         out["alpha"] = c.accepted / c.draft_tokens
     if not c.drafts or c.drafts <= 0:
@@ -143,12 +144,11 @@ def vs_base(acc: dict[str, Any], spd: dict[str, Any], base_spd: dict[str, Any], 
     return out
 
 
-def unlike_passes(vb: dict[str, Any], untimed: str) -> dict[str, Any]:
-    """VB without S where one side has no timed pass (an arm that crashed before it): its figure would come
-    from its correctness pass (logprobs on, answers whole where the engine needs them) against the other's
+def unlike_passes(acc: dict[str, Any], k: int | None, untimed: str) -> dict[str, Any]:
+    """`vs_base` with no S where one side has no timed pass (an arm that crashed before it): its figure would
+    come from its correctness pass (logprobs on, answers whole where the engine needs them) against the other's
     timed pass, two different requests; "not measurable", never a ratio of unlike things."""
-    return {**vb, "S": None, "ci": None, "r": None, "c": None, "pays": None, "statement": None,
-            "break_even_alpha": None, **precision(None, None, None, None),
+    return {**vs_base(acc, {}, {}, k),
             "not_measurable": f"S: {untimed} has no timed pass (its speed would come from its correctness pass)"}
 
 
@@ -469,12 +469,14 @@ def _group_figures(store: Store, arms: list[ArmRow], group: list[ArmRow], per_ar
             if drop and singles is not None and base is not None:
                 spd_s = _common_speed(spd_s, singles.get(a.id, []), drop)
                 base_s = _common_speed(base_s, singles.get(base.id, []), drop)
-            vb = vs_base(fig["acceptance"], spd_s, base_s, k if isinstance(k, int) else None)
+            k_int = k if isinstance(k, int) else None
             if singles is not None and base is not None and bool(singles.get(a.id)) != bool(singles.get(base.id)):
-                vb = unlike_passes(vb, a.name if not singles.get(a.id) else base.name)
+                vb = unlike_passes(fig["acceptance"], k_int, a.name if not singles.get(a.id) else base.name)
+            else:
+                vb = vs_base(fig["acceptance"], spd_s, base_s, k_int)
             vb["warmup_left_out"] = sorted([int(p), int(r)] for p, r in drop)
             if fig.get("paired") is not None:
-                vb = with_pairs(vb, fig["paired"], fig["acceptance"].get("tau"), k if isinstance(k, int) else None)
+                vb = with_pairs(vb, fig["paired"], fig["acceptance"].get("tau"), k_int)
             if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:
                 vb["within_noise"] = abs(vb["S"] - 1.0) <= floor["throughput_spread"]
             vb["cross_session"] = apart

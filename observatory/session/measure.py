@@ -86,12 +86,12 @@ class ArmRun:
         """
         if resp is not None and resp.ok:
             return
-        if (kind or (resp.error_kind if resp else None)) == "not_reported":
+        kind = kind or (resp.error_kind if resp else None)
+        if kind == "not_reported":
             return  # it answered, without what the request needs (`NotReported`): alive, nothing to wait for
         assert self.client is not None
         proc = self.proc
         error = error or (resp.error if resp else None)
-        kind = kind or (resp.error_kind if resp else None)
         if kind == "timeout":
             # A request past --request-timeout is a hang even while /health
             # still answers (a stuck engine core often leaves the API server up).
