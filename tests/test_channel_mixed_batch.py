@@ -19,18 +19,29 @@ def test_plan_mixes_lengths_budgets_stops_and_streaming() -> None:
     """Issue 15 item 4: more requests than any spec depth, with different max_tokens, some stops, some streamed."""
     probes = mixed_batch.plan(suite())
     assert len(probes) > 4
-    assert len({p.max_tokens for p in probes}) > 1 and max(p.max_tokens for p in probes) <= 24
+    assert len({p.max_tokens for p in probes}) > 1 and max(p.max_tokens for p in probes) <= 32
     assert any(p.sampling.get("stop") for p in probes) and not all(p.sampling.get("stop") for p in probes)
+    # both kinds of stop: one that ends a request early on prose, one held for the request's whole budget
+    # (so the batch stays heterogeneous on a model whose prose writes "," within a few tokens)
+    stops = {tuple(p.sampling["stop"]) for p in probes if p.sampling.get("stop")}
+    assert stops == {tuple(mixed_batch.STOP_EARLY), tuple(mixed_batch.STOP_HELD)}
+    held = [p for p in probes if p.sampling.get("stop") == mixed_batch.STOP_HELD]
+    assert max(p.max_tokens for p in held) == max(mixed_batch.MAX_TOKENS)
     assert {p.meta["stream"] for p in probes} == {True, False}
     assert len({p.meta["of"] for p in probes}) > 1
 
 
-def _view(tmp_path: Path, wrong: dict[str, set[int]], roles: dict[str, str] | None = None) -> Any:
-    """Each request stored alone and batched; WRONG names the (arm -> batch indexes) answering wrong in the batch."""
+def _view(tmp_path: Path, wrong: dict[str, set[int]], roles: dict[str, str] | None = None,
+          rounds: tuple[int, ...] = (0,)) -> Any:
+    """Each request stored alone and batched (every round); WRONG names the (arm -> batch indexes) answering
+    wrong in the batch, in the rounds ROUNDS (0-based)."""
     def answer(p: Probe, arm: str) -> list[dict[str, Any]]:
         odd = [5, 8, 8] if arm == "base" else [5, 9, 9]
-        batched = odd if p.meta["index"] in wrong.get(arm, set()) else CLEAN
-        return [{"tokens": CLEAN, "concurrency": 1}, {"tokens": batched, "concurrency": mixed_batch.BATCH}]
+        out = [{"tokens": CLEAN, "concurrency": 1}]
+        for r in range(mixed_batch.ROUNDS):
+            wrong_here = p.meta["index"] in wrong.get(arm, set()) and r in rounds
+            out.append({"tokens": odd if wrong_here else CLEAN, "concurrency": mixed_batch.BATCH, "repeat": r})
+        return out
     return build(tmp_path, mixed_batch.CHANNEL, roles or ROLES, answer)
 
 
@@ -39,7 +50,7 @@ def test_clean_batch_passes(tmp_path: Path) -> None:
     view = _view(tmp_path, {})
     rows = by_arm(mixed_batch.judge(view), view)
     assert rows["base"].verdict == "PASS" and rows["mtp2"].verdict == "PASS"
-    assert len(rows["mtp2"].details["table"]) == 2 * mixed_batch.BATCH
+    assert len(rows["mtp2"].details["table"]) == (1 + mixed_batch.ROUNDS) * mixed_batch.BATCH
 
 
 def test_rows_broken_only_in_the_batch_fail(tmp_path: Path) -> None:
@@ -49,6 +60,21 @@ def test_rows_broken_only_in_the_batch_fail(tmp_path: Path) -> None:
     assert row.verdict == "FAIL" and "how=batch" in row.reason
     assert sorted((r["index"], r["how"]) for r in row.details["table"] if r["verdict"] == "FAIL") == [
         (0, "batch"), (1, "batch")]
+
+
+def test_a_row_broken_in_a_later_round_only_fails(tmp_path: Path) -> None:
+    """Negative control of the rounds: a swap that happens in the second batch only is still a FAIL, named so."""
+    view = _view(tmp_path, {"mtp2": {3}}, rounds=(1,))
+    row = by_arm(mixed_batch.judge(view), view)["mtp2"]
+    assert row.verdict == "FAIL"
+    assert [(r["index"], r["how"]) for r in row.details["table"] if r["verdict"] == "FAIL"] == [(3, "batch 2")]
+
+
+def test_base_noise_in_a_later_round_is_not_attributable(tmp_path: Path) -> None:
+    """Base differing from itself in the second batch makes spec's divergence there a WARN, as in the first."""
+    view = _view(tmp_path, {"mtp2": {0}, "base": {0}}, rounds=(1,))
+    rows = by_arm(mixed_batch.judge(view), view)
+    assert rows["mtp2"].verdict == "WARN" and rows["base"].details["noisy"] == 1
 
 
 def test_a_failing_row_shows_both_sides_from_the_first_divergence(tmp_path: Path) -> None:

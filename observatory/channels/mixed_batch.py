@@ -8,10 +8,22 @@ alike requests (greedy, no stops, all streamed); this one mixes them.
 
 ``BATCH`` = 8 requests (more than any spec depth we run, k <= 4), made from
 the suite's probes in turn: short and long prompts; ``max_tokens`` cycling
-through 6, 12, 16 and 24 (rows finish at different steps); every third with
-a stop string (``","``); every other one streamed. Each arm sends every
-request alone (one at a time, ``concurrency`` 1) and then all of them at
-once (``concurrency`` 8): 16 short requests. Every output, alone or batched,
+through 8, 16, 24 and 32 (rows finish at different steps); stop strings on
+five of them, of two kinds: ``","`` on two (``STOP_EARLY``: on prose it
+ends the request within a few tokens, inside a speculative run) and
+``"Observation:"`` on three (``STOP_HELD``: an agent's stop string the
+model does not write, so those requests stay in flight with stop strings
+for their whole budget: a batch stays heterogeneous for as long as it
+runs, which a field model's prose would not give with ``","`` alone;
+docs/channels.md, "The nightly selftest on the field model"); every other
+one streamed. Each arm sends every request alone (one at a time,
+``concurrency`` 1) and then all of them at once (``concurrency`` 8),
+``ROUNDS`` = 2 times (stored as repeats 0 and 1): 24 short requests. Two
+rounds because how long a batch stays mixed depends on how the engine
+schedules 8 requests that arrive together: on the 2-core CPU one round of
+the field model held two or more speculating rows beside a stop-string
+request in about 18 steps on one run and too few to change an output on
+another (the fault ``batch_swap`` fires only in such steps). Every output, alone or batched,
 is diffed against the same request alone on base (token_diff's near-tie
 rule); where base's own batched output differs from its alone output, or an
 A/A copy differs from base, a divergence is WARN "not attributable".
@@ -26,12 +38,14 @@ from observatory.channels import Channel
 from observatory.channels.pairs import Keyed, differs_alone, judge_against_base
 from observatory.channels.view import ChannelView
 from observatory.model.probes import Probe
-from observatory.store.db import ArmRow, VerdictRow
+from observatory.store.db import ArmRow, ResultRow, VerdictRow
 
 NAME = "mixed_batch"
 BATCH = 8
-MAX_TOKENS = (6, 12, 16, 24)
-STOP = [","]
+MAX_TOKENS = (8, 16, 24, 32)
+STOP_EARLY = [","]
+STOP_HELD = ["Observation:"]
+ROUNDS = 2  # times the whole batch is sent at once
 ALONE, BATCHED = "alone", "batch"
 
 
@@ -42,7 +56,8 @@ def plan(suite: list[Probe]) -> list[Probe]:
     out = []
     for i in range(BATCH):
         p = suite[i % len(suite)]
-        sampling = {"stop": list(STOP)} if i % 3 == 2 else {}
+        stop = STOP_EARLY if i % 3 == 2 else STOP_HELD if i % 3 == 1 else None
+        sampling = {"stop": list(stop)} if stop else {}
         out.append(Probe(name=f"{NAME}/{i:02d}/{p.name}", category=p.category, messages=p.messages, prompt=p.prompt,
                          max_tokens=MAX_TOKENS[i % len(MAX_TOKENS)], tools=p.tools, tool_choice=p.tool_choice,
                          channel=NAME, sampling=sampling, meta={"index": i, "of": p.name, "stream": i % 2 == 0}))
@@ -59,20 +74,30 @@ def measure(run: Any, probes: list[Probe]) -> None:
         run.check_alive(resp)
         if not run.live:
             return
-    run.reporter.step(run.arm, f"{NAME} batch", 0, 1)
-    with ThreadPoolExecutor(max_workers=len(probes)) as ex:
-        resps = list(ex.map(lambda p: client.run(p, stream=bool(p.meta["stream"])), probes))
-    for probe, resp in zip(probes, resps):
-        run.store_result(probe, resp, NAME, concurrency=len(probes))
-    for resp in resps:
-        run.check_alive(resp)
+    for round_ in range(ROUNDS):
+        run.reporter.step(run.arm, f"{NAME} batch", round_, ROUNDS)
+        with ThreadPoolExecutor(max_workers=len(probes)) as ex:
+            resps = list(ex.map(lambda p: client.run(p, stream=bool(p.meta["stream"])), probes))
+        for probe, resp in zip(probes, resps):
+            run.store_result(probe, resp, NAME, repeat=round_, concurrency=len(probes))
+        for resp in resps:
+            run.check_alive(resp)
+        if not run.live:
+            return
+
+
+def _how(r: ResultRow) -> str:
+    """How a result was sent: alone, or in the batch (its round after the first: "batch 2")."""
+    if r.concurrency == 1:
+        return ALONE
+    return BATCHED if not r.repeat else f"{BATCHED} {r.repeat + 1}"
 
 
 def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
     out = {}
     for r in view.results(arm):
         p = view.probe(r)
-        how = ALONE if r.concurrency == 1 else BATCHED
+        how = _how(r)
         label = {"index": p.meta["index"], "probe": p.meta["of"], "how": how, "max_tokens": p.max_tokens,
                  "stop": "yes" if p.sampling.get("stop") else "no", "stream": "yes" if p.meta["stream"] else "no"}
         out[(p.name, how)] = Keyed((p.name, how), label, r)
@@ -80,8 +105,11 @@ def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
 
 
 def _base_noise(ref: dict[tuple[Any, ...], Keyed]) -> dict[tuple[Any, ...], str]:
-    """Requests whose batched output on base differs from base's alone output."""
-    return differs_alone(ref, ALONE, BATCHED, "base differs alone and in the batch")
+    """Requests whose batched output on base (in any round) differs from base's alone output."""
+    out: dict[tuple[Any, ...], str] = {}
+    for how in sorted({h for _, h in ref if h != ALONE}):
+        out.update(differs_alone(ref, ALONE, how, "base differs alone and in the batch"))
+    return out
 
 
 def judge(view: ChannelView) -> list[VerdictRow]:
@@ -97,5 +125,6 @@ CHANNEL = Channel(
     measure=measure,
     judge=judge,
     faults=("batch_swap",),
-    options={"batch": BATCH, "max_tokens": list(MAX_TOKENS), "stop": STOP, "streamed": "every other"},
+    options={"batch": BATCH, "max_tokens": list(MAX_TOKENS), "stop": {"early": STOP_EARLY, "held": STOP_HELD},
+             "streamed": "every other", "rounds": ROUNDS},
 )
