@@ -17,7 +17,7 @@ import pytest
 
 from observatory.channels import sampling
 from observatory.channels.view import ChannelView
-from observatory.judge.stats import chi2_sf, chi2_two_sample, holm, null_rate, power, shifted
+from observatory.judge.stats import chi2_sf, chi2_two_sample, holm, mean_shift, null_rate, power, shifted
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, BASE, FAULT, SPEC
 from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
@@ -73,6 +73,42 @@ def test_smallest_detected_shift_at_default_counts() -> None:
     assert power(TYPICAL, 0.25, *args, seed=3) < 0.8
 
 
+# A wide next-token law, as a real model's prose has at temperature 1 (Zipf over 300 tokens, top 0.16):
+# most tokens are merged into "rare" by the positional tests. WIDE_BIAS sharpens it (q ~ p ** 1.1), as a
+# sampler that accepts drafts too often does: tokens the target finds likelier come out more often.
+WIDE = (1.0 / np.arange(1, 301)) / (1.0 / np.arange(1, 301)).sum()
+WIDE_BIAS = 1.1
+
+
+def _sharpened(p: np.ndarray, g: float) -> list[float]:
+    q = p ** g
+    return list(q / q.sum())
+
+
+def test_mean_shift_false_alarm_rate_is_within_alpha() -> None:
+    """The likelihood test's p is calibrated: 2,000 null families (5 probes x 128 draws a side, each draw's
+    mean logprob of 6 tokens from WIDE) reject at 1% no more than 1% plus three binomial standard errors,
+    and at 0.1% no more than 0.1% plus three."""
+    rng = np.random.default_rng(7)
+    logp = np.log(WIDE)
+    sims, n, probes = 2000, sampling.SAMPLES, len(sampling.PROMPTS)
+    ps = []
+    for _ in range(sims):
+        a = [logp[rng.choice(len(WIDE), size=(n, sampling.MAX_TOKENS), p=WIDE)].mean(1) for _ in range(probes)]
+        b = [logp[rng.choice(len(WIDE), size=(n, sampling.MAX_TOKENS), p=WIDE)].mean(1) for _ in range(probes)]
+        ps.append(mean_shift(a, b).p)
+    for alpha in (0.01, 0.001):
+        rate = sum(p < alpha for p in ps) / sims
+        assert rate <= alpha + 3 * (alpha * (1 - alpha) / sims) ** 0.5
+
+
+def test_mean_shift_is_signed_and_skips_groups_too_small() -> None:
+    higher = mean_shift([[-2.0, -2.2, -1.8] * 20], [[-1.0, -1.2, -0.8] * 20])
+    assert higher.z > 5 and higher.p < 1e-6 and higher.groups == 1 and higher.deltas == [pytest.approx(1.0)]
+    assert mean_shift([[-1.0]], [[-2.0, -3.0]]).groups == 0  # one value on a side: left out
+    assert mean_shift([], []).p == 1.0
+
+
 def test_shifted_keeps_a_distribution() -> None:
     q = shifted(TYPICAL, 0.2)
     assert q[0] == pytest.approx(0.7) and q.sum() == pytest.approx(1.0) and q[1] == pytest.approx(0.12)
@@ -107,8 +143,10 @@ def _law(shift: float = 0.0) -> Law:
 
 
 def _session(store: Store, arms: list[tuple[str, str, Law]], seed_of: Any = None,
-             missing: int = 0) -> ChannelView:
-    """A session whose arms drew SAMPLES sequences per probe from their law (numpy, fixed seeds)."""
+             missing: int = 0, target: Law | None = None, launch: dict[str, Any] | None = None) -> ChannelView:
+    """A session whose arms drew SAMPLES sequences per probe from their law (numpy, fixed seeds); with TARGET,
+    each token's logprob under it is reported, as the target's own logprobs are (none without). LAUNCH: the
+    stored launch of the spec arms (default: vLLM's)."""
     s = store.add(SessionRow(host="h", model="m", observatory_version="0", command=[], suite="t",
                              options={"channels": [sampling.NAME]}))
     probes: dict[int, Probe] = {}
@@ -118,7 +156,9 @@ def _session(store: Store, arms: list[tuple[str, str, Law]], seed_of: Any = None
         probes[pid] = p
     rows, roles = [], {}
     for pos, (name, role, law) in enumerate(arms):
-        a = store.add(ArmRow(session_id=s.id, position=pos, name=name, status="ok", launch={}))
+        spec_launch = {"speculative_config": {"method": "mtp", "num_speculative_tokens": 2}, **(launch or {})}
+        a = store.add(ArmRow(session_id=s.id, position=pos, name=name, status="ok",
+                             launch=spec_launch if role in (SPEC, FAULT) else {}))
         rows.append(a)
         roles[name] = role
         rng = np.random.default_rng(100 + pos)
@@ -128,8 +168,9 @@ def _session(store: Store, arms: list[tuple[str, str, Law]], seed_of: Any = None
                 ids = [int(10 + rng.choice(len(w), p=w)) for w in law]
                 seed = seed_of(p, a, i) if seed_of else sampling.request_seed(p.meta["seed0"], a.id, i)
                 ok = i >= missing if role == BASE else True
+                lps = [float(np.log(target[j][t - 10])) for j, t in enumerate(ids)] if target and ok else []
                 draws.append(ResultRow(arm_id=a.id, probe_id=pid, mode=sampling.NAME, repeat=i, ok=ok,
-                                       token_ids=ids if ok else [], usage={"request_seed": seed}))
+                                       token_ids=ids if ok else [], logprobs=lps, usage={"request_seed": seed}))
         with store.tx() as tx:  # one transaction: a commit per row would take seconds
             tx.add_all(draws)
     return ChannelView(store=store, session_id=s.id, channel=sampling.NAME, arms=rows, roles=roles,
@@ -163,6 +204,45 @@ def test_biased_acceptance_fails(store: Store) -> None:
     table = sampling.judge(view)[-1].details["table"]
     assert any(row["after Holm"] == "differs" and row["position"] > 0 for row in table)
     assert all(row["position"] > 0 for row in table if row["after Holm"] == "differs")
+
+
+def _wide(bias: float = 1.0) -> Law:
+    """Position 0 from WIDE (the prefill samples it); later positions sharpened by BIAS."""
+    return [list(WIDE)] + [_sharpened(WIDE, bias) for _ in range(sampling.MAX_TOKENS - 1)]
+
+
+def test_wide_laws_clean_pass_with_the_likelihood_test_measured(store: Store) -> None:
+    """Clean control on a real model's kind of law: every arm PASSes, the likelihood test ran on each."""
+    view = _session(store, [("base", BASE, _wide()), ("base#2", AA_COPY, _wide()), ("mtp2", SPEC, _wide())],
+                    target=_wide())
+    rows = sampling.judge(view)
+    assert [r.verdict for r in rows] == ["PASS", "PASS"]
+    assert all(r.details["likelihood"]["measured"] and "mean logprob" in r.reason for r in rows)
+    assert rows[-1].details["table"][0]["position"] == "all"
+
+
+def test_a_sharpened_wide_law_fails_through_the_likelihood_test(store: Store) -> None:
+    """Negative control of the likelihood test: a sampler that favours the target's likelier tokens (q ~ p^1.1,
+    the field model's biased_accept in kind) moves no positional test past Holm on a wide law (the field
+    model's nightly selftest missed it so), and the mean logprob of what was sampled FAILs it."""
+    view = _session(store, [("base", BASE, _wide()), ("base#2", AA_COPY, _wide()),
+                            ("mtp2+fault=biased_accept", FAULT, _wide(WIDE_BIAS))], target=_wide())
+    row = sampling.judge(view)[-1]
+    assert row.verdict == "FAIL" and "mean logprob of sampled tokens" in row.reason
+    lik = row.details["likelihood"]
+    assert lik["rejected"] and lik["z"] > 0 and lik["mean_logprob_arm"] > lik["mean_logprob_base"]
+    assert not any(r["after Holm"] == "differs" for r in row.details["table"] if r["position"] != "all")
+
+
+def test_no_likelihood_test_where_the_engine_reports_no_drafted_logprobs(store: Store) -> None:
+    """An engine that reports no logprobs for drafted tokens (its adapter says so): the likelihood test is not
+    measurable for its spec arms, never a FAIL from placeholder logprobs; the positional tests still run."""
+    view = _session(store, [("base", BASE, _wide()), ("draft2", SPEC, _wide(WIDE_BIAS))], target=_wide(),
+                    launch={"engine": "llama.cpp"})
+    row = sampling.judge(view)[-1]
+    assert row.verdict == "PASS" and "not measurable" in row.reason
+    assert row.details["likelihood"] == {"measured": False,
+                                         "why": "draft2's engine reports no logprobs for drafted tokens"}
 
 
 def test_difference_base_also_shows_is_a_warning(store: Store) -> None:

@@ -21,8 +21,18 @@ on the arm vs on base, Pearson's chi-square with rare tokens merged
 sampler the whole continuation has base's distribution, so the token at
 each position does too, and every draw counts at every position (no
 conditioning on prefixes that agree, which would leave few draws past the
-first positions). All tests of one arm are corrected together (Holm,
-family-wise ``ALPHA``). An arm with a rejected test FAILs, unless the A/A
+first positions). Beside them, one likelihood test per
+arm: every draw's mean logprob of the tokens it sampled (the target's own
+logprobs, as the arm reports them), the arm's against base's probe by probe
+(Welch's z, Stouffer over probes: `observatory.judge.stats.mean_shift`). A
+sampler that accepts drafts too often emits tokens the target finds likelier
+than its own samples are; on a real model's prose, where each position has
+thousands of candidates, the positional tests merge most of them into
+"rare" and lose that shift (the field model's nightly selftest missed
+``biased_accept`` with them alone: docs/channels.md). An arm whose engine
+reports no logprobs for drafted tokens gets no likelihood test ("not
+measurable"). All tests of one arm, positional and likelihood, are
+corrected together (Holm, family-wise ``ALPHA``). An arm with a rejected test FAILs, unless the A/A
 copy (judged the same way) also shows a difference: then WARN, not
 attributable. The false-alarm rate and the smallest shift the test detects
 at these counts are simulated in tests/test_channel_sampling.py.
@@ -30,15 +40,17 @@ at these counts are simulated in tests/test_channel_sampling.py.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
-from observatory.judge.stats import chi2_two_sample, holm
+from observatory.engines.spec_counters import adapter_for
+from observatory.judge.stats import MeanShift, chi2_two_sample, holm, mean_shift
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
+from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE, engine_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
@@ -131,16 +143,22 @@ def _top(draws: list[Hashable]) -> str:
 
 
 def compare(base: dict[str, list[ResultRow]], arm: dict[str, list[ResultRow]], positions: int,
-            alpha: float = ALPHA) -> list[PositionResult]:
-    """Every (probe, position) of ARM's draws against BASE's, Holm-corrected at ALPHA together."""
+            alpha: float = ALPHA, lik: Likelihood | None = None) -> tuple[list[PositionResult], Likelihood | None]:
+    """Every (probe, position) of ARM's draws against BASE's, and LIK's test if it has one, Holm-corrected
+    at ALPHA together."""
     rows: list[tuple[str, int, Any, list[Hashable], list[Hashable]]] = []
     for name in sorted(base):
         for pos in range(positions):
             a, b = _draws(base[name], pos), _draws(arm.get(name, []), pos)
             rows.append((name, pos, chi2_two_sample(a, b), a, b))
-    rejected = holm([t.p for _, _, t, _, _ in rows], alpha)
+    pvalues = [t.p for _, _, t, _, _ in rows]
+    if lik is not None and lik.shift is not None:
+        pvalues.append(lik.shift.p)
+    rejected = holm(pvalues, alpha)
+    if lik is not None and lik.shift is not None:
+        lik = replace(lik, rejected=rejected[-1])
     return [PositionResult(name, pos, t.p, t.stat, t.df, rej, _top(a), _top(b))
-            for (name, pos, t, a, b), rej in zip(rows, rejected)]
+            for (name, pos, t, a, b), rej in zip(rows, rejected)], lik
 
 
 def _by_probe(view: ChannelView, arm: ArmRow) -> tuple[dict[str, list[ResultRow]], int, int, set[int]]:
@@ -159,16 +177,86 @@ def _by_probe(view: ChannelView, arm: ArmRow) -> tuple[dict[str, list[ResultRow]
     return out, planned, sum(len(v) for v in out.values()), seeds
 
 
-def _table(results: list[PositionResult]) -> list[dict[str, Any]]:
-    """Rejected tests, and each probe's smallest p-value (a row per probe and position)."""
+@dataclass(frozen=True)
+class Likelihood:
+    """One arm's likelihood test: the mean-logprob shift against base (None: not measurable, and why)."""
+
+    shift: MeanShift | None
+    why: str = ""
+    base_mean: float | None = None
+    arm_mean: float | None = None
+    rejected: bool = False
+
+
+def _mean_logprobs(by_probe: dict[str, list[ResultRow]]) -> dict[str, list[float]]:
+    """Each draw's mean logprob of its sampled tokens, by probe (draws without a finite logprob per token left out)."""
+    out: dict[str, list[float]] = {}
+    for name, rows in by_probe.items():
+        vals = []
+        for r in rows:
+            lps = r.logprobs or []
+            if lps and len(lps) == len(r.token_ids or []) and all(
+                    isinstance(x, (int, float)) and math.isfinite(x) for x in lps):
+                vals.append(sum(float(x) for x in lps) / len(lps))
+        out[name] = vals
+    return out
+
+
+def _drafted_logprobs(arm: ArmRow) -> bool:
+    """Whether ARM's engine reports logprobs for tokens it accepted from a draft (its adapter's word)."""
+    spec = (arm.launch or {}).get("speculative_config") is not None
+    return not spec or adapter_for(engine_of(arm.launch)).streams_drafted_ids
+
+
+def likelihood(base: dict[str, list[float]], arm: dict[str, list[float]], arm_row: ArmRow,
+               planned: int) -> Likelihood:
+    """The likelihood test of one arm's draws against base's (MIN_OK of the planned draws needed a side)."""
+    if not _drafted_logprobs(arm_row):
+        return Likelihood(None, f"{arm_row.name}'s engine reports no logprobs for drafted tokens")
+    names = sorted(base)
+    nb, na = sum(len(base[n]) for n in names), sum(len(arm.get(n, [])) for n in names)
+    if nb < MIN_OK * planned or na < MIN_OK * planned:
+        return Likelihood(None, f"logprobs came back for {nb} base and {na} arm draws of {planned}")
+    shift = mean_shift([base[n] for n in names], [arm.get(n, []) for n in names])
+    return Likelihood(shift, "", _pooled_mean([base[n] for n in names]), _pooled_mean([arm.get(n, []) for n in names]))
+
+
+def _pooled_mean(groups: list[list[float]]) -> float:
+    n = sum(len(g) for g in groups)
+    return sum(sum(g) for g in groups) / n if n else 0.0
+
+
+def _table(results: list[PositionResult], lik: Likelihood | None = None) -> list[dict[str, Any]]:
+    """The likelihood test's row, then rejected tests and each probe's smallest p-value (a row per probe and
+    position)."""
     best: dict[str, PositionResult] = {}
     for t in results:
         if t.probe not in best or t.p < best[t.probe].p:
             best[t.probe] = t
     keep = [t for t in results if t.rejected or best[t.probe] is t]
-    return [{"probe": t.probe, "position": t.pos, "base top token": t.base_top, "arm top token": t.arm_top,
+    rows = [{"probe": t.probe, "position": t.pos, "base top token": t.base_top, "arm top token": t.arm_top,
              "chi2": round(t.stat, 2), "df": t.df, "p": f"{t.p:.2g}", "after Holm": "differs" if t.rejected else "-"}
             for t in keep]
+    if lik is not None and lik.shift is not None and lik.base_mean is not None and lik.arm_mean is not None:
+        rows.insert(0, {"probe": f"every probe ({lik.shift.groups})", "position": "all",
+                        "base top token": f"mean logprob {lik.base_mean:.3f}",
+                        "arm top token": f"mean logprob {lik.arm_mean:.3f}", "chi2": f"z {lik.shift.z:+.2f}",
+                        "df": "-", "p": f"{lik.shift.p:.2g}", "after Holm": "differs" if lik.rejected else "-"})
+    return rows
+
+
+def _smallest_p(res: list[PositionResult], lik: Likelihood | None) -> float:
+    """The smallest p-value among the rejected tests."""
+    ps = [t.p for t in res if t.rejected] + ([lik.shift.p] if lik is not None and lik.rejected and lik.shift else [])
+    return min(ps, default=1.0)
+
+
+def _likelihood_details(lik: Likelihood | None) -> dict[str, Any]:
+    if lik is None or lik.shift is None:
+        return {"likelihood": {"measured": False, "why": lik.why if lik else "not run"}}
+    return {"likelihood": {"measured": True, "z": round(lik.shift.z, 3), "p": lik.shift.p, "rejected": lik.rejected,
+                           "mean_logprob_base": lik.base_mean, "mean_logprob_arm": lik.arm_mean,
+                           "delta_per_probe": [round(d, 4) for d in lik.shift.deltas]}}
 
 
 def judge(view: ChannelView) -> list[VerdictRow]:
@@ -184,7 +272,9 @@ def judge(view: ChannelView) -> list[VerdictRow]:
         return [view.verdict(base, "INVALID", f"base answered {got} of {planned} sampled requests: "
                              "no reference distribution")]
     positions = max(p.max_tokens for p in view.probes.values())
+    base_lp = _mean_logprobs(base_by)
     judged: dict[int, tuple[ArmRow, list[PositionResult] | None, str]] = {}
+    liks: dict[int, Likelihood | None] = {}
     for arm in view.arms:
         if arm.id == base.id or view.role(arm) not in JUDGED_AGAINST_BASE:
             continue
@@ -196,31 +286,51 @@ def judge(view: ChannelView) -> list[VerdictRow]:
             judged[arm.id] = (arm, None, f"{arm.name} reused {len(seeds & base_seeds)} of base's seeds: "
                               "its draws are not independent of base's")
             continue
-        judged[arm.id] = (arm, compare(base_by, arm_by, positions), "")
+        tested, liks[arm.id] = compare(base_by, arm_by, positions,
+                                       lik=likelihood(base_lp, _mean_logprobs(arm_by), arm, planned))
+        judged[arm.id] = (arm, tested, "")
+
+    def differs(arm_id: int, res: list[PositionResult]) -> list[str]:
+        lik = liks.get(arm_id)
+        return [f"{t.probe}@{t.pos}" for t in res if t.rejected] + (
+            [f"the mean logprob of sampled tokens ({lik.arm_mean:.3f} vs base {lik.base_mean:.3f}, "
+             f"z {lik.shift.z:+.1f}, p {lik.shift.p:.1g})"]
+            if lik is not None and lik.rejected and lik.shift and lik.arm_mean is not None
+            and lik.base_mean is not None else [])
+
     aa_differs = [a.name for a, res, _ in judged.values()
-                  if view.role(a) == AA_COPY and res is not None and any(t.rejected for t in res)]
+                  if view.role(a) == AA_COPY and res is not None and differs(a.id, res)]
     m = len(view.probes) * positions
     for arm, res, why in judged.values():
         if res is None:
             out.append(view.verdict(arm, "INVALID", why))
             continue
-        bad = [t for t in res if t.rejected]
-        details = {"table": _table(res), "draws_per_probe": planned // max(len(view.probes), 1),
-                   "tests": m, "alpha": ALPHA}
+        lik = liks.get(arm.id)
+        bad = differs(arm.id, res)
+        tests = m + (1 if lik is not None and lik.shift is not None else 0)
+        details = {"table": _table(res, lik), "draws_per_probe": planned // max(len(view.probes), 1),
+                   "tests": tests, "alpha": ALPHA, **_likelihood_details(lik)}
         if not bad:
-            out.append(view.verdict(arm, "PASS", f"sampled token distributions match base at {m} probe positions "
-                                    f"(chi-square, Holm, family-wise alpha {ALPHA})", details))
+            also = (" and in the mean logprob of what was sampled" if lik is not None and lik.shift is not None
+                    else f"; likelihood test not measurable ({lik.why})" if lik is not None else "")
+            out.append(view.verdict(arm, "PASS", f"sampled token distributions match base at {m} probe positions"
+                                    f"{also} (chi-square, Holm, family-wise alpha {ALPHA})", details))
             continue
-        where = ", ".join(f"{t.probe}@{t.pos}" for t in bad[:4]) + (" ..." if len(bad) > 4 else "")
+        where = ", ".join(bad[:4]) + (" ..." if len(bad) > 4 else "")
         if view.role(arm) == AA_COPY:
             out.append(view.verdict(arm, "WARN", f"the A/A copy's sampled distribution differs from base at "
                                     f"{where}: base's own sampling varies between launches", details))
         elif aa_differs:
             out.append(view.verdict(arm, "WARN", f"sampled distribution differs from base at {where}, but so does "
                                     f"the A/A copy ({', '.join(aa_differs)}): not attributable", details))
+        elif not any(t.rejected for t in res):  # the likelihood test alone: the sampler, or the logprobs it reports
+            out.append(view.verdict(arm, "FAIL", f"the arm's draws differ from base's in {where} (Holm over {tests} "
+                                    f"tests at alpha {ALPHA}): speculative sampling is not lossless, or the logprobs "
+                                    "it reports are not the target's (answer_fields and teacher judge those)",
+                                    details))
         else:
             out.append(view.verdict(arm, "FAIL", f"sampled token distribution differs from base at {where} "
-                                    f"(smallest p {min(t.p for t in bad):.1g}; Holm over {m} tests at alpha "
+                                    f"(smallest p {_smallest_p(res, lik):.1g}; Holm over {tests} tests at alpha "
                                     f"{ALPHA}): speculative sampling is not lossless", details))
     return out
 
