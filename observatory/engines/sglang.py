@@ -5,7 +5,7 @@ An arm with ``engine == "sglang"`` (``sglang:base``, ``sglang:mtpK``, see
 command line, through the same process-group, health, log and fault handling
 (`observatory.engines.server.EngineProcess`); what its answers and counters
 mean is `observatory.engines.spec_counters.SGLangAdapter` and
-`observatory.client.sglang_ids`.
+`observatory.engines.sglang_ids`.
 
 Flags, read from SGLang 0.5.14's ``srt/server_args.py`` and served on the H200
 (examples/gpu/sglang/README.md):

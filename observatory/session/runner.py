@@ -178,7 +178,7 @@ class Runner:
 
     def _params_engine(self) -> str:
         """The engine whose form of the params is stored: SGLang asks for its ids by another flag
-        (observatory.client.sglang_ids); a session on several engines stores vLLM's (their bodies differ only in it)."""
+        (observatory.engines.sglang_ids); a session on several engines stores vLLM's (their bodies differ only in it)."""
         engines = {self.engine_of(a) for a in self.opts.arms}
         return engines.pop() if len(engines) == 1 else "vllm"
 
