@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol
 
+from observatory.engines import llamacpp, sglang
 from observatory.engines.metrics import (
     MAX_COUNTER,
     SPEC_FAMILIES,
@@ -56,6 +57,7 @@ from observatory.engines.metrics import (
 )
 from observatory.engines.sglang_ids import sglang_params, take_ids
 from observatory.model.errors import ObservatoryError
+from observatory.model.plugins import ENGINES, Plugin, discover
 from observatory.model.probes import Probe
 
 FIELDS = frozenset({"drafts", "draft_tokens", "accepted", "accepted_per_pos"})
@@ -162,9 +164,17 @@ class EngineAdapter(Protocol):
     logs_cuda_graphs: bool = True
     preflight_logprobs: bool = True
     runs_in_images: bool = True
+    # optional, `Dialect` gives vLLM's: the presets of ``ENGINE:NAME`` arms as an error lists them (None: the
+    # engine's arms are the default presets, ENGINE:NAME is NAME; see `arm_preset`), the OBSERVATORY_*
+    # variables its arms read (name, what it does: `observatory --help` lists them)
+    arm_presets: str | None = None
+    env_vars: tuple[tuple[str, str], ...] = ()
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV."""
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """Where `arm_presets`: (is one of this engine's presets, its speculative config) for ``ENGINE:NAME``."""
 
     def request_params(self, params: dict[str, Any], chat: bool) -> dict[str, Any]:
         """A correctness pass's PARAMS (vLLM's form) as this engine is asked for them (CHAT: a chat completion)."""
@@ -216,6 +226,13 @@ class Dialect:
     preflight_logprobs = True
     # its arms may run in a serving image (ARM@IMAGE, --image: observatory.engines.images)
     runs_in_images = True
+    # its ENGINE:NAME arms' presets, listed (None: ENGINE:NAME is the default presets' NAME), and its env vars
+    arm_presets: str | None = None
+    env_vars: tuple[tuple[str, str], ...] = ()
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """(is a preset of this engine's own, its speculative config): none of its own (`arm_presets` None)."""
+        return False, None
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV (its overrides)."""
@@ -298,9 +315,15 @@ class SGLangAdapter(Dialect):
     preflight_logprobs = False  # its logprobs carry no ids: the answers' own check (observatory.engines.sglang_ids)
     runs_in_images = False
     speculation_flags = "--speculative-"  # --speculative-algorithm, --speculative-draft-model-path, ...
+    arm_presets = sglang.PRESETS
+    env_vars = tuple(sglang.ENV_VARS.items())
     # SGLang 0.5.14 derives its gRPC port as --port + 10000 (server_args.py, _handle_deprecated_args) and
     # refuses to start when that passes 65535, gRPC unused or not (docs/engines.md)
     max_port = 55535
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """sglang:base, sglang:mtpK (`observatory.engines.sglang.preset_config`)."""
+        return sglang.preset_config(name)
 
     def request_params(self, params: dict[str, Any], chat: bool) -> dict[str, Any]:
         """``return_token_ids`` (and on a chat, sent whole, ``return_meta_info``) for vLLM's flag
@@ -392,6 +415,12 @@ class LlamaCppAdapter(Dialect):
     runs_in_images = False
     # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp, oaicompat_chat_params_parse)
     streams_tool_logprobs = False
+    arm_presets = llamacpp.PRESETS
+    env_vars = tuple(llamacpp.ENV_VARS.items())
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """llama.cpp:base, llama.cpp:draftK, llama.cpp:ngramK (`observatory.engines.llamacpp.preset_config`)."""
+        return llamacpp.preset_config(name)
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """/apply-template (chat), then /tokenize with pieces: llama-server's own endpoints."""
@@ -419,9 +448,7 @@ class LlamaCppAdapter(Dialect):
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """A llama-server binary to launch (observatory.engines.llamacpp), else a setup error that says how."""
-        from observatory.engines.llamacpp import require_binary
-
-        require_binary()
+        llamacpp.require_binary()
 
     def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
         """The vLLM-schema counters of PR #26389; None for builds without them."""
@@ -444,13 +471,27 @@ class LlamaCppAdapter(Dialect):
         return _build(where, None, drafted, accepted)
 
 
+# The built-in adapters, exactly as pyproject.toml declares them (``observatory.engines`` entry points): engine
+# name -> "module:class"; an alias names the same class (tests/test_plugins.py checks the two agree).
+BUILTIN = {
+    "vllm": "observatory.engines.spec_counters:VLLMAdapter",
+    "sglang": "observatory.engines.spec_counters:SGLangAdapter",
+    "llama.cpp": "observatory.engines.spec_counters:LlamaCppAdapter",
+    "llamacpp": "observatory.engines.spec_counters:LlamaCppAdapter",
+    "llama-server": "observatory.engines.spec_counters:LlamaCppAdapter",
+}
+
+
+def plugins() -> tuple[Plugin, ...]:
+    """The adapters' entry points: the built-ins (`BUILTIN`), then installed packages' (`observatory.model.plugins`)."""
+    return discover(ENGINES, tuple(BUILTIN.items()))
+
+
 @cache
 def adapters() -> dict[str, Callable[[], EngineAdapter]]:
     """Engine name -> adapter class: the built-ins and installed ones (``observatory.engines`` entry points,
-    `observatory.model.plugins`), loaded once per process as `discover` reads them once."""
-    from observatory.model.plugins import ENGINES, discover
-
-    return {p.name.lower(): p.load() for p in discover(ENGINES)}
+    `plugins`), loaded once per process as `discover` reads them once."""
+    return {p.name.lower(): p.load() for p in plugins()}
 
 
 def adapter_for(name: str) -> EngineAdapter:
