@@ -10,9 +10,10 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from observatory.engines.spec_counters import EngineAdapter, adapters
+from observatory.engines.spec_counters import EngineAdapter, adapters, plugins
 from observatory.model import arms as model_arms
 from observatory.model.arms import DEFAULT_ENGINE, Arm
+from observatory.model.errors import ObservatoryError
 
 
 def engine_adapters() -> dict[str, EngineAdapter]:
@@ -47,5 +48,13 @@ def load_arms_file(path: Path | str) -> dict[str, Arm]:
 
 
 def env_vars() -> dict[str, str]:
-    """The OBSERVATORY_* variables the engines' arms read (`EngineAdapter.env_vars`), name -> what it does."""
-    return {k: v for a in engine_adapters().values() for k, v in getattr(a, "env_vars", ())}
+    """The OBSERVATORY_* variables the engines' arms read (`EngineAdapter.env_vars`), name -> what it does, by
+    engine name. For --help: an adapter that fails to load is left out here (using it names the failure)."""
+    found: dict[str, EngineAdapter] = {}
+    for plugin in plugins():
+        try:
+            adapter = plugin.load()()
+        except ObservatoryError:
+            continue
+        found.setdefault(adapter.name, adapter)
+    return {k: v for _, a in sorted(found.items()) for k, v in getattr(a, "env_vars", ())}
