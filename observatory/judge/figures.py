@@ -46,6 +46,7 @@ import numpy as np
 from observatory.client.answer import MALFORMED
 from observatory.engines.gpu_clocks import drift
 from observatory.engines.images import image_differences, split_docker_argv
+from observatory.engines.launches import by_engine, engine_of
 from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
@@ -61,7 +62,6 @@ from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.errors import NOT_REPORTED
-from observatory.model.roles import by_engine, engine_of
 from observatory.model.vocabulary import PAIRED_BASE
 from observatory.store.db import ArmRow
 from observatory.store.session_store import Store

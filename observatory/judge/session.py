@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from observatory.engines.launches import base_arm, by_engine, engine_of, stored_roles
 from observatory.engines.spec_counters import adapter_for
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import (
@@ -55,7 +56,7 @@ from observatory.model.gates import (
 )
 from observatory.model.numerics import served_dtype, served_platform
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, base_arm, by_engine, engine_of, stored_roles
+from observatory.model.roles import AA_COPY
 from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, TOKEN_DIFF, UNJUDGED
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
 from observatory.store.session_store import Store

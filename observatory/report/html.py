@@ -33,13 +33,13 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from observatory.engines.images import arm_image
+from observatory.engines.launches import engine_of
 from observatory.judge.graph_coverage import words as graph_words
 from observatory.judge.steady_state import words as steady_words
 from observatory.judge.verdict import INVALID_CODES, arm_role
 from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
-from observatory.model.roles import engine_of
 from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.report import charts
 from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observatory.engines.images import arm_image
+from observatory.engines.launches import engine_of
 from observatory.engines.settings import EngineSettings
 from observatory.judge.session import base_reference, full_sequence, results_by_mode, session_registry, to_output
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, WARN, Gate
 from observatory.model.probes import Probe
-from observatory.model.roles import engine_of
 from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.store.db import ArmRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
