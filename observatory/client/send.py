@@ -44,6 +44,7 @@ from observatory.client.sse import MalformedStream, ServerError, decode_json, ev
 from observatory.client.wire import BodyTooLarge, DeadlineExceeded, Pool, WireError
 from observatory.engines.metrics import MAX_METRICS_BYTES, CounterWatch, SpecCounters, not_reported
 from observatory.engines.server_facts import fact_text
+from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.errors import NOT_REPORTED, NotReported, ObservatoryError
 from observatory.model.probes import Probe
 
@@ -59,7 +60,7 @@ _encode = msgspec.json.Encoder().encode
 _SEPARATOR = "\x1f"
 
 
-def request_params(probe: Probe, engine: str = "vllm") -> dict[str, Any]:
+def request_params(probe: Probe, engine: str = DEFAULT_ENGINE) -> dict[str, Any]:
     """The exact sampling parameters a correctness pass sends for PROBE to ENGINE (stored with the probe).
 
     vLLM's ``return_tokens_as_token_ids``, as ENGINE's adapter asks for the ids (``request_params``: an engine
@@ -164,7 +165,7 @@ class EngineClient:
     """Talks to one running arm: probes, health, version, metrics."""
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 300.0,
-                 engine: str = "vllm"):
+                 engine: str = DEFAULT_ENGINE):
         from observatory.engines.spec_counters import adapter_for
 
         self.adapter = adapter_for(engine)

@@ -47,9 +47,9 @@ def load_arms_file(path: Path | str) -> dict[str, Arm]:
     return model_arms.load_arms_file(path, arm_engines())
 
 
-def env_vars() -> dict[str, str]:
-    """The OBSERVATORY_* variables the engines' arms read (`EngineAdapter.env_vars`), name -> what it does, by
-    engine name. For --help: an adapter that fails to load is left out here (using it names the failure)."""
+def _loadable() -> dict[str, EngineAdapter]:
+    """Engine name -> adapter, in registration order, for help texts: an adapter that fails to load is left out
+    (using it names the failure)."""
     found: dict[str, EngineAdapter] = {}
     for plugin in plugins():
         try:
@@ -57,4 +57,16 @@ def env_vars() -> dict[str, str]:
         except ObservatoryError:
             continue
         found.setdefault(adapter.name, adapter)
-    return {k: v for _, a in sorted(found.items()) for k, v in getattr(a, "env_vars", ())}
+    return found
+
+
+def env_vars() -> dict[str, str]:
+    """The OBSERVATORY_* variables the engines' arms read (`EngineAdapter.env_vars`), name -> what it does, by
+    engine name (for --help)."""
+    return {k: v for _, a in sorted(_loadable().items()) for k, v in getattr(a, "env_vars", ())}
+
+
+def listed_engines() -> str:
+    """"vllm, sglang or llama.cpp": the registered engines, the built-ins first, as a help text names them."""
+    names = list(_loadable())
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

@@ -19,7 +19,7 @@ from observatory.engines.images import arm_image
 from observatory.engines.launches import engine_of
 from observatory.engines.settings import EngineSettings
 from observatory.judge.session import base_reference, full_sequence, results_by_mode, session_registry, to_output
-from observatory.model.arms import Arm
+from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, WARN, Gate
 from observatory.model.probes import Probe
@@ -59,7 +59,7 @@ class Target:
     failures: list[Failure]
     references: dict[str, ResultRow]
     gate: Gate
-    engine: str = "vllm"
+    engine: str = DEFAULT_ENGINE
     gpus: list[int] | None = None
 
     @property
