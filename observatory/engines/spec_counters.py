@@ -423,7 +423,9 @@ class LlamaCppAdapter(Dialect):
         return llamacpp.preset_config(name)
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
-        """/apply-template (chat), then /tokenize with pieces: llama-server's own endpoints."""
+        """/apply-template (chat), then /tokenize with pieces, ``add_special`` and ``parse_special`` (as
+        llama-server tokenizes a request): its own endpoints (`observatory.judge.cross_engine` aligns prompts
+        with them)."""
         text = probe.prompt
         if probe.kind == "chat":
             tools = {"tools": probe.tools} if probe.tools is not None else {}

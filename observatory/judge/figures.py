@@ -385,7 +385,7 @@ def _arm_figures(store: Store, a: ArmRow, probes: dict[int, Any], singles: dict[
     # (read one by one) and the timed runs (read around each batch).
     acc = acceptance(total + timed_total, k)
     if acc["accepted"] is None and total.accepted is not None and total.drafts:
-        # an engine whose /metrics counts no accepted tokens (SGLang: verify steps only) reports them per
+        # an engine whose /metrics counts no accepted tokens (verify steps only) reports them per
         # request in its answers, which only the probe pass reads (observatory.session.measure): counted there
         acc = {**acceptance(total, k), "counted": "the probe pass only: the engine reports no accepted tokens "
                "for the timed passes (its /metrics counts verify steps only; each answer's own counters are "

@@ -318,8 +318,8 @@ class _Judge:
         """WARN where a stream carried fewer token ids than the engine says it generated.
 
         Not measurable (SKIP) on a speculating arm of an engine whose streams withhold drafted ids
-        (its adapter's ``streams_drafted_ids``, e.g. llama-server, which sends no logprobs for tokens
-        accepted from a draft), where the non-streamed response carries every id.
+        (its adapter's ``streams_drafted_ids``: no logprobs for tokens accepted from a draft), where the
+        non-streamed response carries every id.
         """
         modes = self.by_arm[arm.id]
         dialect = adapter_for(engine_of(arm.launch))
@@ -510,9 +510,9 @@ class _Judge:
         correctness outputs (streamed, non-streamed, batch) is that output's
         difference, which the token diff of that pass judges with base's
         margins (a bf16 near-tie WARN there was a FAIL here on every H200
-        field night, docs/design.md 3.7; SGLang's EAGLE arm in bf16 answered
-        its first request one way and every later one, the timed ones too,
-        the other: examples/h200-engines/README.md): PASS here, named.
+        field night, docs/design.md 3.7; an EAGLE arm of another engine in
+        bf16 answered its first request one way and every later one, the timed
+        ones too, the other: examples/h200-engines/README.md): PASS here, named.
         """
         gates = [g for g in self.registry.of_kind("pair") if g.sequences]
         if not gates or self.base is None:

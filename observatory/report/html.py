@@ -451,7 +451,7 @@ def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
         for arm in spec_s.arms:
             if not arm.is_spec or not arm.figures.speed:
                 continue
-            base = _base(base_s, engine_of(arm.launch))  # a llama.cpp arm over the other session's llama.cpp base
+            base = _base(base_s, engine_of(arm.launch))  # an arm over the other session's base of its engine
             base_speed = base.figures.speed if base is not None else None
             if base is None or not base_speed:
                 continue

@@ -107,7 +107,7 @@ def rebuild_arm(row: ArmRow) -> Arm:
     return Arm(name=row.name, speculative_config=launch.get("speculative_config"),
                engine_args=list(launch.get("engine_args") or []), env=env, fault=launch.get("fault")
                or (launch.get("env") or {}).get("OBSERVATORY_FAULT"),
-               # the engine it ran on (a llama.cpp arm relaunched as vLLM would be another experiment),
+               # the engine it ran on (an arm relaunched on another engine would be another experiment),
                # and the image named on the arm itself (the session's own comes back with its settings)
                engine=engine_of(launch),
                image=str(image["ref"]) if image and image.get("asked") and image.get("ref") else None)
