@@ -71,6 +71,13 @@ class ObservatoryGroup(click.Group):
             sys.exit(e.exit_code)
         sys.exit(rv if isinstance(rv, int) else 0)
 
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The environment variables, the engines' own among them: read from the adapters when help is shown."""
+        from observatory.engines.arms import env_vars
+
+        self.epilog = env_epilog(env_vars())
+        super().format_epilog(ctx, formatter)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Every command name, without importing any command."""
         return sorted(set(super().list_commands(ctx)) | set(COMMANDS))

@@ -190,7 +190,7 @@ class StubServer:
                                  if stub.with_logprobs else None}],
                     "usage": usage,
                 }
-                if request.get("return_token_ids"):  # SGLang's ids (observatory.client.sglang_ids), chat: whole only
+                if request.get("return_token_ids"):  # SGLang's ids (observatory.engines.sglang_ids), chat: whole only
                     body["choices"][0]["token_ids"] = [stub.token]
                 return self._send(200, json.dumps(body).encode())
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from observatory.model.arms import parse_arms
+from observatory.engines.arms import parse_arms
 from observatory.session.plan import SessionPlan, plan_compare, with_aa_copies
 
 

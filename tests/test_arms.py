@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from observatory.model.arms import parse_arms, parse_speculative_config
+from observatory.engines.arms import parse_arms
+from observatory.model.arms import parse_speculative_config
 from observatory.model.errors import ArmError
 
 

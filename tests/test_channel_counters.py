@@ -10,10 +10,10 @@ from semantics_store import result, session
 
 from observatory.channels import counters
 from observatory.channels.view import ChannelView
+from observatory.engines.launches import stored_roles
 from observatory.engines.metrics import SpecCounters
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
-from observatory.model.roles import stored_roles
 from observatory.store.db import MeasurementRow
 from observatory.store.session_store import Store
 

@@ -11,9 +11,9 @@ from semantics_store import result, session
 from observatory.channels import finish
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
+from observatory.engines.launches import stored_roles
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
-from observatory.model.roles import stored_roles
 from observatory.store.session_store import Store
 
 SUITE = [Probe("count", "counting", messages=[{"role": "user", "content": "Count"}], max_tokens=32),

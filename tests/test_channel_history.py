@@ -11,11 +11,11 @@ from semantics_store import result, session
 
 from observatory.channels import history
 from observatory.channels.view import ChannelView
+from observatory.engines.launches import stored_roles
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.judge.summaries import suite_hash
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
-from observatory.model.roles import stored_roles
 from observatory.store.db import SessionRow, SummaryRow
 from observatory.store.session_store import Store
 

@@ -11,9 +11,9 @@ from semantics_store import session
 
 from observatory.channels import params as P
 from observatory.channels.view import ChannelView
+from observatory.engines.launches import stored_roles
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
-from observatory.model.roles import stored_roles
 from observatory.store.db import ResultRow
 from observatory.store.session_store import Store
 

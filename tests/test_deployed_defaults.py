@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from observatory.engines.arms import parse_arms
 from observatory.engines.knobs import candidate_values, current_value, knobs_for
 from observatory.engines.server import EngineSettings, engine_args
 from observatory.engines.server_facts import cache_config
 from observatory.judge.figures import validity
-from observatory.model.arms import parse_arms
 from observatory.store.db import ArmRow, SessionRow
 from observatory.store.session_store import Store
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from observatory.engines.arms import parse_arms
 from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.engines.server import EngineSettings, engine_argv, engine_env
 from observatory.judge.figures import cudagraph_gap, launch_differences
-from observatory.model.arms import parse_arms
 from observatory.model.errors import ObservatoryError
 from observatory.store.db import ArmRow
 

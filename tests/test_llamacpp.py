@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from observatory.engines import llamacpp
+from observatory.engines.arms import parse_arms
 from observatory.engines.server import EngineSettings, engine_argv
-from observatory.model.arms import parse_arms
 from observatory.model.errors import ArmError, ObservatoryError
 
 REPO = Path(__file__).resolve().parent.parent

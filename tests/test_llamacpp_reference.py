@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from observatory.client.answer import Response
+from observatory.engines.launches import engine_of, stored_roles
 from observatory.judge.session import judge_session
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
-from observatory.model.roles import assign_roles, engine_of, stored_roles
+from observatory.model.roles import assign_roles
 from observatory.session.measure import ArmRun
 from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store

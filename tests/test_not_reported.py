@@ -1,6 +1,6 @@
 """What an engine does not report is "not reported by this engine", end to end (issue 31 item 5).
 
-SGLang 0.5.14's /v1/completions carries no token ids (observatory.client.sglang_ids). On the H200
+SGLang 0.5.14's /v1/completions carries no token ids (observatory.engines.sglang_ids). On the H200
 three-engine night the length sweep sent its 260 completions to `sglang:base`, stored 260 failures
 in 266 s (each one followed by a health wait) and judged base INVALID; and the seeds channel read
 SGLang's chat answer with vLLM's id reader and raised, ending the whole session. Now: the answer is

@@ -11,9 +11,10 @@ from test_faults_survived import _suite
 from test_resume_plan import _compare, _interrupt_arm
 
 from observatory.cli import cli
+from observatory.engines.arms import parse_arms
 from observatory.engines.server import EngineSettings, engine_args
 from observatory.judge.figures import launch_differences, validity
-from observatory.model.arms import Arm, parse_arms
+from observatory.model.arms import Arm
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.session.plan import SessionPlan, plan_compare
 from observatory.store.db import ArmRow

@@ -14,18 +14,29 @@ from pathlib import Path
 import pytest
 from conftest import REPO, requires_engine
 
+from observatory.engines import spec_counters
 from observatory.model.errors import ObservatoryError
-from observatory.model.plugins import BUILTIN, GROUPS, Plugin, discover
+from observatory.model.plugins import BUILTIN, ENGINES, GROUPS, Plugin, discover
 from observatory.model.tomlfile import read_toml
 
 EXAMPLE = REPO / "examples" / "plugin"
+
+
+def _builtin(group: str) -> dict[str, str]:
+    """The built-ins of GROUP: the model's BUILTIN, the engine adapters' own (engines/spec_counters.py)."""
+    return spec_counters.BUILTIN if group == ENGINES else BUILTIN[group]
+
+
+def _discover(group: str) -> tuple[Plugin, ...]:
+    return spec_counters.plugins() if group == ENGINES else discover(group)
 
 
 def test_builtins_are_declared_as_entry_points_too() -> None:
     """pyproject.toml declares our own gates, channels and adapters exactly as BUILTIN lists them."""
     eps = read_toml(REPO / "pyproject.toml", ObservatoryError, "project file")["project"]["entry-points"]
     for group in GROUPS:
-        assert eps[group] == BUILTIN[group], group
+        assert eps[group] == _builtin(group), group
+    assert ENGINES not in BUILTIN  # the model names no engine: the adapters' table is theirs
 
 
 def test_installed_builtins_are_found_by_entry_point() -> None:
@@ -34,8 +45,8 @@ def test_installed_builtins_are_found_by_entry_point() -> None:
 
     for group in GROUPS:
         installed = {(e.name, e.value) for e in metadata.entry_points(group=group)}
-        assert set(BUILTIN[group].items()) <= installed, f"reinstall (pip install -e .): {group}"
-        found = discover(group)
+        assert set(_builtin(group).items()) <= installed, f"reinstall (pip install -e .): {group}"
+        found = _discover(group)
         assert len({(p.name, p.value) for p in found}) == len(found)
 
 
@@ -71,12 +82,13 @@ def test_an_installed_package_registers_a_gate_a_channel_and_an_engine(plugin_en
     out = json.loads(_py(plugin_env, """
         import json
         from observatory.channels import channels
-        from observatory.engines.spec_counters import adapter_for
+        from observatory.engines.spec_counters import adapter_for, plugins
         from observatory.model.gates import default_registry
-        from observatory.model.plugins import discover, GROUPS
+        from observatory.model.plugins import discover, CHANNELS, GATES
         print(json.dumps({"gates": sorted(g.name for g in default_registry()), "channels": list(channels()),
                           "engine": adapter_for("Example-VLLM").name,
-                          "dists": {p.name: p.dist for g in GROUPS for p in discover(g) if not p.builtin}}))
+                          "dists": {p.name: p.dist for ps in (discover(GATES), discover(CHANNELS), plugins())
+                                    for p in ps if not p.builtin}}))
     """))
     assert "example_no_wall" in out["gates"] and "token_diff" in out["gates"]
     assert out["channels"][-1] == "example_repeat" and out["channels"][0] == "soak"  # built-ins first
@@ -124,8 +136,8 @@ max_tokens = 16
 @requires_engine
 def test_the_plugin_runs_in_a_real_session_and_reaches_show_json(plugin_env: dict[str, str], tmp_path: Path) -> None:
     """A URL arm of real vLLM read through the plugin's adapter, its channel run, its gate judged."""
+    from observatory.engines.arms import parse_arms
     from observatory.engines.settings import EngineSettings
-    from observatory.model.arms import parse_arms
     from observatory.model.paths import DEFAULT_MODEL_DIR
     from observatory.session.launch import launch
 

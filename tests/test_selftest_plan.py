@@ -23,8 +23,8 @@ from observatory.commands.selftest import (
     resolve_repairs,
     selftest_arms,
 )
+from observatory.engines.arms import parse_arms
 from observatory.faults import FAULTS as KNOWN
-from observatory.model.arms import parse_arms
 from observatory.model.errors import ObservatoryError
 from observatory.model.read_model import Reason
 

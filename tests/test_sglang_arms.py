@@ -2,7 +2,7 @@
 
 The answers are real (tests/fixtures/engines/SOURCES.md): SGLang 0.5.14 on the H200 has no
 ``return_token_ids``; a whole chat completion's ``meta_info`` carries the ids, the top-k with ids
-and the request's speculative counters (observatory.client.sglang_ids)."""
+and the request's speculative counters (observatory.engines.sglang_ids)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import pytest
 
 from observatory.client.answer import Response, take_whole
 from observatory.client.send import request_params, timed_params
-from observatory.client.sglang_ids import take_ids
+from observatory.engines.arms import parse_arms
 from observatory.engines.server import engine_argv
 from observatory.engines.settings import EngineSettings
 from observatory.engines.sglang import ARGS_ENV
+from observatory.engines.sglang_ids import take_ids
 from observatory.engines.spec_counters import SGLangAdapter
-from observatory.model.arms import parse_arms
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.probes import Probe
 

@@ -88,7 +88,7 @@ def run_n(client: EngineClient, probe: Probe, n: int) -> list[Response]:
         return outs or [finish(Response(error="the server answered no choices", error_kind="malformed"), t0)]
     except httpx.HTTPError as e:
         return [finish(Response(error=f"malformed response: {type(e).__name__}: {e}", error_kind="malformed"), t0)]
-    except REQUEST_FAILURES as e:  # an answer the engine's reader refuses (SGLang without ids): stored, not raised
+    except REQUEST_FAILURES as e:  # an answer the engine's reader refuses (no ids where its adapter reads them): stored, not raised
         return [finish(client.failed(e), t0)]
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from observatory.engines.launches import base_arm
 from observatory.model.gates import GateRegistry
 from observatory.model.probes import Probe
-from observatory.model.roles import base_arm
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
 from observatory.store.session_store import Store
 

@@ -3,9 +3,9 @@
 The reading half of `observatory.client.send` (which builds and sends the
 requests): the stored fields of a request's result, and how each engine's
 answer fills them. Token ids come from the choice's logprobs entries
-(vLLM's ``token_id:N`` tokens, llama.cpp's integer ``id``) or, on SGLang,
-from ``choices[].token_ids`` (`observatory.client.sglang_ids`, passed in as a
-`Take`). TTFT is the first streamed chunk that carries a choice (see
+(vLLM's ``token_id:N`` tokens, or an integer ``id`` where an engine gives one) or,
+on an engine whose logprobs carry no ids, by its adapter's own reader (``take_ids``
+in `observatory.engines`, passed in as a `Take`). TTFT is the first streamed chunk that carries a choice (see
 `_note_first`); ``chunks`` is the timeline of the chunks that carried tokens.
 
 Every field is validated here, at the edge (issue 32 item 3): a usage count
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from observatory.model.errors import ObservatoryError
+from observatory.model.logprobs import checked_logprob
+from observatory.model.logprobs import shown as _shown
 from observatory.model.safe_read import too_deep
 
 if TYPE_CHECKING:
@@ -63,8 +65,8 @@ class Response:
     # the openai SDK's verdict on this answer (`observatory.client.sdk`); None: not read by it (timed pass,
     # no answer)
     sdk: dict[str, Any] | None = None
-    # the engine's own speculative counters for this request, from the answer itself (SGLang's meta_info,
-    # llama.cpp's timings: `observatory.engines.spec_counters`); None: the answer carries none. A
+    # the engine's own speculative counters for this request, from the answer itself (where its adapter,
+    # `observatory.engines.spec_counters`, finds them); None: the answer carries none. A
     # correctness pass only (a timed pass keeps no answer objects)
     request_counters: SpecCounters | None = None
 
@@ -82,20 +84,14 @@ class Response:
         return len(self.token_ids) if self.token_ids else None
 
 
-# The finish reasons an OpenAI-compatible server may give: OpenAI's, vLLM's ("abort", "error"), SGLang's
-# and llama-server's (all within these).
+# The finish reasons an OpenAI-compatible server may give: OpenAI's, vLLM's ("abort", "error"), and every
+# built-in engine's (all within these).
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "abort", "error"})
 # The largest count stored: PostgreSQL's integer (SQLite's is 64-bit); no answer has more tokens.
 MAX_COUNT = 2**31 - 1
 _USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 # how the error of an answer with a field out of range starts (observatory.judge.figures counts them)
 MALFORMED = "malformed response: "
-
-
-def _shown(value: Any) -> str:
-    """VALUE as named in an error: bounded (a server may send megabytes)."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def is_count(value: Any) -> bool:
@@ -133,15 +129,6 @@ def _in_range(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def checked_logprob(out: Response, value: Any) -> float | None:
-    """VALUE as a logprob: a number <= 0 (-inf allowed: probability zero); else None, named in OUT.bad_fields."""
-    if type(value) in (int, float) and value <= 0:  # NaN and +inf fail the comparison or the bound
-        return float(value)
-    if len(out.bad_fields) < 8:
-        out.bad_fields.append(f"logprob {_shown(value)} is not a log-probability (a number <= 0)")
-    return None
-
-
 # the longest stop_reason kept (a stop string the request gave: short; a server's megabytes are no stop string)
 MAX_STOP_REASON_CHARS = 4096
 
@@ -174,6 +161,13 @@ Take = Callable[[Response, Mapping[str, Any], bool], int]
 MAX_TOKEN_ID = 2**31 - 1
 
 
+def ids_hint() -> str:
+    """Which --engine reads an answer whose logprobs carry no ids (the engines whose adapters read them elsewhere)."""
+    from observatory.engines.spec_counters import ids_in_choices_hint
+
+    return ids_in_choices_hint()
+
+
 def parse_token_id(token: str) -> int:
     """``token_id:123`` -> 123 (vLLM's return_tokens_as_token_ids form): ASCII digits, at most MAX_TOKEN_ID
     (str.isdigit takes "٣" and int() reads it; a 23-digit id was stored as received)."""
@@ -185,7 +179,7 @@ def parse_token_id(token: str) -> int:
     if prefix != "token_id" or not sep or not num.isascii() or not num.isdigit():
         raise ObservatoryError(
             f"Expected a token like 'token_id:123' from the engine, got {token!r}; "
-            "is this a vLLM server (return_tokens_as_token_ids)? An SGLang server needs --engine sglang"
+            f"is this a vLLM server (return_tokens_as_token_ids)? {ids_hint()}"
         )
     return int(num)
 
@@ -247,7 +241,7 @@ def read_stream(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], c
 
 
 def take_logprobs(out: Response, choice: Mapping[str, Any], chat: bool) -> int:
-    """vLLM's and llama.cpp's token ids, texts and top-k: from the choice's logprobs entries."""
+    """Token ids, texts and top-k from the choice's logprobs entries (every engine whose entries carry ids)."""
     return (_take_chat_logprobs if chat else _take_completion_logprobs)(out, choice.get("logprobs"))
 
 
@@ -278,7 +272,7 @@ def _note_chunk(out: Response, ms: float, n_tokens: int | None) -> None:
 def _note_first(out: Response, ms: float) -> None:
     """The TTFT: the first chunk that carries a choice, whatever its delta holds.
 
-    vLLM, SGLang and llama-server send their first choice (the chat role,
+    Every built-in engine sends its first choice (the chat role,
     or the first text) when the engine hands back the request's first
     token; a token whose text is still empty (an incomplete UTF-8 sequence,
     a special token) sends no text chunk of its own, so timing the first
@@ -365,11 +359,9 @@ def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]
 
 
 def item_token_id(item: dict[str, Any]) -> int:
-    """A logprobs entry's token id: llama.cpp's integer ``id``, else vLLM's ``token_id:N`` token.
-
-    llama-server puts ``id`` on every entry and top-logprob entry
-    (tools/server/server-task.cpp, completion_token_output::probs_vector_to_json).
-    """
+    """A logprobs entry's token id: its integer ``id`` where the engine gives one (on every entry and
+    top-logprob entry: see the adapters in `observatory.engines.spec_counters`), else vLLM's ``token_id:N``
+    token."""
     tid = item.get("id")
     if type(tid) is int and 0 <= tid <= MAX_TOKEN_ID:
         return tid
@@ -396,7 +388,7 @@ def _take_chat_logprobs(out: Response, logprobs: Any) -> int:
 
 def _take_completion_logprobs(out: Response, logprobs: Any) -> int:
     if isinstance(logprobs, dict) and "content" in logprobs and "tokens" not in logprobs:
-        # llama.cpp's /v1/completions answers logprobs in the chat form, with ids (server-task.cpp)
+        # an engine whose /v1/completions answers logprobs in the chat form, with ids (see its adapter)
         return _take_chat_logprobs(out, logprobs)
     tokens = (logprobs or {}).get("tokens") if isinstance(logprobs, dict) else None
     if not tokens:

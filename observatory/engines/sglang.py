@@ -1,11 +1,20 @@
 """SGLang's server as an engine: its command line for a launched arm.
 
-An arm with ``engine == "sglang"`` (``sglang:base``, ``sglang:mtpK``, see
-`observatory.model.arms`) is launched with `server_argv` instead of vLLM's
+An arm with ``engine == "sglang"`` (``sglang:base``, ``sglang:mtpK``: `preset_config`,
+its adapter's ``arm_preset``) is launched with `server_argv` instead of vLLM's
 command line, through the same process-group, health, log and fault handling
 (`observatory.engines.server.EngineProcess`); what its answers and counters
 mean is `observatory.engines.spec_counters.SGLangAdapter` and
-`observatory.client.sglang_ids`.
+`observatory.engines.sglang_ids`.
+
+Its answers' token ids are not in their logprobs entries (`observatory.engines.sglang_ids`): an
+answer without them is malformed, and stored as what the engine does not report for that request
+(`observatory.model.errors.NotReported`), never judged as an answer with no ids. Its
+``/metrics`` counts verify steps only; its answers' meta_info carry every counter per request
+(`observatory.session.measure` reads them where /metrics lacks the accepted tokens). On the
+H200 its EAGLE arm in bf16 answered its first request one way and every later one the other
+(examples/h200-engines/README.md): the timed-pass check of `observatory.judge.session` names
+such a difference, as it does vLLM's bf16 near-ties.
 
 Flags, read from SGLang 0.5.14's ``srt/server_args.py`` and served on the H200
 (examples/gpu/sglang/README.md):
@@ -34,6 +43,7 @@ Flags, read from SGLang 0.5.14's ``srt/server_args.py`` and served on the H200
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from typing import TYPE_CHECKING, Any
 
@@ -46,10 +56,29 @@ if TYPE_CHECKING:
 
 ARGS_ENV = "OBSERVATORY_SGLANG_ARGS"
 MODULE = "sglang.launch_server"
+# The environment variables SGLang arms read (`observatory --help` lists them: observatory.engines.arms)
+ENV_VARS = {ARGS_ENV: "flags every launched SGLang arm gets (e.g. --attention-backend triton)"}
+# SGLang's arms, ``sglang:NAME``, as the error for an unknown one lists them
+PRESETS = "sglang:base, sglang:mtpK (MTP through SGLang's EAGLE)"
+_PRESET_RE = re.compile(r"mtp([1-9][0-9]?)")
+
+
+def preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
+    """(is an SGLang preset, its speculative config) for NAME: base, mtpK.
+
+    ``mtp`` is MTP as the config names it for vLLM; `spec_args` serves it with SGLang's EAGLE algorithm
+    drafting with the model's own MTP layer (MiMo's layout).
+    """
+    if name == "base":
+        return True, None
+    m = _PRESET_RE.fullmatch(name)
+    if not m:
+        return False, None
+    return True, {"method": "mtp", "num_speculative_tokens": int(m.group(1))}
 
 
 def spec_args(spec: dict[str, Any] | None, model: str) -> list[str]:
-    """SGLang flags for a speculative config of `observatory.model.arms.sglang_preset_config`'s form."""
+    """SGLang flags for a speculative config of `preset_config`'s form."""
     if spec is None:
         return []
     method = str(spec.get("method"))

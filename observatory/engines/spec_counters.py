@@ -21,8 +21,9 @@ through the one reader, metrics.read_counters.
   completions: LogProbs.tokens: List[str], top_logprobs keyed by text), never an id and never
   vLLM's "token_id:N". The ids come with ``"return_token_ids": true`` as ``choices[].token_ids``
   (chat and completions whole; completions streamed, each chunk the ids new since the last; a
-  streamed chat completion refuses the flag). `observatory.client.send` asks for them on SGLang and
-  reads them there (`observatory.client.sglang_ids`, which cites the source): chat probes go whole,
+  streamed chat completion refuses the flag). The adapter asks for them (`request_params`, called by
+  `observatory.client.send`) and reads them (`take_ids`) with `observatory.engines.sglang_ids`, which
+  cites the source: chat probes go whole,
   texts come from the logprobs entries, and top-k alternatives, which have no ids, are stored
   empty, so margins stay not measurable; an answer without ``token_ids`` is malformed, never
   judged as no ids. /tokenize (TokenizeRequest: prompt or messages + tools) exists, as on vLLM.
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol
 
+from observatory.engines import llamacpp, sglang
 from observatory.engines.metrics import (
     MAX_COUNTER,
     SPEC_FAMILIES,
@@ -53,7 +55,9 @@ from observatory.engines.metrics import (
     parse_spec_counters,
     read_counters,
 )
+from observatory.engines.sglang_ids import sglang_params, take_ids
 from observatory.model.errors import ObservatoryError
+from observatory.model.plugins import ENGINES, Plugin, discover
 from observatory.model.probes import Probe
 
 FIELDS = frozenset({"drafts", "draft_tokens", "accepted", "accepted_per_pos"})
@@ -160,9 +164,23 @@ class EngineAdapter(Protocol):
     logs_cuda_graphs: bool = True
     preflight_logprobs: bool = True
     runs_in_images: bool = True
+    # optional, `Dialect` gives vLLM's: the presets of ``ENGINE:NAME`` arms as an error lists them (None: the
+    # engine's arms are the default presets, ENGINE:NAME is NAME; see `arm_preset`), the OBSERVATORY_*
+    # variables its arms read (name, what it does: `observatory --help` lists them)
+    arm_presets: str | None = None
+    env_vars: tuple[tuple[str, str], ...] = ()
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV."""
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """Where `arm_presets`: (is one of this engine's presets, its speculative config) for ``ENGINE:NAME``."""
+
+    def request_params(self, params: dict[str, Any], chat: bool) -> dict[str, Any]:
+        """A correctness pass's PARAMS (vLLM's form) as this engine is asked for them (CHAT: a chat completion)."""
+
+    def take_ids(self, out: Any, choice: Mapping[str, Any], chat: bool) -> int:
+        """Where `ids_in_choices`: append one choice's ids (and texts, top-k) to the answer OUT; how many."""
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """{"ids", "pieces"} of PROBE's rendered prompt as the server tokenizes it (POST through POST)."""
@@ -208,6 +226,13 @@ class Dialect:
     preflight_logprobs = True
     # its arms may run in a serving image (ARM@IMAGE, --image: observatory.engines.images)
     runs_in_images = True
+    # its ENGINE:NAME arms' presets, listed (None: ENGINE:NAME is the default presets' NAME), and its env vars
+    arm_presets: str | None = None
+    env_vars: tuple[tuple[str, str], ...] = ()
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """(is a preset of this engine's own, its speculative config): none of its own (`arm_presets` None)."""
+        return False, None
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV (its overrides)."""
@@ -215,6 +240,15 @@ class Dialect:
 
         if self.engine_module is not None:
             check_module(python, self.engine_module, env, self.display, self.install_hint)
+
+    def request_params(self, params: dict[str, Any], chat: bool) -> dict[str, Any]:
+        """PARAMS as they are: vLLM's ``return_tokens_as_token_ids`` (an engine that ids its entries its own way
+        ignores it)."""
+        return params
+
+    def take_ids(self, out: Any, choice: Mapping[str, Any], chat: bool) -> int:
+        """Only an engine whose ids come in ``choices[]`` (`ids_in_choices`) reads them itself."""
+        raise NotImplementedError(f"{self.display}'s ids are in its logprobs entries (ids_in_choices is False)")
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """/tokenize with the chat template applied by the server (vLLM's and SGLang's form)."""
@@ -269,7 +303,7 @@ class SGLangAdapter(Dialect):
 
     name = "sglang"
     version_key = "version"
-    # its OpenAI logprobs carry no ids: they come with return_token_ids (observatory.client.sglang_ids),
+    # its OpenAI logprobs carry no ids: they come with return_token_ids (observatory.engines.sglang_ids),
     # which a streamed chat completion refuses
     ids_in_choices = True
     streams_chat_ids = False
@@ -278,12 +312,27 @@ class SGLangAdapter(Dialect):
     install_hint = ("Install it, or point --engine-python at an interpreter that has it (the H200 bundle: "
                     "examples/gpu/sglang/README.md), or give the SGLang arms a URL (sglang:NAME=http://...).")
     logs_cuda_graphs = False
-    preflight_logprobs = False  # its logprobs carry no ids: the answers' own check (observatory.client.sglang_ids)
+    preflight_logprobs = False  # its logprobs carry no ids: the answers' own check (observatory.engines.sglang_ids)
     runs_in_images = False
     speculation_flags = "--speculative-"  # --speculative-algorithm, --speculative-draft-model-path, ...
+    arm_presets = sglang.PRESETS
+    env_vars = tuple(sglang.ENV_VARS.items())
     # SGLang 0.5.14 derives its gRPC port as --port + 10000 (server_args.py, _handle_deprecated_args) and
     # refuses to start when that passes 65535, gRPC unused or not (docs/engines.md)
     max_port = 55535
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """sglang:base, sglang:mtpK (`observatory.engines.sglang.preset_config`)."""
+        return sglang.preset_config(name)
+
+    def request_params(self, params: dict[str, Any], chat: bool) -> dict[str, Any]:
+        """``return_token_ids`` (and on a chat, sent whole, ``return_meta_info``) for vLLM's flag
+        (`observatory.engines.sglang_ids`)."""
+        return sglang_params(params, chat)
+
+    def take_ids(self, out: Any, choice: Mapping[str, Any], chat: bool) -> int:
+        """One choice's ``token_ids`` or ``meta_info`` ids (`observatory.engines.sglang_ids`)."""
+        return take_ids(out, choice, chat)
 
     def version_path(self) -> str:
         return "/get_server_info"
@@ -310,7 +359,7 @@ class SGLangAdapter(Dialect):
         meta = body.get("meta_info")
         if isinstance(meta, Mapping) and "spec_verify_ct" in meta:
             return self._stats(meta, "SGLang meta_info", meta.get("completion_tokens"))
-        # a whole chat completion asked with return_meta_info (SGLang 0.5.14: observatory.client.sglang_ids):
+        # a whole chat completion asked with return_meta_info (SGLang 0.5.14: observatory.engines.sglang_ids):
         # the engine's meta_info on each choice
         choices = body.get("choices")
         metas = [m for c in choices if isinstance(c, Mapping) and isinstance(m := c.get("meta_info"), Mapping)
@@ -339,7 +388,15 @@ class SGLangAdapter(Dialect):
 
 
 class LlamaCppAdapter(Dialect):
-    """llama.cpp's llama-server: draft tokens and accepted per request, full counters on /metrics."""
+    """llama.cpp's llama-server: draft tokens and accepted per request, full counters on /metrics.
+
+    Its answers, as `observatory.client.answer` reads them: an integer ``id`` on every logprobs entry and
+    top-logprob entry (tools/server/server-task.cpp, completion_token_output::probs_vector_to_json; vLLM's
+    ``return_tokens_as_token_ids`` is ignored), and its /v1/completions answers logprobs in the chat form, with
+    ids (server-task.cpp). A spec arm's stream sends no logprobs for tokens accepted from a draft
+    (`stream_ids_note`), and the token that ended a stream has no entry although usage counts it
+    (`streams_end_token`, a llama-server bug: docs/engines.md).
+    """
 
     name = "llama.cpp"
     version_key = "build_info"
@@ -358,9 +415,17 @@ class LlamaCppAdapter(Dialect):
     runs_in_images = False
     # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp, oaicompat_chat_params_parse)
     streams_tool_logprobs = False
+    arm_presets = llamacpp.PRESETS
+    env_vars = tuple(llamacpp.ENV_VARS.items())
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """llama.cpp:base, llama.cpp:draftK, llama.cpp:ngramK (`observatory.engines.llamacpp.preset_config`)."""
+        return llamacpp.preset_config(name)
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
-        """/apply-template (chat), then /tokenize with pieces: llama-server's own endpoints."""
+        """/apply-template (chat), then /tokenize with pieces, ``add_special`` and ``parse_special`` (as
+        llama-server tokenizes a request): its own endpoints (`observatory.judge.cross_engine` aligns prompts
+        with them)."""
         text = probe.prompt
         if probe.kind == "chat":
             tools = {"tools": probe.tools} if probe.tools is not None else {}
@@ -385,9 +450,7 @@ class LlamaCppAdapter(Dialect):
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """A llama-server binary to launch (observatory.engines.llamacpp), else a setup error that says how."""
-        from observatory.engines.llamacpp import require_binary
-
-        require_binary()
+        llamacpp.require_binary()
 
     def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
         """The vLLM-schema counters of PR #26389; None for builds without them."""
@@ -410,13 +473,27 @@ class LlamaCppAdapter(Dialect):
         return _build(where, None, drafted, accepted)
 
 
+# The built-in adapters, exactly as pyproject.toml declares them (``observatory.engines`` entry points): engine
+# name -> "module:class"; an alias names the same class (tests/test_plugins.py checks the two agree).
+BUILTIN = {
+    "vllm": "observatory.engines.spec_counters:VLLMAdapter",
+    "sglang": "observatory.engines.spec_counters:SGLangAdapter",
+    "llama.cpp": "observatory.engines.spec_counters:LlamaCppAdapter",
+    "llamacpp": "observatory.engines.spec_counters:LlamaCppAdapter",
+    "llama-server": "observatory.engines.spec_counters:LlamaCppAdapter",
+}
+
+
+def plugins() -> tuple[Plugin, ...]:
+    """The adapters' entry points: the built-ins (`BUILTIN`), then installed packages' (`observatory.model.plugins`)."""
+    return discover(ENGINES, tuple(BUILTIN.items()))
+
+
 @cache
 def adapters() -> dict[str, Callable[[], EngineAdapter]]:
     """Engine name -> adapter class: the built-ins and installed ones (``observatory.engines`` entry points,
-    `observatory.model.plugins`), loaded once per process as `discover` reads them once."""
-    from observatory.model.plugins import ENGINES, discover
-
-    return {p.name.lower(): p.load() for p in discover(ENGINES)}
+    `plugins`), loaded once per process as `discover` reads them once."""
+    return {p.name.lower(): p.load() for p in plugins()}
 
 
 def adapter_for(name: str) -> EngineAdapter:
@@ -428,10 +505,18 @@ def adapter_for(name: str) -> EngineAdapter:
     adapter = cls()
     for attr in ("name", "version_key", "version_path", "counters_from_metrics", "counters_from_response",
                  "binary", "streams_drafted_ids", "stream_ids_note", "speculation_flags", "tokenize",
-                 "ids_in_choices", "streams_chat_ids", "streams_tool_logprobs"):
+                 "ids_in_choices", "streams_chat_ids", "streams_tool_logprobs", "request_params"):
         if not hasattr(adapter, attr):
             raise ObservatoryError(f"engine adapter {name!r} ({cls!r}) lacks {attr!r}: see docs/plugins.md")
     return adapter
+
+
+@cache
+def ids_in_choices_hint() -> str:
+    """"An SGLang server needs --engine sglang": what an answer without vLLM's ``token_id:N`` ids may need, one
+    clause per engine whose ids come in ``choices[]`` (`EngineAdapter.ids_in_choices`)."""
+    engines = {a.name: a for a in (cls() for cls in adapters().values()) if getattr(a, "ids_in_choices", False)}
+    return "; ".join(f"An {getattr(a, 'display', a.name)} server needs --engine {name}" for name, a in engines.items())
 
 
 def version_from(adapter: EngineAdapter, body: Any) -> str | None:

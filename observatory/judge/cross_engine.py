@@ -1,18 +1,17 @@
 """Across engines: the same probes through several engines' base arms, kept apart from every verdict.
 
 Issue 17 item 4. A session whose arms run on more than one engine
-(``--arms vllm:base,vllm:mtp2,llama.cpp:base,llama.cpp:draft2``) is judged
+(``--arms vllm:base,vllm:mtp2,ENGINE:base,ENGINE:NAME``: `observatory.engines.arms`) is judged
 engine by engine: each engine's spec arms against that engine's own base
-(`observatory.model.roles`, `observatory.judge.session`, `observatory.judge.figures`). This
+(`observatory.engines.launches`, `observatory.judge.session`, `observatory.judge.figures`). This
 module is everything that crosses engines, and none of it is a verdict:
 
 - **Tokenizer alignment first** (`prompt_ids`, called while each engine's
   base arm is up): every probe's rendered prompt through the server's own
-  tokenize endpoint. vLLM: ``POST /tokenize`` with the messages and tools
-  (the server applies its chat template, ``add_generation_prompt``), or the
-  completion prompt. llama.cpp: ``POST /apply-template``, then ``POST
-  /tokenize`` with ``add_special`` and ``parse_special`` (as llama-server
-  tokenizes a request). Stored in the base arm's launch dict under
+  tokenize endpoint, as its adapter asks it (`EngineAdapter.tokenize`). vLLM:
+  ``POST /tokenize`` with the messages and tools (the server applies its chat
+  template, ``add_generation_prompt``), or the completion prompt; another
+  engine may render and tokenize in two requests of its own. Stored in the base arm's launch dict under
   ``prompt_ids``. Where two engines' ids differ, that probe's cross-engine
   comparison is "not comparable", with the first differing token.
 - **Base against base** (`compare`): on aligned probes, each base's
@@ -37,9 +36,10 @@ from typing import Any
 
 import httpx
 
+from observatory.engines.launches import engine_of, stored_roles
 from observatory.engines.spec_counters import adapter_for
 from observatory.model.probes import Probe
-from observatory.model.roles import BASE, engine_of, stored_roles
+from observatory.model.roles import BASE
 from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.store.session_store import Store
 

@@ -46,6 +46,7 @@ import numpy as np
 from observatory.client.answer import MALFORMED
 from observatory.engines.gpu_clocks import drift
 from observatory.engines.images import image_differences, split_docker_argv
+from observatory.engines.launches import by_engine, engine_of
 from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
@@ -61,7 +62,6 @@ from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.errors import NOT_REPORTED
-from observatory.model.roles import by_engine, engine_of
 from observatory.model.vocabulary import PAIRED_BASE
 from observatory.store.db import ArmRow
 from observatory.store.session_store import Store
@@ -385,7 +385,7 @@ def _arm_figures(store: Store, a: ArmRow, probes: dict[int, Any], singles: dict[
     # (read one by one) and the timed runs (read around each batch).
     acc = acceptance(total + timed_total, k)
     if acc["accepted"] is None and total.accepted is not None and total.drafts:
-        # an engine whose /metrics counts no accepted tokens (SGLang: verify steps only) reports them per
+        # an engine whose /metrics counts no accepted tokens (verify steps only) reports them per
         # request in its answers, which only the probe pass reads (observatory.session.measure): counted there
         acc = {**acceptance(total, k), "counted": "the probe pass only: the engine reports no accepted tokens "
                "for the timed passes (its /metrics counts verify steps only; each answer's own counters are "

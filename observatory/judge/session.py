@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from observatory.engines.launches import base_arm, by_engine, engine_of, stored_roles
 from observatory.engines.spec_counters import adapter_for
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import (
@@ -55,7 +56,7 @@ from observatory.model.gates import (
 )
 from observatory.model.numerics import served_dtype, served_platform
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, base_arm, by_engine, engine_of, stored_roles
+from observatory.model.roles import AA_COPY
 from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, TOKEN_DIFF, UNJUDGED
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
 from observatory.store.session_store import Store
@@ -317,8 +318,8 @@ class _Judge:
         """WARN where a stream carried fewer token ids than the engine says it generated.
 
         Not measurable (SKIP) on a speculating arm of an engine whose streams withhold drafted ids
-        (its adapter's ``streams_drafted_ids``, e.g. llama-server, which sends no logprobs for tokens
-        accepted from a draft), where the non-streamed response carries every id.
+        (its adapter's ``streams_drafted_ids``: no logprobs for tokens accepted from a draft), where the
+        non-streamed response carries every id.
         """
         modes = self.by_arm[arm.id]
         dialect = adapter_for(engine_of(arm.launch))
@@ -509,9 +510,9 @@ class _Judge:
         correctness outputs (streamed, non-streamed, batch) is that output's
         difference, which the token diff of that pass judges with base's
         margins (a bf16 near-tie WARN there was a FAIL here on every H200
-        field night, docs/design.md 3.7; SGLang's EAGLE arm in bf16 answered
-        its first request one way and every later one, the timed ones too,
-        the other: examples/h200-engines/README.md): PASS here, named.
+        field night, docs/design.md 3.7; an EAGLE arm of another engine in
+        bf16 answered its first request one way and every later one, the timed
+        ones too, the other: examples/h200-engines/README.md): PASS here, named.
         """
         gates = [g for g in self.registry.of_kind("pair") if g.sequences]
         if not gates or self.base is None:

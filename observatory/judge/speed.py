@@ -199,8 +199,8 @@ def stream_tau(results: list[ResultRow]) -> dict[str, Any] | None:
 
     The first chunk (the token prefill produced) and the last (a step a stop
     may cut short) of each response are left out. Needs per-chunk counts
-    that cover every generated token: a stream that withheld ids (llama.cpp
-    sends no logprobs for drafted tokens, and records no chunk for them) would
+    that cover every generated token: a stream that withheld ids (an engine
+    that sends no logprobs for drafted tokens records no chunk for them) would
     read one token per chunk whatever the engine did, so such a response is
     left out. Returns the mean and its standard error, or None without enough chunks.
     """

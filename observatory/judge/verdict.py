@@ -31,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from observatory.engines.launches import stored_roles
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import GateRegistry, default_registry, registry_for
 from observatory.model.read_model import ArmView, Reason, SessionFacts, SessionVerdict, SessionView
-from observatory.model.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT, stored_roles
+from observatory.model.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
 from observatory.model.vocabulary import EXIT, INVALID_CODES, NOT_DISCRIMINATING, UNJUDGED
 
 __all__ = ["EXIT", "INVALID_CODES", "LEVELS", "NOT_DISCRIMINATING", "UNJUDGED", "WHY", "Reason", "SessionVerdict",
@@ -51,7 +52,7 @@ WHY = {
 
 def arm_role(arm: ArmView) -> str:
     """An arm's role: the read model sets it for every arm (stored at planning, else
-    `observatory.model.roles.stored_roles` over the session's arms); an ArmView made without one gets the
+    `observatory.engines.launches.stored_roles` over the session's arms); an ArmView made without one gets the
     same rule on its own facts, never a rule of its own."""
     return arm.role or stored_roles([(arm.name, dict(arm.launch))])[arm.name]
 

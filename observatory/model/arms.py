@@ -8,12 +8,10 @@
 - a name defined in an arms file (``--arms-file arms.toml``);
 - ``NAME=URL``: a server someone else started (nothing is launched; NAME
   still says what it is, e.g. ``mtp2=http://10.0.0.5:8001``);
-- an engine prefix: ``vllm:NAME`` is NAME (vLLM is the default engine);
-  ``llama.cpp:base``, ``llama.cpp:draftK`` (draft-simple with a draft model),
-  ``llama.cpp:ngramK`` (ngram-simple) run llama.cpp's llama-server (see
-  `observatory.engines.llamacpp`); ``sglang:base``, ``sglang:mtpK`` (SGLang's EAGLE
-  path on the model's own MTP layer) run SGLang's server (`observatory.engines.sglang`);
-  the prefix stays in the arm's name;
+- an engine prefix: ``vllm:NAME`` is NAME (vLLM, `DEFAULT_ENGINE`, is the default
+  engine); ``ENGINE:NAME`` (or ``ENGINE:NAME=URL``) is one of that engine's own presets
+  (`PrefixedEngine`: each engine's adapter in `observatory.engines` declares them,
+  `observatory.engines.arms` passes them in); the prefix stays in the arm's name;
 
 optionally followed by ``+fault=NAME`` (launch with an injected fault, see
 `observatory.faults`), ``+repair=NAME`` (launch with a known engine bug repaired in place,
@@ -31,7 +29,7 @@ Arms file layout (unknown keys are errors)::
     fault = "ghost"                        # optional
     url = "http://127.0.0.1:8001"          # optional: don't launch
     image = "vllm/vllm-openai:nightly"     # optional: run in this image
-    engine = "llama.cpp"                   # optional: "vllm" (default), "llama.cpp" or "sglang"
+    engine = "ENGINE"                      # optional: "vllm" (default) or an engine with its own presets
     tool_parser = "qwen3_coder"            # optional: vLLM --tool-call-parser for this arm ("none": off)
     reasoning_parser = "qwen3"             # optional: vLLM --reasoning-parser for this arm ("none": off)
 
@@ -45,9 +43,10 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from observatory.faults import FAULTS as FAULT_DESCRIPTIONS
@@ -65,16 +64,31 @@ _ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "i
 # A parser name as vLLM spells them (hermes, qwen3_coder, deepseek_r1, ...); "none" turns the parser off.
 NO_PARSER = "none"
 _PARSER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
-ENGINES = ("vllm", "llama.cpp", "sglang")
-LLAMA_CPP = "llama.cpp"
-SGLANG = "sglang"
+# The engine an arm runs on unless it names another (its adapter: observatory.engines.spec_counters).
+DEFAULT_ENGINE = "vllm"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 # The longest arm name stored faithfully: ArmRow.name is String(255) (tests/test_hostile_files.py checks it).
 MAX_NAME = 255
 _PRESET_RE = re.compile(r"(mtp|ngram)([1-9][0-9]?)")
-_LLAMA_PRESET_RE = re.compile(r"(draft|ngram)([1-9][0-9]?)")
-_SGLANG_PRESET_RE = re.compile(r"mtp([1-9][0-9]?)")
-_ENGINE_PREFIX_RE = re.compile(r"(vllm|llama\.cpp|sglang):(.+)")
+
+
+class PrefixedEngine(Protocol):
+    """An engine whose arms are its own presets, ``ENGINE:NAME`` (its adapter in `observatory.engines`)."""
+
+    name: str
+    arm_presets: str | None  # how the error for an unknown preset lists them
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """(is one of this engine's presets, its speculative config) for NAME."""
+
+
+# Engine name -> the engine, for every engine but the default one that has its own arm presets.
+Engines = Mapping[str, PrefixedEngine]
+
+
+def engine_names(engines: Engines | None) -> tuple[str, ...]:
+    """The engines an arm may name: the default one first, then the others by name."""
+    return (DEFAULT_ENGINE, *sorted(set(engines or {}) - {DEFAULT_ENGINE}))
 
 
 @dataclass
@@ -89,7 +103,7 @@ class Arm:
     fault: str | None = None
     copy_of: str | None = None
     image: str | None = None  # serving image named on the arm itself (ARM@IMAGE or the arms file)
-    engine: str = "vllm"  # one of ENGINES: which server this arm launches (or is, for a url arm)
+    engine: str = DEFAULT_ENGINE  # which server this arm launches (or is, for a url arm): `engine_names`
     tool_parser: str | None = None  # this arm's --tool-call-parser over the session's ("none": off)
     reasoning_parser: str | None = None  # this arm's --reasoning-parser over the session's ("none": off)
 
@@ -127,42 +141,6 @@ def preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
         "prompt_lookup_max": 4,
         "prompt_lookup_min": 2,
     }
-
-
-def llama_preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
-    """(is a llama.cpp preset, its speculative config) for NAME: base, draftK, ngramK.
-
-    The configs name llama.cpp's own --spec-type values (common/speculative.cpp);
-    `observatory.engines.llamacpp.spec_args` turns them into flags.
-    """
-    if name == "base":
-        return True, None
-    m = _LLAMA_PRESET_RE.fullmatch(name)
-    if not m:
-        return False, None
-    method = {"draft": "draft-simple", "ngram": "ngram-simple"}[m.group(1)]
-    return True, {"method": method, "num_speculative_tokens": int(m.group(2))}
-
-
-def sglang_preset_config(name: str) -> tuple[bool, dict[str, Any] | None]:
-    """(is an SGLang preset, its speculative config) for NAME: base, mtpK.
-
-    ``mtp`` is MTP as the config names it for vLLM; `observatory.engines.sglang.spec_args` serves it
-    with SGLang's EAGLE algorithm drafting with the model's own MTP layer (MiMo's layout).
-    """
-    if name == "base":
-        return True, None
-    m = _SGLANG_PRESET_RE.fullmatch(name)
-    if not m:
-        return False, None
-    return True, {"method": "mtp", "num_speculative_tokens": int(m.group(1))}
-
-
-# Per engine with its own prefix: its presets, and how the error for an unknown name lists them.
-_ENGINE_PRESETS = {
-    LLAMA_CPP: (llama_preset_config, "llama.cpp:base, llama.cpp:draftK (draft model), llama.cpp:ngramK (n-gram)"),
-    SGLANG: (sglang_preset_config, "sglang:base, sglang:mtpK (MTP through SGLang's EAGLE)"),
-}
 
 
 def parse_speculative_config(text: str, where: str = "--speculative-config") -> dict[str, Any]:
@@ -206,8 +184,8 @@ def arms_file_fail_on(path: Path | str) -> str | None:
     return value
 
 
-def load_arms_file(path: Path | str) -> dict[str, Arm]:
-    """Named arms from a TOML file, loaded strictly."""
+def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str, Arm]:
+    """Named arms from a TOML file, loaded strictly (ENGINES: those an arm may name besides the default)."""
     path = Path(path)
     data = read_toml(path, ArmError, "arms file")
     unknown = sorted(set(data) - {"arms", "fail_on"})
@@ -244,13 +222,13 @@ def load_arms_file(path: Path | str) -> dict[str, Arm]:
         image = raw.get("image")
         if image is not None:
             image = _check_image(image, where, url)
-        engine = raw.get("engine", "vllm")
-        if engine not in ENGINES:
-            raise ArmError(f"{where}: engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-        if engine != "vllm" and (fault is not None or image is not None):
+        engine = raw.get("engine", DEFAULT_ENGINE)
+        if engine not in engine_names(engines):
+            raise ArmError(f"{where}: engine must be one of {', '.join(engine_names(engines))}, got {engine!r}")
+        if engine != DEFAULT_ENGINE and (fault is not None or image is not None):
             raise ArmError(f"{where}: faults and images are vLLM's; a {engine} arm takes neither")
         parsers = {k: check_parser(raw[k], f"{where}: {k}") for k in ("tool_parser", "reasoning_parser") if k in raw}
-        if parsers and (engine != "vllm" or url is not None):
+        if parsers and (engine != DEFAULT_ENGINE or url is not None):
             raise ArmError(f"{where}: {', '.join(parsers)} is a flag vLLM is launched with; an arm with a url "
                            f"or on {engine} is not launched by vLLM here (start its server with the flag)")
         arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(engine_args),
@@ -280,9 +258,12 @@ def parse_arms(
     spec: str,
     arms_file: Path | str | None = None,
     speculative_config: str | None = None,
+    engines: Engines | None = None,
 ) -> list[Arm]:
-    """The session's arms, in run order, from the --arms list."""
-    defined = load_arms_file(arms_file) if arms_file else {}
+    """The session's arms, in run order, from the --arms list (ENGINES: those with a prefix of their own,
+    `observatory.engines.arms.parse_arms` passes every registered one)."""
+    engines = engines or {}
+    defined = load_arms_file(arms_file, engines) if arms_file else {}
     custom = parse_speculative_config(speculative_config) if speculative_config else None
     items = [s.strip() for s in spec.split(",")]
     if not spec.strip() or any(not s for s in items):
@@ -290,7 +271,7 @@ def parse_arms(
     arms: list[Arm] = []
     counts: dict[str, int] = {}
     for item in items:
-        arm = _parse_item(item, defined, custom)
+        arm = _parse_item(item, defined, custom, engines)
         counts[arm.name] = counts.get(arm.name, 0) + 1
         if counts[arm.name] > 1:
             arm.copy_of = arm.name
@@ -307,12 +288,12 @@ def parse_arms(
     return arms
 
 
-def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | None) -> Arm:
-    prefixed = _ENGINE_PREFIX_RE.fullmatch(item)
-    if prefixed and prefixed.group(1) in _ENGINE_PRESETS:
-        return _parse_engine_item(prefixed.group(1), item, prefixed.group(2), defined)
-    if prefixed:  # vllm:NAME is NAME
-        item = prefixed.group(2)
+def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | None, engines: Engines) -> Arm:
+    prefix, colon, rest = item.partition(":")
+    if colon and rest and prefix in engines and prefix != DEFAULT_ENGINE:
+        return _parse_engine_item(engines[prefix], item, rest, defined)
+    if colon and rest and prefix == DEFAULT_ENGINE:  # vllm:NAME is NAME
+        item = rest
     m = re.fullmatch(r"([^=+]+)=(https?://\S+)", item)
     if m:
         name, url = m.group(1), _check_url(m.group(2), f"--arms item {item!r}")
@@ -354,8 +335,10 @@ def _add_repair(arm: Arm, name: str, item: str) -> None:
     arm.env[REPAIR_ENV] = ",".join(sorted(split_names(arm.env.get(REPAIR_ENV, "")) | {name}))
 
 
-def _parse_engine_item(engine: str, item: str, rest: str, defined: dict[str, Arm]) -> Arm:
-    """``ENGINE:NAME`` or ``ENGINE:NAME=URL`` (llama.cpp, SGLang): an arm of that engine, named with its prefix."""
+def _parse_engine_item(of: PrefixedEngine, item: str, rest: str, defined: dict[str, Arm]) -> Arm:
+    """``ENGINE:NAME`` or ``ENGINE:NAME=URL``: an arm of that engine (one of its presets, or an arms-file arm of
+    it), named with its prefix."""
+    engine = of.name
     name, eq, url = rest.partition("=")
     if "+" in name or "@" in name:
         raise ArmError(f"--arms item {item!r}: faults (+fault=) and images (@IMAGE) are vLLM's; "
@@ -365,10 +348,9 @@ def _parse_engine_item(engine: str, item: str, rest: str, defined: dict[str, Arm
         if arm.engine != engine:
             raise ArmError(f"--arms item {item!r}: the arms file defines {name!r} without engine = \"{engine}\"")
     else:
-        presets, listed = _ENGINE_PRESETS[engine]
-        is_preset, config = presets(name)
+        is_preset, config = of.arm_preset(name)
         if not is_preset:
-            raise ArmError(f"Unknown {engine} arm {name!r} in {item!r}. Presets: {listed}, K = 1..99; "
+            raise ArmError(f"Unknown {engine} arm {name!r} in {item!r}. Presets: {of.arm_presets}, K = 1..99; "
                            f"or an arms-file name with engine = \"{engine}\".")
         arm = Arm(name=name, speculative_config=config, engine=engine)
     arm.name = f"{engine}:{arm.name}"

@@ -1,9 +1,13 @@
 """Every OBSERVATORY_* environment variable the code and its scripts read, for `observatory --help` (its epilog).
 
-tests/test_cli_help.py greps the package and scripts/ for ``OBSERVATORY_`` names and checks each is listed here.
+An engine's own (what its arms read) are its adapter's ``env_vars`` (`observatory.engines.arms.env_vars`), given
+to `epilog`. tests/test_cli_help.py greps the package and scripts/ for ``OBSERVATORY_`` names and checks each is
+listed here or there.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 ENV_VARS = {
     "OBSERVATORY_DB": "database when --db is not given (SQLite file or SQLAlchemy URL; default runs.db)",
@@ -11,9 +15,6 @@ ENV_VARS = {
     "OBSERVATORY_ENGINE_PYTHON": "interpreter that has vLLM, as --engine-python (default: this one)",
     "OBSERVATORY_DEFAULT_MODEL": "folder of the embedded default model (default: the packaged tiny MTP model)",
     "OBSERVATORY_GPU_COUNT": "GPUs this host has, overriding detection (plans --parallel-arms waves)",
-    "OBSERVATORY_LLAMA_SERVER": "llama-server binary for llama.cpp arms (default: scripts/build-llama.sh's)",
-    "OBSERVATORY_SGLANG_ARGS": "flags every launched SGLang arm gets (e.g. --attention-backend triton)",
-    "OBSERVATORY_LLAMA_CACHE": "where scripts/build-llama.sh builds llama.cpp (default: ~/.cache/observatory)",
     "OBSERVATORY_FAULT": "set in an engine's environment (by selftest's +fault=F arms): the faults it injects",
     "OBSERVATORY_SLOW_STEP_FRACTION": "set in an engine's environment: how much slower the slow_step fault makes each spec step (default 0.05)",
     "OBSERVATORY_DRAFT_NOISE_FRACTION": "set in an engine's environment: the share of draft rows the draft_noise fault replaces (default 1)",
@@ -26,7 +27,19 @@ ENV_VARS = {
 }
 
 
-def epilog() -> str:
+# the engines' own variables are listed after this one (they configure launches, as it does)
+_ENGINES_AFTER = "OBSERVATORY_GPU_COUNT"
+
+
+def listed(engine_vars: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every variable --help lists: ENV_VARS with the engines' own (ENGINE_VARS) among them."""
+    items = list(ENV_VARS.items())
+    at = list(ENV_VARS).index(_ENGINES_AFTER) + 1
+    return dict(items[:at] + list((engine_vars or {}).items()) + items[at:])
+
+
+def epilog(engine_vars: Mapping[str, str] | None = None) -> str:
     """The --help epilog: one line per variable (click keeps the lines of a \\b paragraph)."""
-    width = max(map(len, ENV_VARS))
-    return "\b\nEnvironment variables:\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in ENV_VARS.items())
+    shown = listed(engine_vars)
+    width = max(map(len, shown))
+    return "\b\nEnvironment variables:\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in shown.items())

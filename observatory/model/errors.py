@@ -18,7 +18,8 @@ class RequestTimeout(ObservatoryError):
 
 
 class NotReported(ObservatoryError):
-    """What the engine does not expose for this request (SGLang 0.5.14's completions carry no ids): the
+    """What the engine does not expose for this request (completions without ids, on an engine whose adapter
+    reads ids outside the logprobs: `observatory.engines`): the
     request is stored as failed with NOT_REPORTED in front, and a channel whose base answers so is SKIP
     ("not measurable"), never a verdict made up from nothing."""
 

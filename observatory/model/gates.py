@@ -136,14 +136,17 @@ class Output:
     # ... and the platform it serves on ("cuda", `observatory.model.numerics.served_platform`; None: the CPU or
     # unknown): float32 rounds differently on CUDA (docs/design.md 3.7).
     served_platform: str | None = None
-    # False where the engine's stream withholds ids by design (llama-server sends no logprobs for tokens
-    # accepted from a draft): a streamed answer's ids then fall short of its usage and that says nothing.
+    # False where the engine's stream withholds ids by design (no logprobs for tokens accepted from a draft:
+    # its adapter's ``streams_drafted_ids``): a streamed answer's ids then fall short of its usage and that says
+    # nothing.
     streams_every_id: bool = True
-    # False where the engine returns no logprobs for tokens accepted from a draft (llama-server: the
-    # entry's logprob a placeholder 0.0, no top-k; docs/engines.md): this answer's logprobs are not comparable.
+    # False where the engine returns no logprobs for tokens accepted from a draft (the entry's logprob a
+    # placeholder 0.0, no top-k: its adapter in observatory.engines, docs/engines.md): this answer's logprobs are
+    # not comparable.
     drafted_logprobs: bool = True
-    # False where the engine's stream omits the end token's logprobs entry while usage counts it (a known
-    # llama-server bug, docs/engines.md): one id short of usage on a stream that stopped says nothing new.
+    # False where the engine's stream omits the end token's logprobs entry while usage counts it (a known engine
+    # bug: its adapter's ``streams_end_token``, docs/engines.md): one id short of usage on a stream that stopped
+    # says nothing new.
     streams_end_token: bool = True
 
 

@@ -11,9 +11,11 @@ entry points in its ``pyproject.toml``::
     myengine = "my_package.engine:MyAdapter"     # an EngineAdapter class (observatory.engines.spec_counters)
 
 The built-ins are declared the same way in our own ``pyproject.toml`` and
-listed in `BUILTIN` below, so a source checkout that was never installed
-still has them (tests/test_plugins.py checks the two lists agree). Both go
-through `discover`, deduplicated by value, built-ins first.
+listed in `BUILTIN` below (the engine adapters' in their own package,
+`observatory.engines.spec_counters.BUILTIN`, which passes them to `discover`),
+so a source checkout that was never installed still has them
+(tests/test_plugins.py checks the lists agree). Both go through `discover`,
+deduplicated by value, built-ins first.
 
 Why `importlib.metadata` and not pluggy (which simonw/llm and datasette
 use): each group is a list of objects to register, with no hook calls,
@@ -37,17 +39,14 @@ CHANNELS = "observatory.channels"
 ENGINES = "observatory.engines"
 GROUPS = (GATES, CHANNELS, ENGINES)
 
-# The built-ins of each group, exactly as pyproject.toml declares them (name -> "module[:attribute]").
+# The built-ins of each group, exactly as pyproject.toml declares them (name -> "module[:attribute]"); the engine
+# adapters' are observatory.engines.spec_counters.BUILTIN, given to `discover` by their reader there.
+BUILTIN_DIST = "observatory (built-in)"
 BUILTIN: dict[str, dict[str, str]] = {
     GATES: {"builtin": "observatory.model.paths:GATES_DIR"},
     CHANNELS: {name: f"observatory.channels.{name}:CHANNEL"
                for name in ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "params", "teacher",
                             "seeds", "history", "sdk", "memory_pressure", "long_prompts", "lifecycle")},
-    ENGINES: {"vllm": "observatory.engines.spec_counters:VLLMAdapter",
-              "sglang": "observatory.engines.spec_counters:SGLangAdapter",
-              "llama.cpp": "observatory.engines.spec_counters:LlamaCppAdapter",
-              "llamacpp": "observatory.engines.spec_counters:LlamaCppAdapter",
-              "llama-server": "observatory.engines.spec_counters:LlamaCppAdapter"},
 }
 
 
@@ -58,11 +57,11 @@ class Plugin:
     group: str
     name: str
     value: str
-    dist: str  # "observatory (built-in)" for ours
+    dist: str  # BUILTIN_DIST for ours
 
     @property
     def builtin(self) -> bool:
-        return BUILTIN.get(self.group, {}).get(self.name) == self.value
+        return self.dist == BUILTIN_DIST
 
     def load(self) -> Any:
         """The object the entry point names; a plugin that fails to import is a setup error naming it."""
@@ -78,11 +77,13 @@ class Plugin:
 
 
 @cache
-def discover(group: str) -> tuple[Plugin, ...]:
-    """The built-ins of GROUP, then every installed package's entry points of it (a value once)."""
+def discover(group: str, builtin: tuple[tuple[str, str], ...] | None = None) -> tuple[Plugin, ...]:
+    """The built-ins of GROUP (BUILTIN's, or the (name, value) pairs its reader gives), then every installed
+    package's entry points of it (a value once)."""
     if group not in GROUPS:
         raise ObservatoryError(f"unknown plugin group {group!r} (known: {', '.join(GROUPS)})")
-    found = [Plugin(group, name, value, "observatory (built-in)") for name, value in BUILTIN[group].items()]
+    table = BUILTIN.get(group, {}).items() if builtin is None else builtin
+    found = [Plugin(group, name, value, BUILTIN_DIST) for name, value in table]
     seen = {(p.name, p.value) for p in found}
     for ep in sorted(metadata.entry_points(group=group), key=lambda e: (e.name, e.value)):
         if (ep.name, ep.value) in seen:

@@ -16,6 +16,7 @@ from typing import Any
 
 from observatory.channels import get as get_channel
 from observatory.channels import is_channel_gate
+from observatory.engines.launches import stored_roles
 from observatory.judge.cross_engine import compare as cross_engine_compare
 from observatory.judge.verdict import decide
 from observatory.model import vocabulary
@@ -33,7 +34,6 @@ from observatory.model.read_model import (
     ValidityFlag,
     VerdictView,
 )
-from observatory.model.roles import stored_roles
 from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
 from observatory.triage.store import summaries as triage_summaries

@@ -33,13 +33,13 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from observatory.engines.images import arm_image
+from observatory.engines.launches import engine_of
 from observatory.judge.graph_coverage import words as graph_words
 from observatory.judge.steady_state import words as steady_words
 from observatory.judge.verdict import INVALID_CODES, arm_role
 from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
-from observatory.model.roles import engine_of
 from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.report import charts
 from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
@@ -451,7 +451,7 @@ def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
         for arm in spec_s.arms:
             if not arm.is_spec or not arm.figures.speed:
                 continue
-            base = _base(base_s, engine_of(arm.launch))  # a llama.cpp arm over the other session's llama.cpp base
+            base = _base(base_s, engine_of(arm.launch))  # an arm over the other session's base of its engine
             base_speed = base.figures.speed if base is not None else None
             if base is None or not base_speed:
                 continue

@@ -219,7 +219,8 @@ class ArmRun:
         self.reporter.step(arm, "probes", len(probes), len(probes))
         self.store.update(ArmRow, self.arm_id, counters=total.to_dict())
         # The non-streamed pass; without --no-diffs' diffs, only where the stream cannot be the diff's
-        # reference (llama.cpp spec arms' streams carry no ids for drafted tokens: docs/engines.md).
+        # reference (an engine whose spec arms' streams carry no ids for drafted tokens: its adapter's
+        # ``streams_drafted_ids``, docs/engines.md).
         needed = probes if self.diffs else [p for p in probes if p.name in incomplete]
         for i, probe in enumerate(needed):
             self.reporter.step(arm, "non-streamed", i, len(needed))
@@ -343,8 +344,8 @@ def stream_is_reference(resp: Response) -> bool:
 
 def with_request_counters(delta: SpecCounters, resp: Response) -> SpecCounters:
     """DELTA (/metrics around one request), or the request's own counters where /metrics does not report
-    what they do: SGLang's /metrics counts verify steps only, its answer's meta_info every counter
-    (observatory.engines.spec_counters). Kept as /metrics says when it reports the accepted tokens."""
+    what they do: an engine whose /metrics counts verify steps only may report every counter in its answers
+    (its adapter in observatory.engines.spec_counters). Kept as /metrics says when it reports the accepted tokens."""
     own = resp.request_counters
     if delta.accepted is not None or not isinstance(own, SpecCounters) or own.accepted is None:
         return delta

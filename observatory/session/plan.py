@@ -30,12 +30,13 @@ from urllib.parse import urlsplit
 
 from observatory.channels import plan_probes
 from observatory.channels import resolve as resolve_channels
+from observatory.engines.arms import parse_arms
 from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.engines.images import require_image
 from observatory.engines.settings import EngineSettings
 from observatory.engines.spec_counters import adapter_for
 from observatory.judge.perf_gates import parse_fail_on
-from observatory.model.arms import NO_PARSER, Arm, arms_file_fail_on, check_parser, parse_arms
+from observatory.model.arms import DEFAULT_ENGINE, NO_PARSER, Arm, arms_file_fail_on, check_parser
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR
 from observatory.model.probes import load_probe_file, resolve_suite
@@ -71,7 +72,7 @@ class SessionPlan:
     gpus_per_arm: int = 1
     parallel_arms: bool = False
     timing: str = "sequential"
-    engine: str = "vllm"
+    engine: str = DEFAULT_ENGINE
     fail_on: str | None = None
     gates_dirs: tuple[str, ...] = ()  # absolute paths
     profile: str = "quick"  # field channels: quick (none) or nightly (all), docs/channels.md
@@ -281,7 +282,7 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     if plan.aa_copy and (plan.profile or "quick") in ("nightly", "deep"):
         arm_list = with_aa_copies(arm_list)
     adapter_for(plan.engine)  # validates the name
-    if plan.engine.lower() != "vllm" and any(a.url is None for a in arm_list):
+    if plan.engine.lower() != DEFAULT_ENGINE and any(a.url is None for a in arm_list):
         raise ObservatoryError(
             f"--engine {plan.engine}: the observatory launches only vLLM; give every arm a URL "
             "(NAME=http://...) of a server you started."

@@ -24,7 +24,8 @@ says nothing, or closes, proves nothing and is left to the session.
 Anything else (a timeout, a refused key, a malformed answer, a hung server)
 proves no missing flag: the session runs and records it as it always has.
 The whole checklist is in README.md ("Your own model on your own GPU").
-Only vLLM URL arms are asked (SGLang and llama.cpp carry ids their own way).
+Only URL arms whose adapter says ``preflight_logprobs`` are asked (vLLM's; other engines carry ids
+their own way).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import httpx
 
 from observatory.client.send import TOP_LOGPROBS, EngineClient, RequestFailed, request_body, request_params
 from observatory.client.sse import MalformedStream, decode_json
-from observatory.model.arms import Arm
+from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ArmError
 from observatory.model.probes import Probe
 
@@ -56,7 +57,7 @@ def _preflighted(engine: str) -> bool:
     return bool(getattr(adapter_for(engine), "preflight_logprobs", False))
 
 
-def check_serves(arms: list[Arm], api_key: str | None, engine: str = "vllm") -> None:
+def check_serves(arms: list[Arm], api_key: str | None, engine: str = DEFAULT_ENGINE) -> None:
     """Every URL arm's port speaks HTTP and every vLLM URL arm's server answers with the logprobs and token ids a
     pass needs, or ArmError names what is wrong (one line: a setup error, exit 3)."""
     for url, name in {a.url: a.name for a in reversed(arms) if a.url}.items():

@@ -40,7 +40,7 @@ from observatory.engines.server_facts import host_facts, served_facts
 from observatory.engines.settings import EngineSettings, speculative_config_for
 from observatory.engines.spec_counters import adapter_for
 from observatory.judge.cross_engine import PROMPT_IDS, engines_of, prompt_ids
-from observatory.model.arms import Arm
+from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE, assign_roles
@@ -109,7 +109,7 @@ class CompareOptions:
     request_timeout_s: float = 300.0
     diffs: bool = True
     command: list[str] = field(default_factory=list)
-    engine: str = "vllm"
+    engine: str = DEFAULT_ENGINE
     gpu_count: int = 0
     gpus_per_arm: int = 1
     parallel_arms: bool = False
@@ -145,8 +145,9 @@ class Runner:
         self.on_wave_done = on_wave_done
 
     def engine_of(self, arm: Arm) -> str:
-        """The engine ARM runs on: its own (llama.cpp), else the session's --engine (what its URL serves)."""
-        return arm.engine if arm.engine != "vllm" else self.opts.engine
+        """The engine ARM runs on: its own (an ``ENGINE:NAME`` arm's), else the session's --engine (what its URL
+        serves)."""
+        return arm.engine if arm.engine != DEFAULT_ENGINE else self.opts.engine
 
     # -- session --------------------------------------------------------
     def create_session(self) -> int:
@@ -177,10 +178,11 @@ class Runner:
         return int(row.id)
 
     def _params_engine(self) -> str:
-        """The engine whose form of the params is stored: SGLang asks for its ids by another flag
-        (observatory.client.sglang_ids); a session on several engines stores vLLM's (their bodies differ only in it)."""
+        """The engine whose form of the params is stored: an engine may ask for its ids by other flags (its
+        adapter's ``request_params``); a session on several engines stores the default engine's (their bodies
+        differ only in those)."""
         engines = {self.engine_of(a) for a in self.opts.arms}
-        return engines.pop() if len(engines) == 1 else "vllm"
+        return engines.pop() if len(engines) == 1 else DEFAULT_ENGINE
 
     def attach(self, session_id: int) -> None:
         """Continue a stored session (--resume): its probes must be the ones planned now."""

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observatory.engines.images import arm_image
+from observatory.engines.launches import engine_of
 from observatory.engines.settings import EngineSettings
 from observatory.judge.session import base_reference, full_sequence, results_by_mode, session_registry, to_output
-from observatory.model.arms import Arm
+from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, WARN, Gate
 from observatory.model.probes import Probe
-from observatory.model.roles import engine_of
 from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.store.db import ArmRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
@@ -59,7 +59,7 @@ class Target:
     failures: list[Failure]
     references: dict[str, ResultRow]
     gate: Gate
-    engine: str = "vllm"
+    engine: str = DEFAULT_ENGINE
     gpus: list[int] | None = None
 
     @property
@@ -107,7 +107,7 @@ def rebuild_arm(row: ArmRow) -> Arm:
     return Arm(name=row.name, speculative_config=launch.get("speculative_config"),
                engine_args=list(launch.get("engine_args") or []), env=env, fault=launch.get("fault")
                or (launch.get("env") or {}).get("OBSERVATORY_FAULT"),
-               # the engine it ran on (a llama.cpp arm relaunched as vLLM would be another experiment),
+               # the engine it ran on (an arm relaunched on another engine would be another experiment),
                # and the image named on the arm itself (the session's own comes back with its settings)
                engine=engine_of(launch),
                image=str(image["ref"]) if image and image.get("asked") and image.get("ref") else None)

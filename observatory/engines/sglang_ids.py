@@ -20,7 +20,8 @@ Newer SGLang (checked against sgl-project/sglang at commit
 - ``serving_chat.py``: whole, ``token_ids = ret_item["output_ids"]``; streamed,
   refused: ``_convert_to_internal_request`` raises "return_token_ids is not
   supported with streaming on /v1/chat/completions". A correctness pass of a chat
-  probe therefore goes whole (`observatory.client.send`): no TTFT and no chunk timeline for it.
+  probe therefore goes whole (`observatory.client.send`, as the adapter's
+  ``streams_chat_ids`` says): no TTFT and no chunk timeline for it.
 
 SGLang 0.5.14 (the release the H200 bundle serves, examples/gpu/sglang/README.md; read
 from its wheel and from its answers, examples/h200-engines/sglang-0.5.14/):
@@ -54,12 +55,20 @@ from ``meta_info``, each position's top-k is the engine's, ids and logprobs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from observatory.model.errors import NotReported, ObservatoryError
+from observatory.model.logprobs import checked_logprob
 
-if TYPE_CHECKING:
-    from observatory.client.answer import Response
+
+class Response(Protocol):
+    """What of an answer being read (`observatory.client.answer.Response`) the ids fill."""
+
+    token_ids: list[int]
+    token_texts: list[str]
+    top_logprobs: list[list[list[float]]]
+    logprobs: list[float]
+    bad_fields: list[str]
 
 FLAG = "return_token_ids"
 META_FLAG = "return_meta_info"  # SGLang 0.5.14's way to the ids of a whole chat completion
@@ -146,8 +155,6 @@ def _triple(entry: Any, where: str) -> tuple[Any, int, Any]:
 
 def _take_meta(out: Response, meta: Mapping[str, Any]) -> int:
     """The ids, logprobs and top-k (with ids) of a whole answer from SGLang's meta_info."""
-    from observatory.client.answer import checked_logprob
-
     chosen = meta["output_token_logprobs"]
     if not isinstance(chosen, list):
         raise ObservatoryError(f"SGLang meta_info.output_token_logprobs must be a list, got {str(chosen)[:80]}")
