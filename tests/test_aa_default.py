@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from observatory.engines.arms import parse_arms
-from observatory.session.plan import SessionPlan, plan_compare, with_aa_copies
+from observatory.session.options import SessionPlan
+from observatory.session.plan import plan_compare, with_aa_copies
 
 
 def _names(arms: str, **kw: object) -> list[str]:

@@ -17,6 +17,7 @@ from observatory.faults import FAULTS, field_conditions, field_state
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
 from observatory.session.measure import ArmRun
+from observatory.session.options import SessionPlan
 from observatory.store.db import ArmRow, SessionRow
 from observatory.store.session_store import Store
 
@@ -278,7 +279,7 @@ def _run(tmp_path: Path, relauncher: Any) -> tuple[ArmRun, Store]:
     sid = int(store.add(SessionRow(host="h", model="m", observatory_version="0", command=[], suite="t")).id)
     arm_id = int(store.add(ArmRow(session_id=sid, position=0, name="mtp2", status="ok", launch={})).id)
     return ArmRun(Arm("mtp2", engine_args=["--a"]), arm_id, store, {}, [], SimpleNamespace(),
-                  client=SimpleNamespace(), extra={"launch": {}}, relauncher=relauncher), store
+                  SessionPlan(arms="mtp2"), client=SimpleNamespace(), extra={"launch": {}}, relauncher=relauncher), store
 
 
 def test_sibling_launches_the_arm_with_the_extras_and_stops_it(tmp_path: Path) -> None:

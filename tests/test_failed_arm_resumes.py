@@ -68,7 +68,8 @@ def test_a_resume_needs_only_the_engines_of_the_arms_it_runs(tmp_path: Path, mon
     """The H200 three-engine session was resumed on a machine where llama.cpp's arms had finished and their
     binary was not built again: the arms left to run are checked, the finished ones are not. Control: a
     plan whose llama.cpp arm is still to run is refused with the setup error."""
-    from observatory.session.plan import SessionPlan, plan_compare
+    from observatory.session.options import SessionPlan
+    from observatory.session.plan import plan_compare
 
     monkeypatch.setenv("OBSERVATORY_LLAMA_CACHE", str(tmp_path / "no-llama"))  # no llama-server here
     plan = SessionPlan(arms="llama.cpp:base,base")

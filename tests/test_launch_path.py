@@ -19,7 +19,8 @@ from observatory.engines.server import EngineProcess, EngineSettings, EngineStar
 from observatory.model.arms import Arm
 from observatory.model.probes import load_probe_file, resolve_suite
 from observatory.session.launch import launch
-from observatory.session.runner import CompareOptions, Runner
+from observatory.session.options import CompareOptions, SessionPlan
+from observatory.session.runner import Runner
 from observatory.store.session_store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,8 +98,8 @@ def test_an_engine_that_exits_is_not_retried(stub_engine: Path, tmp_path: Path) 
 
 def _runner(stub: Path, tmp_path: Path, mode: str, waves: list[int]) -> tuple[Store, Runner]:
     probes = load_probe_file(resolve_suite(None))[:1]
-    opts = CompareOptions(arms=[Arm(name="base")], settings=_settings(stub, mode), probes=probes, suite="default",
-                          log_dir=tmp_path / "logs")
+    opts = CompareOptions(plan=SessionPlan(arms="base", log_dir=str(tmp_path / "logs")), arms=[Arm(name="base")],
+                          settings=_settings(stub, mode), probes=probes, suite="default")
     store = Store(str(tmp_path / "r.db"), write=True)
     return store, Runner(store, opts, on_wave_done=waves.append)
 
@@ -151,7 +152,8 @@ def test_check_alive_reads_the_error_kind_not_the_text(tmp_path: Path) -> None:
     from observatory.session.runner import NullReporter
 
     with StubServer("ok") as server, Store(str(tmp_path / "k.db"), write=True) as store:
-        run = ArmRun(Arm(name="base"), 1, store, {}, [], NullReporter(), client=EngineClient(server.url))
+        run = ArmRun(Arm(name="base"), 1, store, {}, [], NullReporter(), SessionPlan(arms="base"),
+                     client=EngineClient(server.url))
         try:
             run.check_alive(Response(error="HTTP 504 from /v1/completions: upstream ReadTimeout", error_kind="http"))
             with pytest.raises(ArmCrashed) as e:

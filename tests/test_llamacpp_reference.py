@@ -22,6 +22,7 @@ from observatory.model.arms import Arm
 from observatory.model.probes import Probe
 from observatory.model.roles import assign_roles
 from observatory.session.measure import ArmRun
+from observatory.session.options import SessionPlan
 from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
 
@@ -145,6 +146,6 @@ def test_no_diffs_still_fetches_the_reference_where_the_stream_is_short(tmp_path
             arm = st.add(ArmRow(session_id=sid, position=0, name="x", status="ok", launch={}))
             client = Client(short)
             run = ArmRun(Arm("x"), int(arm.id), st, {PROBE.name: st.probes(sid)[0].id}, [PROBE], NullReporter(),
-                         diffs=False, client=client)  # type: ignore[arg-type]
+                         SessionPlan(arms="x", diffs=False), client=client)  # type: ignore[arg-type]
             run.correctness()
             assert client.sent == expected

@@ -25,7 +25,8 @@ from observatory.model.errors import ObservatoryError
 from observatory.model.paths import REPO_ROOT
 from observatory.model.vocabulary import PAIRED_BASE
 from observatory.session import plan as plan_mod
-from observatory.session.plan import SessionPlan, plan_compare
+from observatory.session.options import SessionPlan
+from observatory.session.plan import plan_compare
 from observatory.store.session_store import Store
 
 SUITE = REPO_ROOT / "tests" / "fixtures" / "channel_tiny.toml"
@@ -84,7 +85,7 @@ def test_paired_timing_refuses_parallel_arms_and_an_unshared_gpu(monkeypatch: py
     assert "base, mtp1" in str(e.value)
     opts = plan_compare(SessionPlan(arms="base,mtp1", timing="paired",
                                     engine_args=["--gpu-memory-utilization=0.4"]))
-    assert opts.timing == "paired"
+    assert opts.plan.timing == "paired"
     with pytest.raises(ObservatoryError, match="--timing must be one of sequential, concurrent, paired"):
         plan_compare(SessionPlan(arms="base,mtp1", timing="interleaved"))
 

@@ -16,7 +16,8 @@ from observatory.engines.server import EngineSettings, engine_args
 from observatory.judge.figures import launch_differences, validity
 from observatory.model.arms import Arm
 from observatory.model.errors import ArmError, ObservatoryError
-from observatory.session.plan import SessionPlan, plan_compare
+from observatory.session.options import SessionPlan
+from observatory.session.plan import plan_compare
 from observatory.store.db import ArmRow
 from observatory.store.session_store import Store
 

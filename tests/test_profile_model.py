@@ -14,7 +14,8 @@ from observatory.engines.arms import parse_arms
 from observatory.faults.repairs import ENGINE_BUGS, ENV_VAR, REPAIRS
 from observatory.model.errors import ArmError
 from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR, PROBES_DIR
-from observatory.session.plan import FIELD, PROFILE_MODELS, TINY, SessionPlan, plan_compare
+from observatory.session.options import SessionPlan
+from observatory.session.plan import FIELD, PROFILE_MODELS, TINY, plan_compare
 
 
 def _plan(**kw: object):  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from test_faults_survived import _suite
 
 from observatory.cli import cli
 from observatory.model.errors import ObservatoryError
-from observatory.session.plan import PLAN_VERSION, SessionPlan
+from observatory.session.options import PLAN_VERSION, SessionPlan
 from observatory.store.db import ArmRow, SessionRow
 from observatory.store.session_store import Store
 

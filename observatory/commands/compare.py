@@ -23,7 +23,8 @@ from observatory.report.data import build
 from observatory.report.openmetrics import openmetrics_text
 from observatory.report.outputs import OutputFile
 from observatory.report.terminal import RichReporter, print_closing, print_summary
-from observatory.session.plan import TIMINGS, SessionPlan, plan_compare
+from observatory.session.options import SessionPlan
+from observatory.session.plan import TIMINGS, plan_compare
 from observatory.session.preflight import check_serves
 from observatory.session.runner import RESUMED_STATUSES, Interrupted, Reporter, Runner
 from observatory.store.db import SessionRow
@@ -160,7 +161,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         remember_engine(arm.engine_args, arm.env)  # --api-key VALUE, HF_TOKEN=... (issue 32 item 1)
     if before_run is not None:
         before_run()
-    check_serves(opts.arms, api_key, opts.engine)  # a URL arm's missing serving flag, named (exit 3)
+    check_serves(opts.arms, api_key, opts.plan.engine)  # a URL arm's missing serving flag, named (exit 3)
     if store is None:
         store = Store(db, write=True)
     from observatory.commands.evaluate import evaluate  # here: the judge pulls in numpy, which --help never needs
@@ -179,7 +180,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     # judge re-applies the thresholds from the session's options
     options = dict(store.session(session_id).options or {})
     guarded(store, session_id, lambda: store.update(  # a resumed legacy plan is stored typed
-        SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on), "plan": opts.plan}))
+        SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on), "plan": opts.plan.to_stored()}))
     try:
         stored = True
         try:

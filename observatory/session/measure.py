@@ -28,6 +28,7 @@ from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import PAIRED_BASE
+from observatory.session.options import SessionPlan
 from observatory.store.db import ArmRow, MeasurementRow, ResultRow
 from observatory.store.session_store import Store, storable
 
@@ -58,9 +59,9 @@ class ArmRun:
     probe_ids: dict[str, int]  # probe name -> stored probe id
     probes: list[Probe]
     reporter: StepReporter
-    diffs: bool = True  # the non-streamed and concurrent-batch passes
-    concurrency: list[int] = field(default_factory=lambda: [1])
-    repeat: int = 1
+    # what the session was asked for: its diffs (the non-streamed and concurrent-batch passes), the timed
+    # passes' levels and repeats are read from it
+    plan: SessionPlan
     proc: EngineProcess | None = None
     client: EngineClient | None = None
     status: str = "ok"
@@ -221,13 +222,13 @@ class ArmRun:
         # The non-streamed pass; without --no-diffs' diffs, only where the stream cannot be the diff's
         # reference (an engine whose spec arms' streams carry no ids for drafted tokens: its adapter's
         # ``streams_drafted_ids``, docs/engines.md).
-        needed = probes if self.diffs else [p for p in probes if p.name in incomplete]
+        needed = probes if self.plan.diffs else [p for p in probes if p.name in incomplete]
         for i, probe in enumerate(needed):
             self.reporter.step(arm, "non-streamed", i, len(needed))
             resp = client.run(probe, stream=False)
             self.store_result(probe, resp, "nonstream", keep_top=probe.name not in complete)
             self.check_alive(resp)
-        if not self.diffs:
+        if not self.plan.diffs:
             return
         self.reporter.step(arm, "concurrent batch", 0, 1)
         with ThreadPoolExecutor(max_workers=len(probes)) as ex:
@@ -256,10 +257,10 @@ class ArmRun:
         """
         assert self.client is not None
         client = self.client
-        for level in self.concurrency:
-            for rep in range(self.repeat):
+        for level in self.plan.levels:
+            for rep in range(self.plan.repeat):
                 self.reporter.step(self.arm, f"timed c={level}" + (" paired" if partner and level == 1 else ""),
-                                   rep, self.repeat)
+                                   rep, self.plan.repeat)
                 if partner is not None and level == 1 and partner.live:
                     self.paired_block(partner, rep)
                     continue

@@ -1,16 +1,10 @@
-"""Turn command-line choices into a checked CompareOptions, before anything launches.
+"""Turn a `SessionPlan` into a checked `CompareOptions`, before anything launches.
 
 Every problem a user can make (unknown arm, malformed speculative config or
 arms file, missing model path, engine not installed, bad probe file) is
 found here and reported as one clear error, so no server is started for a
-session that cannot succeed.
-
-What the user asked for is a `SessionPlan`: typed, stored with the session
-as ``{"version": 1, ...}`` so ``compare --resume`` rebuilds the session
-from the plan, not from whatever the command-line options are called today.
-A plan stored before versions existed (the raw keyword arguments of
-`plan_compare`) is read when its keys are known, and refused by name when
-not.
+session that cannot succeed. The plan and the options are defined in
+`observatory.session.options`.
 """
 
 from __future__ import annotations
@@ -21,11 +15,9 @@ import json
 import os
 import socket
 import sys
-import types
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any
 from urllib.parse import urlsplit
 
 from observatory.channels import plan_probes
@@ -36,163 +28,17 @@ from observatory.engines.images import require_image
 from observatory.engines.settings import EngineSettings
 from observatory.engines.spec_counters import adapter_for
 from observatory.judge.perf_gates import parse_fail_on
-from observatory.model.arms import DEFAULT_ENGINE, NO_PARSER, Arm, arms_file_fail_on, check_parser
+from observatory.model.arms import DEFAULT_ENGINE, NO_PARSER, Arm, check_parser
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR
 from observatory.model.probes import load_probe_file, resolve_suite
-from observatory.model.redact import MASK, redact, remember_engine
 from observatory.model.roles import BASE, assign_roles
-from observatory.session.runner import CompareOptions
-
-PLAN_VERSION = 1
-
-
-@dataclass(frozen=True)
-class SessionPlan:
-    """What one compare session was asked for (stored as version 1; `--resume` runs from it)."""
-
-    arms: str
-    arms_file: str | None = None
-    speculative_config: str | None = None
-    model: str | None = None
-    suite: str | None = None
-    engine_python: str | None = None
-    dtype: str | None = None
-    max_model_len: int | None = None
-    seed: int = 0
-    engine_args: tuple[str, ...] = ()
-    spec_extra: str | None = None
-    concurrency: str = "1"
-    repeat: int = 1
-    health_timeout: float = 900.0
-    request_timeout: float = 300.0
-    log_dir: str = "logs"
-    diffs: bool = True
-    image: str | None = None
-    gpus_per_arm: int = 1
-    parallel_arms: bool = False
-    timing: str = "sequential"
-    engine: str = DEFAULT_ENGINE
-    fail_on: str | None = None
-    gates_dirs: tuple[str, ...] = ()  # absolute paths
-    profile: str = "quick"  # field channels: quick (none) or nightly (all), docs/channels.md
-    # nightly profile: an A/A copy of each base arm is added unless --arms has one (--no-aa-copy: never).
-    # Plans stored before this field existed ran without one: from_stored reads them as False.
-    aa_copy: bool = True
-    channels: str | None = None  # a comma list of channels, over the profile's
-    tool_parser: str = "hermes"  # vLLM --tool-call-parser of launched arms ("none": off); an arm's own wins
-    reasoning_parser: str | None = None  # vLLM --reasoning-parser of launched arms ("none" or None: off)
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> SessionPlan:
-        """The plan of the command's options (``no_diffs`` as ``diffs``; the arms file's fail_on if no --fail-on)."""
-        kw = {f.name: options[f.name] for f in fields(cls) if f.name in options}
-        for name, value in options.items():
-            kw.update(plan_value(name, value))
-        if not kw.get("fail_on") and kw.get("arms_file"):
-            kw["fail_on"] = arms_file_fail_on(kw["arms_file"])  # --fail-on wins over the arms file
-        return cls(**kw)
-
-    def to_stored(self) -> dict[str, Any]:
-        """JSON form, with its version."""
-        return {"version": PLAN_VERSION, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}}
-
-    @classmethod
-    def from_stored(cls, stored: Mapping[str, Any] | None, session_id: int) -> SessionPlan:
-        """The plan stored with SESSION_ID: version 1, or the raw options stored before plans had versions."""
-        if not stored:
-            raise ObservatoryError(f"Session {session_id} has no stored plan to resume from; start a new session.")
-        data = dict(stored)
-        version = data.pop("version", None)
-        if version is not None and version != PLAN_VERSION:
-            raise ObservatoryError(f"Session {session_id} was planned by a newer observatory (plan version "
-                                   f"{version!r}, this one reads {PLAN_VERSION}); upgrade observatory to resume it.")
-        hints = get_type_hints(cls)
-        unknown = sorted(set(data) - set(hints))
-        if unknown or "arms" not in data:
-            what = f"options this version does not know ({', '.join(unknown)})" if unknown else "no arms"
-            raise ObservatoryError(f"Session {session_id}'s stored plan has {what}; it cannot be resumed. "
-                                   "Start a new session with `observatory compare`.")
-        for key, value in data.items():
-            if not _fits(value, hints[key]):
-                raise ObservatoryError(f"Session {session_id}'s stored plan has {key} = {value!r}, not a "
-                                       f"{hints[key]}; it cannot be resumed. Start a new session.")
-        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        values.setdefault("aa_copy", False)  # as such sessions ran: no arm added
-        return cls(**values)
-
-    def refuse_conflicts(self, given: Mapping[str, tuple[str, Any]], session_id: int) -> SessionPlan:
-        """Refuse flags given with --resume that differ from this plan; GIVEN is {option: (flag, value)}.
-
-        Returns the plan to run: this one, with the credentials its stored form masked given back.
-        """
-        plan = self
-        for name, (flag, value) in given.items():
-            for key, want in plan_value(name, value).items():
-                have = getattr(self, key, None)
-                if key == "engine_args":
-                    remember_engine(want, {})  # so the masked stored form is recognised below
-                if key in {f.name for f in fields(self)} and want != have and redact(want) == have:
-                    plan = replace(plan, **{key: want})  # the credential the stored plan masked, given again
-                elif key in {f.name for f in fields(self)} and want != have:
-                    raise ObservatoryError(
-                        f"{flag} conflicts with session {session_id}'s stored plan: {key} {_shown(want)} given, "
-                        f"{_shown(have)} stored. Drop {flag} to resume it, or start a new session.")
-        if any(MASK in a for a in plan.engine_args):  # issue 32 item 1: never launched as "***"
-            raise ObservatoryError(
-                f"Session {session_id}'s stored --engine-arg values hold a credential masked when stored "
-                f"({_shown(plan.engine_args)}); give the same --engine-arg flags again with --resume.")
-        return plan
-
-
-def plan_value(option: str, value: Any) -> dict[str, Any]:
-    """A command option as plan fields ({} for options that are not part of a plan, e.g. --db, --quiet)."""
-    if option == "no_diffs":
-        return {"diffs": not value}
-    if option == "gates_dirs":
-        return {option: tuple(str(Path(d).resolve()) for d in value or ())}
-    if option == "engine_args":
-        return {option: tuple(value or ())}
-    if option in ("quiet", "db", "api_key", "diffs") or option not in SessionPlan.__dataclass_fields__:
-        return {}
-    return {option: value}
-
-
-def _shown(value: Any) -> str:
-    return repr(list(value)) if isinstance(value, tuple) else repr(value)
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether a stored JSON value has the type of a SessionPlan field."""
-    origin, args = get_origin(hint), get_args(hint)
-    if origin in (Union, types.UnionType):
-        return any(_fits(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if origin is tuple:
-        return isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value)
-    if hint in (int, float) and isinstance(value, bool):
-        return False
-    if hint is float:
-        return isinstance(value, (int, float))
-    return isinstance(value, hint)
-
-
-# The highest level taken: one thread and connection per request in flight; 99,999,999,999 was taken and
-# the session hung building its batch (hostile round three).
-MAX_INT_LIST_VALUE = 4096
-
-
-def parse_int_list(text: str, what: str) -> list[int]:
-    """'1,4,16' -> [1, 4, 16], all in 1..MAX_INT_LIST_VALUE."""
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ObservatoryError(f"{what}: expected a comma list of positive integers, got {text[:80]!r}") from None
-    if not values or any(v < 1 or v > MAX_INT_LIST_VALUE for v in values):
-        raise ObservatoryError(f"{what}: expected a comma list of integers in 1..{MAX_INT_LIST_VALUE}, "
-                               f"got {text[:80]!r}")
-    return values
+from observatory.session.options import (
+    MAX_INT_LIST_VALUE,
+    CompareOptions,
+    SessionPlan,
+    parse_int_list,
+)
 
 
 def check_launchable(arms: list[Arm], settings: EngineSettings, image: str | None) -> None:
@@ -334,14 +180,10 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     for ref in sorted(refs):
         require_image(ref)  # docker hook (observatory.engines.images): a missing image is a setup error
     check_listening(arm_list)
+    parse_int_list(plan.concurrency, "--concurrency")  # validates the levels (`SessionPlan.levels` reads them)
     return CompareOptions(
-        arms=arm_list, settings=settings, probes=probes, suite=str(suite),
-        log_dir=Path(plan.log_dir), api_key=api_key,
-        concurrency=parse_int_list(plan.concurrency, "--concurrency"), repeat=plan.repeat,
-        request_timeout_s=plan.request_timeout, diffs=plan.diffs, command=command or [],
-        gpu_count=n_gpus, gpus_per_arm=plan.gpus_per_arm, parallel_arms=plan.parallel_arms, timing=plan.timing,
-        engine=plan.engine, channels=channel_names, channel_probes=channel_probes,
-        plan=plan.to_stored(),  # never the API key: it is not part of a plan
+        plan=plan, arms=arm_list, settings=settings, probes=probes, suite=str(suite), api_key=api_key,
+        command=command or [], gpu_count=n_gpus, channels=channel_names, channel_probes=channel_probes,
     )
 
 

@@ -20,7 +20,6 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
@@ -37,7 +36,7 @@ from observatory.engines.server import (
     arm_image_ref,
 )
 from observatory.engines.server_facts import host_facts, served_facts
-from observatory.engines.settings import EngineSettings, speculative_config_for
+from observatory.engines.settings import speculative_config_for
 from observatory.engines.spec_counters import adapter_for
 from observatory.judge.cross_engine import PROMPT_IDS, engines_of, prompt_ids
 from observatory.model.arms import DEFAULT_ENGINE, Arm
@@ -46,6 +45,7 @@ from observatory.model.probes import Probe
 from observatory.model.roles import BASE, assign_roles
 from observatory.session.launch import RunningEngine, launch
 from observatory.session.measure import ArmCrashed, ArmRun
+from observatory.session.options import CompareOptions
 from observatory.store import lease
 from observatory.store.clock import utcnow
 from observatory.store.db import ArmRow, ProbeRow, SessionRow
@@ -94,39 +94,6 @@ class NullReporter:
         """-"""
 
 
-@dataclass
-class CompareOptions:
-    """Everything `observatory compare` decided before anything launches."""
-
-    arms: list[Arm]
-    settings: EngineSettings
-    probes: list[Probe]
-    suite: str
-    log_dir: Path
-    api_key: str | None = None
-    concurrency: list[int] = field(default_factory=lambda: [1])
-    repeat: int = 1
-    request_timeout_s: float = 300.0
-    diffs: bool = True
-    command: list[str] = field(default_factory=list)
-    engine: str = DEFAULT_ENGINE
-    gpu_count: int = 0
-    gpus_per_arm: int = 1
-    parallel_arms: bool = False
-    # "sequential": timed runs one arm at a time; "concurrent": as the arms ran; "paired": each spec
-    # arm's single-stream runs alternated with base's, base's server kept up (observatory.session.plan.TIMINGS)
-    timing: str = "sequential"
-    # the SessionPlan this was made from (`SessionPlan.to_stored`), stored so `compare --resume` can rebuild it
-    plan: dict[str, Any] = field(default_factory=dict)
-    # field channels (observatory.channels) run after the correctness pass, in this order
-    channels: list[str] = field(default_factory=list)
-    channel_probes: dict[str, list[Probe]] = field(default_factory=dict)
-
-    def all_probes(self) -> list[Probe]:
-        """The suite's probes, then every channel's, in the order they are stored."""
-        return [*self.probes, *(p for name in self.channels for p in self.channel_probes.get(name, []))]
-
-
 def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
     raise Interrupted(f"signal {signal.Signals(signum).name}")
 
@@ -147,7 +114,7 @@ class Runner:
     def engine_of(self, arm: Arm) -> str:
         """The engine ARM runs on: its own (an ``ENGINE:NAME`` arm's), else the session's --engine (what its URL
         serves)."""
-        return arm.engine if arm.engine != DEFAULT_ENGINE else self.opts.engine
+        return arm.engine if arm.engine != DEFAULT_ENGINE else self.opts.plan.engine
 
     # -- session --------------------------------------------------------
     def create_session(self) -> int:
@@ -160,7 +127,7 @@ class Runner:
                 host=facts["host"], machine=facts, gpu=", ".join(facts["gpus"]) or None,
                 observatory_version=__version__, model=o.settings.model, image=o.settings.image,
                 command=o.command, suite=o.suite, lease_pid=pid, lease_host=host, lease_at=utcnow(),
-                options={"concurrency": o.concurrency, "repeat": o.repeat, "diffs": o.diffs, "plan": o.plan,
+                options={"concurrency": o.plan.levels, "repeat": o.plan.repeat, "diffs": o.plan.diffs, "plan": o.plan.to_stored(),
                          "channels": list(o.channels),
                          "engine": {k: v for k, v in vars(o.settings).items() if k != "env"}},
             )
@@ -215,7 +182,7 @@ class Runner:
         refresher = lease.Refresher(lambda: self.store.refresh_lease(session_id)).__enter__()
         try:
             existing = {a.name: a for a in self.store.arms(session_id)}
-            waves = plan_waves(len(self.opts.arms), self.opts.gpu_count, self.opts.gpus_per_arm, self.opts.parallel_arms)
+            waves = plan_waves(len(self.opts.arms), self.opts.gpu_count, self.opts.plan.gpus_per_arm, self.opts.plan.parallel_arms)
             for w, wave in enumerate(waves):
                 todo = []
                 for pos, gpus in wave:
@@ -267,10 +234,10 @@ class Runner:
                 self._phase(r, r.run_channels)
 
             self._each(runs, start_and_check)
-            if self.opts.timing == "paired":
+            if self.opts.plan.timing == "paired":
                 for r in runs:
                     self._phase(r, functools.partial(r.throughput, self._partner_for(r)))
-            elif self.opts.timing == "sequential" or len(runs) == 1:
+            elif self.opts.plan.timing == "sequential" or len(runs) == 1:
                 for r in runs:
                     self._phase(r, r.throughput)
             else:
@@ -303,7 +270,7 @@ class Runner:
     # -- --timing paired: base's server kept up beside the spec arms -------
     def _keeps(self, r: ArmRun) -> bool:
         """Whether R is a base arm whose server stays up for later spec arms of its engine (--timing paired)."""
-        if self.opts.timing != "paired" or r.extra["launch"]["role"] != BASE or not r.live or r.client is None:
+        if self.opts.plan.timing != "paired" or r.extra["launch"]["role"] != BASE or not r.live or r.client is None:
             return False
         engine = self.engine_of(r.arm)
         if engine in self._partners:
@@ -351,7 +318,7 @@ class Runner:
             "speculative_config": speculative_config_for(arm, s),
             "engine_args": arm.engine_args, "fault": arm.fault, "copy_of": arm.copy_of, "url": arm.url,
             "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
-            "timing": self.opts.timing if concurrent_with else self._timing_alone(arm), **host_facts(),
+            "timing": self.opts.plan.timing if concurrent_with else self._timing_alone(arm), **host_facts(),
             "role": assign_roles(self.opts.arms)[arm.name],
             "engine": self.engine_of(arm),
         }
@@ -363,9 +330,8 @@ class Runner:
             self.store.clear_arm(row.id)
             self.store.update(ArmRow, row.id, **values)
         o = self.opts
-        return ArmRun(arm, int(row.id), self.store, self.probe_ids, o.probes, self.reporter, diffs=o.diffs,
-                      concurrency=o.concurrency, repeat=o.repeat, gpus=gpus, extra={"launch": facts},
-                      channels=list(o.channels), channel_probes=o.channel_probes,
+        return ArmRun(arm, int(row.id), self.store, self.probe_ids, o.probes, self.reporter, plan=o.plan, gpus=gpus,
+                      extra={"launch": facts}, channels=list(o.channels), channel_probes=o.channel_probes,
                       relauncher=None if arm.url else functools.partial(self._relaunch, session_id, gpus))
 
     def _timing_alone(self, arm: Arm) -> str:
@@ -379,7 +345,7 @@ class Runner:
         try:
             if arm.url:
                 self.reporter.arm_started(arm, f"using {arm.url}")
-                r.client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.request_timeout_s,
+                r.client = EngineClient(arm.url, api_key=self.opts.api_key, timeout=self.opts.plan.request_timeout,
                                         engine=self.engine_of(arm))
                 if not r.client.health():
                     raise EngineStartError(f"{arm.url}/health did not answer 200", "failed", kind="unhealthy")
@@ -430,7 +396,7 @@ class Runner:
         """Start the engine through `observatory.session.launch.launch`, recording how as soon as it runs."""
         arm, s, facts = r.arm, self.opts.settings, r.extra["launch"]
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in arm.name)
-        log_path = self.opts.log_dir / f"session-{session_id}-{safe}.log"
+        log_path = Path(self.opts.plan.log_dir) / f"session-{session_id}-{safe}.log"
         image = arm_image_ref(arm, s)  # docker hook (observatory.engines.images): facts stored per arm
         if image:
             facts["image"] = {**inspect_image(image).to_dict(), "asked": arm.image is not None}
@@ -441,7 +407,7 @@ class Runner:
             facts.update(argv=proc.argv, env=proc.env, port=port, pid=proc.pid)
             self.store.update(ArmRow, r.arm_id, launch=dict(facts), log_path=str(log_path))
 
-        eng = launch(arm, s, r.gpus, log_path, request_timeout_s=self.opts.request_timeout_s, on_start=started,
+        eng = launch(arm, s, r.gpus, log_path, request_timeout_s=self.opts.plan.request_timeout, on_start=started,
                      on_wait=lambda e: self.reporter.arm_waiting(arm, e),
                      container_prefix=f"observatory-{session_id}-{safe}")
         return eng.proc, eng.client, eng.ready_s
@@ -450,9 +416,9 @@ class Runner:
     def _relaunch(self, session_id: int, gpus: list[int] | None, arm: Arm, why: str) -> RunningEngine:
         """A second engine of ARM (a channel's engine condition, `ArmRun.sibling`), healthy; its own log."""
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{arm.name}-{why}")
-        log_path = self.opts.log_dir / f"session-{session_id}-{safe}.log"
+        log_path = Path(self.opts.plan.log_dir) / f"session-{session_id}-{safe}.log"
         self.reporter.step(arm, f"{why}: starting a second engine (log: {log_path})", 0, 1)
-        return launch(arm, self.opts.settings, gpus, log_path, request_timeout_s=self.opts.request_timeout_s,
+        return launch(arm, self.opts.settings, gpus, log_path, request_timeout_s=self.opts.plan.request_timeout,
                       container_prefix=f"observatory-{session_id}-{safe}")
 
 
