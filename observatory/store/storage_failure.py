@@ -19,7 +19,7 @@ import errno
 import functools
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from observatory.model.vocabulary import STORAGE_ERROR
 
@@ -89,7 +89,14 @@ def retry_locked(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def mark_interrupted(store: Any, session_id: int, reason: str) -> str:
+class Finishable(Protocol):
+    """What marking a session interrupted needs of a store (`observatory.store.session_store.Store` has it;
+    a Protocol, because session_store imports this module)."""
+
+    def finish_session(self, session_id: int, status: str, reason: str | None = None) -> None: ...
+
+
+def mark_interrupted(store: Finishable, session_id: int, reason: str) -> str:
     """Mark SESSION_ID interrupted for REASON (a storage failure) as far as the database lets it, retrying
     a lock for MARK_WAIT_S; the CLI's line saying what was stored and how to go on."""
     resume = f"once the cause is gone, `observatory compare --resume {session_id}` goes on"
@@ -113,7 +120,7 @@ def mark_interrupted(store: Any, session_id: int, reason: str) -> str:
         time.sleep(1.0)
 
 
-def _free_wal(store: Any) -> bool:
+def _free_wal(store: Finishable) -> bool:
     """Checkpoint and truncate a SQLite database's -wal file (on a full disk it is most of what was
     written); whether that ran. The database itself is unchanged: the -wal file's pages move into it."""
     engine = getattr(store, "engine", None)
@@ -128,7 +135,7 @@ def _free_wal(store: Any) -> bool:
     return True
 
 
-def guarded(store: Any, session_id: int, fn: Callable[[], Any]) -> Any:
+def guarded(store: Finishable, session_id: int, fn: Callable[[], Any]) -> Any:
     """FN() (a write of SESSION_ID's outside the runner); a storage failure marks the session interrupted
     and raises StorageFailed."""
     try:
