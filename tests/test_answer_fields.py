@@ -13,7 +13,7 @@ import pytest
 
 from observatory.client.answer import Response, finish, read_stream, take_logprobs, take_whole
 from observatory.engines.metrics import SpecCounters, parse_generated
-from observatory.engines.spec_counters import VLLMAdapter
+from observatory.engines.vllm import VLLMAdapter
 from observatory.faults import FAULTS, field_answers, parse_faults
 from observatory.faults.patches import TARGETS
 from observatory.judge.session import logprob_spread

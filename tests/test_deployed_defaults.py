@@ -10,8 +10,9 @@ import pytest
 
 from observatory.engines.arms import parse_arms
 from observatory.engines.knobs import candidate_values, current_value, knobs_for
-from observatory.engines.server import EngineSettings, engine_args
 from observatory.engines.server_facts import cache_config
+from observatory.engines.settings import EngineSettings
+from observatory.engines.vllm import engine_args
 from observatory.judge.figures import validity
 from observatory.store.db import ArmRow, SessionRow
 from observatory.store.session_store import Store

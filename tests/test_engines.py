@@ -8,16 +8,11 @@ from typing import Any
 
 import pytest
 
-from observatory.engines.spec_counters import (
-    FIELDS,
-    EngineCounters,
-    LlamaCppAdapter,
-    SGLangAdapter,
-    VLLMAdapter,
-    adapter_for,
-    counters_from_chunks,
-    version_from,
-)
+from observatory.engines.adapter import adapter_for, counters_from_chunks, version_from
+from observatory.engines.llamacpp import LlamaCppAdapter
+from observatory.engines.sglang import SGLangAdapter
+from observatory.engines.spec_counters import FIELDS, EngineCounters
+from observatory.engines.vllm import VLLMAdapter
 from observatory.judge.figures import acceptance
 from observatory.model.errors import ObservatoryError
 

@@ -12,7 +12,8 @@ from test_resume_plan import _compare, _interrupt_arm
 
 from observatory.cli import cli
 from observatory.engines.arms import parse_arms
-from observatory.engines.server import EngineSettings, engine_args
+from observatory.engines.settings import EngineSettings
+from observatory.engines.vllm import engine_args
 from observatory.judge.figures import launch_differences, validity
 from observatory.model.arms import Arm
 from observatory.model.errors import ArmError, ObservatoryError

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, requires_engine
 
-from observatory.engines import spec_counters
+from observatory.engines import adapter
 from observatory.model.errors import ObservatoryError
 from observatory.model.plugins import BUILTIN, ENGINES, GROUPS, Plugin, discover
 from observatory.model.tomlfile import read_toml
@@ -23,12 +23,12 @@ EXAMPLE = REPO / "examples" / "plugin"
 
 
 def _builtin(group: str) -> dict[str, str]:
-    """The built-ins of GROUP: the model's BUILTIN, the engine adapters' own (engines/spec_counters.py)."""
-    return spec_counters.BUILTIN if group == ENGINES else BUILTIN[group]
+    """The built-ins of GROUP: the model's BUILTIN, the engine adapters' own (engines/adapter.py)."""
+    return adapter.BUILTIN if group == ENGINES else BUILTIN[group]
 
 
 def _discover(group: str) -> tuple[Plugin, ...]:
-    return spec_counters.plugins() if group == ENGINES else discover(group)
+    return adapter.plugins() if group == ENGINES else discover(group)
 
 
 def test_builtins_are_declared_as_entry_points_too() -> None:
@@ -82,7 +82,7 @@ def test_an_installed_package_registers_a_gate_a_channel_and_an_engine(plugin_en
     out = json.loads(_py(plugin_env, """
         import json
         from observatory.channels import channels
-        from observatory.engines.spec_counters import adapter_for, plugins
+        from observatory.engines.adapter import adapter_for, plugins
         from observatory.model.gates import default_registry
         from observatory.model.plugins import discover, CHANNELS, GATES
         print(json.dumps({"gates": sorted(g.name for g in default_registry()), "channels": list(channels()),
@@ -117,7 +117,7 @@ def test_without_the_package_none_of_it_is_there() -> None:
 
     assert "example_no_wall" not in default_registry() and "example_repeat" not in channels()
     with pytest.raises(ObservatoryError, match="Unknown engine 'example-vllm'"):
-        from observatory.engines.spec_counters import adapter_for
+        from observatory.engines.adapter import adapter_for
 
         adapter_for("example-vllm")
 

@@ -17,9 +17,8 @@ from observatory.client.send import request_params, timed_params
 from observatory.engines.arms import parse_arms
 from observatory.engines.server import engine_argv
 from observatory.engines.settings import EngineSettings
-from observatory.engines.sglang import ARGS_ENV
+from observatory.engines.sglang import ARGS_ENV, SGLangAdapter
 from observatory.engines.sglang_ids import take_ids
-from observatory.engines.spec_counters import SGLangAdapter
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.probes import Probe
 

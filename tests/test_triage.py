@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from observatory.engines.knobs import apply_change, candidate_values, knobs_for, not_applicable
-from observatory.engines.server import EngineSettings, engine_args
+from observatory.engines.settings import EngineSettings
+from observatory.engines.vllm import engine_args
 from observatory.faults import parse_faults
 from observatory.faults.conditions import step_faults, tracks_ghost
 from observatory.model.arms import Arm

@@ -47,8 +47,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
+from observatory.engines.adapter import adapter_for
 from observatory.engines.launches import engine_of
-from observatory.engines.spec_counters import adapter_for
 from observatory.judge.stats import MeanShift, chi2_two_sample, holm, mean_shift
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE

@@ -163,7 +163,7 @@ MAX_TOKEN_ID = 2**31 - 1
 
 def ids_hint() -> str:
     """Which --engine reads an answer whose logprobs carry no ids (the engines whose adapters read them elsewhere)."""
-    from observatory.engines.spec_counters import ids_in_choices_hint
+    from observatory.engines.adapter import ids_in_choices_hint
 
     return ids_in_choices_hint()
 

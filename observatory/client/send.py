@@ -85,7 +85,7 @@ def request_params(probe: Probe, engine: str = DEFAULT_ENGINE) -> dict[str, Any]
             if key in extra:
                 params["extra_body"][key] = extra.pop(key)
         params.update(extra)
-    from observatory.engines.spec_counters import adapter_for
+    from observatory.engines.adapter import adapter_for
 
     return adapter_for(engine).request_params(params, probe.kind == "chat")
 
@@ -166,7 +166,7 @@ class EngineClient:
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 300.0,
                  engine: str = DEFAULT_ENGINE):
-        from observatory.engines.spec_counters import adapter_for
+        from observatory.engines.adapter import adapter_for
 
         self.adapter = adapter_for(engine)
         # where a correctness pass's ids are: logprobs entries, or choices[].token_ids (the adapter says)
@@ -229,7 +229,7 @@ class EngineClient:
 
     def version(self) -> str | None:
         """The engine's version (vLLM: GET /version; see observatory.engines.spec_counters for others)."""
-        from observatory.engines.spec_counters import version_from
+        from observatory.engines.adapter import version_from
 
         try:
             r = self.fetch(self.adapter.version_path(), 10.0)
@@ -275,7 +275,7 @@ class EngineClient:
 
     def _request_counters(self, kept: list[Any]) -> SpecCounters | None:
         """The request's own counters in its answer (KEPT: the whole answer, or every chunk); None if none."""
-        from observatory.engines.spec_counters import counters_from_chunks
+        from observatory.engines.adapter import counters_from_chunks
 
         try:
             found = counters_from_chunks(self.adapter, [o for o in kept if isinstance(o, dict)])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from observatory.engines.spec_counters import EngineAdapter, adapters, plugins
+from observatory.engines.adapter import EngineAdapter, adapters, plugins
 from observatory.model import arms as model_arms
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError

@@ -2,8 +2,13 @@
 
 An arm with ``engine == "llama.cpp"`` (``llama.cpp:base``, ``llama.cpp:draftK``,
 ``llama.cpp:ngramK``: `preset_config`, its adapter's ``arm_preset``) is launched with `server_argv`
-instead of vLLM's command line, through the same process-group, health, log and
-fault handling (`observatory.engines.server.EngineProcess`).
+instead of vLLM's command line (its adapter's ``server_argv``, asked by
+`observatory.engines.server.engine_argv`), through the same process-group, health, log and
+fault handling (`observatory.engines.server.EngineProcess`). What its answers and counters
+mean is `LlamaCppAdapter`: timings.draft_n (tokens tested) / draft_n_accepted in the final
+response or last stream chunk, only when draft_n > 0; drafts and positions are not reported
+per request. /metrics (PR #26389, --metrics) has the vLLM schema as
+llamacpp:spec_decode_num_*_total.
 
 - The binary: ``$OBSERVATORY_LLAMA_SERVER``, else the one scripts/build-llama.sh
   built into ``${XDG_CACHE_HOME:-~/.cache}/observatory/llama.cpp/<VERSION>/bin``,
@@ -25,10 +30,15 @@ import hashlib
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from observatory.engines.adapter import Dialect, Post
+from observatory.engines.metrics import SPEC_FAMILIES, counters_from, read_counters
+from observatory.engines.spec_counters import EngineCounters, build_counters, engine_counters, first_count, json_object
 from observatory.model.errors import ObservatoryError
+from observatory.model.probes import Probe
 
 if TYPE_CHECKING:
     from observatory.engines.settings import EngineSettings
@@ -192,3 +202,95 @@ def server_argv(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
             "--jinja", "--metrics", "--no-webui"]
     argv += spec_args(speculative_config_for(arm, settings), settings.model)
     return argv + list(arm.engine_args)
+
+
+class LlamaCppAdapter(Dialect):
+    """llama.cpp's llama-server: draft tokens and accepted per request, full counters on /metrics.
+
+    Its answers, as `observatory.client.answer` reads them: an integer ``id`` on every logprobs entry and
+    top-logprob entry (tools/server/server-task.cpp, completion_token_output::probs_vector_to_json; vLLM's
+    ``return_tokens_as_token_ids`` is ignored), and its /v1/completions answers logprobs in the chat form, with
+    ids (server-task.cpp). A spec arm's stream sends no logprobs for tokens accepted from a draft
+    (`stream_ids_note`), and the token that ended a stream has no entry although usage counts it
+    (`streams_end_token`, a llama-server bug: docs/engines.md).
+    """
+
+    name = "llama.cpp"
+    version_key = "build_info"
+    binary = "llama-server"
+    streams_drafted_ids = False
+    # a streamed answer's token that ended generation comes with no logprobs entry, usage counts it (docs/engines.md)
+    streams_end_token = False
+    stream_ids_note = ("llama-server sends no logprobs (no ids) for tokens accepted from a draft "
+                       "(tools/server/server-context.cpp: \"TODO: set result.probs\"); the token diff uses the "
+                       "non-streamed response, which carries every id")
+    speculation_flags = "--spec-"  # --spec-type, --spec-draft-model, ...
+    engine_module = None  # llama-server, a binary
+    display = "llama.cpp"
+    logs_cuda_graphs = False
+    preflight_logprobs = False
+    runs_in_images = False
+    # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp, oaicompat_chat_params_parse)
+    streams_tool_logprobs = False
+    arm_presets = PRESETS
+    env_vars = tuple(ENV_VARS.items())
+
+    def server_argv(self, arm: Arm, settings: EngineSettings, port: int, image: str | None = None,
+                    env: dict[str, str] | None = None, gpus: list[int] | None = None, container: str | None = None,
+                    labels: dict[str, str] | None = None) -> list[str]:
+        """`server_argv` above (never in an image: `runs_in_images` is False)."""
+        return server_argv(arm, settings, port)
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """llama.cpp:base, llama.cpp:draftK, llama.cpp:ngramK (`preset_config`)."""
+        return preset_config(name)
+
+    def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
+        """/apply-template (chat), then /tokenize with pieces, ``add_special`` and ``parse_special`` (as
+        llama-server tokenizes a request): its own endpoints (`observatory.judge.cross_engine` aligns prompts
+        with them)."""
+        text = probe.prompt
+        if probe.kind == "chat":
+            tools = {"tools": probe.tools} if probe.tools is not None else {}
+            text = post(f"{base_url}/apply-template", {"messages": probe.messages, **tools})["prompt"]
+        got = post(f"{base_url}/tokenize", {"content": text, "add_special": True, "parse_special": True,
+                                            "with_pieces": True})
+        toks = got["tokens"]
+        return {"ids": [int(t["id"]) for t in toks], "pieces": [str(t.get("piece", "")) for t in toks]}
+
+    def text_ids(self, post: Post, model: str, text: str) -> Any:
+        """llama-server's /tokenize: {"content", "add_special"} -> {"tokens": [ids]} (it ignores vLLM's form)."""
+        got = post("/tokenize", {"content": text, "add_special": False})
+        return got.get("tokens") if isinstance(got, dict) else None
+
+    def ids_text(self, post: Post, model: str, ids: list[int]) -> str | None:
+        """llama-server's /detokenize: {"tokens"} -> {"content": text}."""
+        got = post("/detokenize", {"tokens": ids})
+        return str(got.get("content", "")) if isinstance(got, dict) else None
+
+    def version_path(self) -> str:
+        return "/props"
+
+    def check_installed(self, python: str, env: Mapping[str, str]) -> None:
+        """A llama-server binary to launch (`require_binary`), else a setup error that says how."""
+        require_binary()
+
+    def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
+        """The vLLM-schema counters of PR #26389; None for builds without them."""
+        counts = read_counters(text, "llamacpp:spec_decode_", "llama.cpp", only=SPEC_FAMILIES, model=model)
+        if "num_drafts" not in counts.values and not counts.problems:
+            return None
+        return engine_counters(counters_from(counts, absent_is_zero=False))
+
+    def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
+        timings = json_object(body, "llama.cpp response").get("timings")
+        if timings is None:
+            return None
+        where = "llama.cpp timings"
+        t = json_object(timings, where)
+        drafted, accepted = first_count(t, ["draft_n"], where), first_count(t, ["draft_n_accepted"], where)
+        if (drafted is None) != (accepted is None):
+            raise ObservatoryError(f"{where}: draft_n and draft_n_accepted come together, got {dict(t)}")
+        if drafted is None:  # result_timings::to_json omits both when no draft token was tested
+            drafted = accepted = 0
+        return build_counters(where, None, drafted, accepted)

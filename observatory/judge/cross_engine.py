@@ -36,8 +36,8 @@ from typing import Any
 
 import httpx
 
+from observatory.engines.adapter import adapter_for
 from observatory.engines.launches import engine_of, stored_roles
-from observatory.engines.spec_counters import adapter_for
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE
 from observatory.model.vocabulary import TOKEN_DIFF

@@ -44,13 +44,13 @@ from typing import Any
 import numpy as np
 
 from observatory.client.answer import MALFORMED
+from observatory.engines.adapter import adapter_for
 from observatory.engines.gpu_clocks import drift
 from observatory.engines.images import image_differences, split_docker_argv
 from observatory.engines.launches import by_engine, engine_of
 from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
-from observatory.engines.spec_counters import adapter_for
 from observatory.judge.graph_coverage import coverage
 from observatory.judge.paired import paired_vs_base, pairs, sides
 from observatory.judge.perf_gates import not_lossless, performance

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from observatory.engines.adapter import adapter_for
 from observatory.engines.cuda_graphs import from_argv
 from observatory.engines.launches import engine_of
-from observatory.engines.spec_counters import adapter_for
 from observatory.store.db import ArmRow
 
 COVERED, OUTSIDE, EAGER, NOT_APPLICABLE, UNKNOWN = "covered", "outside", "eager", "not applicable", "unknown"

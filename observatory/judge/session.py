@@ -39,8 +39,8 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from observatory.engines.adapter import adapter_for
 from observatory.engines.launches import base_arm, by_engine, engine_of, stored_roles
-from observatory.engines.spec_counters import adapter_for
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import (
     FAIL,

@@ -78,7 +78,7 @@ def launch(arm: Arm, settings: EngineSettings, gpus: list[int] | None, log_path:
     "port_in_use") is retried, ATTEMPTS launches in all. The engine is
     stopped here on any failure, Ctrl-C included.
     """
-    from observatory.engines.spec_counters import adapter_for
+    from observatory.engines.adapter import adapter_for
 
     highest = int(getattr(adapter_for(arm.engine), "max_port", 65535))
     for attempt in range(1, attempts + 1):

