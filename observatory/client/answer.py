@@ -66,7 +66,7 @@ class Response:
     # no answer)
     sdk: dict[str, Any] | None = None
     # the engine's own speculative counters for this request, from the answer itself (where its adapter,
-    # `observatory.engines.spec_counters`, finds them); None: the answer carries none. A
+    # `observatory.engines.adapter`, finds them); None: the answer carries none. A
     # correctness pass only (a timed pass keeps no answer objects)
     request_counters: SpecCounters | None = None
 
@@ -360,7 +360,7 @@ def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]
 
 def item_token_id(item: dict[str, Any]) -> int:
     """A logprobs entry's token id: its integer ``id`` where the engine gives one (on every entry and
-    top-logprob entry: see the adapters in `observatory.engines.spec_counters`), else vLLM's ``token_id:N``
+    top-logprob entry: see the adapters, `observatory.engines.adapter`), else vLLM's ``token_id:N``
     token."""
     tid = item.get("id")
     if type(tid) is int and 0 <= tid <= MAX_TOKEN_ID:

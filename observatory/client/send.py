@@ -221,14 +221,14 @@ class EngineClient:
                               request=httpx.Request(method, url))
 
     def health(self) -> bool:
-        """GET /health answered 200."""
+        """GET /health (the adapter's `health_path`) answered 200."""
         try:
-            return self.fetch("/health", 5.0).status_code == 200
+            return self.fetch(getattr(self.adapter, "health_path", "/health"), 5.0).status_code == 200
         except httpx.HTTPError:
             return False
 
     def version(self) -> str | None:
-        """The engine's version (vLLM: GET /version; see observatory.engines.spec_counters for others)."""
+        """The engine's version (vLLM: GET /version; see observatory.engines.adapter for others)."""
         from observatory.engines.adapter import version_from
 
         try:

@@ -1,13 +1,14 @@
 """One engine as the observatory sees it: the `EngineAdapter` protocol, `Dialect` (its defaults) and the registry.
 
-An adapter says how an engine is launched (`server_argv`, `check_installed`, `max_port`, `runs_in_images`),
-what it is (`version_path`, `version_key`, `binary`, its presets `arm_presets` / `arm_preset`), what it
-counts (`counters_from_metrics`, `counters_from_response`: `observatory.engines.spec_counters`), how its
-answers carry ids and logprobs (`ids_in_choices`, `streams_*`, `request_params`, `take_ids`) and how it
-tokenizes (`tokenize`, `text_ids`, `ids_text`). Each engine's adapter lives in that engine's own module
-(`observatory.engines.vllm`, `observatory.engines.sglang`, `observatory.engines.llamacpp`), registered by name
-in `BUILTIN` and pyproject.toml's ``observatory.engines`` entry points; an installed package registers its own
-the same way (docs/plugins.md). Every module outside engines/ asks `adapter_for` instead of naming an engine.
+An adapter says how an engine is launched (`server_argv`, `check_installed`, `max_port`, `runs_in_images`,
+readiness at `health_path`), what it is (`version_path`, `version_key`, `binary`, its presets `arm_presets` /
+`arm_preset`), what it counts (`counters_from_metrics`, `counters_from_response`:
+`observatory.engines.spec_counters`), how its answers carry ids and logprobs (`ids_in_choices`, `streams_*`,
+`request_params`, `take_ids`) and how it tokenizes (`tokenize`, `text_ids`, `ids_text`). Each engine's adapter
+lives in that engine's own module (`observatory.engines.vllm`, `observatory.engines.sglang`,
+`observatory.engines.llamacpp`), registered by name in `BUILTIN` and pyproject.toml's ``observatory.engines``
+entry points; an installed package registers its own the same way (docs/plugins.md). Every module outside
+engines/ asks `adapter_for` instead of naming an engine, and so does the launch (`observatory.engines.server`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class EngineAdapter(Protocol):
     streams_end_token: bool = True
     # the highest port a launched server may be given (optional: 65535 when absent)
     max_port: int = 65535
+    # the path whose 200 says a server is ready (optional: "/health" when absent; EngineClient.health)
+    health_path: str = "/health"
     # optional, `Dialect` gives vLLM's: the module a launched arm runs (None: a binary), the engine's name in
     # messages, whether its log names its CUDA graphs, whether URL arms get the logprobs preflight, whether its
     # arms may run in serving images
@@ -120,6 +123,7 @@ class Dialect:
     """vLLM's dialect, the default every adapter starts from (see `EngineAdapter`)."""
 
     binary: str | None = None
+    health_path = "/health"  # GET answering 200: ready (vLLM's, SGLang's and llama-server's)
     streams_drafted_ids = True
     stream_ids_note = ""
     speculation_flags: str | None = None

@@ -1,7 +1,7 @@
 """SGLang's token ids: from ``choices[].token_ids`` (``"return_token_ids": true``) or, on SGLang
 releases without that flag, from ``choices[].meta_info`` (``"return_meta_info": true``).
 
-SGLang's OpenAI logprobs carry token texts, never ids (`observatory.engines.spec_counters`), so
+SGLang's OpenAI logprobs carry token texts, never ids (`observatory.engines.sglang`), so
 a correctness pass on SGLang asks for the ids themselves, both ways at once (a server ignores
 the request field it does not know: its request models are plain pydantic models).
 

@@ -64,7 +64,7 @@ _ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "i
 # A parser name as vLLM spells them (hermes, qwen3_coder, deepseek_r1, ...); "none" turns the parser off.
 NO_PARSER = "none"
 _PARSER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
-# The engine an arm runs on unless it names another (its adapter: observatory.engines.spec_counters).
+# The engine an arm runs on unless it names another (its adapter: observatory.engines.adapter).
 DEFAULT_ENGINE = "vllm"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 # The longest arm name stored faithfully: ArmRow.name is String(255) (tests/test_hostile_files.py checks it).

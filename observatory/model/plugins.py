@@ -8,11 +8,11 @@ entry points in its ``pyproject.toml``::
     [project.entry-points."observatory.channels"]
     mychannel = "my_package.channel:CHANNEL"     # an observatory.channels.Channel
     [project.entry-points."observatory.engines"]
-    myengine = "my_package.engine:MyAdapter"     # an EngineAdapter class (observatory.engines.spec_counters)
+    myengine = "my_package.engine:MyAdapter"     # an EngineAdapter class (observatory.engines.adapter)
 
 The built-ins are declared the same way in our own ``pyproject.toml`` and
 listed in `BUILTIN` below (the engine adapters' in their own package,
-`observatory.engines.spec_counters.BUILTIN`, which passes them to `discover`),
+`observatory.engines.adapter.BUILTIN`, which passes them to `discover`),
 so a source checkout that was never installed still has them
 (tests/test_plugins.py checks the lists agree). Both go through `discover`,
 deduplicated by value, built-ins first.
@@ -40,7 +40,7 @@ ENGINES = "observatory.engines"
 GROUPS = (GATES, CHANNELS, ENGINES)
 
 # The built-ins of each group, exactly as pyproject.toml declares them (name -> "module[:attribute]"); the engine
-# adapters' are observatory.engines.spec_counters.BUILTIN, given to `discover` by their reader there.
+# adapters' are observatory.engines.adapter.BUILTIN, given to `discover` by their reader there.
 BUILTIN_DIST = "observatory (built-in)"
 BUILTIN: dict[str, dict[str, str]] = {
     GATES: {"builtin": "observatory.model.paths:GATES_DIR"},
