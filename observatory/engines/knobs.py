@@ -141,7 +141,7 @@ def apply_change(arm: Arm, settings: EngineSettings, change: dict[str, Any], eng
             if value:
                 arm.engine_args.append(key)
         elif kind == "arg":
-            if knob.setting is None:  # a setting-backed arg (dtype) is passed by engine_args() itself
+            if knob.setting is None:  # a setting-backed arg (dtype) is passed by the adapter's server_argv itself
                 arm.engine_args += [key, str(value)]
         else:  # pragma: no cover - a malformed triage_knobs row
             raise ObservatoryError(f"Knob {name}: unknown kind {kind!r} in {knob.how!r}.")

@@ -5,7 +5,9 @@ logging to a file. Readiness comes from the server (GET /health, bounded);
 liveness from the process handle we hold (docs/design.md mistake 8): a child that
 exits while we wait is a failed start, a child still loading is not dead.
 Stopping is terminate -> wait -> kill, on the whole group, always in
-``finally``.
+``finally``. What the child runs is its engine's business: `engine_argv` asks
+the arm's adapter (`EngineAdapter.server_argv`, `observatory.engines.adapter`),
+and nothing here names an engine.
 """
 
 from __future__ import annotations
