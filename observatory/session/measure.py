@@ -346,7 +346,7 @@ def stream_is_reference(resp: Response) -> bool:
 def with_request_counters(delta: SpecCounters, resp: Response) -> SpecCounters:
     """DELTA (/metrics around one request), or the request's own counters where /metrics does not report
     what they do: an engine whose /metrics counts verify steps only may report every counter in its answers
-    (its adapter in observatory.engines.spec_counters). Kept as /metrics says when it reports the accepted tokens."""
+    (its adapter, observatory.engines.adapter). Kept as /metrics says when it reports the accepted tokens."""
     own = resp.request_counters
     if delta.accepted is not None or not isinstance(own, SpecCounters) or own.accepted is None:
         return delta
