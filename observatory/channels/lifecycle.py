@@ -225,7 +225,10 @@ def _exercised(arm: ArmRow) -> tuple[list[tuple[int, str]], dict[str, str], str 
     return done, skipped, None
 
 
-def _outputs(view: ChannelView, arm: ArmRow) -> VerdictRow:
+def _outputs(view: ChannelView, arm: ArmRow, base_changed: frozenset[tuple[str, str]] = frozenset()) -> VerdictRow:
+    """ARM's outputs after each cycle against its own before it. BASE_CHANGED: the (op, probe) pairs whose
+    output changed after the cycle on base as well: there the engine's cycle changes what any arm answers
+    (a FAIL of base's, docs/engines.md), so another arm's change is WARN, not attributable to it."""
     done, skipped, none = _exercised(arm)
     details: dict[str, Any] = {"not_exercised": skipped, "where": facts(arm, NAME).get("where")}
     if none:
@@ -240,10 +243,13 @@ def _outputs(view: ChannelView, arm: ArmRow) -> VerdictRow:
             first = ref.get(name)
             steady = same_tokens(first, again.get(name))
             same = same_tokens(first, r)
-            verdict = PASS if same else (FAIL if steady else WARN)
-            row = {"op": op, "probe": view.probe(r).meta.get("of"), "verdict": verdict,
-                   "kind": "equal" if same else ("differs after the cycle" if steady
-                                                 else "not attributable: the two runs before differ"),
+            probe = view.probe(r).meta.get("of")
+            on_base = (op, probe) in base_changed
+            verdict = PASS if same else (FAIL if steady and not on_base else WARN)
+            row = {"op": op, "probe": probe, "verdict": verdict,
+                   "kind": "equal" if same else ("not attributable: the two runs before differ" if not steady
+                                                 else "not attributable: base's output changes after the same "
+                                                 "cycle" if on_base else "differs after the cycle"),
                    "position": _first_difference(first, r)}
             rows.append(row)
             (fails if verdict == FAIL else warns if verdict == WARN else []).append(row)
@@ -254,7 +260,8 @@ def _outputs(view: ChannelView, arm: ArmRow) -> VerdictRow:
                             f"the cycle; first: {f['probe']} after {f['op']}, at token {f['position']}", details)
     if warns:
         return view.verdict(arm, WARN, f"{len(warns)} of {len(rows)} outputs differ after a cycle where the two "
-                            "runs before differ too (not attributable)", details)
+                            "runs before differ too, or base's output changes after the same cycle (not "
+                            "attributable)", details)
     ops = ", ".join(op for _, op in done)
     return view.verdict(arm, PASS, f"all {len(rows)} outputs equal before and after {ops}"
                         + (f"; not exercised: {', '.join(skipped)}" if skipped else ""), details)
@@ -352,10 +359,16 @@ def _speed(view: ChannelView, arm: ArmRow) -> VerdictRow:
 
 
 def judge(view: ChannelView) -> list[VerdictRow]:
-    """Per arm: outputs equal across every cycle, speed back; speculating arms: acceptance back."""
+    """Per arm: outputs equal across every cycle, speed back; speculating arms: acceptance back. A change base
+    shows after the same cycle FAILs base (the engine's) and is WARN on the other arms."""
     out = []
+    base = view.base
+    base_row = _outputs(view, base) if base is not None else None
+    table = ((base_row.details or {}).get("table") or []) if base_row is not None else []
+    base_changed = frozenset((r["op"], r["probe"]) for r in table if r["verdict"] == FAIL)
     for arm in view.arms:
-        out.append(_outputs(view, arm))
+        is_base = base is not None and arm.id == base.id
+        out.append(base_row if is_base and base_row is not None else _outputs(view, arm, base_changed))
         if view.role(arm) in SPECULATING:
             out.append(_acceptance(view, arm))
         out.append(_speed(view, arm))
