@@ -21,19 +21,22 @@ on the arm vs on base, Pearson's chi-square with rare tokens merged
 sampler the whole continuation has base's distribution, so the token at
 each position does too, and every draw counts at every position (no
 conditioning on prefixes that agree, which would leave few draws past the
-first positions). Beside them, one likelihood test per
-arm: every draw's mean logprob of the tokens it sampled (the target's own
-logprobs, as the arm reports them), the arm's against base's probe by probe
-(Welch's z, Stouffer over probes: `observatory.judge.stats.mean_shift`). A
-sampler that accepts drafts too often emits tokens the target finds likelier
-than its own samples are; on a real model's prose, where each position has
-thousands of candidates, the positional tests merge most of them into
-"rare" and lose that shift (the field model's nightly selftest missed
-``biased_accept`` with them alone: docs/channels.md). An arm whose engine
-reports no logprobs for drafted tokens gets no likelihood test ("not
-measurable"). All tests of one arm, positional and likelihood, are
-corrected together (Holm, family-wise ``ALPHA``). An arm with a rejected test FAILs, unless the A/A
-copy (judged the same way) also shows a difference: then WARN, not
+first positions).
+
+Beside them, one likelihood test per arm: every draw's mean logprob of the
+tokens it sampled (the target's own logprobs, as the arm reports them), the
+arm's against base's probe by probe (Welch's z, Stouffer over probes:
+`observatory.judge.stats.mean_shift`). A sampler that accepts drafts too
+often emits tokens the target finds likelier than its own samples are; on a
+real model's prose, where each position has thousands of candidates, the
+positional tests merge most of them into "rare" and lose that shift (the
+field model's nightly selftest missed ``biased_accept`` with them alone:
+docs/channels.md). An arm whose engine reports no logprobs for drafted
+tokens gets no likelihood test ("not measurable").
+
+All tests of one arm, positional and likelihood, are corrected together
+(Holm, family-wise ``ALPHA``). An arm with a rejected test FAILs, unless the
+A/A copy (judged the same way) also shows a difference: then WARN, not
 attributable. The false-alarm rate and the smallest shift the test detects
 at these counts are simulated in tests/test_channel_sampling.py.
 """
