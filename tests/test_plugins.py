@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from conftest import REPO, requires_engine
@@ -48,6 +50,32 @@ def test_installed_builtins_are_found_by_entry_point() -> None:
         assert set(_builtin(group).items()) <= installed, f"reinstall (pip install -e .): {group}"
         found = _discover(group)
         assert len({(p.name, p.value) for p in found}) == len(found)
+
+
+def test_an_older_install_of_this_package_is_not_a_clash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An editable install made before a built-in moved lists the old path under our own distribution: the
+    built-in table wins and nothing clashes; the same entry from another package is a clash (the control)."""
+    from importlib import metadata
+
+    from observatory.model import plugins
+
+    def entry_points(dist: str) -> Any:
+        ep = metadata.EntryPoint(name="vllm", value="observatory.engines.old_place:VLLMAdapter", group=ENGINES)
+        ep = ep._for(SimpleNamespace(name=dist, version="0.1.0"))  # type: ignore[attr-defined]
+        return lambda group: [ep] if group == ENGINES else []
+
+    try:  # discover() is cached per process: cleared around the fake metadata, so no other test sees it
+        plugins.discover.cache_clear()
+        monkeypatch.setattr(plugins.metadata, "entry_points", entry_points("specdecode-observatory"))
+        found = _discover(ENGINES)
+        assert [p.value for p in found if p.name == "vllm"] == [dict(adapter.BUILTIN)["vllm"]]
+        plugins.discover.cache_clear()
+        monkeypatch.setattr(plugins.metadata, "entry_points", entry_points("someone-else"))
+        with pytest.raises(ObservatoryError, match="two plugins of observatory.engines share a name"):
+            _discover(ENGINES)
+    finally:
+        monkeypatch.undo()
+        plugins.discover.cache_clear()
 
 
 def test_a_plugin_that_fails_to_import_is_a_setup_error_naming_it() -> None:

@@ -42,6 +42,9 @@ GROUPS = (GATES, CHANNELS, ENGINES)
 # The built-ins of each group, exactly as pyproject.toml declares them (name -> "module[:attribute]"); the engine
 # adapters' are observatory.engines.adapter.BUILTIN, given to `discover` by their reader there.
 BUILTIN_DIST = "observatory (built-in)"
+# This package's own distribution (pyproject.toml's name): its entry points are BUILTIN's, so they are read from
+# the table; an install made before a built-in moved still lists the old path, which is ignored, not a clash
+OWN_DIST = "specdecode-observatory"
 BUILTIN: dict[str, dict[str, str]] = {
     GATES: {"builtin": "observatory.model.paths:GATES_DIR"},
     CHANNELS: {name: f"observatory.channels.{name}:CHANNEL"
@@ -86,10 +89,10 @@ def discover(group: str, builtin: tuple[tuple[str, str], ...] | None = None) -> 
     found = [Plugin(group, name, value, BUILTIN_DIST) for name, value in table]
     seen = {(p.name, p.value) for p in found}
     for ep in sorted(metadata.entry_points(group=group), key=lambda e: (e.name, e.value)):
-        if (ep.name, ep.value) in seen:
-            continue  # our own, declared in pyproject.toml too
-        seen.add((ep.name, ep.value))
         dist = getattr(ep, "dist", None)
+        if (ep.name, ep.value) in seen or _own(dist):
+            continue  # our own, declared in pyproject.toml too (or as an older install declared it)
+        seen.add((ep.name, ep.value))
         found.append(Plugin(group, ep.name, ep.value, f"{dist.name} {dist.version}" if dist else "unknown"))
     names = [p.name for p in found]
     clash = sorted({n for n in names if names.count(n) > 1})
@@ -97,3 +100,9 @@ def discover(group: str, builtin: tuple[tuple[str, str], ...] | None = None) -> 
         who = "; ".join(f"{p.name} = {p.value} ({p.dist})" for p in found if p.name in clash)
         raise ObservatoryError(f"two plugins of {group} share a name: {who}. Uninstall one of them.")
     return tuple(found)
+
+
+def _own(dist: Any) -> bool:
+    """Whether DIST (an entry point's distribution) is this package itself."""
+    name = str(getattr(dist, "name", "") or "")
+    return name.lower().replace("_", "-") == OWN_DIST
