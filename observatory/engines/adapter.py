@@ -197,6 +197,26 @@ class Dialect:
         return str(got.get("prompt", "")) if isinstance(got, dict) else None
 
 
+class OwnServer(Dialect):
+    """An engine the observatory launches from its own module's functions, never in a serving image: the
+    subclass names them, ``launch`` (ARM, SETTINGS, PORT -> the command line) and ``presets`` (NAME -> (is one
+    of its ``ENGINE:NAME`` presets, its speculative config)). llama.cpp's and SGLang's adapters are such."""
+
+    runs_in_images = False
+    launch: staticmethod[[Arm, EngineSettings, int], list[str]]
+    presets: staticmethod[[str], tuple[bool, dict[str, Any] | None]]
+
+    def server_argv(self, arm: Arm, settings: EngineSettings, port: int, image: str | None = None,
+                    env: dict[str, str] | None = None, gpus: list[int] | None = None, container: str | None = None,
+                    labels: dict[str, str] | None = None) -> list[str]:
+        """``launch``'s command line (no image, environment, GPUs or container: `runs_in_images` is False)."""
+        return self.launch(arm, settings, port)
+
+    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """``presets``' answer for NAME."""
+        return self.presets(name)
+
+
 # The built-in adapters, exactly as pyproject.toml declares them (``observatory.engines`` entry points): engine
 # name -> "module:class"; an alias names the same class (tests/test_plugins.py checks the two agree).
 BUILTIN = {

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from observatory.engines.adapter import Dialect, Post
+from observatory.engines.adapter import OwnServer, Post
 from observatory.engines.metrics import SPEC_FAMILIES, counters_from, read_counters
 from observatory.engines.spec_counters import EngineCounters, build_counters, engine_counters, first_count, json_object
 from observatory.model.errors import ObservatoryError
@@ -204,7 +204,7 @@ def server_argv(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
     return argv + list(arm.engine_args)
 
 
-class LlamaCppAdapter(Dialect):
+class LlamaCppAdapter(OwnServer):
     """llama.cpp's llama-server: draft tokens and accepted per request, full counters on /metrics.
 
     Its answers, as `observatory.client.answer` reads them: an integer ``id`` on every logprobs entry and
@@ -229,21 +229,13 @@ class LlamaCppAdapter(Dialect):
     display = "llama.cpp"
     logs_cuda_graphs = False
     preflight_logprobs = False
-    runs_in_images = False
     # llama-server refuses logprobs with tools + stream (tools/server/server-common.cpp, oaicompat_chat_params_parse)
     streams_tool_logprobs = False
     arm_presets = PRESETS
     env_vars = tuple(ENV_VARS.items())
 
-    def server_argv(self, arm: Arm, settings: EngineSettings, port: int, image: str | None = None,
-                    env: dict[str, str] | None = None, gpus: list[int] | None = None, container: str | None = None,
-                    labels: dict[str, str] | None = None) -> list[str]:
-        """`server_argv` above (never in an image: `runs_in_images` is False)."""
-        return server_argv(arm, settings, port)
-
-    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
-        """llama.cpp:base, llama.cpp:draftK, llama.cpp:ngramK (`preset_config`)."""
-        return preset_config(name)
+    launch = staticmethod(server_argv)
+    presets = staticmethod(preset_config)
 
     def tokenize(self, post: Post, base_url: str, model: str, probe: Probe) -> dict[str, list[Any]]:
         """/apply-template (chat), then /tokenize with pieces, ``add_special`` and ``parse_special`` (as

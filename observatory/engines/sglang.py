@@ -70,7 +70,7 @@ import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from observatory.engines.adapter import Dialect
+from observatory.engines.adapter import OwnServer
 from observatory.engines.metrics import read_counters
 from observatory.engines.settings import arm_parsers
 from observatory.engines.sglang_ids import sglang_params, take_ids
@@ -153,7 +153,7 @@ def server_argv(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
     return argv + session_args() + list(arm.engine_args)
 
 
-class SGLangAdapter(Dialect):
+class SGLangAdapter(OwnServer):
     """SGLang: per request in meta_info (/generate's, or each chat choice's with return_meta_info) or
     sglext; on /metrics only the verify-call counter."""
 
@@ -169,7 +169,6 @@ class SGLangAdapter(Dialect):
                     "examples/gpu/sglang/README.md), or give the SGLang arms a URL (sglang:NAME=http://...).")
     logs_cuda_graphs = False
     preflight_logprobs = False  # its logprobs carry no ids: the answers' own check (observatory.engines.sglang_ids)
-    runs_in_images = False
     speculation_flags = "--speculative-"  # --speculative-algorithm, --speculative-draft-model-path, ...
     arm_presets = PRESETS
     env_vars = tuple(ENV_VARS.items())
@@ -177,15 +176,8 @@ class SGLangAdapter(Dialect):
     # refuses to start when that passes 65535, gRPC unused or not (docs/engines.md)
     max_port = 55535
 
-    def server_argv(self, arm: Arm, settings: EngineSettings, port: int, image: str | None = None,
-                    env: dict[str, str] | None = None, gpus: list[int] | None = None, container: str | None = None,
-                    labels: dict[str, str] | None = None) -> list[str]:
-        """`server_argv` below (never in an image: `runs_in_images` is False)."""
-        return server_argv(arm, settings, port)
-
-    def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
-        """sglang:base, sglang:mtpK (`preset_config`)."""
-        return preset_config(name)
+    launch = staticmethod(server_argv)
+    presets = staticmethod(preset_config)
 
     def request_params(self, params: dict[str, Any], chat: bool) -> dict[str, Any]:
         """``return_token_ids`` (and on a chat, sent whole, ``return_meta_info``) for vLLM's flag
