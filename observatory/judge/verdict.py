@@ -36,12 +36,12 @@ from observatory.model.errors import ObservatoryError
 from observatory.model.gates import GateRegistry, default_registry, registry_for
 from observatory.model.read_model import ArmView, Reason, SessionFacts, SessionVerdict, SessionView
 from observatory.model.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
-from observatory.model.vocabulary import EXIT, INVALID_CODES, NOT_DISCRIMINATING, UNJUDGED
+from observatory.model.vocabulary import EXIT, INVALID_CODES, NOT_DISCRIMINATING, REASON_LEVELS, UNJUDGED
 
 __all__ = ["EXIT", "INVALID_CODES", "LEVELS", "NOT_DISCRIMINATING", "UNJUDGED", "WHY", "Reason", "SessionVerdict",
            "arm_role", "decide", "discriminates", "session_gates", "session_verdict"]
 
-LEVELS = ("FAIL", "INVALID", "WARN", "NOTE")
+LEVELS = REASON_LEVELS
 WHY = {
     "FAIL": "an arm judged against base fails a probe or a performance threshold",
     "INVALID": "nothing failed, but a verdict or a measurement cannot be backed",

@@ -11,9 +11,20 @@ Severity, worst first (docs/design.md section 5):
   (crashed, hung, spec inactive, confounded). Below FAIL: a failure that was
   seen is information even where other requests of the same run broke.
 - ``UNJUDGED``: a stored result no gate has judged yet.
-- ``WARN``: a figure or output that needs a look.
+- ``WARN``: a figure or output that needs a look: an excess over its control
+  that is not large, or a finding with no control to weigh it against.
+- ``KNOWN``: a finding a known-findings ledger covers (a triaged engine bug,
+  an accepted property of a platform): shown every night with its entry,
+  never counted in the session verdict or the exit code (issue 46 item 1).
+- ``NOTE``: an event within its control's rate (a near-tie flip no more
+  frequent than the A/A copy's or the platform's clean history allows):
+  listed with its evidence, never counted (issue 46 item 2).
 - ``NOT_DISCRIMINATING``: a probe base itself fails, so it cannot tell arms apart.
 - ``PASS``, then ``SKIP`` (not measurable; never counts as a pass).
+
+A session's verdict is one of ``SESSION_VERDICTS`` (FAIL, INVALID, WARN,
+PASS): KNOWN and NOTE reasons are shown apart and leave it PASS. Each reason
+behind it has one of ``REASON_LEVELS``.
 """
 
 from __future__ import annotations
@@ -27,9 +38,16 @@ SKIP = "SKIP"
 INVALID = "INVALID"
 UNJUDGED = "UNJUDGED"
 NOT_DISCRIMINATING = "NOT_DISCRIMINATING"
+KNOWN = "KNOWN"
+NOTE = "NOTE"
 
 # The one order, worst first.
-SEVERITY: tuple[str, ...] = (FAIL, INVALID, UNJUDGED, WARN, NOT_DISCRIMINATING, PASS, SKIP)
+SEVERITY: tuple[str, ...] = (FAIL, INVALID, UNJUDGED, WARN, KNOWN, NOTE, NOT_DISCRIMINATING, PASS, SKIP)
+# What a session's verdict can be, worst first; and the levels of the reasons behind it.
+SESSION_VERDICTS: tuple[str, ...] = (FAIL, INVALID, WARN, PASS)
+REASON_LEVELS: tuple[str, ...] = (FAIL, INVALID, WARN, KNOWN, NOTE)
+# Levels that count toward the session verdict; KNOWN and NOTE are shown, never counted.
+COUNTED_LEVELS: tuple[str, ...] = (FAIL, INVALID, WARN)
 _RANK = {v: i for i, v in enumerate(SEVERITY)}
 
 # Validity codes that make an arm's measurement INVALID (the rest are notes).
