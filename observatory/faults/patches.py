@@ -99,6 +99,7 @@ from observatory.faults import (
     conditions,
     field_answers,
     field_conditions,
+    field_edges,
     field_params,
     field_sampling,
     field_sdk,
@@ -273,14 +274,21 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
     if getattr(orig, _MARK, False):
         return
 
+    edges = faults & field_edges.SCHEDULER_FAULTS
+    if "abort_stale" in faults:
+        field_edges.patch_finish_requests(cls)
+
     @functools.wraps(orig)
     def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
+        boundary = field_edges.at_limit(self, scheduler_output) if "limit_neighbour" in edges else set()
         result = orig(self, scheduler_output, model_runner_output)
         now = conditions.step_faults(faults, self, scheduler_output)
         rewrite_step_outputs(self, scheduler_output, model_runner_output, result, now,
                              track_ghost=conditions.tracks_ghost(faults))
         if faults & field_state.FIELD_FAULTS:
             field_state.rewrite(self, scheduler_output, result, faults & field_state.FIELD_FAULTS)
+        if edges:
+            field_edges.rewrite(self, scheduler_output, result, edges, boundary)
         return result
 
     setattr(update_from_output, _MARK, True)
@@ -296,14 +304,19 @@ TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], 
     V1_SAMPLER: (frozenset({"accept_all", "biased_accept", "seed_ignored", "logprob_row", *field_params.FAULTS,
                             *field_speed.FAULTS}), _patch_v1_sampler),
     V2_SAMPLER: (frozenset({"accept_all", *field_speed.FAULTS}), _patch_v2_sampler),
-    SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL, *field_state.FIELD_FAULTS}),
-                _patch_scheduler),
+    SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL, *field_state.FIELD_FAULTS,
+                           *field_edges.SCHEDULER_FAULTS}), _patch_scheduler),
     **field_semantics.TARGETS,  # issue 15: stops, streams, drafts, counters
     **field_seeds.TARGETS,  # issue 28: n_seed_shared (the sampler's seed_ignored, logprob_row above)
     **field_answers.TARGETS,  # issue 28 item 2: usage and logprobs wrong, ids right
     **field_sdk.TARGETS,  # issue 28 item 7: a stream only the openai SDK rejects
     **field_conditions.TARGETS,  # issue 28 item 5: the drafter after wake_up, acceptance by prompt length
 }
+# Patches of modules TARGETS already names, installed beside its own (`on_import` chains them): issue 49 item 12's
+# faults of the output processor, the hermes tool parser and the min_tokens logits processor
+MORE_TARGETS: tuple[dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], None]]], ...] = (
+    field_edges.TARGETS,
+)
 
 
 class _HookedLoader(importlib.abc.Loader):
@@ -401,7 +414,7 @@ def install(faults: frozenset[str]) -> list[str]:
     """
     armed = []
     with _lock:
-        for name, (serves, patch) in TARGETS.items():
+        for name, (serves, patch) in [item for table in (TARGETS, *MORE_TARGETS) for item in table.items()]:
             wanted = serves & faults
             if not wanted:
                 continue
