@@ -47,8 +47,6 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 FAULTS = {
     "limit_neighbour": "a neighbour's first new token replaced by the boundary request's in a spec step where one "
                        "request has fewer than k + 1 free positions before max_model_len",
@@ -94,6 +92,8 @@ def at_limit(scheduler: Any, scheduler_output: Any) -> set[str]:
 def set_first(tokens: list[int], logprobs: Any, token: int, row: Any = None) -> tuple[list[int], Any]:
     """TOKENS with the first one replaced by TOKEN; its logprob row replaced by ROW (a one-row LogprobsLists-like
     tuple), or, without ROW, the row's sampled id (column 0) set to TOKEN."""
+    import numpy as np  # only when armed: importing the plugin stays cheap
+
     tokens = [int(token), *tokens[1:]]
     if logprobs is None:
         return tokens, None
@@ -114,7 +114,7 @@ def set_first(tokens: list[int], logprobs: Any, token: int, row: Any = None) -> 
 def _first_row(logprobs: Any) -> Any:
     if logprobs is None:
         return None
-    return type(logprobs)(*[f[0:1].copy() if isinstance(f, np.ndarray) else f for f in logprobs])
+    return type(logprobs)(*[f[0:1].copy() if hasattr(f, "shape") else f for f in logprobs])
 
 
 def note_abort(scheduler: Any, request_ids: Any, status: Any) -> None:
