@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
@@ -49,6 +50,9 @@ class Channel:
     options: dict[str, Any] = field(default_factory=dict)  # documented knobs (for the report)
     faults: tuple[str, ...] = ()  # the plugin faults it must catch (observatory.faults): selftest's controls
     profile: str = "nightly"  # the smallest profile that runs it: "nightly", or "deep" (too costly for the nightly)
+    # the control arms it needs beside the session's (the session's arms -> arms to add, none already there): the
+    # session adds them when it runs the channel (e.g. stream_fields' chunked-stream base)
+    control_arms: Callable[[list[Arm]], list[Arm]] | None = None
 
 
 _REGISTRY: dict[str, Channel] = {}
@@ -121,6 +125,18 @@ def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Prob
                 raise ObservatoryError(f"channel {name}: probe {p.name!r} must carry channel={name!r}")
             taken.add(p.name)
         out[name] = probes
+    return out
+
+
+def with_controls(names: Sequence[str], arms: list[Arm]) -> list[Arm]:
+    """ARMS with the control arms the channels NAMES need (each channel's `control_arms`), added after them once
+    (by name: an arm the session already has is not added again)."""
+    out = list(arms)
+    for name in names:
+        need = get(name).control_arms
+        for arm in need(out) if need else []:
+            if all(a.name != arm.name for a in out):
+                out.append(arm)
     return out
 
 

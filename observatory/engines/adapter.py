@@ -81,6 +81,10 @@ class EngineAdapter(Protocol):
     # optional: the knobs triage may turn on its arms (`observatory.engines.knobs.Knob` rows, in the order tried;
     # empty when absent: triage declines the engine)
     triage_knobs: tuple[Any, ...] = ()
+    # optional, `Dialect` gives vLLM's: the body field of a client's own request id (None: none), the launch flag
+    # that streams N tokens per chunk (None: none)
+    request_id_field: str | None = "request_id"
+    stream_interval_flag: str | None = "--stream-interval"
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV."""
@@ -151,6 +155,12 @@ class Dialect:
     env_vars: tuple[tuple[str, str], ...] = ()
     # the knobs triage may turn (`observatory.engines.knobs`); none unless the engine declares them (vLLM's do)
     triage_knobs: tuple[Any, ...] = ()
+    # the request body field a client names its own request id by (vLLM's ``request_id``; its ``X-Request-Id``
+    # header overrides it): the cancel channel reuses an id through it. None: the engine takes none
+    request_id_field: str | None = "request_id"
+    # the launch flag that streams N tokens per chunk (vLLM's ``--stream-interval N``): the chunked-stream control
+    # arm (``+stream_interval=N``, channel stream_fields) is launched with it. None: the engine has none
+    stream_interval_flag: str | None = "--stream-interval"
 
     def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
         """(is a preset of this engine's own, its speculative config): none of its own (`arm_presets` None)."""
@@ -203,6 +213,8 @@ class OwnServer(Dialect):
     of its ``ENGINE:NAME`` presets, its speculative config)). llama.cpp's and SGLang's adapters are such."""
 
     runs_in_images = False
+    request_id_field: str | None = None  # not verified on these engines: the channels say "not exercised"
+    stream_interval_flag: str | None = None
     launch: staticmethod[[Arm, EngineSettings, int], list[str]]
     presets: staticmethod[[str], tuple[bool, dict[str, Any] | None]]
 

@@ -125,6 +125,8 @@ def engine_args(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
     if reasoning_parser:
         args += ["--reasoning-parser", reasoning_parser]
     args += list(settings.extra_args) + list(arm.engine_args)
+    if arm.stream_interval:  # the chunked-stream control (channel stream_fields): N tokens per streamed chunk
+        args += [VLLMAdapter.stream_interval_flag or "--stream-interval", str(arm.stream_interval)]
     spec = speculative_config_for(arm, settings)
     if spec is not None:
         args += ["--speculative-config", _json(spec)]

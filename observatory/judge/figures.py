@@ -183,10 +183,13 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     # docker hook (observatory.engines.images): compare the engine's own flags, never
     # docker's options; the images themselves by their rules
     diffs = image_differences(a, b)
-    spec_flags = adapter_for(engine_of(a)).speculation_flags  # the arm's speculation itself, on its engine
+    adapter = adapter_for(engine_of(a))
+    spec_flags = adapter.speculation_flags  # the arm's speculation itself, on its engine
+    # a chunked-stream control's interval is its treatment (channel stream_fields), shown with it, not a confound
+    treated = {getattr(adapter, "stream_interval_flag", None)} if a.get("stream_interval") else set()
     fa, fb = _flags(split_docker_argv(a.get("argv", []))[2]), _flags(split_docker_argv(b.get("argv", []))[2])
     for k in sorted(set(fa) | set(fb)):
-        if k in _IGNORED_FLAGS or (spec_flags and k.startswith(spec_flags)) or fa.get(k) == fb.get(k):
+        if k in _IGNORED_FLAGS or k in treated or (spec_flags and k.startswith(spec_flags)) or fa.get(k) == fb.get(k):
             continue
         diffs.append(f"{k}: {_show(fb.get(k))} on base, {_show(fa.get(k))} here")
     ea, eb = a.get("env", {}), b.get("env", {})
@@ -347,11 +350,14 @@ def spec_k(arm: ArmRow) -> int | None:
 
 
 def _allowed_per_chunk(arm: ArmRow) -> int | None:
-    """Most tokens one streamed chunk may carry: 1 without speculation, k + 1 with it (None: k unknown)."""
+    """Most tokens one streamed chunk may carry: 1 without speculation, k + 1 with it (None: k unknown); a
+    chunked-stream control's interval (``stream_interval``) where it has one."""
+    interval = (arm.launch or {}).get("stream_interval")
+    least = interval if isinstance(interval, int) and interval > 1 else 1
     if (arm.launch or {}).get("speculative_config") is None:
-        return 1
+        return least
     k = spec_k(arm)
-    return k + 1 if k is not None else None
+    return max(k + 1, least) if k is not None else None
 
 
 def malformed_answers(results: list[Any]) -> dict[str, Any] | None:

@@ -106,6 +106,9 @@ class Arm:
     engine: str = DEFAULT_ENGINE  # which server this arm launches (or is, for a url arm): `engine_names`
     tool_parser: str | None = None  # this arm's --tool-call-parser over the session's ("none": off)
     reasoning_parser: str | None = None  # this arm's --reasoning-parser over the session's ("none": off)
+    # stream N tokens per chunk without speculation (``+stream_interval=N``): the chunked-stream control of channel
+    # stream_fields; its engine's adapter names the launch flag (``stream_interval_flag``)
+    stream_interval: int | None = None
 
     @property
     def is_spec(self) -> bool:
@@ -232,7 +235,8 @@ def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str
             raise ArmError(f"{where}: {', '.join(parsers)} is a flag vLLM is launched with; an arm with a url "
                            f"or on {engine} is not launched by vLLM here (start its server with the flag)")
         arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(engine_args),
-                         env=dict(env), url=url, fault=fault, image=image, engine=engine, **parsers)
+                         env=dict(env), url=url, fault=fault, image=image, engine=engine,
+                         tool_parser=parsers.get("tool_parser"), reasoning_parser=parsers.get("reasoning_parser"))
     if not arms:
         raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
     return arms
@@ -307,11 +311,13 @@ def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | Non
     arm = _resolve(name, defined, custom, allow_unknown=False)
     for opt in options:
         key, _, value = opt.partition("=")
-        if key not in ("fault", "repair") or not value:
-            raise ArmError(f"--arms item {item!r}: unknown option {opt!r}; the options are +fault=NAME and "
-                           "+repair=NAME")
+        if key not in ("fault", "repair", "stream_interval") or not value:
+            raise ArmError(f"--arms item {item!r}: unknown option {opt!r}; the options are +fault=NAME, "
+                           "+repair=NAME and +stream_interval=N")
         if key == "repair":
             _add_repair(arm, value, item)
+        elif key == "stream_interval":
+            arm.stream_interval = _stream_interval(value, item, arm)
         elif value not in FAULTS:
             raise ArmError(f"--arms item {item!r}: unknown fault {value!r} (known: {', '.join(FAULTS)})")
         else:
@@ -323,6 +329,17 @@ def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | Non
         arm.image = _check_image(image, f"--arms item {item}@{image!r}", arm.url)
         arm.name = f"{arm.name}@{image}"
     return arm
+
+
+def _stream_interval(value: str, item: str, arm: Arm) -> int:
+    """+stream_interval=N: N tokens per streamed chunk, 2..64, on a launched arm that does not speculate."""
+    if not (value.isascii() and value.isdigit()) or not 2 <= int(value) <= 64:
+        raise ArmError(f"--arms item {item!r}: +stream_interval takes a whole number of tokens per chunk in 2..64, "
+                       f"got {value[:20]!r}")
+    if arm.is_spec or arm.url is not None:
+        raise ArmError(f"--arms item {item!r}: +stream_interval makes a chunked-stream control: a launched arm "
+                       "without speculation (e.g. base+stream_interval=3)")
+    return int(value)
 
 
 def _add_repair(arm: Arm, name: str, item: str) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from observatory.channels import plan_probes
+from observatory.channels import plan_probes, with_controls
 from observatory.channels import resolve as resolve_channels
 from observatory.engines.adapter import adapter_for
 from observatory.engines.arms import parse_arms
@@ -127,6 +127,9 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     arm_list = parse_arms(plan.arms, plan.arms_file, plan.speculative_config)
     if plan.aa_copy and (plan.profile or "quick") in ("nightly", "deep"):
         arm_list = with_aa_copies(arm_list)
+    channel_names = resolve_channels(plan.profile, plan.channels)
+    arm_list = with_controls(channel_names, arm_list)  # a channel's control arms (stream_fields' chunked base)
+    check_stream_intervals(arm_list)
     adapter_for(plan.engine)  # validates the name
     if plan.engine.lower() != DEFAULT_ENGINE and any(a.url is None for a in arm_list):
         raise ObservatoryError(
@@ -140,7 +143,6 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         model_name, embedded = resolve_model(plan.model, plan.profile)
     suite = resolve_suite(plan.suite or (embedded.suite if embedded else None))  # the suite of its model
     probes = load_probe_file(suite)
-    channel_names = resolve_channels(plan.profile, plan.channels)
     channel_probes = plan_probes(channel_names, probes)
     extra: dict[str, Any] = {}
     if plan.spec_extra:
@@ -185,6 +187,15 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         plan=plan, arms=arm_list, settings=settings, probes=probes, suite=str(suite), api_key=api_key,
         command=command or [], gpu_count=n_gpus, channels=channel_names, channel_probes=channel_probes,
     )
+
+
+def check_stream_intervals(arms: list[Arm]) -> None:
+    """Every chunked-stream arm (``+stream_interval=N``) is on an engine that can be launched so (its adapter's
+    ``stream_interval_flag``), else a setup error before anything launches."""
+    for a in arms:
+        if a.stream_interval and not getattr(adapter_for(a.engine), "stream_interval_flag", None):
+            raise ArmError(f"arm {a.name}: {adapter_for(a.engine).display} has no launch flag that streams "
+                           f"{a.stream_interval} tokens per chunk; +stream_interval is for engines that do")
 
 
 # --timing: "sequential" (each arm's timed runs alone, one arm after another), "concurrent" (with

@@ -317,6 +317,7 @@ class Runner:
         facts: dict[str, Any] = {
             "speculative_config": speculative_config_for(arm, s),
             "engine_args": arm.engine_args, "fault": arm.fault, "copy_of": arm.copy_of, "url": arm.url,
+            "stream_interval": arm.stream_interval,
             "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
             "timing": self.opts.plan.timing if concurrent_with else self._timing_alone(arm), **host_facts(),
             "role": assign_roles(self.opts.arms)[arm.name],
