@@ -54,7 +54,9 @@ SEED = 0
 MAX_BODY_BYTES = 64 * 1024 * 1024
 # A served model id longer than this is no model name (vLLM's is a path or an alias; paths stop at 4096).
 MAX_MODEL_CHARS = 4096
-ERROR_KINDS = ("timeout", "connect", "http", "malformed")
+ERROR_KINDS = ("timeout", "connect", "http", "malformed", "cancelled")
+# how the error of a request the client cut on purpose starts (`EngineClient.run_cut`)
+CANCELLED = "cancelled"
 _encode = msgspec.json.Encoder().encode
 # A rare one-byte text used to split one /detokenize answer into per-token texts.
 _SEPARATOR = "\x1f"
@@ -365,9 +367,56 @@ class EngineClient:
             return ""
 
     # -- probes ------------------------------------------------------------
-    def run(self, probe: Probe, stream: bool = True) -> Response:
-        """Send PROBE once with full logprobs; never raises for server/transport errors (stored instead)."""
-        return self._run(probe, request_params(probe, self.adapter.name), stream, timed=False)
+    def run(self, probe: Probe, stream: bool = True, request_id: str | None = None) -> Response:
+        """Send PROBE once with full logprobs; never raises for server/transport errors (stored instead).
+
+        REQUEST_ID: the client's own id for the request, where the engine takes one (its adapter's
+        ``request_id_field``; ignored where it takes none)."""
+        return self._run(probe, self._params(probe, request_id), stream, timed=False)
+
+    def _params(self, probe: Probe, request_id: str | None) -> dict[str, Any]:
+        params = request_params(probe, self.adapter.name)
+        field = getattr(self.adapter, "request_id_field", None)
+        if request_id is not None and field:
+            params["extra_body"] = {**(params.get("extra_body") or {}), field: request_id}
+        return params
+
+    def run_cut(self, probe: Probe, chunks: int | None = None, within_s: float | None = None,
+                request_id: str | None = None) -> Response:
+        """Send PROBE and hang up mid-answer on purpose: streamed, once CHUNKS chunks that carried a choice came
+        (a client that disconnects); whole, WITHIN_S seconds after sending (a client that times out). The
+        Response holds what came before the cut, with error_kind "cancelled"; an answer that ended before the
+        cut is returned as it is (ok: nothing was cut)."""
+        t0 = time.perf_counter()
+        out = Response()
+        stream = chunks is not None
+        deadline = t0 + (self.timeout if within_s is None else min(within_s, self.timeout))
+        chat = probe.kind == "chat"
+        cut = False
+        try:
+            body = request_body(probe, self.served_model(), self._params(probe, request_id), stream)
+            resp = self._wire.post("/v1/chat/completions" if chat else "/v1/completions", _encode(body), deadline)
+            try:
+                if resp.status >= 400:
+                    raise http_error(resp.status, "a cut request", resp.read())
+                if stream:
+                    state = {"seen": 0}
+                    read_stream(out, _until(events(resp.body(), t0), int(chunks or 0), state), chat, False, self.take)
+                    cut = state["seen"] >= int(chunks or 0) and out.finish_reason is None
+                else:
+                    take_whole(out, decode_json(resp.read()), chat, self.take)
+            finally:
+                resp.close()  # before its end: the connection is closed, the server sees the client gone
+        except DeadlineExceeded:
+            cut = within_s is not None
+            if not cut:
+                out = self.failed(DeadlineExceeded())
+        except REQUEST_FAILURES as e:
+            out = self.failed(e)
+        if cut:
+            how = f"after {chunks} streamed chunks" if stream else f"after {within_s:g} s without an answer"
+            out.error, out.error_kind = f"{CANCELLED}: the client hung up {how}, on purpose", "cancelled"
+        return finish(out, t0)
 
     def run_timed(self, probe: Probe) -> Response:
         """Send PROBE once as a timed pass: streamed, no logprobs, usage counted by the server."""
@@ -460,6 +509,16 @@ class EngineClient:
                 kept.extend(seen)
         finally:
             resp.close()
+
+
+def _until(stream: Any, chunks: int, state: dict[str, int]) -> Any:
+    """STREAM's (ms, event) pairs up to the CHUNKS-th event that carries a choice (STATE["seen"]: how many came)."""
+    for ms, obj in stream:
+        yield ms, obj
+        if obj.get("choices"):
+            state["seen"] += 1
+            if state["seen"] >= chunks:
+                return
 
 
 def _keeping(stream: Any, seen: list[Any]) -> Any:

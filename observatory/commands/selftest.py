@@ -49,8 +49,10 @@ from rich.text import Text
 
 from observatory.channels import get as get_channel
 from observatory.channels import resolve as resolve_channels
+from observatory.channels import with_controls
 from observatory.commands import INTERRUPTED_EXIT
 from observatory.commands.compare import compare_options, run_compare
+from observatory.engines.arms import parse_arms
 from observatory.engines.gpus import gpu_count
 from observatory.faults import FAULTS as FAULT_REGISTRY
 from observatory.faults.repairs import CPU_REPAIRS, ENGINE_BUGS, REPAIRS
@@ -58,7 +60,7 @@ from observatory.judge.verdict import SessionVerdict, arm_role
 from observatory.model.arms import preset_config
 from observatory.model.errors import ObservatoryError
 from observatory.model.read_model import ArmView, Reason, SessionView
-from observatory.model.roles import AA_COPY, FAULT, SPEC
+from observatory.model.roles import AA_COPY, FAULT, SPEC, VARIANT
 from observatory.report.data import build
 
 DEFAULT_ARM = "mtp1"
@@ -76,6 +78,8 @@ ISSUE_ITEMS = {
     "spec_penalty_skip": "28.1", "spec_bad_words_skip": "28.1", "usage_overcount": "28.2", "logprob_shift": "28.2",
     "logprob_row": "28.3", "seed_ignored": "28.4", "n_seed_shared": "28.4", "sdk_object": "28.7",
     "preempt_poison": "28.5a", "wake_broken_drafter": "28.5b", "length_decay": "28.5c", "lossy_synthetic": "28.6",
+    "limit_neighbour": "49.1", "abort_stale": "49.2", "stream_top_copy": "49.3", "stream_args_drop": "49.3",
+    "min_tokens_short": "49.6",
 }
 # Issue 28 item 6's negative control (nightly and deep): not a fault of the plugin but a configuration, the
 # spec arm launched with vLLM's synthetic acceptance (drafts accepted with a preset probability, the target
@@ -216,7 +220,7 @@ def selftest_findings(data: SessionView) -> dict[str, Any]:
     the session (`observatory.model.roles`); cleanliness from the one verdict policy.
     """
     verdict = data.verdict
-    findings: dict[str, Any] = {"faults": {}, "aa": None, "clean": None, "shipped": None}
+    findings: dict[str, Any] = {"faults": {}, "aa": None, "clean": None, "shipped": None, "variants": []}
     specs = [a for a in data.arms if arm_role(a) == SPEC and not a.copy_of and not is_lossy_control(a)]
     repaired = next((a for a in specs if repairs_of(a)), None)
     shipped = next((a for a in specs if not repairs_of(a)), None) if repaired else None
@@ -253,6 +257,10 @@ def selftest_findings(data: SessionView) -> dict[str, Any]:
             bad = _failures(arm, verdict)
             findings["aa"] = {"arm": arm.name, "status": arm.status, "failures": bad,
                               "clean": arm.status == "ok" and not bad}
+        elif role == VARIANT:  # a channel's control arm (stream_fields' chunked-stream base): clean as the others
+            bad = _failures(arm, verdict)
+            findings["variants"].append({"arm": arm.name, "status": arm.status, "failures": bad,
+                                         "clean": arm.status == "ok" and not bad})
     return findings
 
 
@@ -335,7 +343,10 @@ def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: boo
         for fault, arm in zip(expected, arms[len(arms) - len(faults):]):
             plan.add_row(fault, ISSUE_ITEMS.get(fault, "-"), str(expected[fault]), Text(arm))
         Console().print(plan)
-        click.echo(f"controls: {', '.join(arms[:len(arms) - len(faults)])} (repairs: {', '.join(repairs) or 'none'})")
+        added = [a.name for a in with_controls(resolve_channels(kw.get("profile"), kw.get("channels")),
+                                               parse_arms(",".join(arms), None, lossy))[len(arms):]]
+        click.echo(f"controls: {', '.join([*arms[:len(arms) - len(faults)], *added])} (repairs: "
+                   f"{', '.join(repairs) or 'none'})")
         return 0
     store, session_id, interrupted = run_compare(kw)
     if interrupted:
@@ -356,7 +367,9 @@ def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: boo
                       Text(r["caught_by"]), Text(r["outcome"], style=style))
     console.print(table)
     spec = findings["clean"]
-    for label, control in (("A/A control", findings["aa"]), ("clean spec control", spec)):
+    controls = [("A/A control", findings["aa"]), ("clean spec control", spec),
+                *[("channel control", v) for v in findings["variants"]]]
+    for label, control in controls:
         clean = bool(control and control["clean"])
         ok &= clean
         line = f"{label} {control['arm'] if control else '-'}: " + ("clean" if clean else f"NOT clean: {control}")
