@@ -95,8 +95,21 @@ def test_plan_places_every_case_around_the_natural_stop() -> None:
     assert [got[f"min_tokens:{s}"]["min_tokens"] for s in ("-1", "0", "+1")] == [4, 5, 6]  # type: ignore[index]
     assert got["stop_id:-1"] == {"stop_token_ids": [13]} and got["stop_id:0"] == {"stop_token_ids": [14]}
     assert got["stop_id:+1"] == {"stop_token_ids": [20], "ignore_eos": True, "max_tokens": 9}
-    assert got["stop_str:0"] == {"stop": ["w14"]} and got["stop_str:+1"]["stop"] == ["w20"]  # type: ignore[index]
+    assert got["stop_str:0"] == {"stop": [" w14"]} and got["stop_str:+1"]["stop"] == [" w20"]  # type: ignore[index]
     assert stop_bounds.derive((CONTENT, [], "length"), None, "min_tokens:+1") is None  # no natural stop
+
+
+def test_a_stop_lands_where_it_fires_first() -> None:
+    """An id or a string that occurs earlier in the answer would stop it there: "at" is then not sent, "one
+    below" moves to the nearest position where it fires first, and a longer string is taken where one token's
+    text recurs."""
+    ids = [10, 16, 11, 16, 12, 16, EOS]  # "." (16) recurs; L = 6
+    texts = [" a", ".", " b", ".", " c", ".", ""]
+    natural = (ids, texts, "stop")
+    assert stop_bounds.derive(natural, None, "stop_id:0") is None  # 16 at L - 1 occurs at 1 first
+    assert stop_bounds.derive(natural, None, "stop_id:-1") == {"stop_token_ids": [12]}  # L - 2
+    assert stop_bounds.derive(natural, None, "stop_str:0") == {"stop": [" c."]}
+    assert stop_bounds.stop_string_at(texts, [5]) == (5, " c.")
 
 
 def test_clean_arms_pass_and_every_rule_holds(store: Store) -> None:

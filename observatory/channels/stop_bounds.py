@@ -15,9 +15,14 @@ only, where such a fault never fires). For a few suite probes without tools
   on EOS itself, one past it);
 - ``min_tokens`` at L - 1, L, L + 1 (``max_tokens`` n + `ROOM`): at L + 1 the
   EOS the model wants at position L must be masked;
-- ``stop_token_ids`` and ``stop`` (a string) on the token at L - 2 ("one
-  below"), at L - 1 (the last before the natural stop) and, with
-  ``ignore_eos``, at L + 1 of ``past_eos`` (one past the natural stop).
+- ``stop_token_ids`` and ``stop`` (a string) that fire on the token at
+  L - 2 ("one below"; L - 3 or L - 4 where that id or text occurs earlier),
+  at L - 1 (the last before the natural stop) and, with ``ignore_eos``, at
+  L + 1 or L + 2 of ``past_eos`` (past the natural stop). A stop fires at
+  its first occurrence, so an id is taken only where it does not occur
+  before, and a string is the shortest text of 1 to 4 tokens ending on the
+  position whose first occurrence ends there (`stop_id_at`,
+  `stop_string_at`): where none exists the case is not sent.
 
 Each request after the first two is derived from the arm's own ``natural`` and
 ``past_eos`` answers (`derive`); the judge derives them again from the stored
@@ -79,42 +84,66 @@ def plan(suite: list[Probe]) -> list[Probe]:
             for p in _pick(suite) for c in (*REFERENCES, *CASES)]
 
 
-def _stoppable(text: str) -> str | None:
-    s = text.strip()
-    return s if s and "\ufffd" not in s else None
+def stop_id_at(ids: list[int], positions: list[int]) -> int | None:
+    """The first of POSITIONS whose id does not occur before it (a stop id fires at its first occurrence)."""
+    return next((q for q in positions if 0 <= q < len(ids) and ids[q] not in ids[:q]), None)
+
+
+def stop_string_at(texts: list[str], positions: list[int]) -> tuple[int, str] | None:
+    """The first of POSITIONS where a stop string completes: the shortest text of 1 to 4 tokens ending there
+    whose first occurrence in the answer ends inside that token (so the stop fires exactly on it)."""
+    for q in positions:
+        if not 0 <= q < len(texts):
+            continue
+        before, upto = "".join(texts[:q]), "".join(texts[:q + 1])
+        for start in range(q, max(q - 4, -1), -1):
+            s = "".join(texts[start:q + 1])
+            if s.strip() and "\ufffd" not in s and upto.find(s) + len(s) > len(before):
+                return q, s
+    return None
 
 
 def derive(natural: tuple[list[int], list[str], str | None], past: tuple[list[int], list[str]] | None,
            case: str) -> dict[str, Any] | None:
     """The parameters of CASE made from the ``natural`` answer (ids, per-token texts, finish_reason) and the
-    ``past_eos`` answer (ids, texts); None where the answers leave no such boundary."""
+    ``past_eos`` answer (ids, texts); None where the answers leave no such boundary.
+
+    A stop lands where it fires first: an id that occurs earlier in the answer, or a string found earlier,
+    would stop it there instead; so "one below" takes the nearest of L - 2 .. L - 4 where it fires first,
+    "at" L - 1 only, "one above" the first of L + 1, L + 2 of ``past_eos``."""
     ids, texts, why = natural
     n = len(ids)
     if case == "natural":
         return {}
     if case == "past_eos":
         return {"ignore_eos": True, "max_tokens": n + PAST} if why == "stop" and n >= 1 else None
+    if why != "stop" or n < 3:  # no natural stop (cut by max_tokens): nothing to place around it
+        return None
     kind, _, at = case.partition(":")
     step = int(at)
     if kind == "max_tokens":
-        return {"max_tokens": n + step} if n + step >= 1 else None
-    if why != "stop" or n < 3:  # no natural stop (cut by max_tokens): nothing to place around it
-        return None
+        return {"max_tokens": n + step}
     last = n - 1  # L: the tokens before EOS
     if kind == "min_tokens":
         return {"min_tokens": last + step, "max_tokens": n + ROOM}
-    if step < 1:
-        pos, source, extra = last - 1 + step, (ids, texts), {}
+    extra: dict[str, Any] = {}
+    if step < 0:
+        where, source = [last - 2, last - 3, last - 4], (ids, texts)
+    elif step == 0:
+        where, source = [last - 1], (ids, texts)
     else:
-        if past is None or len(past[0]) <= last + 1:
+        if past is None:
             return None
-        pos, source, extra = last + 1, past, {"ignore_eos": True, "max_tokens": n + PAST}
+        # the natural stop's own token (EOS) stays in the ids with EOS ignored, but not in the text
+        texts_past = [t if i != last else "" for i, t in enumerate(past[1])]
+        where, source, extra = [last + 1, last + 2], (past[0], texts_past), {"ignore_eos": True, "max_tokens": n + PAST}
     if kind == "stop_id":
-        return {"stop_token_ids": [source[0][pos]], **extra}
+        q = stop_id_at(source[0], where)
+        return None if q is None else {"stop_token_ids": [source[0][q]], **extra}
     if len(source[1]) != len(source[0]):
         return None
-    s = _stoppable(source[1][pos])
-    return {"stop": [s], **extra} if s is not None else None
+    found = stop_string_at(source[1], where)
+    return None if found is None else {"stop": [found[1]], **extra}
 
 
 def request(probe: Probe, params: dict[str, Any]) -> Probe:
@@ -279,9 +308,12 @@ def judge(view: ChannelView) -> list[Verdict]:
             if probe.meta["case"] in REFERENCES:
                 continue
             r, b = mine.get(probe.name), ref.get(probe.name)
+            p_mine, p_base = params_of(mine, probe), params_of(ref, probe)
+            if r is None and b is None and p_mine is None and p_base is None:
+                continue  # no such boundary on either arm (the answer did not stop by itself): nothing sent
             if arm.id == base.id:
                 b = None  # base against itself: its rules only
-            row, level, what = _row(probe, r, b, params_of(mine, probe), params_of(ref, probe), copies)
+            row, level, what = _row(probe, r, b, p_mine, p_base, copies)
             table.append(row)
             if level:
                 found[level].append(what or probe.name)
