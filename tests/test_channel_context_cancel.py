@@ -57,9 +57,9 @@ def _context(store: Store, arms: list[str], corrupt: str | None = None, overrun:
 
 
 def test_context_limit_plan_has_neighbours_at_their_budget_and_boundary_requests() -> None:
-    """Three neighbours (max_tokens 64, 63, 62, EOS ignored), room:1..3 and fill boundary requests."""
+    """Three neighbours (max_tokens 256, 255, 254, EOS ignored), room:1..3 and fill boundary requests."""
     probes = context_limit.plan(SUITE)
-    assert [p.max_tokens for p in probes] == [64, 63, 62, 1, 2, 3, context_limit.FILL]
+    assert [p.max_tokens for p in probes] == [256, 255, 254, 1, 2, 3, context_limit.FILL]
     assert all(p.sampling == {"ignore_eos": True} for p in probes)
     b = context_limit.boundary_prompt(probes[3], 100, [1, 2], [9])
     assert len(b.prompt) == 99  # type: ignore[arg-type]
@@ -98,7 +98,7 @@ def _cancel(store: Store, arms: list[str], stale: str | None = None, uncut: str 
             if p.meta.get("victim"):
                 seq = p.meta["sequence"]
                 if seq == cancel.ALONE:
-                    result(store, arm, pids[p.name], "cancel", [1] * 96, [" x"] * 96)
+                    result(store, arm, pids[p.name], "cancel", [1] * 256, [" x"] * 256)
                     continue
                 n = 1 + cancel.SEQUENCES.index(seq)
                 row = result(store, arm, pids[p.name], "cancel", [1, 1], [" x", " x"], repeat=n, finish=None)

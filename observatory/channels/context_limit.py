@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 NAME = "context_limit"
 NEIGHBOURS = 3
-NEIGHBOUR_TOKENS = 64  # the neighbours' max_tokens: 64, 63, 62 (EOS ignored)
+NEIGHBOUR_TOKENS = 256  # the neighbours' max_tokens: 256, 255, 254 (EOS ignored): in flight while the boundary runs
 ROOMS = (1, 2, 3)  # free positions the room:F prompts leave (fewer than k + 1 for every k >= F)
 FILL = 16  # the fill request's prompt is this many tokens short of the limit; it generates up to it
 ROUNDS = 2
@@ -226,8 +226,10 @@ def judge_boundary(view: ChannelView) -> list[Verdict]:
         fails: list[str] = []
         warns: list[str] = []
         for key, r in sorted(mine.items()):
+            usage = r.usage or {}
             row: dict[str, Any] = {"request": key[0].split("/", 1)[1], "how": key[1], "finish": r.finish_reason,
-                                   "usage": {k: (r.usage or {}).get(k) for k in ("prompt_tokens", "completion_tokens")}}
+                                   "prompt_tokens": usage.get("prompt_tokens"),
+                                   "completion_tokens": usage.get("completion_tokens")}
             b = ref.get(key)
             broken = limit_rules(r, limit) if r.ok else []
             if not r.ok:
