@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from observatory.faults import FAULTS, field_edges, parse_faults, patches
+from observatory.commands.selftest import resolve_repairs
+from observatory.faults import FAULTS, field_edges, parse_faults, patches, repairs
 
 
 def _outs(tokens: dict[str, list[int]]) -> list[SimpleNamespace]:
@@ -96,3 +97,16 @@ def test_one_short_lowers_each_min_tokens_by_one() -> None:
     """min_tokens_short: the processor's entries (min_tokens, outputs, stop ids, structured) one lower."""
     entries: dict[int, tuple[Any, ...]] = {0: (5, [1, 2], {0}, False), 3: (0, [], {0}, False)}
     assert field_edges.one_short(entries) == {0: (4, [1, 2], {0}, False), 3: (0, [], {0}, False)}
+
+
+def test_the_min_tokens_bonus_repair_masks_the_bonus_row_from_its_own_position() -> None:
+    """The repair of the engine bug stop_bounds found: a request's bonus row keeps the stop tokens masked only
+    while its committed output plus the step's drafts is below min_tokens (entries (min_tokens, outputs, ...))."""
+    min_toks = {0: (27, [0] * 26, {2}, False), 1: (27, [0] * 25, {2}, False), 2: (10, [0] * 3, {2}, False)}
+    drafts = [[5], [5], [5, 6]]
+    # row 0: 26 + 1 = 27, not below 27: unmasked (the bug masked it); row 1: 25 + 1 < 27: masked; row 2 masked
+    assert repairs.bonus_rows([0, 1, 2, 3], min_toks, drafts) == [False, True, True, True]
+    assert repairs.bonus_rows([0], min_toks, None) == [True]
+    assert "min_tokens_bonus" in repairs.CPU_REPAIRS and repairs.ENGINE_BUGS["min_tokens_bonus"].breaks == (
+        "stop_bounds",)
+    assert resolve_repairs("auto", ["stop_bounds"], n_gpus=0) == ("min_tokens_bonus",)

@@ -91,6 +91,11 @@ def test_repairs_auto_is_the_cpu_builds_on_a_host_without_gpus() -> None:
         resolve_repairs("nope", [], n_gpus=0)
 
 
+# the nightly's repairs on a CPU host: the float-expand bug (sampling, seeds, params) and min_tokens' bonus row
+# (stop_bounds)
+REPAIRED = "repair=cpu_expand+repair=min_tokens_bonus"
+
+
 def _found(caught_by: dict[str, int] | None = None, channels: list[str] | None = None,
            status: str = "ok") -> dict[str, Any]:
     return {"arm": "f", "status": status, "caught_by": caught_by or {}, "channels": channels or [], "drafts": 9}
@@ -181,8 +186,8 @@ def test_the_command_prints_the_item_of_each_fault_and_the_shipped_arms_bugs(mon
     r = CliRunner().invoke(st.selftest, ["--profile", "nightly", "--faults", "seed_ignored,sdk_object"],
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    assert seen["arms"] == ("base,base,mtp1,mtp1+repair=cpu_expand,mtp1+repair=cpu_expand+fault=seed_ignored,"
-                            "mtp1+repair=cpu_expand+fault=sdk_object")
+    fixed = "mtp1+repair=cpu_expand+repair=min_tokens_bonus"  # the nightly's stop_bounds needs the second repair
+    assert seen["arms"] == f"base,base,mtp1,{fixed},{fixed}+fault=seed_ignored,{fixed}+fault=sdk_object"
     assert seen["suite"] is None  # nightly: its bundled model's suite (the field suite)
     for text in ("issue item", "28.4", "28.7", "channel seeds", "CAUGHT", "engine bug cpu_expand",
                  "1 FAIL(s) from known engine bugs, 0 unexplained"):
@@ -221,6 +226,7 @@ def test_list_prints_the_plan_and_launches_nothing(monkeypatch: pytest.MonkeyPat
     assert r.exit_code == 0, r.output
     for fault, (item, catcher) in ISSUE_28.items():
         line = next(x for x in r.output.splitlines() if f" {fault} " in x)
-        arm = "spec+repair=cpu_expand" if fault == st.LOSSY else f"mtp1+repair=cpu_expand+fault={fault}"
+        arm = (f"spec+{REPAIRED}" if fault == st.LOSSY else f"mtp1+{REPAIRED}+fault={fault}")
         assert item in line and str(catcher) in line and arm in line
-    assert "controls: base, base, mtp1, mtp1+repair=cpu_expand (repairs: cpu_expand)" in r.output
+    assert (f"controls: base, base, mtp1, mtp1+{REPAIRED}, base+stream_interval=2 (repairs: cpu_expand, "
+            "min_tokens_bonus)") in r.output

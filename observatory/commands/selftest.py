@@ -368,7 +368,7 @@ def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: boo
     console.print(table)
     spec = findings["clean"]
     controls = [("A/A control", findings["aa"]), ("clean spec control", spec),
-                *[("channel control", v) for v in findings["variants"]]]
+                *[("channel control", v) for v in findings.get("variants", [])]]
     for label, control in controls:
         clean = bool(control and control["clean"])
         ok &= clean

