@@ -21,7 +21,7 @@ from observatory.cli import cli
 pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 
 CHANNELS = ("context_limit", "cancel", "stream_fields", "stop_bounds")
-CLEAN = "mtp1+repair=cpu_expand"
+CLEAN = "mtp1+repair=cpu_expand+repair=min_tokens_bonus"  # both CPU bugs repaired (docs/engines.md)
 CAUGHT_BY = {"limit_neighbour": "context_limit", "abort_stale": "cancel", "stream_top_copy": "stream_fields",
              "stream_args_drop": "stream_fields", "min_tokens_short": "stop_bounds"}
 CONTROL = "base+stream_interval=2"
