@@ -383,7 +383,7 @@ class EngineClient:
 
     def run_cut(self, probe: Probe, chunks: int | None = None, within_s: float | None = None,
                 request_id: str | None = None) -> Response:
-        """Send PROBE and hang up mid-answer on purpose: streamed, once CHUNKS chunks that carried a choice came
+        """Send PROBE and hang up mid-answer on purpose: streamed, once CHUNKS chunks that carried tokens came
         (a client that disconnects); whole, WITHIN_S seconds after sending (a client that times out). The
         Response holds what came before the cut, with error_kind "cancelled"; an answer that ended before the
         cut is returned as it is (ok: nothing was cut)."""
@@ -511,11 +511,24 @@ class EngineClient:
             resp.close()
 
 
+def carries_tokens(obj: Any) -> bool:
+    """Whether a streamed event carries generated tokens (text, content or logprob entries), not only a role or
+    usage."""
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if not choices or not isinstance(choices[0], dict):
+        return False
+    choice = choices[0]
+    lp = choice.get("logprobs")
+    delta = choice.get("delta") or {}
+    return bool((isinstance(lp, dict) and (lp.get("content") or lp.get("tokens"))) or choice.get("text")
+                or (isinstance(delta, dict) and (delta.get("content") or delta.get("tool_calls"))))
+
+
 def _until(stream: Any, chunks: int, state: dict[str, int]) -> Any:
-    """STREAM's (ms, event) pairs up to the CHUNKS-th event that carries a choice (STATE["seen"]: how many came)."""
+    """STREAM's (ms, event) pairs up to the CHUNKS-th event that carries tokens (STATE["seen"]: how many came)."""
     for ms, obj in stream:
         yield ms, obj
-        if obj.get("choices"):
+        if carries_tokens(obj):
             state["seen"] += 1
             if state["seen"] >= chunks:
                 return
