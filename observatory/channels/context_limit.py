@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -142,17 +141,10 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
 
 def _round(client: EngineClient, neighbours: list[Probe], bounds: list[Probe], delay: float) -> list[Response]:
     """The neighbours at once; DELAY seconds later the boundary requests at once; every answer, in order."""
-    go = threading.Event()
-
-    def later(p: Probe) -> Response:
-        go.wait(delay + 5.0)
-        return _send(client, p)
-
     with ThreadPoolExecutor(max_workers=len(neighbours) + len(bounds)) as ex:
         first = [ex.submit(_send, client, p) for p in neighbours]
         time.sleep(delay)
-        go.set()
-        second = [ex.submit(later, p) for p in bounds]
+        second = [ex.submit(_send, client, p) for p in bounds]
         return [f.result() for f in [*first, *second]]
 
 
