@@ -11,7 +11,7 @@ from typing import Any
 
 from sse_stub import SseStub, chunked, sse
 
-from observatory.client.send import EngineClient, carries_tokens
+from observatory.client.send import EngineClient, tokens_in
 from observatory.model.probes import Probe
 
 CHAT = Probe("c", "x", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
@@ -27,11 +27,11 @@ def _tokens(req: dict[str, Any]) -> list[bytes]:
     return chunked([sse([role, *toks, end])])
 
 
-def test_a_stream_is_cut_after_n_chunks_that_carry_tokens() -> None:
-    """The role chunk does not count: cut after 2 is after two tokens; the answer says it was cut on purpose."""
+def test_a_stream_is_cut_after_n_tokens() -> None:
+    """The role chunk carries none: a cut after 2 tokens keeps two; the answer says it was cut on purpose."""
     with SseStub({"/v1/chat/completions": _tokens}) as stub:
         client = EngineClient(stub.url, timeout=10)
-        r = client.run_cut(CHAT, chunks=2, request_id="mine-1")
+        r = client.run_cut(CHAT, tokens=2, request_id="mine-1")
         whole = client.run(CHAT, request_id="mine-2")
         client.close()
     assert r.error_kind == "cancelled" and (r.error or "").startswith("cancelled") and r.token_ids == [10, 11]
@@ -40,10 +40,10 @@ def test_a_stream_is_cut_after_n_chunks_that_carry_tokens() -> None:
 
 
 def test_an_answer_that_ends_before_the_cut_is_kept_as_it_is() -> None:
-    """Cut after 9 chunks of a 5-token answer: nothing was cut, the answer is ok."""
+    """A cut after 9 tokens of a 5-token answer: nothing was cut, the answer is ok."""
     with SseStub({"/v1/chat/completions": _tokens}) as stub:
         client = EngineClient(stub.url, timeout=10)
-        r = client.run_cut(CHAT, chunks=9)
+        r = client.run_cut(CHAT, tokens=9)
         client.close()
     assert r.ok and r.token_ids == [10, 11, 12, 13, 14]
 
@@ -61,10 +61,11 @@ def test_a_whole_request_is_given_up_after_its_time() -> None:
     assert r.error_kind == "cancelled" and 0.25 < took < 1.5, (r.error, took)
 
 
-def test_carries_tokens_reads_content_text_and_logprobs_not_roles() -> None:
-    """What counts as a chunk that carried tokens."""
-    assert not carries_tokens({"choices": [{"delta": {"role": "assistant"}}]})
-    assert not carries_tokens({"usage": {"completion_tokens": 3}, "choices": []})
-    assert carries_tokens({"choices": [{"text": "a"}]})
-    assert carries_tokens({"choices": [{"delta": {"content": "a"}}]})
-    assert carries_tokens({"choices": [{"delta": {}, "logprobs": {"content": [{"token": "token_id:2"}]}}]})
+def test_tokens_in_counts_logprob_entries_and_no_roles() -> None:
+    """How many tokens a streamed event carried: its logprob entries (a merged chunk carries several)."""
+    assert tokens_in({"choices": [{"delta": {"role": "assistant"}}]}) == 0
+    assert tokens_in({"usage": {"completion_tokens": 3}, "choices": []}) == 0
+    assert tokens_in({"choices": [{"text": "a"}]}) == 1
+    assert tokens_in({"choices": [{"delta": {"content": "a"}}]}) == 1
+    assert tokens_in({"choices": [{"delta": {}, "logprobs": {"content": [{"token": "token_id:2"}] * 3}}]}) == 3
+    assert tokens_in({"choices": [{"text": "ab", "logprobs": {"tokens": ["token_id:1", "token_id:2"]}}]}) == 2

