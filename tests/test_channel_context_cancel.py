@@ -34,13 +34,13 @@ def _view(store: Store, sid: int, name: str, probes: list[Probe], pids: dict[str
 
 
 def _context(store: Store, arms: list[str], corrupt: str | None = None, overrun: str | None = None) -> dict[str, Any]:
-    """Every arm answers alone and in 2 rounds; CORRUPT's neighbours differ in the rounds (limit_neighbour);
+    """Every arm answers alone and in 3 rounds; CORRUPT's neighbours differ in the rounds (limit_neighbour);
     OVERRUN's boundary answers run one token past the limit."""
     probes = context_limit.plan(SUITE)
     sid, arm_rows, pids = session(store, probes, arms, options={"channels": ["context_limit"]})
     for name, arm in arm_rows.items():
         store.update(ArmRow, arm.id, launch={**arm.launch, "channel_facts": {"context_limit": {"max_model_len": LIMIT}}})
-        for repeat, conc in ((0, 1), (1, len(probes)), (2, len(probes))):
+        for repeat, conc in ((0, 1), *((r, len(probes)) for r in range(1, context_limit.ROUNDS + 1))):
             for p in probes:
                 room = p.meta.get("room") or p.meta.get("fill")
                 n = p.max_tokens + (1 if overrun == name and room else 0)

@@ -21,9 +21,10 @@ exact; the limit is the arm's served ``max_model_len``, /v1/models):
   fewer free positions than k + 1 for any k >= F) and ``fill`` (a prompt
   `FILL` tokens short of the limit, generating up to it);
 - each request alone first, then `ROUNDS` rounds: the neighbours at once,
-  and once they are a quarter through (of their own duration alone on this
-  arm) every boundary request at once, so the boundary requests' prefill and
-  last steps fall inside the neighbours' speculative steps.
+  and once they are `START_AT` through (0.15, 0.35, 0.55 of their own median
+  duration alone on this arm) every boundary request at once, so the
+  boundary requests' prefill and last steps fall inside the neighbours'
+  speculative steps.
 
 Verdicts:
 - ``context_limit``: every request, alone or in a round, diffed against
@@ -67,8 +68,11 @@ NEIGHBOURS = 3
 NEIGHBOUR_TOKENS = 256  # the neighbours' max_tokens: 256, 255, 254 (EOS ignored): in flight while the boundary runs
 ROOMS = (1, 2, 3)  # free positions the room:F prompts leave (fewer than k + 1 for every k >= F)
 FILL = 16  # the fill request's prompt is this many tokens short of the limit; it generates up to it
-ROUNDS = 2
-START_AT = 0.25  # the boundary requests start this far (of the neighbours' own duration alone) into a round
+# each round's boundary requests start this far into it (a share of the neighbours' own median duration alone):
+# how far the neighbours have got when a boundary request's prefill lands depends on the engine's scheduling
+# and the host's load; in the first fault session only the second of two rounds at 0.25 changed a neighbour
+START_AT = (0.15, 0.35, 0.55)
+ROUNDS = len(START_AT)
 QUESTION = "\nQuestion: name the three primary colours, one per line.\nAnswer:"
 FILLER = " The quick brown fox jumps over the lazy dog."
 ALONE = "alone"
@@ -103,7 +107,7 @@ def _send(client: EngineClient, p: Probe) -> Response:
 
 
 def measure(run: LiveArm, probes: list[Probe]) -> None:
-    """Each request alone, then ROUNDS rounds: the neighbours, and the boundary requests a quarter into them."""
+    """Each request alone, then ROUNDS rounds: the neighbours, and the boundary requests START_AT into them."""
     client = run.client
     assert client is not None
     limit = served_facts(client).get("max_model_len")
@@ -127,10 +131,10 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
             return
         if p in neighbours and resp.duration_ms:
             took.append(resp.duration_ms / 1000.0)
-    delay = START_AT * statistics.median(took) if took else 0.0
-    for round_ in range(ROUNDS):
+    alone = statistics.median(took) if took else 0.0
+    for round_, share in enumerate(START_AT):
         run.reporter.step(run.arm, f"{NAME} rounds", round_, ROUNDS)
-        resps = _round(client, neighbours, [sent[p.name] for p in bounds], delay)
+        resps = _round(client, neighbours, [sent[p.name] for p in bounds], share * alone)
         for p, resp in zip([*neighbours, *bounds], resps):
             run.store_result(p, resp, NAME, repeat=round_ + 1, concurrency=len(probes))
         for resp in resps:
@@ -279,5 +283,5 @@ CHANNEL = Channel(
     judge=judge,
     faults=("limit_neighbour",),
     options={"neighbours": NEIGHBOURS, "neighbour_tokens": NEIGHBOUR_TOKENS, "rooms": list(ROOMS), "fill": FILL,
-             "rounds": ROUNDS, "start_at": START_AT},
+             "rounds": ROUNDS, "start_at": list(START_AT)},
 )
