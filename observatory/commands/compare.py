@@ -70,6 +70,10 @@ def compare_options(f: Callable[..., Any] | None = None, *,
         click.option("--aa-copy/--no-aa-copy", "aa_copy", default=True, show_default=True,
                      help="nightly profile: add an A/A copy of each base arm unless --arms has one (the noise "
                           "floor speed and history need; one more arm to launch and time)."),
+        click.option("--channel-controls/--no-channel-controls", "channel_controls", default=True,
+                     show_default=True,
+                     help="Add the control arms the channels run need (stream_fields: base streaming k + 1 "
+                          "tokens per chunk, base+stream_interval=N; one more arm to launch)."),
         click.option("--concurrency", default="1", show_default=True, help="Throughput levels, e.g. 1,4,16."),
         click.option("--repeat", type=int, default=1, show_default=True, help="Repeats of the timed runs."),
         click.option("--health-timeout", type=float, default=900.0, show_default=True,

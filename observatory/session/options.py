@@ -66,6 +66,9 @@ class SessionPlan:
     # nightly profile: an A/A copy of each base arm is added unless --arms has one (--no-aa-copy: never).
     # Plans stored before this field existed ran without one: from_stored reads them as False.
     aa_copy: bool = True
+    # the channels' control arms (stream_fields' chunked-stream base) are added when they run, unless
+    # --no-channel-controls; plans stored before this field existed ran without them: from_stored reads False
+    channel_controls: bool = True
     channels: str | None = None  # a comma list of channels, over the profile's
     tool_parser: str = "hermes"  # vLLM --tool-call-parser of launched arms ("none": off); an arm's own wins
     reasoning_parser: str | None = None  # vLLM --reasoning-parser of launched arms ("none" or None: off)
@@ -111,6 +114,7 @@ class SessionPlan:
                                        f"{hints[key]}; it cannot be resumed. Start a new session.")
         values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         values.setdefault("aa_copy", False)  # as such sessions ran: no arm added
+        values.setdefault("channel_controls", False)
         return cls(**values)
 
     def refuse_conflicts(self, given: Mapping[str, tuple[str, Any]], session_id: int) -> SessionPlan:

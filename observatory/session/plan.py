@@ -128,7 +128,8 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     if plan.aa_copy and (plan.profile or "quick") in ("nightly", "deep"):
         arm_list = with_aa_copies(arm_list)
     channel_names = resolve_channels(plan.profile, plan.channels)
-    arm_list = with_controls(channel_names, arm_list)  # a channel's control arms (stream_fields' chunked base)
+    if plan.channel_controls:  # a channel's control arms (stream_fields' chunked-stream base)
+        arm_list = with_controls(channel_names, arm_list)
     check_stream_intervals(arm_list)
     adapter_for(plan.engine)  # validates the name
     if plan.engine.lower() != DEFAULT_ENGINE and any(a.url is None for a in arm_list):
