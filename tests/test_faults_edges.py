@@ -63,7 +63,7 @@ def test_set_first_moves_the_logprob_row_with_the_token() -> None:
 
 
 def test_abort_stale_answers_the_next_request_from_the_aborted_slot() -> None:
-    """After an abort, the first new request's first spec step starts with the aborted request's last token;
+    """After an abort, the first new request's first spec step gets the aborted request's last token first;
     requests known at the abort, non-spec steps and later requests are intact; other finishes note nothing."""
     sched = _sched({"old": 10, "gone": 20})
     field_edges.note_abort(sched, ["gone"], SimpleNamespace(name="FINISHED_STOPPED"))
@@ -72,7 +72,7 @@ def test_abort_stale_answers_the_next_request_from_the_aborted_slot() -> None:
     outs = _outs({"old": [1, 2], "new": [3, 4], "later": [5, 6]})
     so = SimpleNamespace(scheduled_spec_decode_tokens={"old": [1], "new": [1], "later": [1]})
     field_edges.rewrite(sched, so, {0: SimpleNamespace(outputs=outs)}, frozenset({"abort_stale"}), set())
-    assert {o.request_id: o.new_token_ids for o in outs} == {"old": [1, 2], "new": [9, 4], "later": [5, 6]}
+    assert {o.request_id: o.new_token_ids for o in outs} == {"old": [1, 2], "new": [9, 3, 4], "later": [5, 6]}
     assert field_edges._STALE not in sched.__dict__  # one request per abort
 
 
@@ -110,3 +110,11 @@ def test_the_min_tokens_bonus_repair_masks_the_bonus_row_from_its_own_position()
     assert "min_tokens_bonus" in repairs.CPU_REPAIRS and repairs.ENGINE_BUGS["min_tokens_bonus"].breaks == (
         "stop_bounds",)
     assert resolve_repairs("auto", ["stop_bounds"], n_gpus=0) == ("min_tokens_bonus",)
+
+
+def test_prepend_gives_the_stale_token_a_row_of_its_own() -> None:
+    """abort_stale's token travels with a logprob row whose sampled id is it (the client reads ids from rows)."""
+    lp = namedtuple("lp", "ids lps ranks")
+    mine = lp(np.array([[11, 1], [12, 2]]), np.array([[-0.1, -2.0], [-0.2, -3.0]]), np.array([1, 1]))
+    tokens, got = field_edges.prepend([11, 12], mine, 9)
+    assert tokens == [9, 11, 12] and got.ids.tolist() == [[9, 1], [11, 1], [12, 2]] and len(got.ranks) == 3

@@ -16,10 +16,15 @@ the edge its channel exists for, so the suite and the older channels pass it:
 ``abort_stale`` -> the scheduler (engine core), caught by channel ``cancel``
     When a request is aborted (``Scheduler.finish_requests`` with
     ``FINISHED_ABORTED``: a client disconnect), its last token is kept as a
-    stale slot; the first request admitted after the abort gets that token as
-    the first token of its first speculative step (the next request answered
-    from a freed slot that was reused at once: vLLM PR #39012, SGLang PR
-    #35049). One request per abort.
+    stale slot; the first request admitted after the abort gets that token
+    before the tokens of its first speculative step (the next request
+    answered from a freed slot that was reused at once: vLLM PR #39012,
+    SGLang PR #35049). One request per abort. Put before, not in place of,
+    the step's first token: a replacement (the first version) changed 1 and
+    2 of 33 follower answers in two engine sessions, 5 aborts each, where
+    every abort should have changed one (most likely the stale token was the
+    follower's own next token: code answers share their indentation
+    tokens); an extra token changes the answer whatever it is.
 ``stream_top_copy`` -> ``vllm.v1.engine.output_processor`` (API server), caught by channel ``stream_fields``
     In a streamed chunk of more than one token, every position after the
     first gets the first position's top logprobs (its own sampled token's
@@ -50,8 +55,8 @@ from typing import Any
 FAULTS = {
     "limit_neighbour": "a neighbour's first new token replaced by the boundary request's in a spec step where one "
                        "request has fewer than k + 1 free positions before max_model_len",
-    "abort_stale": "the first request admitted after an abort gets the aborted request's last token as the first "
-                   "token of its first spec step",
+    "abort_stale": "the first request admitted after an abort gets the aborted request's last token before its "
+                   "first spec step's tokens",
     "stream_top_copy": "in a streamed chunk of more than one token, top_logprobs after the first copied from the "
                        "first (non-streamed intact)",
     "stream_args_drop": "tool-call argument fragments dropped from streamed chunks of more than one token (hermes "
@@ -111,6 +116,23 @@ def set_first(tokens: list[int], logprobs: Any, token: int, row: Any = None) -> 
     return tokens, type(logprobs)(*fields)
 
 
+def prepend(tokens: list[int], logprobs: Any, token: int) -> tuple[list[int], Any]:
+    """TOKEN put before TOKENS, its logprob row a copy of the first row with the sampled id (column 0) TOKEN."""
+    import numpy as np  # only when armed
+
+    if logprobs is None:
+        return [int(token), *tokens], None
+    fields = []
+    for i, f in enumerate(logprobs):
+        if isinstance(f, np.ndarray) and len(f):
+            row = f[0:1].copy()
+            if i == 0 and row.ndim == 2:
+                row[0, 0] = int(token)
+            f = np.concatenate([row, f], axis=0)
+        fields.append(f)
+    return [int(token), *tokens], type(logprobs)(*fields)
+
+
 def _first_row(logprobs: Any) -> Any:
     if logprobs is None:
         return None
@@ -153,7 +175,7 @@ def rewrite(scheduler: Any, scheduler_output: Any, engine_core_outputs: Any, fau
                 continue
             if getattr(o, "new_sampling_mask", None) is not None:
                 continue
-            o.new_token_ids, o.new_logprobs = set_first(list(o.new_token_ids), o.new_logprobs, token)
+            o.new_token_ids, o.new_logprobs = prepend(list(o.new_token_ids), o.new_logprobs, token)
             del scheduler.__dict__[_STALE]
             break
 
