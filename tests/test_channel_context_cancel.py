@@ -88,7 +88,8 @@ def test_a_boundary_answer_past_the_limit_fails_by_rule(store: Store) -> None:
     assert v.verdict == "FAIL" and "past max_model_len 1024" in v.reason
 
 
-def _cancel(store: Store, arms: list[str], stale: str | None = None, uncut: str | None = None) -> dict[str, Any]:
+def _cancel(store: Store, arms: list[str], stale: str | None = None, uncut: str | None = None,
+            unseen: str | None = None) -> dict[str, Any]:
     """Every arm's followers answer as alone; STALE's first follower after each cut starts with a stale token."""
     probes = cancel.plan(SUITE)
     sid, arm_rows, pids = session(store, probes, arms, options={"channels": ["cancel"]})
@@ -102,6 +103,7 @@ def _cancel(store: Store, arms: list[str], stale: str | None = None, uncut: str 
                     continue
                 n = 1 + cancel.SEQUENCES.index(seq)
                 row = result(store, arm, pids[p.name], "cancel", [1, 1], [" x", " x"], repeat=n, finish=None)
+                store.update(type(row), row.id, usage={cancel.ENGINE_ABORTS: 0 if unseen == name else 1})
                 if uncut != name:
                     store.update(type(row), row.id, ok=False, error="cancelled: the client hung up, on purpose")
         for n in range(len(cancel.SEQUENCES) + 1):
@@ -137,3 +139,10 @@ def test_a_victim_not_cut_is_not_exercised(store: Store) -> None:
     got = _cancel(store, ["base", "mtp1"], uncut="mtp1")
     assert got[("mtp1", "cancel:cuts")].verdict == "SKIP"
     assert "not exercised" in got[("mtp1", "cancel:cuts")].reason
+
+
+def test_a_cut_the_engine_counted_no_abort_for_is_not_exercised(tmp_path: Path) -> None:
+    """The client hung up, but the engine's abort count did not move (it finished the answer first): SKIP."""
+    got = _cancel(Store(str(tmp_path / "u.db")), ["base", "mtp1"], unseen="mtp1")
+    v = got[("mtp1", "cancel:cuts")]
+    assert v.verdict == "SKIP" and "counted no abort" in str(v.details["table"])

@@ -24,14 +24,19 @@ each of `SEQUENCES`:
   the first follower reuses that id, the other two share one new id;
 
 and right after the cut the followers at once (wave 1), then once more one
-at a time (wave 2: admitted after the abort for sure).
+at a time (wave 2: admitted after the abort for sure). The engine's count of
+aborted requests (its adapter's ``aborted_from_metrics``: vLLM's
+``vllm:request_success_total{finished_reason="abort"}``) is read before the
+cut and after the sequence and stored with the victim's answer: a cut the
+engine never saw (it finished the answer first) exercised nothing.
 
 Verdicts: ``cancel``: every follower answer diffed against base's answer at
 the same place of the same sequence (pairs.py: token ids with the near-tie
 rule; WARN not attributable where base's own answer there differs from its
 alone answer, or an A/A copy differs). ``cancel:cuts``: which cuts happened
-mid-answer on the arm (a victim that ended before its cut did not exercise
-the sequence: "not exercised", never a PASS).
+mid-answer on the arm and were aborted by the engine (a victim that ended
+before its cut, or that the engine finished without counting an abort, did
+not exercise the sequence: "not exercised", never a PASS).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ TIMEOUT_SHARE = 0.3  # the timed-out victim is given up after this share of its 
 SEQUENCES = (*(f"cut:{n}" for n in CUTS), "timeout", "reuse")
 ALONE = "alone"
 WAVES = ("at once", "one by one")
+ENGINE_ABORTS = "engine_aborts"  # stored with a victim's answer: the aborts the engine counted in its sequence
 
 
 def plan(suite: list[Probe]) -> list[Probe]:
@@ -117,12 +123,12 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
         run.reporter.step(run.arm, NAME, n - 1, len(SEQUENCES))
         victim_id, follower_ids = _ids(sequence)
         p = victims[sequence]
+        aborted = client.aborted()
         if sequence == "timeout":
             cut = client.run_cut(p, within_s=TIMEOUT_SHARE * took)
         else:
             tokens = REUSE_CUT if sequence == "reuse" else int(sequence.split(":")[1])
             cut = client.run_cut(p, tokens=tokens, request_id=victim_id)
-        run.store_result(p, cut, NAME, repeat=n)
         with ThreadPoolExecutor(max_workers=len(followers)) as ex:
             wave = list(ex.map(lambda fi: _send(client, *fi), zip(followers, follower_ids)))
         for f, resp in zip(followers, wave):
@@ -131,10 +137,18 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
             run.check_alive(resp)
         for f, rid in zip(followers, follower_ids):
             if not run.live:
-                return
+                break
             resp = _send(client, f, rid)
             run.store_result(f, resp, NAME, repeat=n, concurrency=1)
             run.check_alive(resp)
+        after = client.aborted()
+        # the requests the engine counted as aborted meanwhile: the victim's abort, or none where the engine
+        # finished it before it saw the client go (None: the engine counts none)
+        cut.usage = {**cut.usage, ENGINE_ABORTS: after - aborted if after is not None and aborted is not None
+                     else None}
+        run.store_result(p, cut, NAME, repeat=n)
+        if not run.live:
+            return
 
 
 # -- judging ---------------------------------------------------------------------------------------------------
@@ -178,10 +192,16 @@ def judge_cuts(view: ChannelView) -> list[Verdict]:
             if not p.meta.get("victim") or p.meta["sequence"] == ALONE:
                 continue
             cut = (r.error or "").startswith("cancelled")
+            aborts = (r.usage or {}).get(ENGINE_ABORTS)
+            if not cut:
+                result = f"not exercised: {r.error}" if r.error else "not exercised: the answer ended before the cut"
+            elif aborts == 0:
+                cut, result = False, "not exercised: the engine counted no abort (it finished the answer first)"
+            else:
+                result = ("cut mid-answer, aborted by the engine" if aborts else
+                          "cut mid-answer (the engine counts no aborts: not confirmed)")
             rows.append({"sequence": p.meta["sequence"], "cut": "yes" if cut else "no",
-                         "tokens_before": len(r.token_ids or []),
-                         "result": "cut mid-answer" if cut else (f"not exercised: {r.error}" if r.error else
-                                                                 "not exercised: the answer ended before the cut")})
+                         "tokens_before": len(r.token_ids or []), "engine_aborts": aborts, "result": result})
         done = [row for row in rows if row["cut"] == "yes"]
         details = {"table": rows}
         if not rows:
@@ -191,8 +211,8 @@ def judge_cuts(view: ChannelView) -> list[Verdict]:
             out.append(view.verdict(arm, SKIP, f"not exercised: {missed} (the victim was not cut mid-answer); "
                                     f"{len(done)} of {len(rows)} cut", details, part="cuts"))
         else:
-            out.append(view.verdict(arm, PASS, f"all {len(rows)} victims cut mid-answer (the answers after them "
-                                    "are judged in cancel)", details, part="cuts"))
+            out.append(view.verdict(arm, PASS, f"all {len(rows)} victims cut mid-answer and aborted (the answers "
+                                    "after them are judged in cancel)", details, part="cuts"))
     return out
 
 
