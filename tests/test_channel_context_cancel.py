@@ -99,7 +99,7 @@ def _cancel(store: Store, arms: list[str], stale: str | None = None, uncut: str 
             if p.meta.get("victim"):
                 seq = p.meta["sequence"]
                 if seq == cancel.ALONE:
-                    result(store, arm, pids[p.name], "cancel", [1] * 256, [" x"] * 256)
+                    result(store, arm, pids[p.name], "cancel", [1] * 768, [" x"] * 768)
                     continue
                 n = 1 + cancel.SEQUENCES.index(seq)
                 row = result(store, arm, pids[p.name], "cancel", [1, 1], [" x", " x"], repeat=n, finish=None)

@@ -62,7 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
 NAME = "cancel"
 FOLLOWERS = 3
 FOLLOWER_TOKENS = 24
-VICTIM_TOKENS = 256  # long enough to be cut mid-answer by every cut, the timeout included
+VICTIM_TOKENS = 768  # long enough that the engine is still writing it when the client hangs up (below)
 CUTS = (1, 4, 16)
 REUSE_CUT = 4
 TIMEOUT_SHARE = 0.3  # the timed-out victim is given up after this share of its duration alone
