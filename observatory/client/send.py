@@ -298,19 +298,6 @@ class EngineClient:
         found = self.adapter.counters_from_metrics(r.text, self._model)
         return self._watch.check(found.plain() if found is not None else not_reported(), r.text, self._model)
 
-    def aborted(self) -> int | None:
-        """How many requests the engine has counted as aborted (its adapter reads /metrics); None: not
-        reported, or /metrics not read."""
-        read = getattr(self.adapter, "aborted_from_metrics", None)
-        if read is None:
-            return None
-        try:
-            r = self.fetch("/metrics", 30.0, limit=MAX_METRICS_BYTES)
-        except httpx.HTTPError:
-            return None
-        got = read(r.text, self._model) if r.status_code == 200 else None
-        return got if isinstance(got, int) else None
-
     # -- detokenising ----------------------------------------------------
     def _post_json(self, path: str, body: dict[str, Any]) -> Any:
         r = self.fetch(path, self._left(10.0), body)

@@ -21,7 +21,6 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from observatory.engines.metrics import parse_aborted
 from observatory.engines.spec_counters import EngineCounters
 from observatory.model.errors import ObservatoryError
 from observatory.model.plugins import ENGINES, Plugin, discover
@@ -124,10 +123,6 @@ class EngineAdapter(Protocol):
     def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
         """Per-request counters from a response body or final stream chunk; None if absent."""
 
-    def aborted_from_metrics(self, text: str, model: str | None = None) -> int | None:
-        """Requests the engine has counted as aborted, from /metrics text (optional, `Dialect` gives vLLM's;
-        None: it counts none)."""
-
 
 Post = Callable[[str, dict[str, Any]], Any]  # POST a JSON body to a URL, return the decoded answer
 
@@ -211,10 +206,6 @@ class Dialect:
         got = post("/detokenize", {"model": model, "tokens": ids})
         return str(got.get("prompt", "")) if isinstance(got, dict) else None
 
-    def aborted_from_metrics(self, text: str, model: str | None = None) -> int | None:
-        """vLLM's ``vllm:request_success_total{finished_reason="abort"}``."""
-        return parse_aborted(text, "vllm:", model)
-
 
 class OwnServer(Dialect):
     """An engine the observatory launches from its own module's functions, never in a serving image: the
@@ -224,10 +215,6 @@ class OwnServer(Dialect):
     runs_in_images = False
     request_id_field: str | None = None  # not verified on these engines: the channels say "not exercised"
     stream_interval_flag: str | None = None
-
-    def aborted_from_metrics(self, text: str, model: str | None = None) -> int | None:
-        """Not verified on these engines: none."""
-        return None
     launch: staticmethod[[Arm, EngineSettings, int], list[str]]
     presets: staticmethod[[str], tuple[bool, dict[str, Any] | None]]
 

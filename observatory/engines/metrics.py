@@ -284,17 +284,6 @@ def parse_preemptions(text: str, prefix: str = "vllm:", model: str | None = None
     return parse_total(text, "num_preemptions", prefix, model)
 
 
-def parse_aborted(text: str, prefix: str = "vllm:", model: str | None = None) -> int | None:
-    """Requests the engine finished as aborted (vLLM ``vllm:request_success_total{finished_reason="abort"}``: a
-    client gone mid-answer); None when the engine counts none."""
-    family = f"{prefix}request_success"
-    lines = [line for line in text.splitlines()
-             if family in line and (line.startswith("#") or 'finished_reason="abort"' in line)]
-    if not any(not line.startswith("#") for line in lines):
-        return None
-    return parse_total("\n".join(lines) + "\n", "request_success", prefix, model)
-
-
 def parse_total(text: str, name: str, prefix: str = "vllm:", model: str | None = None) -> int | None:
     """One counter family's total (``PREFIX NAME[_total]``, summed over its labels) in a Prometheus text;
     None when absent or not a usable count."""
