@@ -34,11 +34,11 @@ CROSS_SESSION) is a SKIP saying why, never a PASS.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 from observatory.judge.precision import detectable_words
+from observatory.judge.stats import binom_upper
 from observatory.model.errors import ObservatoryError
 
 # Defaults when the user set no threshold: breaches WARN.
@@ -198,25 +198,13 @@ def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: di
     return _entry("ttft_ratio", "PASS", f"{text} <= {thr:g}x", ratio, thr)
 
 
-def upper_bound(k: int, n: int, confidence: float = DEAD_CONFIDENCE) -> float:
-    """The one-sided Clopper-Pearson upper bound on a rate with K successes in N trials (N > 0)."""
-    if k >= n:
-        return 1.0
-    lo, hi = k / n, 1.0
-    for _ in range(60):  # bisection on P(X <= k | p) = 1 - confidence
-        mid = (lo + hi) / 2
-        tail = sum(math.comb(n, j) * mid ** j * (1 - mid) ** (n - j) for j in range(k + 1))
-        lo, hi = (mid, hi) if tail > 1 - confidence else (lo, mid)
-    return hi
-
-
 def _dead(acc: dict[str, Any]) -> float | None:
-    """The upper bound on alpha (`upper_bound`) where it lies below `DEAD_DRAFTER_ALPHA`: the drafter is dead
+    """The one-sided upper bound on alpha (`stats.binom_upper`) where it lies below `DEAD_DRAFTER_ALPHA`: the drafter is dead
     beyond doubt; None otherwise (or where the counts are not reported)."""
     k, n = acc.get("accepted"), acc.get("draft_tokens")
     if not isinstance(k, int) or not isinstance(n, int) or n <= 0 or k < 0:
         return None
-    ub = upper_bound(k, n)
+    ub = binom_upper(k, n, DEAD_CONFIDENCE)
     return ub if ub < DEAD_DRAFTER_ALPHA else None
 
 

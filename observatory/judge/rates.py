@@ -27,7 +27,8 @@ binomial with p = n / (n + n0) under equal rates; one-sided):
 2. the same platform's clean history in this store (earlier sessions, same
    engine and version, dtype, platform and GPU, arms of the same kind:
    spec arms against spec arms, A/A copies against A/A copies), counting
-   only arm-nights whose own rate was within its control;
+   only arm-nights whose own rate was within its control or had none (a
+   night found in excess is kept out);
 3. the documented platform bound (``PLATFORM_RATES``: measured clean rates
    per engine, platform and dtype, with where they were measured).
 
@@ -49,11 +50,11 @@ at most 8 such tests, a false WARN in at most 0.8% of clean nights.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from observatory.judge.stats import binom_sf
 from observatory.model.numerics import NEAR_TIE_NATS
 from observatory.model.vocabulary import FAIL, PASS, TOKEN_DIFF, WARN
 
@@ -108,23 +109,55 @@ def is_event(row: Any, cls: str) -> bool:
     return row.gate in CLASSES[cls] and (row.details or {}).get("kind") == "near_tie"
 
 
+def channel_table(row: Any) -> list[dict[str, Any]] | None:
+    """A channel verdict's per-request table where its requests were diffed against base's with their
+    opportunities counted (observatory.channels.pairs), else None."""
+    table = (row.details or {}).get("table") if row.probe_id is None else None
+    if not isinstance(table, list) or not any(isinstance(t, dict) and OPPORTUNITIES in t for t in table):
+        return None
+    return [t for t in table if isinstance(t, dict)]
+
+
+NOT_ATTRIBUTABLE = "not attributable"  # a channel row's kind where base itself varies there (channels/pairs.py)
+
+
+def events_only(table: list[dict[str, Any]]) -> str | None:
+    """Whether a channel table's non-PASS rows are all events within a control: near-tie flips (the arm's rate
+    weighs them) or divergences where base itself varies ("not attributable": the control shows the same);
+    "near_tie" where some are near-ties, "base_varies" where all are base's own noise, None otherwise."""
+    bad = [t for t in table if t.get("verdict") not in (PASS, "NOT_MEASURABLE")]
+    if not bad:
+        return None
+    kinds = {"near_tie" if t.get("kind") == "near_tie" else
+             "base_varies" if str(t.get("kind") or "").startswith(NOT_ATTRIBUTABLE) else "other" for t in bad}
+    if "other" in kinds or any(t.get("verdict") == FAIL for t in bad):
+        return None
+    return "near_tie" if "near_tie" in kinds else "base_varies"
+
+
 def count_of(rows: Iterable[Any], cls: str) -> Count:
-    """CLS's events and opportunities over one arm's verdict rows."""
+    """CLS's events and opportunities over one arm's verdict rows (for NEAR_TIE, its channels' diffs too)."""
     k = n = 0
     for r in rows:
         if r.gate in CLASSES[cls]:
             k += int((r.details or {}).get("kind") == "near_tie")
             n += int((r.details or {}).get(OPPORTUNITIES) or 0)
+        elif cls == NEAR_TIE and (table := channel_table(r)) is not None:
+            k += sum(1 for t in table if t.get("kind") == "near_tie")
+            n += sum(int(t.get(OPPORTUNITIES) or 0) for t in table)
     return Count(k, n, "this arm")
 
 
 def history_counts(history: Iterable[Any], cls: str, kind: str, platform: dict[str, Any]) -> list[Count]:
     """The clean history of CLS on PLATFORM, pooled: earlier arm-nights' rate rows of the same kind of arm on the
-    same engine, version, platform, dtype and GPU whose own rate was within its control (PASS)."""
+    same engine, version, platform, dtype and GPU whose own rate was within its control (PASS) or had no control."""
     k = n = nights = 0
     for r in history:
         d = r.details or {}
-        if r.gate != f"{RATE_GATE}:{cls}" or r.verdict != PASS or d.get("kind") != kind or d.get("platform") != platform:
+        # a night weighed against a control and found in excess is kept out; one with no control at all is the
+        # platform's record all the same (else a platform with no A/A copy and no bound would never have history)
+        clean = r.verdict == PASS or d.get("no_control")
+        if r.gate != f"{RATE_GATE}:{cls}" or not clean or d.get("kind") != kind or d.get("platform") != platform:
             continue
         k, n, nights = k + int(d.get("k") or 0), n + int(d.get("n") or 0), nights + 1
     return [Count(k, n, f"{nights} clean earlier arm-nights of this platform")] if n else []
@@ -152,8 +185,7 @@ def conditional_p(k: int, n: int, k0: int, n0: int) -> float:
     n / (n + n0)). 1.0 where k is 0 or either side has no opportunity."""
     if k <= 0 or n <= 0 or n0 <= 0:
         return 1.0
-    total, p = k + k0, n / (n + n0)
-    return min(1.0, sum(math.comb(total, j) * p ** j * (1 - p) ** (total - j) for j in range(k, total + 1)))
+    return binom_sf(k, k + k0, n / (n + n0))
 
 
 @dataclass(frozen=True)

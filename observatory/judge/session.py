@@ -303,9 +303,23 @@ class _Judge:
                 self.arm_rows(arm, stream)
             self.timed_rows(arm)
             self.restart_rows(arm)
-        self.rate_rows()
         self.channel_rows()
+        self.rate_rows()  # after the channels: their diffs against base count toward each arm's rate
         return self.rows
+
+    @staticmethod
+    def channel_events(rows: list[VerdictRow], weighed: bool) -> list[VerdictRow]:
+        """A channel's WARN whose requests differ from base only at near-tie flips or where base itself varies
+        (`rates.events_only`) becomes a NOTE: base's own variation is its control, and the flips count toward
+        the arm's near-tie rate (WEIGHED: that rate has a control; without one the flips stay a WARN)."""
+        out = []
+        for r in rows:
+            table = rates.channel_table(r)
+            what = rates.events_only(table) if table is not None and r.verdict == WARN else None
+            if what == "base_varies" or (what == "near_tie" and weighed):
+                out.append(_override(r, NOTE, "near-tie flips counted in the arm's near-tie rate, or requests where "
+                                              "base itself varies (the control shows the same)"))
+        return out
 
     def restart_rows(self, arm: ArmRow) -> None:
         """An engine that died (or hung) mid-arm and was restarted (observatory.session.measure `ArmRun.restart`):
@@ -350,6 +364,7 @@ class _Judge:
             if kind is None:
                 continue
             here = self.platform(arm)
+            weighed = False  # whether the arm's near-tie flips have a control (its channels' flips then NOTEs)
             for cls, what in rates.CLASSES_SHOWN.items():
                 mine = counts[(arm.id, cls)]
                 if mine.n == 0 and mine.k == 0:
@@ -363,6 +378,7 @@ class _Judge:
                 judged = rates.judge_rate(mine, controls, what)
                 events = [r for r in by_arm.get(arm.id, []) if rates.is_event(r, cls)]
                 if not judged.details.get("no_control"):
+                    weighed = weighed or cls == rates.NEAR_TIE
                     for r in events:
                         _override(r, NOTE, f"a {what[:-1]} within the arm's rate row {rates.RATE_GATE}:{cls}")
                 self.rows.append(VerdictRow(
@@ -370,6 +386,7 @@ class _Judge:
                     gate_version="judge", verdict=judged.verdict, reason=judged.reason,
                     details={**judged.details, "kind": kind, "platform": here, "events": len(events),
                              "assigned_by": "judge"}))
+            self.channel_events(by_arm.get(arm.id, []), weighed)
 
     def channel_rows(self) -> None:
         """Each field channel the session ran judges its own results (through CHANNELS, from the layer above)."""
@@ -398,8 +415,14 @@ class _Judge:
                 continue
             got, said = len(r.token_ids or []), (r.usage or {}).get("completion_tokens")
             of = f"{got} of {said if said is not None else 'an unknown number of'} token ids"
+            ref = self.by_arm[self.base.id].get("stream", {}).get(pid) if self.base is not None else None
             if withheld and full_sequence(modes, pid) is not None:
                 verdict, reason = "SKIP", f"not measurable: the stream carried {of}; {dialect.stream_ids_note}"
+            elif arm is not self.base and ref is not None and ref.ok and not tokens_complete(ref):
+                # base's own stream of this probe withheld ids too: the engine's (its parser), not this arm's
+                verdict, reason = NOTE, (f"the stream carried {of}; base's stream of this probe withheld ids too "
+                                         "(the engine's, its control shows the same); token diffs use the "
+                                         "non-streamed response, or the text")
             else:
                 verdict, reason = WARN, (f"the stream carried {of} (the engine withheld them); token diffs use the "
                                          "non-streamed response, or the text")
