@@ -8,19 +8,16 @@ near-ties at several times the control's rate is red.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_report import make_session
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_report import make_session  # noqa: E402
-
-from observatory.judge import rates  # noqa: E402
-from observatory.judge.rates import Count, conditional_p, count_of, events_only, judge_rate  # noqa: E402
-from observatory.report.data import build  # noqa: E402
-from observatory.store.session_store import Store  # noqa: E402
+from observatory.judge import rates
+from observatory.judge.rates import Count, conditional_p, count_of, events_only, judge_rate
+from observatory.report.data import build
+from observatory.store.session_store import Store
 
 
 def test_the_conditional_test_is_exact_and_one_sided() -> None:
