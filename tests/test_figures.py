@@ -447,7 +447,7 @@ def test_compare_checks_url_arms_and_stores_fail_on(tmp_path: Path) -> None:
     with StubServer("ok", max_model_len=4096) as a, StubServer("ok", max_model_len=32768) as b:
         r = CliRunner().invoke(cli, ["compare", "--arms", f"base={a.url},mtp1={b.url}", "--suite", str(suite),
                                      "--db", str(db), "--quiet", "--fail-on", "speedup<0.9"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 2, r.output  # compare exits as gate does: the stub speculates nothing, INVALID
     store = Store(str(db))
     session = store.session()
     assert session.options["fail_on"] == {"speedup": 0.9}
@@ -521,7 +521,7 @@ def test_arms_file_sets_fail_on_and_the_flag_wins(tmp_path: Path) -> None:
         with StubServer("ok") as a, StubServer("ok") as b:
             r = CliRunner().invoke(cli, ["compare", "--arms", f"base={a.url},fast={b.url}", "--arms-file", str(arms),
                                          "--suite", str(suite), "--db", str(db), "--quiet", *extra])
-        assert r.exit_code == 0, r.output
+        assert r.exit_code == 2, r.output  # as gate: a stub spec arm that speculates nothing is INVALID
         assert Store(str(db)).session().options["fail_on"] == want
     arms.write_text("fail_on = 3\n")
     r = CliRunner().invoke(cli, ["compare", "--arms", "base", "--arms-file", str(arms), "--db", str(tmp_path / "x.db")])

@@ -183,16 +183,33 @@ def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_
                   S, shown)
 
 
-def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: dict[str, float]) -> dict[str, Any]:
-    """Median TTFT of the spec arm over base's."""
+def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: dict[str, float],
+               vb: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Median TTFT of the spec arm over base's: base's blocks timed right before and after the arm where the
+    timing was bracketed (the larger of the two, so the host's drift cannot make the ratio), else base's own.
+
+    A breach needs the difference to exceed the client's own cost of a request too (`CLIENT_COST_S`): on the
+    2-core CPU host a clean spec arm's first token came 8 ms after base's (15 against 7 ms, 7 of 9 paired
+    nights of examples/cpu-fault-nights), a ratio of 2 that no user sees; the field case the check exists
+    for took 4.42 s against 0.44 s (docs/design.md section 1)."""
     thr, bad = _threshold("ttft_ratio", fail_on)
     if base_spd is None:
         return _entry("ttft_ratio", "SKIP", "no base arm in this session", None, thr)
     a, b = (spd.get("ttft_ms") or {}).get("median"), (base_spd.get("ttft_ms") or {}).get("median")
+    around = (vb or {}).get("ttft_ms") if (vb or {}).get("design") == "bracketed" else None
+    beside = [x for x in ((around or {}).get("before"), (around or {}).get("after")) if x]
+    if around and (around.get("arm") is not None) and beside:
+        a, b = around["arm"], max(beside)
+        where = "base before and after"
+    else:
+        where = "base"
     if a is None or not b:
         return _entry("ttft_ratio", "SKIP", "TTFT not measured on this arm or base", None, thr)
     ratio = a / b
-    text = f"TTFT {a:.0f} ms vs {b:.0f} ms on base: {ratio:.2f}x"
+    text = f"TTFT {a:.0f} ms vs {b:.0f} ms on {where}: {ratio:.2f}x"
+    if ratio > thr and (a - b) <= CLIENT_COST_S * 1000 and "ttft_ratio" not in fail_on:
+        return _entry("ttft_ratio", "PASS", f"{text} > {thr:g}x, but {a - b:.0f} ms apart: within the client's own "
+                      f"cost of a request (up to {CLIENT_COST_S * 1000:.0f} ms)", ratio, thr)
     if ratio > thr:
         return _entry("ttft_ratio", bad, f"{text} > {thr:g}x", ratio, thr)
     return _entry("ttft_ratio", "PASS", f"{text} <= {thr:g}x", ratio, thr)
@@ -341,7 +358,7 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
     else:
         against_base = [speedup_check(fig.get("vs_base"), floor, fail_on,
                                       [spd, base_fig["speed"] if base_fig else None], untrusted),
-                        ttft_check(spd, base_fig["speed"] if base_fig else None, fail_on)]
+                        ttft_check(spd, base_fig["speed"] if base_fig else None, fail_on, fig.get("vs_base"))]
     return [
         *against_base,
         # whether the speed figures above can be trusted (issue 29 items 3-4)
