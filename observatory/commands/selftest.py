@@ -67,7 +67,9 @@ FAULTS = ("accept_all", "ghost", "drop_bonus")
 DEFAULT_SUITE = "selftest"  # the quick profile's suite (tiny model); nightly runs its bundled model's suite
 # Faults of the suite's answer gates (issue 28 item 2), injected with the nightly profile: the gate that must
 # FAIL each one (gates/answer_fields.py; the fault module observatory/faults/field_answers.py)
-GATE_FAULTS = {"usage_overcount": "answer_identities", "logprob_shift": "answer_fields"}
+GATE_FAULTS = {"usage_overcount": "answer_identities", "logprob_shift": "answer_fields",
+               # issue 46 item 2: near-tie flips on the verify path only, judged as a rate (observatory.judge.rates)
+               "near_tie_flip": "rate:near_tie"}
 # The issue item each fault proves (issue 28 item 8: selftest lists which item caught which fault)
 ISSUE_ITEMS = {
     "accept_all": "7", "ghost": "7", "drop_bonus": "7",
@@ -76,6 +78,7 @@ ISSUE_ITEMS = {
     "spec_penalty_skip": "28.1", "spec_bad_words_skip": "28.1", "usage_overcount": "28.2", "logprob_shift": "28.2",
     "logprob_row": "28.3", "seed_ignored": "28.4", "n_seed_shared": "28.4", "sdk_object": "28.7",
     "preempt_poison": "28.5a", "wake_broken_drafter": "28.5b", "length_decay": "28.5c", "lossy_synthetic": "28.6",
+    "near_tie_flip": "46.2",
 }
 # Issue 28 item 6's negative control (nightly and deep): not a fault of the plugin but a configuration, the
 # spec arm launched with vLLM's synthetic acceptance (drafts accepted with a preset probability, the target

@@ -68,6 +68,7 @@ from collections.abc import Mapping
 
 from observatory.faults.field_answers import FAULTS as _ANSWERS
 from observatory.faults.field_conditions import FAULTS as _CONDITIONS
+from observatory.faults.field_numerics import FAULTS as _NUMERICS
 from observatory.faults.field_params import FAULTS as _PARAMS
 from observatory.faults.field_sdk import FAULTS as _SDK
 from observatory.faults.field_seeds import FAULTS as _SEEDS
@@ -108,6 +109,7 @@ FAULTS: dict[str, str] = {
     **_PARAMS,  # issue 28 item 1: spec_penalty_skip, spec_bad_words_skip (field_params: channel params)
     **_CONDITIONS,  # issue 28 item 5: preempt_poison, wake_broken_drafter, length_decay (field_conditions)
     **_SPEED,  # issue 29 item 5: slow_step (field_speed), caught by channel history
+    **_NUMERICS,  # issue 46 item 2: near_tie_flip (field_numerics), caught by the near-tie rate
 }
 
 # A child of vLLM's logger, so messages use vLLM's handler and format in every

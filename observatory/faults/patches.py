@@ -99,6 +99,7 @@ from observatory.faults import (
     conditions,
     field_answers,
     field_conditions,
+    field_numerics,
     field_params,
     field_sampling,
     field_sdk,
@@ -131,6 +132,7 @@ def _patch_v1_sampler(module: ModuleType, faults: frozenset[str]) -> None:
     if faults & field_params.FAULTS.keys():
         field_params.patch_v1_sampler(module, faults)
     field_speed.patch_v1(module, faults)  # slow_step
+    field_numerics.patch_v1(module, faults)  # near_tie_flip
     if "accept_all" not in faults:
         return
     orig = module.rejection_sample
@@ -294,7 +296,7 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
 # module -> (faults it serves, patch function)
 TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], None]]] = {
     V1_SAMPLER: (frozenset({"accept_all", "biased_accept", "seed_ignored", "logprob_row", *field_params.FAULTS,
-                            *field_speed.FAULTS}), _patch_v1_sampler),
+                            *field_speed.FAULTS, *field_numerics.FAULTS}), _patch_v1_sampler),
     V2_SAMPLER: (frozenset({"accept_all", *field_speed.FAULTS}), _patch_v2_sampler),
     SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL, *field_state.FIELD_FAULTS}),
                 _patch_scheduler),

@@ -16,6 +16,7 @@ ENV_VARS = {
     "OBSERVATORY_DEFAULT_MODEL": "folder of the embedded default model (default: the packaged tiny MTP model)",
     "OBSERVATORY_GPU_COUNT": "GPUs this host has, overriding detection (plans --parallel-arms waves)",
     "OBSERVATORY_FAULT": "set in an engine's environment (by selftest's +fault=F arms): the faults it injects",
+    "OBSERVATORY_NEAR_TIE_FLIP_FRACTION": "set in an engine's environment: the share of near-tie rows the near_tie_flip fault swaps on the verify path (default 0.5)",
     "OBSERVATORY_SLOW_STEP_FRACTION": "set in an engine's environment: how much slower the slow_step fault makes each spec step (default 0.05)",
     "OBSERVATORY_DRAFT_NOISE_FRACTION": "set in an engine's environment: the share of draft rows the draft_noise fault replaces (default 1)",
     "OBSERVATORY_REPAIR": "set in an engine's environment (an arms file's env): the engine repair it applies",
