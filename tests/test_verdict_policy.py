@@ -269,7 +269,7 @@ def test_stream_that_drops_a_word_fails_stream_integrity(tmp_path: Path) -> None
     with AnswerStub(fixed("the quick brown fox", [5, 6, 7, 8])) as base, AnswerStub(dropping) as spec:
         r = CliRunner().invoke(cli, ["compare", "--arms", f"base={base.url},base={spec.url}", "--suite", str(suite),
                                      "--db", str(tmp_path / "i.db"), "--quiet"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # compare exits as gate does: the stream integrity FAIL below
     data = json.loads(CliRunner().invoke(cli, ["show", "--db", str(tmp_path / "i.db"), "--json"]).output)
     copy = next(a for a in data["arms"] if a["name"] == "base#2")
     v = copy["results"][0]["verdicts"]["token_diff:nonstream"]

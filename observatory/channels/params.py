@@ -556,6 +556,9 @@ class _Finding:
     verdict: str
     why: str
     case: str
+    # an event a control weighs (observatory.judge.rates): "near_tie", or "not attributable: ..." where an A/A
+    # copy differs from base too; None for every other finding
+    kind: str | None = None
 
 
 def _self_checks(probe: Probe, rs: list[ResultRow], ref: ResultRow | None) -> list[str]:
@@ -655,12 +658,13 @@ def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: Ar
         # so base's margin there does not describe what it chose from (a penalty fault read as a near-tie)
         verdict, _ = diff(view, h[0], b[0])
         if verdict == "WARN":
-            return _Finding("WARN", f"{why}: a near-tie in base's logprobs there (token_diff's rule)", name)
+            return _Finding("WARN", f"{why}: a near-tie in base's logprobs there (token_diff's rule)", name, "near_tie")
     tie = _untouched_tie(view, probe, h[0], b[0])
     if tie is not None:
-        return _Finding("WARN", f"{why}: {tie}", name)
+        return _Finding("WARN", f"{why}: {tie}", name, "near_tie")
     if any(a.cases.get(name) and a.cases[name][0].ok and same_output(b[0], a.cases[name][0]) for a in aa):
-        return _Finding("WARN", f"{why}; an A/A copy differs from base too: not attributable", name)
+        return _Finding("WARN", f"{why}; an A/A copy differs from base too: not attributable", name,
+                        "not attributable: an A/A copy differs from base too")
     return _Finding("FAIL", why, name)
 
 
@@ -725,7 +729,8 @@ def judge(view: ChannelView) -> list[VerdictRow]:
         for param, probes in sorted(by_param.items()):
             found = [_judge_case(view, p, base, here, arm, is_base, aa) for p in probes]
             worst = max(found, key=lambda f: _RANK[f.verdict])
-            table = [{"case": f.case.split(":", 2)[-1], "verdict": f.verdict, "why": f.why} for f in found]
+            table = [{"case": f.case.split(":", 2)[-1], "verdict": f.verdict, "why": f.why,
+                      **({"kind": f.kind} if f.kind else {})} for f in found]
             lead = "; ".join(f"{f.case.split(':', 2)[-1]}: {f.why}" for f in found if f.verdict == worst.verdict)
             if worst.verdict == "WARN" and lead and "refuses" in worst.why:
                 lead += " (a regression of switching speculation on: a client that sends it breaks when MTP is on)"

@@ -225,7 +225,8 @@ def _dead(acc: dict[str, Any]) -> float | None:
     return ub if ub < DEAD_DRAFTER_ALPHA else None
 
 
-def acceptance_check(acc: dict[str, Any], by_level: dict[str, Any], fail_on: dict[str, float]) -> dict[str, Any]:
+def acceptance_check(acc: dict[str, Any], by_level: dict[str, Any], fail_on: dict[str, float],
+                     untrusted: str | None = None) -> dict[str, Any]:
     """The lowest alpha, arm-level or at one concurrency level, against the floor; a dead drafter FAILs by default.
 
     Dead: alpha's one-sided 99.9% upper bound below `DEAD_DRAFTER_ALPHA` (5%), the arm's or one concurrency
@@ -234,7 +235,8 @@ def acceptance_check(acc: dict[str, Any], by_level: dict[str, Any], fail_on: dic
     about 2x slower: BUGZOO "drafter broken after a lifecycle event"). Clean arms measured here accept 39-100%
     (docs/design.md 3.7), a weak n-gram drafter on prose 10% or more, so 5% with the bound taken over the arm's
     own draft count cannot be read off a clean arm: with 200 draft tokens a true 10% accepting 4 or fewer has
-    probability 1e-5.
+    probability 1e-5. On an arm whose figures cannot be trusted (UNTRUSTED: its INVALID validity code, e.g. blank
+    outputs from random weights) it is a WARN, as the speed floor is.
     """
     thr, bad = _threshold("acceptance", fail_on)
     seen = [("the arm", acc)] + [(f"concurrency {k}", v or {}) for k, v in by_level.items()]
@@ -242,6 +244,10 @@ def acceptance_check(acc: dict[str, Any], by_level: dict[str, Any], fail_on: dic
     if not known:
         return _entry("acceptance_floor", "SKIP", "acceptance not reported by the engine counters", None, thr)
     dead = [(w, a, ub) for w, a, full in known if (ub := _dead(full)) is not None]
+    if dead and untrusted:  # an arm whose figures cannot be trusted (INVALID, CONFOUNDED, ...): a WARN, as the speed floor
+        where, low, ub = min(dead, key=lambda d: d[2])
+        return _entry("acceptance_floor", "WARN", f"acceptance {low:.1%} at {where} < {DEAD_DRAFTER_ALPHA:.0%}: a dead "
+                      f"drafter, not a FAIL: arm {untrusted}: its figures cannot back one", low, DEAD_DRAFTER_ALPHA)
     if dead:
         where, low, ub = min(dead, key=lambda d: d[2])
         return _entry("acceptance_floor", "FAIL", f"acceptance {low:.1%} at {where} (at most {ub:.1%} at 99.9% "
@@ -363,7 +369,7 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
         *against_base,
         # whether the speed figures above can be trusted (issue 29 items 3-4)
         steady_check(fig, base_fig), clocks_check(fig, base_fig), graphs_check(fig, base_fig),
-        acceptance_check(acc, fig.get("by_concurrency") or {}, fail_on),
+        acceptance_check(acc, fig.get("by_concurrency") or {}, fail_on, untrusted),
         stream_tau_check(fig.get("stream_tau"), fig.get("stream_counter_tau"), bursty),
         token_count_check(spd.get("token_count") or {}),
     ]

@@ -56,7 +56,7 @@ from typing import Any
 
 from observatory.judge.stats import binom_sf
 from observatory.model.numerics import NEAR_TIE_NATS
-from observatory.model.vocabulary import FAIL, PASS, TOKEN_DIFF, WARN
+from observatory.model.vocabulary import FAIL, PASS, SKIP, TOKEN_DIFF, WARN
 
 # one-sided p below which an excess over the control is a WARN, and a large excess a FAIL
 WARN_P = 1e-3
@@ -110,10 +110,10 @@ def is_event(row: Any, cls: str) -> bool:
 
 
 def channel_table(row: Any) -> list[dict[str, Any]] | None:
-    """A channel verdict's per-request table where its requests were diffed against base's with their
-    opportunities counted (observatory.channels.pairs), else None."""
+    """A channel verdict's per-request table (observatory.channels.pairs, params: rows with a verdict and a kind),
+    else None."""
     table = (row.details or {}).get("table") if row.probe_id is None else None
-    if not isinstance(table, list) or not any(isinstance(t, dict) and OPPORTUNITIES in t for t in table):
+    if not isinstance(table, list) or not any(isinstance(t, dict) and "verdict" in t for t in table):
         return None
     return [t for t in table if isinstance(t, dict)]
 
@@ -125,7 +125,7 @@ def events_only(table: list[dict[str, Any]]) -> str | None:
     """Whether a channel table's non-PASS rows are all events within a control: near-tie flips (the arm's rate
     weighs them) or divergences where base itself varies ("not attributable": the control shows the same);
     "near_tie" where some are near-ties, "base_varies" where all are base's own noise, None otherwise."""
-    bad = [t for t in table if t.get("verdict") not in (PASS, "NOT_MEASURABLE")]
+    bad = [t for t in table if t.get("verdict") not in (PASS, SKIP, "NOT_MEASURABLE")]
     if not bad:
         return None
     kinds = {"near_tie" if t.get("kind") == "near_tie" else
@@ -143,8 +143,9 @@ def count_of(rows: Iterable[Any], cls: str) -> Count:
             k += int((r.details or {}).get("kind") == "near_tie")
             n += int((r.details or {}).get(OPPORTUNITIES) or 0)
         elif cls == NEAR_TIE and (table := channel_table(r)) is not None:
-            k += sum(1 for t in table if t.get("kind") == "near_tie")
-            n += sum(int(t.get(OPPORTUNITIES) or 0) for t in table)
+            counted = [t for t in table if OPPORTUNITIES in t]  # a flip counts where its opportunities were counted
+            k += sum(1 for t in counted if t.get("kind") == "near_tie")
+            n += sum(int(t.get(OPPORTUNITIES) or 0) for t in counted)
     return Count(k, n, "this arm")
 
 

@@ -311,9 +311,13 @@ class _Judge:
     def channel_events(rows: list[VerdictRow], weighed: bool) -> list[VerdictRow]:
         """A channel's WARN whose requests differ from base only at near-tie flips or where base itself varies
         (`rates.events_only`) becomes a NOTE: base's own variation is its control, and the flips count toward
-        the arm's near-tie rate (WEIGHED: that rate has a control; without one the flips stay a WARN)."""
+        the arm's near-tie rate (WEIGHED: that rate has a control; without one the flips stay a WARN). So does an
+        arm gate's WARN that near-ties explain (``event`` near_tie: `near_tie_coincidence`)."""
         out = []
         for r in rows:
+            if weighed and r.verdict == WARN and (r.details or {}).get("event") == rates.NEAR_TIE:
+                out.append(_override(r, NOTE, "explained by near-tie flips, which the arm's near-tie rate weighs"))
+                continue
             table = rates.channel_table(r)
             what = rates.events_only(table) if table is not None and r.verdict == WARN else None
             if what == "base_varies" or (what == "near_tie" and weighed):
@@ -657,6 +661,7 @@ class _Judge:
             if tie is not None:
                 row = _override(row, WARN, tie)
                 row.reason = f"{row.reason}; {tie}"
+                row.details = {**(row.details or {}), "event": rates.NEAR_TIE}  # weighed by the arm's rate
             elif gate.invalidates and row.verdict == FAIL:
                 row = _override(row, INVALID, f"{gate.name} failed: this arm's measurements cannot be trusted")
             self.rows.append(row)
