@@ -196,7 +196,9 @@ def show(file: str, fmt: str | None, max_tokens: int, as_json: bool, limit: int)
 @click.argument("file", type=click.Path(dir_okay=False))
 @format_option
 def check(file: str, fmt: str | None) -> None:
-    """Validate a suite (any supported format): exit 0 when every record loads, 1 when any is dropped.
+    """Validate a suite (any supported format): exit 0 when every record loads, 1 when any does not.
+
+    A request logged twice is kept once and does not fail the check.
 
     \b
     observatory suite check probes/generic.toml
@@ -205,7 +207,8 @@ def check(file: str, fmt: str | None) -> None:
     read = _read(file, fmt, DEFAULT_MAX_TOKENS)
     _echo(read.headline())
     _drops(read.dropped, read.notes, sys.maxsize)
-    verdict = FAIL if read.dropped else PASS
-    _echo(f"{verdict}: {len(read.probes)} probe(s) load" + (f", {len(read.dropped)} record(s) do not"
-                                                          if read.dropped else ""))
+    bad = [d for d in read.dropped if d.kind != "duplicate"]  # a request logged twice is kept once, not a fault
+    verdict = FAIL if bad else PASS
+    _echo(f"{verdict}: {len(read.probes)} probe(s) load" + (f", {len(bad)} record(s) do not" if bad else "")
+          + (f", {len(read.dropped) - len(bad)} duplicate(s) kept once" if len(read.dropped) > len(bad) else ""))
     sys.exit(EXIT[verdict])

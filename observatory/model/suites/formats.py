@@ -196,7 +196,7 @@ def _vllm_custom(v: dict[str, Any]) -> tuple[dict[str, Any], str | None, str | N
 
 def _spec_bench(v: dict[str, Any]) -> tuple[dict[str, Any], str | None, str | None]:
     turns = _list(v, "turns")
-    note = f"turns 2-{len(turns)} are not sent (vllm bench serve sends the first)" if len(turns) > 1 else None
+    note = f"{_turns(2, len(turns))} not sent (vllm bench serve sends the first)" if len(turns) > 1 else None
     return {"messages": [_user(turns[0], "turns[0]")]}, None, note
 
 
@@ -258,9 +258,13 @@ def _aiperf_multi(v: dict[str, Any]) -> tuple[dict[str, Any], str | None, str | 
         kept.pop()
     if not kept:
         raise Drop("malformed", "no user turn")
-    note = (f"turns {cut + 1}-{len(turns)} follow the server's live answers, which the file does not hold: the "
-            f"probe is the conversation up to turn {cut}") if cut is not None else None
+    note = (f"{_turns(cut + 1, len(turns))} not kept: AIPerf sends them after the server's live answers, which the "
+            f"file does not hold; the probe is the conversation up to turn {cut}") if cut is not None else None
     return {**fields, "messages": kept}, None, note
+
+
+def _turns(first: int, last: int) -> str:
+    return f"turn {first} is" if first == last else f"turns {first}-{last} are"
 
 
 def _aiperf_mooncake(v: dict[str, Any]) -> tuple[dict[str, Any], str | None, str | None]:

@@ -230,6 +230,7 @@ def _depth(text: str) -> int:
 
 
 _STRUCTURE = re.compile(rb'[\[\]{}",]')
+_OPENS = {b"]": b"[", b"}": b"{"}
 _IN_STRING = re.compile(rb'[\\"]')
 
 
@@ -249,6 +250,8 @@ def _array_elements(f: IO[bytes], limits: Limits, notes: list[str],
     total = index = 0
     depth = deepest = 0  # depth 1: inside the top array, between elements
     in_string = escape = started = False
+    stack: list[bytes] = []  # the open brackets of the current element (as deep as the limit lets it matter)
+    unchecked = 0
     element = bytearray()
     oversized = False
 
@@ -294,8 +297,20 @@ def _array_elements(f: IO[bytes], limits: Limits, notes: list[str],
             elif c in b"[{":
                 depth += 1
                 deepest = max(deepest, depth - 1)
+                if len(stack) < limits.depth + 2:
+                    stack.append(c)
+                else:
+                    unchecked += 1  # deeper than the limit: dropped as hostile, its brackets not matched
             elif c in b"]}" and depth > 1:
                 depth -= 1
+                if unchecked:
+                    unchecked -= 1
+                elif stack and stack.pop() != _OPENS[c]:  # "}" closing a "[": the array's structure is lost
+                    index += 1
+                    yield index, None, ("malformed", "a bracket closes what it did not open")
+                    notes.append(f"{path}: the JSON array is broken at record {index}: the records after it "
+                                 "cannot be told apart and are not read")
+                    return
             elif c == b"]" or (c == b"," and depth == 1):  # an element ends (the last one at the array's end)
                 keep(buf[start:m.start()])
                 start = pos
