@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from observatory.model.arms import load_arms_file
 from observatory.model.errors import ArmError, ProbeFileError
 from observatory.model.paths import PROBES_DIR, REPO_ROOT
 from observatory.model.probes import load_probe_file
+from observatory.model.tomlfile import tomllib
 
 SCHEMAS = {"probes": (probe_schema.SCHEMA_PATH, probe_schema.schema_text),
            "arms": (arms_schema.SCHEMA_PATH, arms_schema.schema_text)}

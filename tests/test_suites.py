@@ -231,7 +231,7 @@ def test_import_deduplicates_across_files_and_names_each_drop(tmp_path: Path) ->
     b.write_text(_records(7))
     got = import_logs([a, b])
     assert got.loadable == 7 and len(got.probes) == 7
-    assert [d.line() for d in got.dropped][0] == f"{b}:1: the same request as {a}:1"
+    assert next(d.line() for d in got.dropped) == f"{b}:1: the same request as {a}:1"
 
 
 def test_a_written_suite_reads_back_as_the_same_probes(tmp_path: Path) -> None:
@@ -267,7 +267,7 @@ def test_tricky_strings_survive_the_toml_writer(tmp_path: Path) -> None:
     log.write_text(json.dumps({"messages": [{"role": "user", "content": weird}], "logit_bias": {"1 2": -1.5},
                                "stop": ["\t", '"""']}) + "\n")
     (p,) = read_suite(log).probes
-    text, kept, _ = suite_toml([p], "w", "w")
+    text, _, _ = suite_toml([p], "w", "w")
     (tmp_path / "w.toml").write_text(text)
     (q,) = load_probe_file(tmp_path / "w.toml")
     assert q.messages == p.messages and q.sampling == p.sampling
