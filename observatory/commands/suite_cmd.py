@@ -180,9 +180,10 @@ def show(file: str, fmt: str | None, max_tokens: int, as_json: bool, limit: int)
     cats = Counter(p.category for p in read.probes)
     _echo("categories: " + ", ".join(f"{c} {n}" for c, n in sorted(cats.items())))
     sampled = sum(1 for p in read.probes if p.original.get("temperature"))
-    if sampled:
-        _echo(f"{sampled} request(s) were sent with temperature > 0: the correctness pass sends them greedily "
-              "(their own sampling fields are kept: docs/probes.md)")
+    unset = sum(1 for p in read.probes if p.original and "temperature" not in p.original)
+    if sampled or unset:
+        _echo(f"{sampled} request(s) set temperature > 0 and {unset} set none (the server's default applied): the "
+              "correctness pass sends every probe greedily; their own sampling fields are kept (docs/probes.md)")
     width = min(40, max((len(p.name) for p in read.probes[:limit]), default=4))
     for p in read.probes[:limit]:
         _echo(f"  {printable(p.name)[:width]:<{width}}  {p.category:<10} {p.kind:<10} max {p.max_tokens:<6} "

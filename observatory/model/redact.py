@@ -329,9 +329,18 @@ def _email_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# Where a credential could start (lower case): none in the text, nothing to scan word by word (most prompts).
+_KEY_HINTS = ("sk-", "akia", "asia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "xox", "aiza",
+              "glpat-", "k_live_", "k_test_", "eyj", "bearer", "key", "secret", "token", "passw", "pwd", "credential",
+              "auth")
+
+
 def _key_spans(text: str) -> list[tuple[int, int]]:
     """The [start, end) of every credential-shaped word, and of the word after a credential's name."""
     spans: list[tuple[int, int]] = []
+    lower = text.lower()
+    if not any(hint in lower for hint in _KEY_HINTS):
+        return spans
     previous: re.Match[str] | None = None
     for m in _WORD.finditer(text):
         word = m.group()

@@ -44,6 +44,7 @@ _PROMPT_KEYS = ("messages", "prompt", "tools", "tool_choice")
 _MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content"})
 # Control characters (terminal escapes among them), NUL and lone surrogates: never prompt text.
 _HOSTILE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_LETTERS = re.compile(r"[^\W\d_]")
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _CODE = re.compile(r"```|\bdef \w+\(|\bclass \w+[:(]|\bfunction\s*\w*\(|#include\b|\bimport \w+|;\s*$", re.M)
 
@@ -188,9 +189,9 @@ def _tool(t: Any, i: int) -> dict[str, Any]:
     return t
 
 
-def _refuse_hostile(value: Any, where: str = "") -> None:
+def _refuse_hostile(value: Any) -> None:
     """Drop a record any of whose strings (keys too) holds a control character, a NUL or a lone surrogate."""
-    todo: list[tuple[Any, str]] = [(value, where)]
+    todo: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
     while todo:
         v, at = todo.pop()
         if isinstance(v, str):
@@ -198,13 +199,27 @@ def _refuse_hostile(value: Any, where: str = "") -> None:
             if m is not None:
                 c = ord(m.group())
                 what = "a lone surrogate" if 0xD800 <= c <= 0xDFFF else "NUL" if c == 0 else "a control character"
-                raise Drop("hostile", f"{what} U+{c:04X} in {at or 'the request'}: refused (terminal escapes and "
-                                      "NULs are not prompt text)")
+                raise Drop("hostile", f"{what} U+{c:04X} in {_where(at)}: refused (terminal escapes and NULs are "
+                                      "not prompt text)")
         elif isinstance(v, dict):
-            todo.extend((k, f"{at}.{shown(k, 30)}".lstrip(".") + " (a key)") for k in v)
-            todo.extend((x, f"{at}.{shown(k, 30)}".lstrip(".")) for k, x in v.items())
+            for k, x in v.items():
+                todo.append((k, (*at, k, "(a key)")))
+                todo.append((x, (*at, k)))
         elif isinstance(v, list):
-            todo.extend((x, f"{at}[{i}]") for i, x in enumerate(v))
+            todo.extend((x, (*at, i)) for i, x in enumerate(v))
+
+
+def _where(at: tuple[Any, ...]) -> str:
+    """A path into the request as a user reads it (messages[0].content), its keys shown safely."""
+    out = ""
+    for part in at:
+        if part == "(a key)":
+            out += " (a key)"
+        elif isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{shown(part, 30)}" if out else shown(part, 30)
+    return out or "the request"
 
 
 def _texts(probe: dict[str, Any]) -> str:
@@ -227,9 +242,9 @@ def category_of(probe: dict[str, Any]) -> str:
     fmt = params.get("response_format", {})
     if (isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema")) or "guided_json" in params:
         return "json"
-    text = _texts(probe)
-    letters = sum(c.isalpha() for c in text[:4000])
-    if letters and len(_CJK.findall(text[:4000])) / letters > 0.3:
+    text = _texts(probe)[:4000]
+    letters = len(_LETTERS.findall(text))
+    if letters and len(_CJK.findall(text)) / letters > 0.3:
         return "prose_zh"
     if _CODE.search(text[:20000]):
         return "code"
