@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from observatory.cli import cli
 from observatory.client.send import request_params
@@ -333,3 +335,27 @@ def test_masking_is_linear_on_hostile_text() -> None:
     t = time.perf_counter()
     redact_traffic(text)
     assert time.perf_counter() - t < 5
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+                         st.sampled_from(["messages", "prompt", "role", "content", "tools", "body", "request",
+                                          "custom_id", "conversations", "from", "value", "turns", "text", "texts",
+                                          "text_input", "payload", "max_tokens", "temperature", "stop", "type",
+                                          "function", "name", "tool_calls", "x"]), inner, max_size=5),
+                     max_leaves=20)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_JSON, min_size=1, max_size=6), st.sampled_from([None, "openai", "sharegpt", "aiperf-multi-turn"]))
+def test_any_json_lines_load_or_fail_in_one_line(tmp_path: Path, records: list[object], fmt: str | None) -> None:
+    """Whatever JSON a log holds, reading it gives probes and named drops, or one ProbeFileError: never a crash."""
+    f = tmp_path / "fuzz.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in records))
+    try:
+        read = read_suite(f, fmt)
+    except ProbeFileError as e:
+        assert str(f) in str(e) and "\n" not in str(e)
+    else:
+        assert len(read.probes) + len(read.dropped) == len(records)
+        assert all(d.where.startswith(f"{f}:") and "\n" not in d.why for d in read.dropped)
