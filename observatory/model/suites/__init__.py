@@ -85,9 +85,12 @@ def detect_format(path: Path, fmt: str | None = None, limits: Limits = DEFAULT_L
     if path.suffix == ".toml":
         return "toml", "the file's suffix"
     lead = first_byte(path)
-    if lead not in (b"{", b"["):
-        return "toml", "not JSON: its first character" if lead else "an empty file"
+    if not lead:
+        raise ProbeFileError(f"{path}: empty: no records to read")
+    if lead not in (b"{", b"[") and path.suffix not in (".json", ".jsonl", ".ndjson"):
+        return "toml", "not JSON: its first character"
     counts: Counter[str | None] = Counter()
+    first_drop: Dropped | None = None
     items = read_records(path, limits, [])
     try:
         for item in items:
@@ -95,9 +98,14 @@ def detect_format(path: Path, fmt: str | None = None, limits: Limits = DEFAULT_L
                 counts[shape(item.value)] += 1
                 if sum(counts.values()) >= DETECT:
                     break
+            elif first_drop is None:
+                first_drop = item
     finally:
         items.close()
     n = sum(counts.values())
+    if n == 0:
+        raise ProbeFileError(f"{path}: no record reads as JSON" + (f" ({first_drop.line()})" if first_drop else "")
+                             + "; a suite is JSON Lines, a JSON array, or TOML (docs/probes.md)")
     known = sorted(((c, f) for f, c in counts.items() if f is not None), reverse=True)
     formats = ", ".join(f for f in FORMATS if f != "toml")
     if not known:
