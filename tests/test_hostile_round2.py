@@ -340,7 +340,10 @@ def test_a_lock_held_for_good_fails_cleanly_and_marks_the_session(tmp_path: Path
         assert "locked" in line and "stored as interrupted" in line and "--resume 1" in line, line
         _db_sound(db)
         resumed = _observatory("compare", "--resume", "1", "--db", str(db), "--quiet")
-    assert resumed.returncode == 0, resumed.stderr
+    shown = json.loads(_observatory("show", "1", "--db", str(db), "--json").stdout)
+    assert shown["session"]["status"] == "complete"
+    # compare exits as gate does: the stub speculates nothing provable, so the completed session is INVALID (2)
+    assert resumed.returncode == shown["verdict"]["exit_code"], resumed.stderr
     _db_sound(db)
 
 

@@ -55,6 +55,14 @@ MAD_SIGMA = 1.4826
 # anything (every fault issue 29 item 6 records moved a figure by 74-75%; docs/channels.md, history)
 MAX_MOVE = 0.5
 FAIL_KEY = "history_drop"
+# A drop of acceptance (or of the per-step speedup) by at least half against the earlier nights, beyond their band,
+# FAILs without --fail-on (issue 46 item 4: severity by impact). The field cases it stops: acceptance 86% -> 11%
+# after an upgrade, 45.6% -> 8% for one parallel layout, a drafter zeroed by a weight reload (BUGZOO "acceptance
+# lost, output intact", "drafter broken after a lifecycle event"); on the CPU nights a four times slower spec
+# step moved S_step by -78% (examples/cpu-fault-nights). Clean nights move alpha by 0 on a fixed suite (docs/
+# design.md 3.6) and S_step by 3.9% (SD) on the CPU host, 0.36% on the H200: half is 13-140 of those SDs.
+COLLAPSE = 0.5
+COLLAPSE_FIGURES = ("alpha", "S_step")
 # least relative move of S_step (`step_floor`): 3 x the H200's between-session SD of the median spec step, rounded up
 STEP_FLOOR = 0.02
 
@@ -115,7 +123,7 @@ def _own_s_noise(fig: dict[str, Any]) -> float:
     vb = fig.get("vs_base") or {}
     ci = vb.get("ci_suite") or vb.get("ci")
     half = (ci[1] - ci[0]) / 2 if isinstance(ci, (list, tuple)) and len(ci) == 2 else 0.0
-    if vb.get("design") == "paired":
+    if vb.get("design") in ("paired", "bracketed"):  # base timed beside the arm: the drift is in the interval
         return float(half)
     spread = (fig.get("noise_floor") or {}).get("throughput_spread") or 0.0
     return max(float(half), float(spread))
@@ -214,8 +222,14 @@ def judge(view: ChannelView) -> list[VerdictRow]:
             continue
         worst = max(breaches, key=lambda b: b[1])
         what = "drop" if worst in drops else "jump with more repetitive output"
-        verdict = "FAIL" if limit is not None and worst[1] > limit else "WARN"
-        how = f" > {FAIL_KEY} {limit:g}" if verdict == "FAIL" else ""
+        collapse = next((d for d in drops if d[0] in COLLAPSE_FIGURES and d[1] >= COLLAPSE), None)
+        if limit is not None and worst[1] > limit:
+            verdict, how = "FAIL", f" > {FAIL_KEY} {limit:g}"
+        elif limit is None and collapse is not None:
+            worst, what = collapse, "drop"
+            verdict, how = "FAIL", f" (a collapse: at least {COLLAPSE:.0%})"
+        else:
+            verdict, how = "WARN", ""
         rows.append(view.verdict(arm, verdict, f"{worst[0]} {what}: {worst[1]:.1%}{how} against the median of "
                                  f"{len(earlier)} earlier sessions, beyond their band ({made})", details))
     return rows

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from observatory.channels.view import ChannelView
+from observatory.judge.rates import OPPORTUNITIES, opportunities
 from observatory.model.errors import NOT_REPORTED
+from observatory.model.numerics import NEAR_TIE_NATS
 from observatory.model.roles import AA_COPY, BASE
 from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP, TOKEN_DIFF, UNJUDGED, WARN
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
@@ -129,6 +131,10 @@ def _row(view: ChannelView, k: Keyed, ref: ResultRow | None, noise: str | None) 
     verdict, d = diff(view, r, ref)
     margin = d.get("margin")
     kind = d.get("kind")
+    # where a near-tie flip could have happened: the rate of such flips is judged against controls
+    # (observatory.judge.rates), never one flip at a time
+    row[OPPORTUNITIES] = opportunities(ref.top_logprobs, len(ref.token_ids or []) if d.get("position") is None
+                                       else int(d["position"]) + 1, NEAR_TIE_NATS)
     if d.get("longer"):  # one side ended where the other goes on: no logprob margin exists there
         kind = "here continues past base's end" if d["longer"] == "spec" else "base continues past the end here"
     row.update(verdict=verdict, kind=kind, position=d.get("position"),
@@ -213,7 +219,7 @@ def _arm_verdict(view: ChannelView, arm: ArmRow, rows: list[dict[str, Any]], wha
 
 
 _NOT_LABEL = frozenset({"verdict", "kind", "position", "margin", "base", "here", "from_token", "base_ids",
-                        "here_ids"})
+                        "here_ids", OPPORTUNITIES})
 
 
 def _first_line(error: str, at_most: int = 300) -> str:

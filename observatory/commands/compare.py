@@ -21,6 +21,7 @@ from observatory.model.read_model import SessionView
 from observatory.model.redact import redact_text, remember, remember_engine, remember_url
 from observatory.model.suites import FORMATS
 from observatory.model.suites.records import printable
+from observatory.model.vocabulary import EXIT
 from observatory.report.data import build
 from observatory.report.openmetrics import openmetrics_text
 from observatory.report.outputs import OutputFile
@@ -91,10 +92,13 @@ def compare_options(f: Callable[..., Any] | None = None, *,
         click.option("--gpus-per-arm", type=int, default=1, show_default=True,
                      help="GPUs each arm gets (CUDA_VISIBLE_DEVICES), e.g. 2 for TP=2 arms."),
         click.option("--parallel-arms", is_flag=True, help="Run arms at once on disjoint GPUs of this host."),
-        click.option("--timing", type=click.Choice(list(TIMINGS)), default="sequential",
-                     show_default=True, help="sequential: each arm timed alone, one after another; concurrent "
-                     "(with --parallel-arms): as they ran (flagged); paired: base's server kept up beside each "
-                     "spec arm and their single-stream requests alternated, so host drift cancels in S."),
+        click.option("--timing", type=click.Choice(list(TIMINGS)), default="auto",
+                     show_default=True, help="auto: bracketed where base's server can stay up beside the spec arms "
+                     "(the CPU engine; a GPU with an explicit --gpu-memory-utilization share), else sequential; "
+                     "bracketed: each spec arm's single-stream repeats timed between two blocks of base's, so S "
+                     "comes with the host's drift (a drifting host makes S not measurable, never a FAIL); "
+                     "sequential: each arm timed alone, one after another; concurrent (with --parallel-arms): as "
+                     "they ran (flagged); paired: base's and the spec arm's single-stream requests alternated."),
         click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
                      help=f"Engine of URL arms: {listed_engines()} (what /metrics and the version mean)."),
         click.option("--fail-on", help="Performance thresholds that FAIL (else breaches WARN), e.g. "
@@ -233,7 +237,8 @@ def produced_results(data: SessionView) -> bool:
                    "(a flag that differs from that plan is refused).")
 @metrics_out_option
 def compare(resume: int | None, metrics_out: str | None, **kw: Any) -> None:
-    """Run arms one after another in one session and judge every output.
+    """Run arms one after another in one session and judge every output; exit as `gate` does: 0 PASS or WARN,
+    1 FAIL, 2 INVALID, 3 setup error, 4 internal error, 5 storage failure (130 interrupted).
 
     \b
     observatory compare --arms base,mtp1,mtp2
@@ -268,3 +273,5 @@ def compare(resume: int | None, metrics_out: str | None, **kw: Any) -> None:
         click.echo(f"compare: no arm produced a result; session {session_id} measured nothing "
                    f"(`observatory show {session_id}` has each arm's reason).", err=True)
         sys.exit(INVALID_EXIT)
+    if EXIT[data.verdict.verdict]:  # the same exit codes as `gate` (issue 46 item 4)
+        sys.exit(EXIT[data.verdict.verdict])

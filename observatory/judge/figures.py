@@ -51,6 +51,7 @@ from observatory.engines.launches import by_engine, engine_of
 from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
+from observatory.judge import bracketed
 from observatory.judge.graph_coverage import coverage
 from observatory.judge.paired import paired_vs_base, pairs, sides
 from observatory.judge.perf_gates import not_lossless, performance
@@ -62,7 +63,7 @@ from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.errors import NOT_REPORTED
-from observatory.model.vocabulary import PAIRED_BASE
+from observatory.model.vocabulary import BRACKET_BASE, PAIRED_BASE
 from observatory.store.db import ArmRow
 from observatory.store.session_store import Store
 
@@ -172,6 +173,18 @@ def with_pairs(vb: dict[str, Any], paired: dict[str, Any], tau: float | None, k:
     mine, theirs = sides(paired)
     out.update(precision(pv["S"], pv["ci"], spent(mine), spent(theirs)))
     out.update(step_cost(pv["S"], tau, k))
+    return out
+
+
+def with_brackets(vb: dict[str, Any], br: dict[str, Any], tau: float | None, k: int | None) -> dict[str, Any]:
+    """VB with S, its drift-corrected interval, the host's drift and precision from the arm's bracketed timing
+    (--timing bracketed, observatory.judge.bracketed); the S of the arm's own timing against base's separate
+    block kept as ``unbracketed`` beside it."""
+    bv = bracketed.bracketed_vs_base(br)
+    out = {**vb, "unbracketed": {"S": vb.get("S"), "ci": vb.get("ci")}, **bv}
+    mine, theirs = bracketed.sides(br)
+    out.update(precision(bv["S"], bv["ci"], spent(mine), spent(theirs)))
+    out.update(step_cost(bv["S"], tau, k))
     return out
 
 
@@ -405,10 +418,11 @@ def _arm_figures(store: Store, a: ArmRow, probes: dict[int, Any], singles: dict[
     ttft = ttft_by_level(timed)
     at_level = {level: acceptance(v, k) for level, v in sorted(by_level.items())}
     levels = {str(lv): {"alpha": la["alpha"], "tau": la["tau"], "drafts": la["drafts"],
+                        "draft_tokens": la["draft_tokens"], "accepted": la["accepted"],
                         "ttft_ms": ttft.get(str(lv)), "tok_s": (spd["throughput"].get(str(lv)) or {}).get("tok_s"),
                         "S": None} for lv, la in at_level.items()}
     fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels,
-                           "malformed": malformed_answers([r for r in store.results(a.id) if r.mode != PAIRED_BASE]),
+                           "malformed": malformed_answers([r for r in store.results(a.id) if r.mode not in BESIDE_MODES]),
                            "steady_state": steady, "gpu_clocks": gpu_clocks(measurements),
                            "cuda_graphs": coverage(a, sorted({int(m.concurrency) for m in measurements}))}
     if (a.launch or {}).get("speculative_config") is not None:
@@ -417,7 +431,15 @@ def _arm_figures(store: Store, a: ArmRow, probes: dict[int, Any], singles: dict[
         paired = pairs(timed, store.results(a.id, PAIRED_BASE), warm)  # --timing paired (observatory.judge.paired)
         if paired is not None:
             fig["paired"] = paired
+        # --timing bracketed (observatory.judge.bracketed)
+        around = bracketed.brackets(timed, store.results(a.id, BRACKET_BASE), warm)
+        if around is not None:
+            fig["bracketed"] = around
     return fig
+
+
+# modes of base's requests stored on a spec arm (timed beside it): base's answers, not this arm's
+BESIDE_MODES = (PAIRED_BASE, BRACKET_BASE)
 
 
 def compute_figures(store: Store, session_id: int) -> dict[int, dict[str, Any]]:
@@ -477,11 +499,13 @@ def _group_figures(store: Store, arms: list[ArmRow], group: list[ArmRow], per_ar
             vb["warmup_left_out"] = sorted([int(p), int(r)] for p, r in drop)
             if fig.get("paired") is not None:
                 vb = with_pairs(vb, fig["paired"], fig["acceptance"].get("tau"), k_int)
+            if fig.get("bracketed") is not None:
+                vb = with_brackets(vb, fig["bracketed"], fig["acceptance"].get("tau"), k_int)
             if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:
                 vb["within_noise"] = abs(vb["S"] - 1.0) <= floor["throughput_spread"]
             vb["cross_session"] = apart
             if singles is not None and base is not None:
-                beside = [r for r in store.results(a.id, PAIRED_BASE) if r.ok and r.concurrency == 1]
+                beside = [r for mode in BESIDE_MODES for r in store.results(a.id, mode) if r.ok and r.concurrency == 1]
                 vb["step"] = step_speedup(singles.get(a.id, []), singles.get(base.id, []),
                                           fig["acceptance"].get("tau"), beside)
             fig["vs_base"] = vb

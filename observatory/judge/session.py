@@ -37,10 +37,13 @@ Verdicts the judge itself assigns (docs/design.md section 2):
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, Protocol
 
 from observatory.engines.adapter import adapter_for
 from observatory.engines.launches import base_arm, by_engine, engine_of, stored_roles
+from observatory.judge import rates
+from observatory.judge.rates import near_tie_opportunities
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import (
     FAIL,
@@ -56,8 +59,8 @@ from observatory.model.gates import (
 )
 from observatory.model.numerics import served_dtype, served_platform
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY
-from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, TOKEN_DIFF, UNJUDGED
+from observatory.model.roles import AA_COPY, FAULT, SPEC
+from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, NOTE, TOKEN_DIFF, UNJUDGED
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
 from observatory.store.session_store import Store
 
@@ -299,8 +302,91 @@ class _Judge:
                 self.stream_text_rows(arm, stream)
                 self.arm_rows(arm, stream)
             self.timed_rows(arm)
+            self.restart_rows(arm)
         self.channel_rows()
+        self.rate_rows()  # after the channels: their diffs against base count toward each arm's rate
         return self.rows
+
+    @staticmethod
+    def channel_events(rows: list[VerdictRow], weighed: bool) -> list[VerdictRow]:
+        """A channel's WARN whose requests differ from base only at near-tie flips or where base itself varies
+        (`rates.events_only`) becomes a NOTE: base's own variation is its control, and the flips count toward
+        the arm's near-tie rate (WEIGHED: that rate has a control; without one the flips stay a WARN)."""
+        out = []
+        for r in rows:
+            table = rates.channel_table(r)
+            what = rates.events_only(table) if table is not None and r.verdict == WARN else None
+            if what == "base_varies" or (what == "near_tie" and weighed):
+                out.append(_override(r, NOTE, "near-tie flips counted in the arm's near-tie rate, or requests where "
+                                              "base itself varies (the control shows the same)"))
+        return out
+
+    def restart_rows(self, arm: ArmRow) -> None:
+        """An engine that died (or hung) mid-arm and was restarted (observatory.session.measure `ArmRun.restart`):
+        a FAIL on an arm judged against base (a request that kills a speculating engine breaks every request in
+        flight beside it), INVALID on base (the reference itself died); one row per death, naming where."""
+        for i, r in enumerate((arm.launch or {}).get("restarts") or []):
+            where, why = r.get("where"), r.get("reason")
+            back = "restarted" if r.get("restarted") else f"not restarted ({r.get('why_not')})"
+            is_base = arm is self.base
+            self.rows.append(VerdictRow(
+                arm_id=arm.id, result_id=None, probe_id=None, gate=f"engine_restart:{i + 1}", gate_version="judge",
+                verdict=INVALID if is_base else FAIL,
+                reason=(f"the engine {r.get('status')} during {where} ({why}); {back}, the later phases ran on a "
+                        f"fresh engine{': the reference itself died' if is_base else ''}"),
+                details={**r, "assigned_by": "judge"}))
+
+    # -- numerics-driven events as rates against controls (observatory.judge.rates) ------------------------
+    def rate_kind(self, arm: ArmRow) -> str | None:
+        """The kind of arm whose history and platform rates are ARM's controls: spec arms (fault arms judged
+        against clean spec arms' rates), A/A copies; None for base and variants (no rate judged)."""
+        role = self.roles.get(arm.name)
+        return {SPEC: "spec", FAULT: "spec", AA_COPY: "aa"}.get(role or "")
+
+    def platform(self, arm: ArmRow) -> dict[str, Any]:
+        """What makes two arm-nights' rates comparable: engine and version, platform, dtype, GPU."""
+        gpu = self.store.session(self.session_id).gpu
+        return {"engine": engine_of(arm.launch), "version": arm.engine_version,
+                "platform": self.served_platform or "cpu", "dtype": self.served_dtype, "gpu": gpu}
+
+    def rate_rows(self) -> None:
+        """Each judged arm's near-tie rates against its controls; its near-tie events NOTEs where a control
+        exists (the rate row carries the level), WARNs where none does."""
+        if self.base is None:
+            return
+        by_arm: dict[int, list[VerdictRow]] = {}
+        for row in self.rows:
+            by_arm.setdefault(row.arm_id, []).append(row)
+        counts = {(a.id, cls): rates.count_of(by_arm.get(a.id, []), cls) for a in self.arms for cls in rates.CLASSES}
+        history = self.store.earlier_verdicts(f"{rates.RATE_GATE}:", self.session_id)
+        for arm in self.arms:
+            kind = self.rate_kind(arm)
+            if kind is None:
+                continue
+            here = self.platform(arm)
+            weighed = False  # whether the arm's near-tie flips have a control (its channels' flips then NOTEs)
+            for cls, what in rates.CLASSES_SHOWN.items():
+                mine = counts[(arm.id, cls)]
+                if mine.n == 0 and mine.k == 0:
+                    continue
+                controls = [replace(counts[(c.id, cls)], source=f"A/A copy {c.name} tonight") for c in self.arms
+                            if self.roles.get(c.name) == AA_COPY and c is not arm]
+                if cls == rates.SELF_NEAR_TIE:  # base against itself: the engine's own batch/stream noise tonight
+                    controls.append(replace(counts[(self.base.id, cls)], source=f"base {self.base.name} tonight"))
+                controls += rates.history_counts(history, cls, kind, here)
+                controls += rates.platform_counts(cls, kind, here)
+                judged = rates.judge_rate(mine, controls, what)
+                events = [r for r in by_arm.get(arm.id, []) if rates.is_event(r, cls)]
+                if not judged.details.get("no_control"):
+                    weighed = weighed or cls == rates.NEAR_TIE
+                    for r in events:
+                        _override(r, NOTE, f"a {what[:-1]} within the arm's rate row {rates.RATE_GATE}:{cls}")
+                self.rows.append(VerdictRow(
+                    arm_id=arm.id, result_id=None, probe_id=None, gate=f"{rates.RATE_GATE}:{cls}",
+                    gate_version="judge", verdict=judged.verdict, reason=judged.reason,
+                    details={**judged.details, "kind": kind, "platform": here, "events": len(events),
+                             "assigned_by": "judge"}))
+            self.channel_events(by_arm.get(arm.id, []), weighed)
 
     def channel_rows(self) -> None:
         """Each field channel the session ran judges its own results (through CHANNELS, from the layer above)."""
@@ -329,8 +415,14 @@ class _Judge:
                 continue
             got, said = len(r.token_ids or []), (r.usage or {}).get("completion_tokens")
             of = f"{got} of {said if said is not None else 'an unknown number of'} token ids"
+            ref = self.by_arm[self.base.id].get("stream", {}).get(pid) if self.base is not None else None
             if withheld and full_sequence(modes, pid) is not None:
                 verdict, reason = "SKIP", f"not measurable: the stream carried {of}; {dialect.stream_ids_note}"
+            elif arm is not self.base and ref is not None and ref.ok and not tokens_complete(ref):
+                # base's own stream of this probe withheld ids too: the engine's (its parser), not this arm's
+                verdict, reason = NOTE, (f"the stream carried {of}; base's stream of this probe withheld ids too "
+                                         "(the engine's, its control shows the same); token diffs use the "
+                                         "non-streamed response, or the text")
             else:
                 verdict, reason = WARN, (f"the stream carried {of} (the engine withheld them); token diffs use the "
                                          "non-streamed response, or the text")
@@ -404,7 +496,7 @@ class _Judge:
         ref = full_sequence(self.by_arm[self.base.id], pid)
         if mine is not None and ref is not None:
             res = _safe(gate, to_output(mine), to_output(ref), probe)
-            res.details = {**res.details, "compared": [mine.mode, ref.mode]}
+            res.details = {**res.details, "compared": [mine.mode, ref.mode], **near_tie_opportunities(ref, res)}
             return self.checked(_row(arm, gate, res, mine, pid))
         a = mine or self.by_arm[arm.id]["stream"][pid]
         b = ref or self.base_result(pid)
@@ -437,6 +529,7 @@ class _Judge:
                     name = f"{gate.name}:{label}"
                     if mine is not None and tokens_complete(other):
                         res = _safe(gate, to_output(other), to_output(mine), probe)
+                        res.details = {**res.details, **near_tie_opportunities(mine, res)}
                         row = self.checked(_row(arm, gate, res, other, pid, name=name))
                         if row.verdict == PASS and comparable_text(other) != comparable_text(mine):
                             # Stream integrity: the same token ids must read as the same text and calls.

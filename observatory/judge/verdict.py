@@ -36,7 +36,7 @@ from observatory.model.errors import ObservatoryError
 from observatory.model.gates import GateRegistry, default_registry, registry_for
 from observatory.model.read_model import ArmView, Reason, SessionFacts, SessionVerdict, SessionView
 from observatory.model.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
-from observatory.model.vocabulary import EXIT, INVALID_CODES, NOT_DISCRIMINATING, REASON_LEVELS, UNJUDGED
+from observatory.model.vocabulary import EXIT, INVALID_CODES, NOT_DISCRIMINATING, NOTE, REASON_LEVELS, UNJUDGED
 
 __all__ = ["EXIT", "INVALID_CODES", "LEVELS", "NOT_DISCRIMINATING", "UNJUDGED", "WHY", "Reason", "SessionVerdict",
            "arm_role", "decide", "discriminates", "session_gates", "session_verdict"]
@@ -123,7 +123,7 @@ def _judged_arm_reasons(arm: ArmView, add: Any,
         if any(v.verdict == NOT_DISCRIMINATING for v in verdicts.values()):
             not_discr.add(probe)
         for gate, v in verdicts.items():
-            level = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID"}.get(v.verdict)
+            level = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID", NOTE: NOTE}.get(v.verdict)
             if level:
                 tag = f"{v.verdict}: " if v.verdict in (UNJUDGED, "INVALID") else ""
                 add(level, f"{name} / {probe}: {gate}: {tag}{v.reason}{aa}", arm=name, probe=probe, gate=gate)

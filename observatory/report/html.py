@@ -143,7 +143,8 @@ def arm_view(a: ArmView) -> dict[str, Any]:
         "vs": {k: _g(vs, k) for k in ("S", "ci", "r", "c", "pays", "statement", "break_even_alpha",
                                       "within_noise", "cross_session", "detectable_change", "half_width",
                                       "timed_requests", "timed_s", "traffic_for", "design", "pairs",
-                                      "incomplete_pairs", "unpaired", "step", "not_measurable")}
+                                      "incomplete_pairs", "unpaired", "step", "not_measurable", "drift",
+                                      "before", "after", "unbracketed")}
         if isinstance(vs, Mapping) else None,
         "bursty": spd.get("bursty") if _g(spd, "bursty", "bursty") else None,
         "token_source": spd.get("token_source"),

@@ -125,8 +125,9 @@ def arm_headline(a: ArmView) -> str:
     acc = a.figures.acceptance or {}
     vs = a.figures.vs_base or {}
     ci = vs.get("ci")
-    s_text = _num(vs.get("S")) + (f" ({'paired, ' if vs.get('design') == 'paired' else ''}95% CI "
-                                  f"{ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+    design = {"paired": "paired, ", "bracketed": "drift-corrected, "}.get(str(vs.get("design")), "")
+    drift = f", base drifted {vs['drift']:+.0%}" if vs.get("design") == "bracketed" and vs.get("drift") is not None else ""
+    s_text = _num(vs.get("S")) + (f" ({design}95% CI {ci[0]:.2f}-{ci[1]:.2f}{drift})" if ci else "")
     head = f"token-identical {same}/{len(made)}" + (f" ({len(diffs) - len(made)} not diffed)" if len(diffs) > len(made) else "")
     if not a.is_spec:
         return head + " · no speculation"

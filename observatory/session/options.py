@@ -59,7 +59,7 @@ class SessionPlan:
     image: str | None = None
     gpus_per_arm: int = 1
     parallel_arms: bool = False
-    timing: str = "sequential"
+    timing: str = "auto"
     engine: str = DEFAULT_ENGINE
     fail_on: str | None = None
     gates_dirs: tuple[str, ...] = ()  # absolute paths
@@ -208,6 +208,10 @@ class CompareOptions:
     # field channels (observatory.channels) run after the correctness pass, in this order
     channels: list[str] = field(default_factory=list)
     channel_probes: dict[str, list[Probe]] = field(default_factory=dict)
+    # the timing design the session runs (observatory.session.plan.resolve_timing: --timing auto resolved), and
+    # why auto fell back to sequential (None: it did not)
+    timing: str = "sequential"
+    timing_note: str | None = None
     # what the user should read before the session runs: the suite's format and the records it dropped, or
     # that a model of theirs runs the model-agnostic suite (printed by run_compare, not stored)
     notes: list[str] = field(default_factory=list)

@@ -175,8 +175,9 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         settings.env.update(NO_MULTICAST_ENV)
     if plan.timing not in TIMINGS:
         raise ObservatoryError(f"--timing must be one of {', '.join(TIMINGS)}")
-    if plan.timing == "paired":
+    if plan.timing in BASE_BESIDE:
         check_paired(arm_list, plan, n_gpus)
+    timing, timing_note = resolve_timing(arm_list, plan, n_gpus)
     plan_waves(len(arm_list), n_gpus, plan.gpus_per_arm, plan.parallel_arms)  # validates the GPU request
     check_launchable([a for a in arm_list if a.name not in finished], settings, plan.image)
     refs = {ref for a in arm_list if a.url is None and a.name not in finished and (ref := a.image or plan.image)}
@@ -186,7 +187,8 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     parse_int_list(plan.concurrency, "--concurrency")  # validates the levels (`SessionPlan.levels` reads them)
     return CompareOptions(
         plan=plan, arms=arm_list, settings=settings, probes=probes, suite=str(suite), api_key=api_key,
-        command=command or [], gpu_count=n_gpus, channels=channel_names, channel_probes=channel_probes, notes=notes,
+        command=command or [], gpu_count=n_gpus, channels=channel_names, channel_probes=channel_probes,
+        timing=timing, timing_note=timing_note, notes=notes,
     )
 
 
@@ -222,25 +224,54 @@ def plan_suite(plan: SessionPlan, embedded: EmbeddedModel | None, model: str) ->
     return path, read.probes, notes
 
 
-# --timing: "sequential" (each arm's timed runs alone, one arm after another), "concurrent" (with
-# --parallel-arms: as they ran, flagged), "paired" (each spec arm's concurrency-1 runs alternated
-# request by request with base's, base's server kept up beside it: docs/design.md section 4, "Paired timing")
-TIMINGS = ("sequential", "concurrent", "paired")
+# --timing: "auto" (the default: bracketed where base's server can stay up beside the spec arms, else
+# sequential, saying why), "bracketed" (each spec arm's concurrency-1 repeats timed between two blocks of base's,
+# base's server kept up: the host's drift measured in every session, observatory/judge/bracketed.py),
+# "sequential" (each arm's timed runs alone, one arm after another), "concurrent" (with --parallel-arms: as they
+# ran, flagged), "paired" (each spec arm's concurrency-1 runs alternated request by request with base's, base's
+# server kept up beside it: docs/design.md section 4, "Paired timing")
+TIMINGS = ("auto", "bracketed", "sequential", "concurrent", "paired")
+BASE_BESIDE = ("bracketed", "paired")  # the designs that keep base's server up beside each spec arm
+
+
+def _unshared(arms: list[Arm], plan: SessionPlan) -> list[str]:
+    """The launched arms with no explicit share of GPU memory (two engines cannot share a GPU without one)."""
+    return [a.name for a in arms if a.url is None
+            and not any(f.startswith("--gpu-memory-utilization") for f in [*plan.engine_args, *a.engine_args])]
 
 
 def check_paired(arms: list[Arm], plan: SessionPlan, n_gpus: int) -> None:
-    """What --timing paired needs: arms one after another, and room for base's server beside each spec arm."""
+    """What --timing paired or bracketed needs: arms one after another, and room for base's server beside each
+    spec arm."""
     if plan.parallel_arms:
-        raise ObservatoryError("--timing paired keeps the base arm's server up beside each spec arm, one spec arm "
-                               "at a time; it cannot be combined with --parallel-arms")
-    launched = [a for a in arms if a.url is None]
-    unset = [a.name for a in launched
-             if not any(f.startswith("--gpu-memory-utilization") for f in [*plan.engine_args, *a.engine_args])]
+        raise ObservatoryError(f"--timing {plan.timing} keeps the base arm's server up beside each spec arm, one "
+                               "spec arm at a time; it cannot be combined with --parallel-arms")
+    unset = _unshared(arms, plan)
     if n_gpus and unset:
         raise ObservatoryError(
-            "--timing paired on a GPU runs two engines on it at once (base beside each spec arm); give each "
+            f"--timing {plan.timing} on a GPU runs two engines on it at once (base beside each spec arm); give each "
             f"a share of its memory explicitly, e.g. --engine-arg=--gpu-memory-utilization=0.4 (unset on: "
             f"{', '.join(unset)})")
+
+
+def resolve_timing(arms: list[Arm], plan: SessionPlan, n_gpus: int) -> tuple[str, str | None]:
+    """(the timing design the session runs, why --timing auto chose sequential, if it did).
+
+    auto brackets every spec arm's timing with base's (the host's drift measured, issue 46 item 3) wherever
+    base's server can stay up beside the spec arms: not with --parallel-arms, and on a GPU only when every
+    launched arm has an explicit memory share.
+    """
+    if plan.timing != "auto":
+        return plan.timing, None
+    if plan.parallel_arms:
+        return "sequential", ("--parallel-arms: the arms' timed runs follow one another and base is timed once; "
+                              "the host's drift is not measured")
+    unset = _unshared(arms, plan)
+    if n_gpus and unset:
+        return "sequential", ("base's server cannot stay up beside the spec arms on a GPU without an explicit "
+                              "memory share (e.g. --engine-arg=--gpu-memory-utilization=0.4), so the host's drift "
+                              "is not measured")
+    return "bracketed", None
 
 
 # How long planning waits for a URL arm's server to accept a connection.

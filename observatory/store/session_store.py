@@ -260,6 +260,15 @@ class Store:
         with self._sessions() as s:
             return list(s.scalars(select(VerdictRow).where(VerdictRow.arm_id == arm_id).order_by(VerdictRow.id)))
 
+    def earlier_verdicts(self, gate_prefix: str, before_session: int, limit: int = 5000) -> list[VerdictRow]:
+        """The verdicts whose gate starts with GATE_PREFIX, of sessions before BEFORE_SESSION, newest first (a
+        judge's history: observatory.judge.rates)."""
+        with self._sessions() as s:
+            q = (select(VerdictRow).join(ArmRow, ArmRow.id == VerdictRow.arm_id)
+                 .where(ArmRow.session_id < before_session, VerdictRow.gate.startswith(gate_prefix, autoescape=True))
+                 .order_by(VerdictRow.id.desc()).limit(limit))
+            return list(s.scalars(q))
+
     def stored_verdict(self, session_id: int) -> tuple[str | None, str | None] | None:
         """(session verdict, the session status it was judged at) from the session's stored summaries; None
         when none is stored."""
