@@ -1,6 +1,6 @@
 """Issue 48 item 1 on the real engine: a gateway's request log run as the suite of a session.
 
-One session, ``compare --arms base,mtp1 --suite gateway.jsonl --no-diffs``
+One session, ``compare --arms base,mtp1 --suite gateway.jsonl --no-diffs --timing sequential``
 on vLLM's CPU build and the bundled model, run once for the module (about
 two and a half minutes on two idle cores): the log holds OpenAI bodies in
 the forms a gateway writes (bare, wrapped in ``body`` and ``request``, a
@@ -59,6 +59,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     db = d / "runs.db"
     r = CliRunner().invoke(cli, ["compare", "--arms", "base,mtp1", "--suite", str(log), "--no-diffs", "--db", str(db),
+                                 "--timing", "sequential",  # one engine at a time: what is tested is the suite
                                  "--log-dir", str(d / "logs"), "--quiet"], catch_exceptions=False)
     shown = CliRunner().invoke(cli, ["show", "--db", str(db), "--json"], catch_exceptions=False)
     return {"exit": r.exit_code, "output": r.output, "db": db, "show": json.loads(shown.output)}
