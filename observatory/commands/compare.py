@@ -19,6 +19,8 @@ from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.gates import registry_for
 from observatory.model.read_model import SessionView
 from observatory.model.redact import redact_text, remember, remember_engine, remember_url
+from observatory.model.suites import FORMATS
+from observatory.model.suites.records import printable
 from observatory.model.vocabulary import EXIT
 from observatory.report.data import build
 from observatory.report.openmetrics import openmetrics_text
@@ -51,7 +53,11 @@ def compare_options(f: Callable[..., Any] | None = None, *,
         click.option("--arms-file", type=click.Path(dir_okay=False), help="TOML file of named arms."),
         click.option("--speculative-config", help="JSON speculative config for the arm named 'spec'."),
         click.option("--model", help="Model path or name (default: the embedded tiny MTP model)."),
-        click.option("--suite", help="Probe suite name in probes/ or a .toml path (default: default)."),
+        click.option("--suite", help="Probe suite: a name in probes/, a .toml suite, or your requests: OpenAI "
+                     "request logs (JSONL), ShareGPT, vllm bench or AIPerf files (docs/probes.md; default: the "
+                     "bundled model's suite, else probes/generic.toml)."),
+        click.option("--suite-format", type=click.Choice(list(FORMATS)),
+                     help="The --suite file's format (default: .toml, or detected from its records and said)."),
         click.option("--db", envvar="OBSERVATORY_DB", help="SQLite file or SQLAlchemy URL (default runs.db)."),
         click.option("--engine-python", help="Interpreter that has vLLM (default: this one)."),
         click.option("--dtype", help="Engine --dtype for every arm."),
@@ -159,6 +165,8 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         plan = SessionPlan.from_options(kw)
     registry_for(list(plan.gates_dirs))  # a bad gate file is a setup error, found before anything launches
     opts = plan_compare(plan, api_key=api_key, command=redact_argv(sys.argv), finished=finished)
+    for note in opts.notes:  # the suite read, the records it dropped (escaped, masked): before anything runs
+        click.echo(printable(redact_text(note)), err=True)
     remember_engine(opts.settings.extra_args, opts.settings.env)
     for arm in opts.arms:
         remember_url(arm.url)

