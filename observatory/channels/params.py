@@ -620,7 +620,10 @@ def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: Ar
     if _refused(b[0]):
         return _Finding("SKIP", f"not supported: base refuses it ({b[0].error})", name)
     if not b[0].ok:
-        return _Finding("INVALID", f"base did not answer: {b[0].error}", name)
+        # base itself fails the request (on the trimmed GPU bundle, HTTP 500 for every structured-output request,
+        # docs/engines.md): nothing to compare an arm with, and nothing speculation did; not measurable, never a
+        # verdict made up for it (the arms' own failures of it are the engine's, seen on base)
+        return _Finding("SKIP", f"not measurable: base itself fails it ({b[0].error})", name)
     base_bad = _self_checks(probe, b, base.ref)
     if is_base:
         if base_bad:

@@ -548,13 +548,15 @@ class _Judge:
                         self.rows.append(row)
                     elif stream is not None and stream.ok and other is not stream:
                         res = text_divergence(other, stream, "the streamed output")
+                        row = _row(arm, gate, res, other, pid, name=name)
                         if res.verdict == FAIL and self.is_base_config(arm):
                             # a base arm against itself with no ids to read a margin from: the engine's own
-                            # noise (on the H200 field nights, a bf16 near-tie inside a tool call whose
-                            # streamed ids vLLM withheld), as stream_text_rows rules
-                            res = GateResult(WARN, f"{res.reason}; a base arm: the engine's own non-determinism, "
-                                                   "no margin to read", res.details)
-                        self.rows.append(_row(arm, gate, res, other, pid, name=name))
+                            # noise (on the H200 and H100 field nights, a bf16 near-tie inside a tool call whose
+                            # streamed ids vLLM withheld), as stream_text_rows rules; nothing speculation did,
+                            # and the A/A copy is itself the session's noise control: a NOTE, listed
+                            row = _override(row, NOTE, "a base arm against itself: the engine's own noise")
+                            row.reason = f"{res.reason}; a base arm: the engine's own non-determinism, no margin to read"
+                        self.rows.append(row)
 
     def base_reads_apart(self, arm: ArmRow, pid: int, mode: str) -> bool:
         """Whether base's own MODE answer to probe PID has the token ids of its streamed one but another text or
