@@ -105,7 +105,7 @@ def test_suite_probe_hash_unchanged_by_channel_fields() -> None:
     """Adding the channel fields to Probe keeps every older probe's hash (so --resume of old sessions works)."""
     p = Probe(name="x", category="prose_en", prompt="a")
     d = p.to_dict()
-    for k in ("channel", "sampling", "meta"):
+    for k in ("channel", "sampling", "meta", "original"):  # "original": a logged request's fields (issue 48)
         d.pop(k)
     import hashlib
     d.pop("source")

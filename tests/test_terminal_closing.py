@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import verdict_exit
 from stub_server import StubServer
 from test_faults_survived import _suite
 
@@ -77,7 +78,7 @@ def test_compare_ends_with_the_closing_block_and_its_metrics(tmp_path: Path) -> 
         r = CliRunner().invoke(cli, ["compare", "--arms", f"base={base.url},mtp1={spec.url}",
                                      "--suite", _suite(tmp_path), "--db", str(tmp_path / "c.db"),
                                      "--metrics-out", str(tmp_path / "m.txt"), "--no-diffs", "--quiet"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == verdict_exit(tmp_path / "c.db"), r.output
     lines = r.stdout.rstrip().splitlines()
     assert lines[-3] == f"report: not written: observatory report 1 --db {tmp_path / 'c.db'} --out report/"
     assert lines[-2] == f"json: not written: observatory show 1 --db {tmp_path / 'c.db'} --json"
