@@ -184,14 +184,26 @@ def arms_file_fail_on(path: Path | str) -> str | None:
     return value
 
 
+def arms_file_known(path: Path | str, data: dict[str, Any] | None = None) -> list[Path]:
+    """The known-findings ledgers an arms file names (top-level ``known``: a path or a list of paths, relative
+    to the arms file; docs/known.md)."""
+    path = Path(path)
+    value = (read_toml(path, ArmError, "arms file") if data is None else data).get("known")
+    items = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) and x.strip() for x in items):
+        raise ArmError(f"{path}: known must be a ledger file's path or a list of paths, got {value!r}")
+    return [path.parent / x for x in items]
+
+
 def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str, Arm]:
     """Named arms from a TOML file, loaded strictly (ENGINES: those an arm may name besides the default)."""
     path = Path(path)
     data = read_toml(path, ArmError, "arms file")
-    unknown = sorted(set(data) - {"arms", "fail_on"})
+    unknown = sorted(set(data) - {"arms", "fail_on", "known"})
     if unknown:
         raise ArmError(f"{path}: unknown top-level key {unknown[0]!r}; define arms as [arms.NAME] tables "
-                       "(the only other key is fail_on)")
+                       "(the only other keys are fail_on and known)")
+    arms_file_known(path, data)
     if not isinstance(data.get("fail_on", ""), str):
         raise ArmError(f"{path}: fail_on must be a string like 'speedup<1.0,ttft_ratio>3,acceptance<0.5'")
     arms: dict[str, Arm] = {}
