@@ -112,7 +112,8 @@ def build_arm(store: Store, a: ArmRow, probes: list[ProbeRow], role: str | None 
         engine_version=a.engine_version, model=a.model, log_path=a.log_path, log_tail=a.log_tail,
         started_at=_iso(a.started_at), ready_at=_iso(a.ready_at), finished_at=_iso(a.finished_at),
         counters=counters(a.counters),
-        validity=tuple(ValidityFlag(code=str(v.get("code")), detail=v.get("detail")) for v in a.validity or []),
+        validity=tuple(ValidityFlag(code=str(v.get("code")), detail=v.get("detail"), known=v.get("known"))
+                       for v in a.validity or []),
         arm_verdicts=arm_verdicts, channel_verdicts=channel_verdicts, figures=ArmFigures.from_stored(a.figures),
         results=results,
     )

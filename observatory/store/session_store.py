@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -146,6 +146,18 @@ class Store:
             columns = cls.__table__.columns
             for k, v in values.items():
                 setattr(obj, k, clean(columns[k], v))
+
+    @retry_locked
+    def update_many(self, cls: type, changes: Mapping[int, Mapping[str, Any]]) -> None:
+        """Set each row's values (row id -> values) in one transaction, as `update` sets one row's."""
+        with self.tx() as s:
+            for row_id, values in changes.items():
+                obj = s.get(cls, row_id)
+                if obj is None:  # pragma: no cover
+                    raise ObservatoryError(f"{cls.__name__} {row_id} vanished from the database")
+                columns = cls.__table__.columns
+                for k, v in values.items():
+                    setattr(obj, k, clean(columns[k], v))
 
     @retry_locked
     def replace_verdicts(self, session_id: int, rows: list[VerdictRow]) -> None:
