@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gates": ("observatory.commands.gates_cmd", "gates"),
     "calibrate": ("observatory.commands.gates_cmd", "calibrate"),
     "triage": ("observatory.commands.triage", "triage"),
+    "known": ("observatory.commands.known", "known"),
 }
 
 
