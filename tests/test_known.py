@@ -143,50 +143,58 @@ def test_an_entry_covers_exactly_what_it_names(tiny: Path, change: dict[str, Any
     assert view.verdict.verdict == "FAIL"  # the uncovered FAILs still count
 
 
-def test_an_entry_that_matched_nothing_is_a_note_and_an_expired_one_says_so(tiny: Path, tmp_path: Path) -> None:
+def test_an_entry_that_matched_nothing_is_a_note_and_an_expired_one_says_so(tiny: Path) -> None:
     """sampling PASSes on mtp1: an entry for it is "not seen tonight: fixed?"; an expired one is named; an entry
     for another engine says nothing."""
-    ledger = _ledger(tmp_path / "l.toml", ENTRY,
-                     {**ENTRY, "id": "sampling-bug", "checks": ["sampling"], "reason": "x"},
-                     {**ENTRY, "id": "old-one", "checks": ["mixed_batch"], "expires": "2026-06-01"},
-                     {**ENTRY, "id": "other-engine", "engine": "sglang", "checks": ["sampling"]})
-    r = _invoke("judge", "--db", str(tiny), "--known", str(ledger), "--no-builtin-known")
-    assert r.exit_code == 0, r.output
-    notes = {x["text"] for x in _show(tiny)["verdict"]["reasons"] if x["level"] == "NOTE"}
-    assert any(t.startswith("known finding sampling-bug not seen tonight: fixed?") and "checked on mtp1" in t
-               for t in notes), notes
+    ledger = Ledger(tuple(parse_entries({"known": [
+        ENTRY, {**ENTRY, "id": "sampling-bug", "checks": ["sampling"], "reason": "x"},
+        {**ENTRY, "id": "old-one", "checks": ["mixed_batch"], "expires": "2026-06-01"},
+        {**ENTRY, "id": "other-engine", "engine": "sglang", "checks": ["sampling"]}]}, "t")))
+    with Store(str(tiny), write=True) as store:  # as a command stores it, then the judge step applies it
+        store.update(SessionRow, 1, options={**(store.session(1).options or {}), OPTIONS_KEY: ledger.to_stored()})
+        apply_ledger(store, 1)
+        view = build(store, 1)
+    notes = {r.text: r for r in view.verdict.reasons if r.level == "NOTE"}
+    seen = next(r for t, r in notes.items() if t.startswith("known finding sampling-bug not seen tonight: fixed?"))
+    assert "checked on mtp1" in seen.text and seen.known is not None and seen.known["id"] == "sampling-bug"
     assert any(t.startswith("known finding old-one expired on 2026-06-01") for t in notes), notes
     assert not [t for t in notes if "other-engine" in t or "ids-past-stop" in t]
-    assert "NOTE: known finding sampling-bug not seen tonight: fixed?" in r.output
+    assert "NOTE: known finding sampling-bug not seen tonight: fixed?" in "\n".join(verdict_lines(view.verdict,
+                                                                                                 ("NOTE",)))
 
 
 def test_validity_codes_and_performance_entries_are_covered_too(tmp_path: Path) -> None:
-    """The three-engine session: SGLang's EAGLE arm crashed (a bundle gap, docs/engines.md) and llama.cpp's
-    draft2 is slower. A CRASHED entry turns the code KNOWN, and the INVALID code made from the sampling
-    channel's INVALID goes with the entry that covers that verdict; a speedup entry covers the performance
-    entry; JUnit skips the validity case."""
-    db = example_db("h200-engines/h200-three-engines.db", tmp_path / "three.db")
-    crash = {"id": "bundle-flashinfer", "title": "flashinfer sources cut from the bundle",
-             "reproduction": "examples/gpu/sglang/README.md", "engine": "sglang", "versions": ["0.5.14"],
-             "checks": ["CRASHED", "sampling"], "arms": ["sglang:sgl-mtp2"], "levels": ["INVALID"]}
-    slow = {"id": "llama-slow", "title": "draft2 slower on this host", "reproduction": "x", "engine": "llama.cpp",
-            "versions": ["b0-unknown"], "checks": ["speedup"], "levels": ["WARN"]}
+    """The committed H200 hybrid session (examples/h200): every arm answered blank (the arm gate `answers`
+    INVALID, and the INVALID validity code the figures make from it) and the spec arms' speedup WARNs. An entry
+    for `answers` covers mtp1's verdict and the code made from it; one naming the code INVALID covers mtp2's
+    code alone; a speedup entry covers the performance entries; JUnit skips the covered validity case."""
+    db = example_db("h200/h200-hybrid.db", tmp_path / "hybrid.db")
+    blank = {"id": "hybrid-blank", "title": "a hybrid model answers blank", "reproduction": "examples/h200/README.md",
+             "engine": "vllm", "versions": ["0.26.0"], "checks": ["answers"], "arms": ["mtp1"],
+             "levels": ["INVALID"]}
+    code = {**blank, "id": "hybrid-blank-code", "checks": ["INVALID"], "arms": ["mtp2"], "reason": "blank output"}
+    slow = {**blank, "id": "hybrid-slow", "checks": ["speedup"], "arms": ["spec"], "levels": ["WARN"],
+            "reason": "beyond the noise"}
     with Store(str(db), write=True) as store:
-        counts = apply_ledger(store, 1, Ledger(tuple(parse_entries({"known": [crash, slow]}, "t"))))
+        counts = apply_ledger(store, 1, Ledger(tuple(parse_entries({"known": [blank, code, slow]}, "t"))))
         view = build(store, 1)
-    assert counts == {"bundle-flashinfer": 3, "llama-slow": 1}
-    sgl = next(a for a in view.arms if a.name == "sglang:sgl-mtp2")
-    assert [(v.code, (v.known or {}).get("id")) for v in sgl.validity] == [
-        ("CRASHED", "bundle-flashinfer"), ("INVALID", "bundle-flashinfer")]
-    assert sgl.channel_verdicts["sampling"].verdict == "KNOWN"
-    llama = next(a for a in view.arms if a.name == "llama.cpp:draft2")
-    perf = next(p for p in llama.figures.performance or [] if p["check"] == "speedup")
-    assert perf["verdict"] == "KNOWN" and perf["verdict_before"] == "WARN" and perf["known"]["id"] == "llama-slow"
-    levels = {(r.arm, r.code or r.gate): r.level for r in view.verdict.reasons}
-    assert levels[("sglang:sgl-mtp2", "CRASHED")] == levels[("llama.cpp:draft2", "speedup")] == "KNOWN"
-    case = next(c for c in ET.fromstring(junit_xml(view)).iter("testcase")
-                if c.get("classname") == "arm.sglang:sgl-mtp2" and c.get("name") == "validity")
-    assert case.find("error") is None and case.find("skipped") is not None
+    assert counts == {"hybrid-blank": 2, "hybrid-blank-code": 1, "hybrid-slow": 2}
+    arms = {a.name: a for a in view.arms}
+    assert arms["mtp1"].arm_verdicts["answers"].verdict == "KNOWN"
+    assert arms["mtp2"].arm_verdicts["answers"].verdict == "INVALID"  # its code is covered, not its verdict
+    assert [(v.code, (v.known or {}).get("id")) for v in arms["mtp1"].validity] == [("INVALID", "hybrid-blank")]
+    first = arms["mtp2"].validity[0]  # then ENGINE_CHOSEN, a note
+    assert (first.code, (first.known or {}).get("id")) == ("INVALID", "hybrid-blank-code")
+    assert [(v.code, v.known) for v in arms["base"].validity] == [("INVALID", None)]  # base: no entry names it
+    perf = next(p for p in arms["mtp1"].figures.performance or [] if p["check"] == "speedup")
+    assert perf["verdict"] == "KNOWN" and perf["verdict_before"] == "WARN" and perf["known"]["id"] == "hybrid-slow"
+    known = {(r.arm, r.code or r.gate) for r in view.verdict.reasons if r.level == "KNOWN"}
+    assert {("mtp1", "INVALID"), ("mtp2", "INVALID"), ("mtp1", "speedup"), ("mtp2", "speedup")} <= known
+    assert view.verdict.verdict == "INVALID"  # base's blank answers still count
+    cases = {c.get("classname"): c for c in ET.fromstring(junit_xml(view)).iter("testcase")
+             if c.get("name") == "validity"}
+    assert cases["arm.mtp1"].find("error") is None and cases["arm.mtp1"].find("skipped") is not None
+    assert cases["arm.base"].find("error") is not None
 
 
 @pytest.mark.parametrize(("text", "says"), [
