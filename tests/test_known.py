@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from conftest import example_db
 
 from observatory.cli import cli
-from observatory.judge.known import OPTIONS_KEY, apply_ledger
+from observatory.judge.known import apply_ledger
 from observatory.judge.reasons import group_reasons, verdict_lines
 from observatory.model.known import BUILTIN_FILE, Ledger, builtin, load_file, parse_entries
 from observatory.model.paths import REPO_ROOT
@@ -30,7 +30,6 @@ from observatory.model.read_model import Reason, SessionVerdict
 from observatory.report.data import build
 from observatory.report.junit import junit_xml
 from observatory.report.openmetrics import openmetrics_text
-from observatory.store.db import SessionRow
 from observatory.store.session_store import Store
 
 STOP = "vllm-cuda-ids-past-stop"
@@ -90,7 +89,7 @@ def test_builtin_ledger_reads_the_nightly_engine_bug_known_everywhere(tiny: Path
     assert finish["verdict"] == "KNOWN" and finish["details"]["verdict_before"] == "FAIL"
     assert finish["details"]["known"]["id"] == STOP and "stop_str" in finish["reason"]  # the original kept
     assert not [x for x in data["verdict"]["reasons"] if x["level"] == "FAIL"]
-    assert [e["id"] for e in data["session"]["options"][OPTIONS_KEY]] == [e.id for e in builtin()]
+    assert [e["id"] for e in data["session"]["known"]] == [e.id for e in builtin()]  # the ledger in effect, stored
     with Store(str(tiny)) as store:
         view = build(store, 1)
     xml = ET.fromstring(junit_xml(view))
@@ -151,7 +150,7 @@ def test_an_entry_that_matched_nothing_is_a_note_and_an_expired_one_says_so(tiny
         {**ENTRY, "id": "old-one", "checks": ["mixed_batch"], "expires": "2026-06-01"},
         {**ENTRY, "id": "other-engine", "engine": "sglang", "checks": ["sampling"]}]}, "t")))
     with Store(str(tiny), write=True) as store:  # as a command stores it, then the judge step applies it
-        store.update(SessionRow, 1, options={**(store.session(1).options or {}), OPTIONS_KEY: ledger.to_stored()})
+        store.set_known(1, ledger.to_stored())
         apply_ledger(store, 1)
         view = build(store, 1)
     notes = {r.text: r for r in view.verdict.reasons if r.level == "NOTE"}
@@ -331,6 +330,5 @@ def test_expiry_is_the_sessions_day_not_todays(tiny: Path) -> None:
     """A session judged again after an entry's expiry keeps the coverage it had on its own night."""
     entry = {**ENTRY, "expires": "2026-12-02"}
     with Store(str(tiny), write=True) as store:
-        store.update(SessionRow, 1, options={**(store.session(1).options or {}), OPTIONS_KEY: [
-            parse_entries({"known": [entry]}, "t")[0].to_stored()]})
+        store.set_known(1, [parse_entries({"known": [entry]}, "t")[0].to_stored()])
         assert apply_ledger(store, 1) == {"ids-past-stop": 1}  # the stored ledger, on the session's own day

@@ -15,7 +15,6 @@ from observatory.channels import PROFILES
 from observatory.commands import INTERRUPTED_EXIT
 from observatory.commands.known import known_options, ledger_for
 from observatory.engines.arms import listed_engines
-from observatory.judge.known import OPTIONS_KEY
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.gates import registry_for
@@ -158,8 +157,8 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     else:
         plan = SessionPlan.from_options(kw)
     registry_for(list(plan.gates_dirs))  # a bad gate file is a setup error, found before anything launches
-    stored = (store.session(resume).options or {}).get(OPTIONS_KEY) if store is not None and resume else None
-    ledger = ledger_for({**known_kw, "arms_file": plan.arms_file}, stored, resume)  # a bad ledger: exit 3, now
+    kept = store.known(resume) if store is not None and resume else None
+    ledger = ledger_for({**known_kw, "arms_file": plan.arms_file}, kept, resume)  # a bad ledger: exit 3, now
     opts = plan_compare(plan, api_key=api_key, command=redact_argv(sys.argv), finished=finished)
     remember_engine(opts.settings.extra_args, opts.settings.env)
     for arm in opts.arms:
@@ -186,8 +185,10 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     # judge re-applies the thresholds from the session's options
     options = dict(store.session(session_id).options or {})
     guarded(store, session_id, lambda: store.update(  # a resumed legacy plan is stored typed
-        SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on), "plan": opts.plan.to_stored(),
-                                         OPTIONS_KEY: ledger.to_stored()}))  # judge re-applies it, no file needed
+        SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on), "plan": opts.plan.to_stored()}))
+    # and the known-findings ledger stored with it (no file needed; the entries about these arms' engines)
+    guarded(store, session_id, lambda: store.set_known(
+        session_id, ledger.for_engines({a.engine for a in opts.arms}).to_stored()))
     try:
         stored = True
         try:

@@ -21,7 +21,6 @@ from typing import Any
 import click
 
 from observatory.judge.known import (
-    OPTIONS_KEY,
     arm_facts,
     check_ledger,
     engine_names,
@@ -271,8 +270,7 @@ def known_check(session_id: int | None, known_files: tuple[str, ...], no_builtin
 
     store = Store(db, create=False)
     s = store.session(session_id)
-    stored = (s.options or {}).get(OPTIONS_KEY)
-    ledger = ledger_for({"known_files": known_files, "no_builtin_known": no_builtin_known}, stored, s.id)
+    ledger = ledger_for({"known_files": known_files, "no_builtin_known": no_builtin_known}, store.known(s.id), s.id)
     found = check_ledger(store, s.id, ledger)
     if as_json:
         click.echo(json.dumps({"session": s.id, **found}, indent=1))

@@ -104,14 +104,14 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...], k
     """
     from observatory.commands.evaluate import evaluate  # here: it pulls in numpy, which reading commands never need
     from observatory.commands.known import ledger_for
-    from observatory.judge.known import OPTIONS_KEY
 
     given = {"known_files": known_files, "no_builtin_known": no_builtin_known}
     ledger = ledger_for(given) if known_files or no_builtin_known else None  # a bad ledger: exit 3, first
     store = Store(db, create=False, write=True)
     s = store.session(session_id)
     options = dict(s.options or {})
-    ledger = ledger or ledger_for(given, options.get(OPTIONS_KEY), s.id)
+    stored = store.known(s.id)
+    ledger = ledger or ledger_for(given, stored, s.id)
     if gates_dirs:
         plan = dict(options.get("plan") or {})
         known = list(plan.get("gates_dirs") or [])
@@ -119,8 +119,10 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...], k
         registry_for(plan["gates_dirs"])
         options["plan"] = plan
     before = build(store, s.id).verdict
-    if options.get(OPTIONS_KEY) != ledger.to_stored() or gates_dirs:
-        store.update(SessionRow, s.id, options={**options, OPTIONS_KEY: ledger.to_stored()})
+    if gates_dirs:
+        store.update(SessionRow, s.id, options=options)
+    if stored != ledger.to_stored():
+        store.set_known(s.id, ledger.to_stored())
     n = evaluate(store, s.id)
     after = build(store, s.id).verdict
     click.echo(f"session {s.id}: {n} verdicts; figures recomputed")

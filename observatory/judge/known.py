@@ -60,7 +60,6 @@ from observatory.model.vocabulary import INVALID, INVALID_CODES, KNOWN, NOTE
 from observatory.store.db import ArmRow, VerdictRow
 from observatory.store.session_store import Store
 
-OPTIONS_KEY = "known"  # where a session's options keep the ledger in effect (its entries)
 NOT_SEEN = "KNOWN_NOT_SEEN"  # the code of a "not seen tonight" note
 EXPIRED = "KNOWN_EXPIRED"
 
@@ -257,19 +256,18 @@ def resolve(files: Sequence[str | Path] = (), use_builtin: bool = True, default_
     return combine(builtin(engines) if use_builtin else [], loaded)
 
 
-def stored_ledger(options: Mapping[str, Any] | None, session_id: int) -> Ledger | None:
-    """The ledger a session stored with its options (None: it has none)."""
-    stored = (options or {}).get(OPTIONS_KEY)
+def stored_ledger(stored: Sequence[Any] | None, session_id: int) -> Ledger | None:
+    """The ledger a session stored (`Store.known`; None: it has none)."""
     if stored is None:
         return None
-    return Ledger.from_stored(stored, f"session {session_id}'s stored ledger")
+    return Ledger.from_stored(list(stored), f"session {session_id}'s stored ledger")
 
 
 def apply_ledger(store: Store, session_id: int, ledger: Ledger | None = None) -> dict[str, int]:
     """Mark every stored finding the ledger covers KNOWN (LEDGER: the one given, else the session's stored one,
     else none); returns how many findings each entry covered."""
     session = store.session(session_id)
-    ledger = ledger if ledger is not None else stored_ledger(session.options, session_id)
+    ledger = ledger if ledger is not None else stored_ledger(store.known(session_id), session_id)
     if ledger is None or not ledger.entries:
         return {}
     findings, arms, details = store_findings(store, session_id)
@@ -305,7 +303,7 @@ def ledger_notes(session: SessionFacts, arms: Sequence[ArmView], role_of: Any) -
     """NOTE reasons for the session's stored ledger: each entry that applies but covered nothing ("not seen
     tonight: fixed?") and each expired entry that applies."""
     try:
-        ledger = stored_ledger(session.options, session.id)
+        ledger = stored_ledger(session.known, session.id)
     except ObservatoryError as e:
         return [Reason(NOTE, f"the stored known-findings ledger cannot be read: {e}", code=NOT_SEEN)]
     if ledger is None:
@@ -358,7 +356,6 @@ def check_ledger(store: Store, session_id: int, ledger: Ledger) -> dict[str, Any
 
 
 __all__ = [
-    "OPTIONS_KEY",
     "ArmFacts",
     "Finding",
     "KnownError",

@@ -150,6 +150,11 @@ class Ledger:
             raise KnownError(f"{where}: the stored ledger is not a list of entries")
         return cls(tuple(parse_entries({"known": stored}, where)))
 
+    def for_engines(self, engines: Collection[str]) -> Ledger:
+        """The entries about ENGINES (a session stores those of its arms' engines: no other can apply)."""
+        wanted = {e.lower() for e in engines}
+        return Ledger(tuple(e for e in self.entries if e.engine in wanted))
+
     def get(self, entry_id: str) -> KnownEntry | None:
         """The entry with ENTRY_ID, if any."""
         return next((e for e in self.entries if e.id == entry_id), None)

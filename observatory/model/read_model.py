@@ -7,7 +7,7 @@ summaries, selftest) reads its attributes, and ``show --json`` /
 documented JSON shape is the shape of these classes, checked by mypy::
 
     {"schema_version": 1,  # SCHEMA_VERSION; JSON Schema: docs/show-json.schema.json
-     "session": {"id", "started_at", "host", "gpu", "status", ...},
+     "session": {"id", "started_at", "host", "gpu", "status", ..., "known"?: [ledger entries]},
      "probes": [{"name", "category", "hash", "prompt", "definition", "params"}],
      "arms": [{"name", "role", "status", "reason", "launch", "engine_version",
                "counters": {"drafts", "draft_tokens", "accepted", "accepted_per_pos"},  # the probe pass's
@@ -70,6 +70,8 @@ class SessionFacts:
     suite: str | None
     command: list[str] | None
     options: Mapping[str, Any] | None  # free-form: the stored plan and options (fail_on, channels, ...)
+    # the known-findings ledger in effect (docs/known.md: each entry's stored keys), written only when stored
+    known: tuple[Mapping[str, Any], ...] | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from observatory.store import lease
 from observatory.store.clock import utcnow
 from observatory.store.db import (
     ArmRow,
+    KnownLedgerRow,
     MeasurementRow,
     ProbeRow,
     ResultRow,
@@ -166,6 +167,19 @@ class Store:
             arm_ids = select(ArmRow.id).where(ArmRow.session_id == session_id)
             s.execute(delete(VerdictRow).where(VerdictRow.arm_id.in_(arm_ids)))
             s.add_all([_clean_row(r) for r in rows])
+
+    @retry_locked
+    def set_known(self, session_id: int, entries: list[Any]) -> None:
+        """Store ENTRIES as the known-findings ledger in effect for SESSION_ID (replacing any)."""
+        with self.tx() as s:
+            s.execute(delete(KnownLedgerRow).where(KnownLedgerRow.session_id == session_id))
+            s.add(KnownLedgerRow(session_id=session_id, entries=entries))
+
+    def known(self, session_id: int) -> list[Any] | None:
+        """The known-findings ledger stored with SESSION_ID (its entries), or None when it has none."""
+        with self._sessions() as s:
+            row = s.scalars(select(KnownLedgerRow).where(KnownLedgerRow.session_id == session_id)).first()
+            return None if row is None else list(row.entries or [])
 
     @retry_locked
     def clear_arm(self, arm_id: int) -> None:
