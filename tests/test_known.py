@@ -24,6 +24,7 @@ from conftest import example_db
 from observatory.cli import cli
 from observatory.judge.known import apply_ledger
 from observatory.judge.reasons import group_reasons, verdict_lines
+from observatory.judge.verdict import EXIT
 from observatory.model.known import BUILTIN_FILE, Ledger, builtin, load_file, parse_entries
 from observatory.model.paths import REPO_ROOT
 from observatory.model.read_model import Reason, SessionVerdict
@@ -332,3 +333,35 @@ def test_expiry_is_the_sessions_day_not_todays(tiny: Path) -> None:
     with Store(str(tiny), write=True) as store:
         store.set_known(1, [parse_entries({"known": [entry]}, "t")[0].to_stored()])
         assert apply_ledger(store, 1) == {"ids-past-stop": 1}  # the stored ledger, on the session's own day
+
+
+def test_a_gate_with_a_ledger_covers_its_fail_and_exits_0(tmp_path: Path) -> None:
+    """End to end through `gate`: the ledger given with --known is stored with the session, covers the spec
+    arm's token FAILs (KNOWN in JUnit, never a failure) and the gate exits 0; the same gate without it exits 1.
+    STUB servers: a real engine cannot be made to answer another token on demand."""
+    from stub_server import StubServer
+    from test_faults_survived import _suite
+
+    ledger = _ledger(tmp_path / "team.toml", {
+        "id": "stub-token", "title": "the stub answers another token", "reproduction": "tests/stub_server.py",
+        "engine": "vllm", "versions": ["stub-0"], "checks": ["token_diff*"], "arms": ["spec"]})
+    runs = {}
+    with StubServer("ok", token=5) as base, StubServer("ok", token=9) as spec:
+        for name, extra in (("with", ["--known", str(ledger)]), ("without", [])):
+            out = tmp_path / name
+            r = _invoke("gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", _suite(tmp_path),
+                        "--db", str(out / "g.db"), "--report", str(out / "report"), "--junit", str(out / "j.xml"),
+                        "--no-diffs", "--quiet", *extra)
+            runs[name] = (r, out)
+    r, out = runs["with"]
+    assert runs["without"][0].exit_code == 1, runs["without"][0].output
+    data = _show(out / "g.db")
+    assert data["session"]["known"][0]["id"] == "stub-token"  # stored: judge needs no file
+    known = [x for x in data["verdict"]["reasons"] if x["level"] == "KNOWN"]
+    assert {x["probe"] for x in known if x["gate"] == "token_diff"} == {"one", "two"}
+    assert not [x for x in data["verdict"]["reasons"] if x["level"] == "FAIL"], data["verdict"]
+    assert r.exit_code == EXIT[data["verdict"]["verdict"]] and data["verdict"]["verdict"] != "FAIL", r.output
+    skipped = [c for c in ET.parse(out / "j.xml").getroot().iter("testcase") if c.get("classname") == "arm.mtp1"
+               and c.get("name") in ("one", "two")]
+    assert all(c.find("failure") is None and c.find("skipped") is not None for c in skipped) and skipped
+    assert "KNOWN stub-token: mtp1: token_diff: 2 probes (one, two)" in r.output
