@@ -278,6 +278,11 @@ def test_known_add_appends_a_checked_entry_and_keeps_the_file(tiny: Path, tmp_pa
     data = _show(tiny)
     assert _channel(data, "mtp1", "finish")["verdict"] == _channel(data, "mtp2", "mixed_batch")["verdict"] == "KNOWN"
     assert _channel(data, "mtp2", "finish")["verdict"] == "FAIL" and data["verdict"]["verdict"] == "FAIL"
+    # --gate is --check; without --title the entry is titled by the first finding it covers
+    r = _invoke("known", "add", "1", "--db", str(tiny), "--gate", "finish", "--arm", "mtp2", "--id", "no-title",
+                "--link", "https://x.org/2", "--file", str(path))
+    assert r.exit_code == 0, r.output
+    assert load_file(path)[-1].title.startswith("mtp2: finish: FAIL: 2 finish request(s) differ from base")
 
 
 def test_an_arms_file_names_its_ledger(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +163,8 @@ def new_entry(store: Any, session_id: int, raw: dict[str, Any], arms: tuple[str,
               help="An arm (name or role, glob; repeatable); default: the arms with such a finding.")
 @click.option("--probe", "probes", multiple=True, help="A probe it covers (glob; repeatable); default: all.")
 @click.option("--id", "entry_id", required=True, help="A unique id: letters, digits, '.', '_', '-'.")
-@click.option("--title", required=True, help="What the finding is, in one line.")
+@click.option("--title", help="What the finding is, in one line (default: the first finding it covers, cut to 120 "
+                                "characters).")
 @click.option("--link", help="An http(s) URL: the upstream issue or fix.")
 @click.option("--reproduction", help="A path or a command that reproduces it (a link, a reproduction or both).")
 @click.option("--reason", "reasons", multiple=True,
@@ -175,20 +177,20 @@ def new_entry(store: Any, session_id: int, raw: dict[str, Any], arms: tuple[str,
               help="The ledger file to append to (made if missing).")
 @db_option
 def known_add(session_id: int, checks: tuple[str, ...], arms: tuple[str, ...], probes: tuple[str, ...],
-              entry_id: str, title: str, link: str | None, reproduction: str | None, reasons: tuple[str, ...],
+              entry_id: str, title: str | None, link: str | None, reproduction: str | None, reasons: tuple[str, ...],
               levels: tuple[str, ...], versions: str | None, platform: str | None, expires: str | None,
               path: str, db: str | None) -> None:
     """Add a finding of a stored session to a ledger file, its engine and versions taken from the session's arm.
 
     \b
     observatory known add 12 --check params:min_p --arm mtp1 --id vllm-min-p \\
-        --title "min_p refused with speculation" --link https://github.com/vllm-project/vllm/issues/1
+        --link https://github.com/vllm-project/vllm/issues/1
     observatory known add 12 --check finish --reason stop_str --id ids-past-stop --title "..." \\
         --reproduction "docs/engines.md" --file ci/observatory-known.toml
     """
     from observatory.store.session_store import Store
 
-    raw: dict[str, Any] = {"id": entry_id, "title": title, "checks": list(checks)}
+    raw: dict[str, Any] = {"id": entry_id, "title": title or "(from the first finding it covers)", "checks": list(checks)}
     for key, value in (("link", link), ("reproduction", reproduction), ("versions", versions),
                        ("platform", platform), ("expires", expires)):
         if value is not None:
@@ -204,6 +206,9 @@ def known_add(session_id: int, checks: tuple[str, ...], arms: tuple[str, ...], p
         raise ObservatoryError(f"entry {entry.id} covers nothing in session {session_id} (engine {entry.engine}, "
                                f"arms {', '.join(entry.arms)}, checks {', '.join(entry.checks)}, levels "
                                f"{', '.join(entry.levels)}): check --check, --arm, --reason and --level")
+    if title is None:  # the first covered finding's words: "ARM / PROBE: CHECK: LEVEL: reason"
+        first = " ".join(found["covered"][entry.id][0].split())
+        entry = replace(entry, title=first if len(first) <= 120 else first[:119] + "…")
     target = Path(path)
     old = read_text(target, KnownError, "known-findings ledger") if target.exists() else (
         "# Known findings this team has triaged: each covered finding reads KNOWN, shown and never counted\n"
