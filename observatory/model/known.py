@@ -39,9 +39,6 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from observatory.model.errors import ObservatoryError
 from observatory.model.tomlfile import read_toml
 from observatory.model.vocabulary import FAIL, INVALID, INVALID_CODES, UNJUDGED, WARN
@@ -97,6 +94,9 @@ class KnownEntry:
             return False
         if isinstance(self.versions, tuple):
             return version in self.versions
+        from packaging.specifiers import SpecifierSet  # here: only a specifier needs packaging
+        from packaging.version import InvalidVersion, Version
+
         try:
             return SpecifierSet(self.versions).contains(Version(version), prereleases=True)
         except InvalidVersion:
@@ -217,6 +217,9 @@ def _text(raw: Any, key: str, where: str) -> str:
 def _versions(raw: Any, where: str) -> str | tuple[str, ...]:
     """A PEP 440 specifier (``>=0.26,<0.27``), a bare version (exact) or a list of exact versions."""
     if isinstance(raw, str) and raw.strip():
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet  # here: only a string needs packaging
+        from packaging.version import InvalidVersion, Version
+
         try:
             Version(raw)
             return (raw,)  # a bare version is that version exactly
