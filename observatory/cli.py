@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("observatory.commands.gates_cmd", "calibrate"),
     "triage": ("observatory.commands.triage", "triage"),
     "suite": ("observatory.commands.suite_cmd", "suite"),
+    "known": ("observatory.commands.known", "known"),
 }
 
 

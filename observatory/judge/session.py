@@ -336,8 +336,8 @@ class _Judge:
             self.rows.append(VerdictRow(
                 arm_id=arm.id, result_id=None, probe_id=None, gate=f"engine_restart:{i + 1}", gate_version="judge",
                 verdict=INVALID if is_base else FAIL,
-                reason=(f"the engine {r.get('status')} during {where} ({why}); {back}, the later phases ran on a "
-                        f"fresh engine{': the reference itself died' if is_base else ''}"),
+                reason=(f"the engine {r.get('status')} during {where} ({r.get('cause') or why}); {back}, the later "
+                        f"phases ran on a fresh engine{': the reference itself died' if is_base else ''}"),
                 details={**r, "assigned_by": "judge"}))
 
     # -- numerics-driven events as rates against controls (observatory.judge.rates) ------------------------

@@ -224,10 +224,22 @@ def arms_file_suite(path: Path | str) -> tuple[str | None, str | None]:
     return suite, data.get("suite_format")
 
 
+def arms_file_known(path: Path | str, data: dict[str, Any] | None = None) -> list[Path]:
+    """The known-findings ledgers an arms file names (top-level ``known``: a path or a list of paths, relative
+    to the arms file; docs/known.md)."""
+    path = Path(path)
+    value = (_read(path) if data is None else data).get("known")
+    items = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) and x.strip() for x in items):
+        raise ArmError(f"{path}: known must be a ledger file's path or a list of paths, got {value!r}")
+    return [path.parent / x for x in items]
+
+
 def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str, Arm]:
     """Named arms from a TOML file, loaded strictly (ENGINES: those an arm may name besides the default)."""
     path = Path(path)
     data = _read(path)
+    arms_file_known(path, data)
     arms: dict[str, Arm] = {}
     for name, raw in (data.get("arms") or {}).items():
         where = f"{path}: arm {name!r}"

@@ -52,12 +52,13 @@ def worst(verdicts: list[str]) -> str | None:
     return vocabulary.worst(v for v in verdicts if v in vocabulary.SEVERITY)
 
 
-def session_facts(s: SessionRow) -> SessionFacts:
-    """Session facts."""
+def session_facts(s: SessionRow, known: list[Any] | None = None) -> SessionFacts:
+    """Session facts (KNOWN: its stored known-findings ledger, if it has one)."""
     return SessionFacts(
         id=s.id, started_at=_iso(s.started_at), finished_at=_iso(s.finished_at), status=s.status, reason=s.reason,
         host=s.host, gpu=s.gpu, machine=s.machine, observatory_version=s.observatory_version, model=s.model,
         image=s.image, suite=s.suite, command=s.command, options=s.options,
+        known=None if known is None else tuple(known),
     )
 
 
@@ -112,7 +113,8 @@ def build_arm(store: Store, a: ArmRow, probes: list[ProbeRow], role: str | None 
         engine_version=a.engine_version, model=a.model, log_path=a.log_path, log_tail=a.log_tail,
         started_at=_iso(a.started_at), ready_at=_iso(a.ready_at), finished_at=_iso(a.finished_at),
         counters=counters(a.counters),
-        validity=tuple(ValidityFlag(code=str(v.get("code")), detail=v.get("detail")) for v in a.validity or []),
+        validity=tuple(ValidityFlag(code=str(v.get("code")), detail=v.get("detail"), known=v.get("known"))
+                       for v in a.validity or []),
         arm_verdicts=arm_verdicts, channel_verdicts=channel_verdicts, figures=ArmFigures.from_stored(a.figures),
         results=results,
     )
@@ -156,7 +158,7 @@ def build(store: Store, session_id: int | None = None) -> SessionView:
     rows = store.arms(s.id)
     roles = stored_roles([(a.name, a.launch) for a in rows])
     arms = tuple(build_arm(store, a, probes, roles[a.name]) for a in rows)
-    facts = session_facts(s)
+    facts = session_facts(s, store.known(s.id))
     return SessionView(
         session=facts,
         probes=tuple(ProbeView(name=p.name, category=p.category, hash=p.content_hash,

@@ -35,12 +35,13 @@ from markupsafe import Markup
 from observatory.engines.images import arm_image
 from observatory.engines.launches import engine_of
 from observatory.judge.graph_coverage import words as graph_words
+from observatory.judge.reasons import group_reasons
 from observatory.judge.steady_state import words as steady_words
 from observatory.judge.verdict import INVALID_CODES, arm_role
 from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
-from observatory.model.vocabulary import TOKEN_DIFF
+from observatory.model.vocabulary import REASON_LEVELS, TOKEN_DIFF
 from observatory.report import charts
 from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
 from observatory.report.token_spans import tokens_html, visible
@@ -262,19 +263,30 @@ def evidence_href(data: SessionView, reason: Reason,
     return f"#arm-{ai}"
 
 
+def _entry_shown(known: Any) -> dict[str, Any] | None:
+    """A known-findings entry as the banner shows it: its link only where it is an http(s) URL (the stored
+    details are data: never a javascript: link)."""
+    if not isinstance(known, Mapping):
+        return None
+    link = known.get("link")
+    ok = isinstance(link, str) and link.startswith(("https://", "http://"))
+    return {"id": known.get("id"), "link": link if ok else None, "reproduction": known.get("reproduction")}
+
+
 def overall(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    """The verdict banner: the session verdict of `observatory.judge.verdict.decide`, each reason linked to its evidence.
+    """The verdict banner: the session verdict of `observatory.judge.verdict.decide`, its reasons one line per
+    cause (`observatory.judge.reasons`), each linked to its evidence.
 
     The report renders the one verdict policy, so the banner, the gate's exit
     status, JUnit and ``show --json`` never disagree. Reasons are listed FAIL,
-    INVALID, WARN, NOTE, each with a link (`evidence_href`) where it has one.
+    INVALID, WARN, then apart the KNOWN findings (with their ledger entry's link)
+    and the NOTEs, each with a link (`evidence_href`) where it has one.
     """
     v = data.verdict
     diffs = diffs_by_result(data) if diffs is None else diffs
-    reasons = [{"level": r.level, "text": r.text, "href": evidence_href(data, r, diffs)} for r in v.reasons]
-    reasons.sort(key=lambda x: ("FAIL", "INVALID", "WARN").index(x["level"])
-                 if x["level"] in ("FAIL", "INVALID", "WARN") else 3)
-    counts = {lv: sum(x["level"] == lv for x in reasons) for lv in ("FAIL", "INVALID", "WARN", "NOTE")}
+    reasons = [{"level": g.level, "text": g.text, "count": g.count, "known": _entry_shown(g.known),
+                "href": evidence_href(data, g.first, diffs)} for g in group_reasons(v.reasons)]
+    counts = {lv: sum(r.level == lv for r in v.reasons) for lv in REASON_LEVELS}
     return {"verdict": v.verdict, "why": v.why, "reasons": reasons, "counts": counts}
 
 

@@ -208,6 +208,7 @@ class ArmRun:
         if self.relauncher is None or len(restarts) >= MAX_RESTARTS:
             return False
         entry: dict[str, Any] = {"where": where, "status": died.status, "reason": died.reason[:2000],
+                                 "cause": self.proc.fatal_error() if self.proc is not None else None,
                                  "log_tail": (self.proc.log_tail() or "")[-2000:] if self.proc is not None else None}
         if self.proc is not None:
             self.proc.stop()

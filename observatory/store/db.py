@@ -386,6 +386,19 @@ def session_factory(engine: Engine) -> sessionmaker:  # type: ignore[type-arg]
     return sessionmaker(engine, expire_on_commit=False)
 
 
+class KnownLedgerRow(Base):
+    """The known-findings ledger in effect for one session: its entries as loaded (docs/known.md), so the
+    judge re-applies it with no file present. Its own row, written once: the session's row stays small (a
+    full database must still let it be marked interrupted)."""
+
+    __tablename__ = "known_ledgers"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id"), unique=True)
+    # [{"id", "title", "link", "engine", "versions", "checks", ...}, ...]: observatory.model.known's stored form
+    entries: Mapped[list[Any]] = mapped_column(CompressedJSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
 class TriageRow(Base):
     """One `observatory triage` of a session's failing arm: which engine knob the failure depends on."""
 

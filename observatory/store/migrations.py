@@ -257,9 +257,25 @@ def m009_summary_s_step(conn: Connection) -> None:
     conn.execute(text('ALTER TABLE summaries ADD COLUMN "S_step" FLOAT'))  # quoted: PostgreSQL folds bare names to lower case
 
 
+def m010_known_ledgers(conn: Connection) -> None:
+    """The known-findings ledger in effect per session (issue 46 item 1; observatory.model.known)."""
+    md = MetaData()
+    Table("sessions", md, _id())  # for the foreign key only; not created here
+    Table(
+        "known_ledgers",
+        md,
+        _id(),
+        Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False, unique=True),
+        Column("entries", JSON, nullable=False),
+        Column("created_at", DateTime, nullable=False),
+    )
+    md.tables["known_ledgers"].create(conn)
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries, m005_triage,
     m006_result_logprobs_stop_reason, m007_result_sdk, m008_warm_measurement_gpu, m009_summary_s_step,
+    m010_known_ledgers,
 ]
 
 _TRACKING = MetaData()
