@@ -18,6 +18,7 @@ from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import SessionRow, SummaryRow
 from observatory.store.session_store import Store
+from observatory.store.stored import verdict_row
 
 SUITE = [Probe("prose", "prose_en", messages=[{"role": "user", "content": "Write"}], gates=["content", "degeneracy"])]
 HEALTHY = "The ocean covers most of the planet and holds a great variety of life, from plankton to whales."
@@ -174,7 +175,7 @@ def _judged_night(store: Store, day: int, alpha: float, s: float, monkeypatch: p
                        default_registry())
     rows = history.judge(view)
     assert len(rows) == 1
-    row = store.add(rows[0])
+    row = store.add(verdict_row(rows[0]))
     sh = suite_hash(p.content_hash for p in SUITE)
     for pos, (name, arm) in enumerate(arms.items()):
         spec = name == "mtp2"

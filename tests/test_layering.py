@@ -133,3 +133,38 @@ def test_negative_control_a_circle_is_found() -> None:
                                                    "observatory.model.b": {"observatory.model.a"},
                                                    "observatory.model.c": {"observatory.model.a"}})
     assert _cycles(mods, edges) == [["observatory.model.a", "observatory.model.b"]]
+
+
+def test_channels_see_typed_views_not_orm_rows() -> None:
+    """Issue 47 item 4: the ORM models stay under store/; a channel reads `observatory.store.stored`'s views."""
+    mods = _modules()
+    edges = _imports(mods)
+    orm = [f"{a} -> {b}" for a in mods if _layer(a) == "channels" for b in edges[a] if b == "observatory.store.db"]
+    assert not orm, "channels importing the ORM rows:\n" + "\n".join(sorted(orm))
+
+
+LIVE_NAMES = ("run", "twin", "client")  # a channel's live arm, a second engine of it, an engine's client
+
+
+def _any_typed(source: str) -> list[str]:
+    """Parameters of SOURCE named after a live arm or its client (`LIVE_NAMES`) annotated ``Any``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                if a.arg in LIVE_NAMES and isinstance(a.annotation, ast.Name) and a.annotation.id == "Any":
+                    found.append(f"{node.name}({a.arg}) line {node.lineno}")
+    return found
+
+
+def test_no_channel_takes_an_any_typed_arm() -> None:
+    """Issue 47 item 4: a channel's measure gets a typed `LiveArm` (channels/live_arm.py), its client an
+    `EngineClient`, never ``Any``."""
+    found = [f"{p.name}: {f}" for p in sorted((PACKAGE / "channels").glob("*.py"))
+             for f in _any_typed(p.read_text(encoding="utf-8"))]
+    assert not found, "Any-typed arms in channels/:\n" + "\n".join(found)
+
+
+def test_negative_control_an_any_typed_arm_is_found() -> None:
+    assert _any_typed("def measure(run: Any, probes: list[Probe]) -> None: ...") == ["measure(run) line 1"]
+    assert _any_typed("def measure(run: LiveArm, probes: Any) -> None: ...") == []

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
     from observatory.model.gates import GateRegistry
-    from observatory.store.db import ArmRow, VerdictRow
+    from observatory.store.stored import StoredArm, Verdict
 
 PROFILES = ("quick", "nightly", "deep")
 CHANNEL_PROFILES = ("nightly", "deep")  # the profile a channel joins (deep runs nightly's too)
@@ -45,7 +45,7 @@ class Channel:
     catches: str  # one line: the class of field bug it exists for
     plan: Callable[[list[Probe]], list[Probe]]  # its own probes, made from the suite's
     measure: Callable[[LiveArm, list[Probe]], None]  # send them to one live arm, store the results
-    judge: Callable[[ChannelView], list[VerdictRow]]  # its verdicts for every arm, from the store
+    judge: Callable[[ChannelView], list[Verdict]]  # its verdicts for every arm, from the store
     options: dict[str, Any] = field(default_factory=dict)  # documented knobs (for the report)
     faults: tuple[str, ...] = ()  # the plugin faults it must catch (observatory.faults): selftest's controls
     profile: str = "nightly"  # the smallest profile that runs it: "nightly", or "deep" (too costly for the nightly)
@@ -124,8 +124,8 @@ def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Prob
     return out
 
 
-def judge_channel(store: Store, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
-                  probes: dict[int, Probe], registry: GateRegistry) -> list[VerdictRow]:
+def judge_channel(store: Store, session_id: int, name: str, arms: Sequence[StoredArm], roles: dict[str, str],
+                  probes: dict[int, Probe], registry: GateRegistry) -> list[Verdict]:
     """The verdicts of channel NAME over one engine's ARMS: what the judge is given for the channels."""
     from observatory.channels.view import ChannelView
 

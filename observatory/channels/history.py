@@ -38,10 +38,11 @@ import statistics
 from typing import Any
 
 from observatory.channels import Channel
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash, summary_model
 from observatory.model.probes import Probe
-from observatory.store.db import ArmRow, VerdictRow
+from observatory.store.stored import StoredArm, Verdict
 from observatory.store.summaries import earlier_trusted
 
 NAME = "history"
@@ -64,7 +65,7 @@ def plan(suite: list[Probe]) -> list[Probe]:
     return []
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Nothing to send."""
 
 
@@ -87,7 +88,7 @@ def degeneracy_score(view: ChannelView, session_id: int, arm_id: int) -> float |
     return statistics.fmean(scores) if scores else None
 
 
-def _earlier(view: ChannelView, arm: ArmRow, model: str | None,
+def _earlier(view: ChannelView, arm: StoredArm, model: str | None,
              suite: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(baseline, kept out): the last NIGHTS trusted, unflagged summaries of earlier sessions with this model,
     arm, engine version and suite, and the newer nights kept out of it.
@@ -147,7 +148,7 @@ def step_floor(median: float, fig: dict[str, Any]) -> float:
     return max(STEP_FLOOR, own, float(step_half or 0.0)) * abs(median)
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Per spec arm: this session's alpha, tau, S and degeneracy against the earlier nights."""
     from observatory.judge.figures import compute_figures
 
@@ -157,7 +158,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
     suite = suite_hash(p.content_hash for p in view.store.probes(view.session_id)
                        if not (p.definition or {}).get("channel"))
     figures: dict[int, dict[str, Any]] | None = None
-    rows: list[VerdictRow] = []
+    rows: list[Verdict] = []
     for arm in view.arms:
         if not (arm.launch or {}).get("speculative_config") or arm.status != "ok":
             continue
@@ -221,7 +222,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
     return rows
 
 
-def _more_repetitive(view: ChannelView, arm: ArmRow, earlier: list[dict[str, Any]],
+def _more_repetitive(view: ChannelView, arm: StoredArm, earlier: list[dict[str, Any]],
                      table: list[dict[str, Any]]) -> bool:
     """Whether this session's output scores lower (more repetitive) than the earlier nights', beyond their noise."""
     now = degeneracy_score(view, view.session_id, arm.id)

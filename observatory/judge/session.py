@@ -37,6 +37,7 @@ Verdicts the judge itself assigns (docs/design.md section 2):
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from observatory.engines.adapter import adapter_for
@@ -60,11 +61,12 @@ from observatory.model.roles import AA_COPY
 from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, TOKEN_DIFF, UNJUDGED
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
 from observatory.store.session_store import Store
+from observatory.store.stored import StoredArm, StoredResult, Verdict, verdict_row
 
 SELF_PAIRS = {"nonstream": "nonstream", "batch": "batch"}
 
 
-def to_output(r: ResultRow) -> Output:
+def to_output(r: StoredResult) -> Output:
     """A stored result as gates see it."""
     return Output(
         text=_judged_part(r.text) or "",
@@ -83,14 +85,14 @@ def to_output(r: ResultRow) -> Output:
     )
 
 
-def _generated(r: ResultRow) -> int | None:
+def _generated(r: StoredResult) -> int | None:
     """How far the engine's generated-token counter moved around R (stored with its counter delta)."""
     delta = getattr(r, "counters_delta", None)
     n = delta.get("generated") if isinstance(delta, dict) else None
     return n if type(n) is int and n >= 0 else None
 
 
-def logprob_spread(a: ResultRow, b: ResultRow) -> float | None:
+def logprob_spread(a: StoredResult, b: StoredResult) -> float | None:
     """The largest |logprob difference| between two answers with identical token ids: the emitted tokens'
     logprobs and every top-k entry both list; None when the ids differ or neither has logprobs."""
     if not a.token_ids or list(a.token_ids) != list(b.token_ids or []):
@@ -175,7 +177,7 @@ def result_gates(registry: GateRegistry, probe: Probe) -> list[Gate]:
     return named + rest
 
 
-def tokens_complete(r: ResultRow) -> bool:
+def tokens_complete(r: StoredResult) -> bool:
     """Whether a result carries every generated token id (its usage count agrees).
 
     Some engines withhold the logprobs of streamed chunks their tool parser
@@ -207,7 +209,7 @@ def _arguments(raw: Any) -> Any:
         return raw
 
 
-def comparable_text(r: ResultRow) -> str:
+def comparable_text(r: StoredResult) -> str:
     """What a result says, as one string: reasoning, content and tool calls (name and arguments as data).
 
     Beside tool calls, the content is compared stripped: a parser may leave a
@@ -219,7 +221,7 @@ def comparable_text(r: ResultRow) -> str:
     return json.dumps([r.reasoning or "", text, calls], sort_keys=True, ensure_ascii=False)
 
 
-def text_divergence(mine: ResultRow, ref: ResultRow, ref_label: str) -> GateResult:
+def text_divergence(mine: StoredResult, ref: StoredResult, ref_label: str) -> GateResult:
     """Compare two results by text where token ids cannot be diffed."""
     a, b = comparable_text(mine), comparable_text(ref)
     why = ("no complete token-id sequence on " + ", ".join(
@@ -311,8 +313,8 @@ class _Judge:
         for name in names:
             probes = {pid: p for pid, p in self.all_probes.items() if p.channel == name}
             assert self.channels is not None
-            self.rows.extend(self.channels(self.store, self.session_id, name, self.arms, self.roles, probes,
-                                           self.registry))
+            self.rows.extend(verdict_row(v) for v in self.channels(self.store, self.session_id, name, self.arms,
+                                                                   self.roles, probes, self.registry))
 
     def stream_token_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
         """WARN where a stream carried fewer token ids than the engine says it generated.
@@ -605,7 +607,7 @@ class _Judge:
                 "diff's WARN) and landed on another probe's answer; base answers these prompts differently")
 
 
-def stream_text_unmeasurable(r: ResultRow) -> str | None:
+def stream_text_unmeasurable(r: StoredResult) -> str | None:
     """Why a streamed result's text cannot be checked against its ids' texts (None: it can)."""
     texts = r.token_texts or []
     if not tokens_complete(r) or len(texts) != len(r.token_ids or []):
@@ -619,7 +621,7 @@ def stream_text_unmeasurable(r: ResultRow) -> str | None:
     return None
 
 
-def stream_text_mismatch(r: ResultRow) -> int | None:
+def stream_text_mismatch(r: StoredResult) -> int | None:
     """Where the streamed text departs from its ids' texts joined, or None where they agree.
 
     A stop on EOS or a stop token id keeps that token among the ids (vLLM:
@@ -637,7 +639,7 @@ def stream_text_mismatch(r: ResultRow) -> int | None:
 OWN_PASSES = {"stream": "streamed", "nonstream": "non-streamed", "batch": "batch"}
 
 
-def _same_output(r: ResultRow, ref: ResultRow) -> bool:
+def _same_output(r: StoredResult, ref: StoredResult) -> bool:
     if tokens_complete(r) and tokens_complete(ref):
         return list(r.token_ids or []) == list(ref.token_ids or [])
     return comparable_text(r) == comparable_text(ref)
@@ -652,8 +654,8 @@ def session_registry(store: Store, session_id: int) -> GateRegistry:
 class ChannelJudge(Protocol):
     """The verdicts of one field channel over one engine's arms (`observatory.channels.judge_channel`)."""
 
-    def __call__(self, store: Store, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
-                 probes: dict[int, Probe], registry: GateRegistry) -> list[VerdictRow]: ...
+    def __call__(self, store: Store, session_id: int, name: str, arms: Sequence[StoredArm], roles: dict[str, str],
+                 probes: dict[int, Probe], registry: GateRegistry) -> Sequence[Verdict]: ...
 
 
 def judge_session(store: Store, session_id: int, registry: GateRegistry | None = None,
