@@ -168,3 +168,51 @@ def test_no_channel_takes_an_any_typed_arm() -> None:
 def test_negative_control_an_any_typed_arm_is_found() -> None:
     assert _any_typed("def measure(run: Any, probes: list[Probe]) -> None: ...") == ["measure(run) line 1"]
     assert _any_typed("def measure(run: LiveArm, probes: Any) -> None: ...") == []
+
+
+def _default_engine_branches(source: str) -> list[int]:
+    """The lines of SOURCE comparing something with ``DEFAULT_ENGINE`` (``==``, ``!=``): a branch on the default
+    engine."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+            if any(isinstance(x, ast.Name) and x.id == "DEFAULT_ENGINE" for x in [node.left, *node.comparators]):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_engine_branch_outside_engines() -> None:
+    """Issue 47 item 4: the default engine's quirks (faults, images, parsers, dev mode, its CPU build's KV cache,
+    its metric names) are its adapter's (engines/vllm.py); no module outside engines/ compares with
+    DEFAULT_ENGINE (six did)."""
+    found = [f"{m}:{n}" for m, p in _modules().items() if _layer(m) != "engines"
+             for n in _default_engine_branches(p.read_text(encoding="utf-8"))]
+    assert not found, "branches on the default engine outside engines/:\n" + "\n".join(found)
+
+
+def test_negative_control_a_default_engine_branch_is_found() -> None:
+    assert _default_engine_branches("if arm.engine != DEFAULT_ENGINE:\n    pass\n") == [1]
+    assert _default_engine_branches("x = DEFAULT_ENGINE\n") == []
+
+
+def _engine_names_in_code(source: str) -> list[int]:
+    """The lines of SOURCE's string literals (docstrings aside) naming a vLLM environment variable (``VLLM_``) or
+    metric (``vllm:``)."""
+    tree = ast.parse(source)
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs and ("VLLM_" in n.value or "vllm:" in n.value)]
+
+
+def test_no_vllm_variable_or_metric_outside_engines() -> None:
+    """Issue 47 item 4: vLLM's environment variables and metric names (dev mode, the CPU build's KV cache, the
+    cache config and preemption metrics) are its adapter's; faults/ is vLLM's own plugin."""
+    found = [f"{m}:{n}" for m, p in _modules().items() if _layer(m) not in ("engines", "faults")
+             for n in _engine_names_in_code(p.read_text(encoding="utf-8"))]
+    assert not found, "vLLM names outside engines/:\n" + "\n".join(found)
+
+
+def test_negative_control_a_vllm_name_is_found() -> None:
+    assert _engine_names_in_code('"""vllm:x in a docstring"""\nENV = {"VLLM_SERVER_DEV_MODE": "1"}\n') == [2]

@@ -2,8 +2,8 @@
 
 Field bugs (docs/channels.md, "lifecycle"): a drafter left broken after
 sleep/wake or a weight reload, a prefix cache that serves stale blocks after
-a reset. Each cycle is an operation the engine exposes (vLLM's dev-mode
-endpoints, ``VLLM_SERVER_DEV_MODE=1``):
+a reset. Each cycle is an operation the engine exposes (its dev-mode
+endpoints, turned on by its adapter's ``dev_mode_env``):
 
 ``reset_prefix_cache``  ``POST /reset_prefix_cache``;
 ``sleep_wake``          ``POST /sleep?level=1``, ``GET /is_sleeping``, ``POST /wake_up``;
@@ -67,7 +67,6 @@ NAME = "lifecycle"
 PART = 4  # suite probes sent around each cycle
 MAX_TOKENS = 32
 BEFORE = (0, 1)  # the repeats before any cycle
-DEV_MODE = {"VLLM_SERVER_DEV_MODE": "1"}
 OP_TIMEOUT_S = 120.0
 
 
@@ -150,7 +149,7 @@ def plan(suite: list[Probe]) -> list[Probe]:
 
 
 def has_dev_endpoints(client: EngineClient) -> bool:
-    """Whether the server exposes vLLM's dev-mode endpoints (``GET /is_sleeping`` answers 200)."""
+    """Whether the server exposes the dev-mode endpoints (``GET /is_sleeping`` answers 200)."""
     try:
         return bool(client.fetch("/is_sleeping", 10.0).status_code == 200)
     except httpx.HTTPError:
@@ -195,7 +194,7 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
     if has_dev_endpoints(run.client):
         cycle(run, probes, "the arm's own engine")
         return
-    with run.sibling(NAME, env=DEV_MODE) as twin:
+    with run.sibling(NAME, env=dict(run.client.adapter.dev_mode_env)) as twin:
         if twin is not None:
             if twin.client is None or not has_dev_endpoints(twin.client):
                 twin.note(NAME, where="a second engine in dev mode", ops={op.name: "not exposed: GET /is_sleeping "

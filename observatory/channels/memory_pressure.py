@@ -10,9 +10,10 @@ On each arm: every request alone on the arm's own engine (the reference,
 arm launched with a KV cache of ``ceil(CONTEXT / block) + 1`` blocks and
 ``--max-model-len CONTEXT`` (`LiveArm.sibling`): room for one request at its
 longest, while the four together need about twice that, so the scheduler
-must preempt. An arm whose own engine reports that few blocks already
-(``vllm:cache_config_info``'s ``num_gpu_blocks``) is pressured on itself. The engine's own counter (``vllm:num_preemptions_total``) is
-read before and after the batch; an arm whose engine did not preempt is "not
+must preempt. An arm whose own engine reports that few blocks already (the
+``num_gpu_blocks`` of its adapter's ``kv_cache_info``) is pressured on
+itself. The engine's own preemption counter (its adapter's ``preemptions``)
+is read before and after the batch; an arm whose engine did not preempt is "not
 exercised", never PASS. Every output is diffed against base's answer to the
 same request sent alone (token_diff's near-tie rule); where base's own
 pressured output differs from its alone output, or an A/A copy differs, a
@@ -34,7 +35,8 @@ from observatory.channels.pairs import Keyed, differs_alone, judge_against_base
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
 from observatory.client.send import EngineClient
-from observatory.engines.metrics import parse_preemptions, read_info
+from observatory.engines.adapter import adapter_for
+from observatory.engines.launches import engine_of
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import PASS
 from observatory.store.stored import StoredArm, Verdict
@@ -67,10 +69,11 @@ def budget_blocks(block_size: int) -> int:
 
 
 def _cache_fact(run: LiveArm, name: str) -> int | None:
-    """One integer label of the server's ``vllm:cache_config_info`` (block_size, num_gpu_blocks), or None."""
+    """One integer label of the KV cache's settings the server publishes (block_size, num_gpu_blocks: its adapter's
+    ``kv_cache_info``), or None."""
     assert run.client is not None  # a channel measures a live arm
     text = metrics_text(run.client)
-    labels = read_info(text, "vllm:cache_config_info") if text else None
+    labels = run.client.adapter.kv_cache_info(text) if text else None
     try:
         return int((labels or {}).get(name))  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -88,7 +91,7 @@ def _sent(client: EngineClient, probe: Probe) -> Probe | None:
 def _preemptions(run: LiveArm) -> int | None:
     assert run.client is not None  # a channel measures a live arm
     text = metrics_text(run.client)
-    return parse_preemptions(text) if text else None
+    return run.client.adapter.preemptions(text) if text else None
 
 
 def measure(run: LiveArm, probes: list[Probe]) -> None:
@@ -164,7 +167,8 @@ def exercised(arm: StoredArm) -> str | None:
         return "the pressured batch did not run"
     n = f.get("preemptions")
     if n is None:
-        return "the engine reports no preemption counter (vllm:num_preemptions_total)"
+        metric = adapter_for(engine_of(arm.launch)).preemptions_metric
+        return f"the engine reports no preemption counter{f' ({metric})' if metric else ''}"
     if n <= 0:
         return f"the engine did not preempt ({n} preemptions, {f.get('served_blocks')} KV-cache blocks)"
     return None

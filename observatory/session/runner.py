@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from observatory import __version__
 from observatory.client.send import EngineClient, request_params
 from observatory.engines.adapter import adapter_for
+from observatory.engines.arms import arm_engine
 from observatory.engines.cuda_graphs import from_log_file
 from observatory.engines.gpus import plan_waves
 from observatory.engines.images import inspect_image
@@ -114,7 +115,7 @@ class Runner:
     def engine_of(self, arm: Arm) -> str:
         """The engine ARM runs on: its own (an ``ENGINE:NAME`` arm's), else the session's --engine (what its URL
         serves)."""
-        return arm.engine if arm.engine != DEFAULT_ENGINE else self.opts.plan.engine
+        return arm_engine(arm, self.opts.plan.engine)
 
     # -- session --------------------------------------------------------
     def create_session(self) -> int:
