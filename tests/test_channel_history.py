@@ -11,7 +11,6 @@ from semantics_store import result, session
 
 from observatory.channels import history
 from observatory.channels.view import ChannelView
-from observatory.engines.launches import stored_roles
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.judge.summaries import suite_hash
 from observatory.model.gates import default_registry
@@ -60,7 +59,7 @@ def _tonight(store: Store, alpha: float, text: str = HEALTHY, fail_on: str | Non
     result(store, arms["mtp2"], pids["prose"], "stream", [1, 2], ["a", "b"], text=text,
            counters_delta=_counters(alpha))
     all_arms = store.arms(sid)
-    view = ChannelView(store, sid, "history", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]), {},
+    view = ChannelView(store, sid, "history", all_arms, {a.name: str(a.role) for a in all_arms}, {},
                        default_registry())
     rows = history.judge(view)
     assert len(rows) == 1 and rows[0].arm_id == arms["mtp2"].id  # spec arms only
@@ -171,7 +170,7 @@ def _judged_night(store: Store, day: int, alpha: float, s: float, monkeypatch: p
     result(store, arms["mtp2"], pids["prose"], "stream", [1, 2], ["a", "b"], text=HEALTHY,
            counters_delta=_counters(alpha))
     all_arms = store.arms(sid)
-    view = ChannelView(store, sid, "history", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]), {},
+    view = ChannelView(store, sid, "history", all_arms, {a.name: str(a.role) for a in all_arms}, {},
                        default_registry())
     rows = history.judge(view)
     assert len(rows) == 1

@@ -216,3 +216,36 @@ def test_no_vllm_variable_or_metric_outside_engines() -> None:
 
 def test_negative_control_a_vllm_name_is_found() -> None:
     assert _engine_names_in_code('"""vllm:x in a docstring"""\nENV = {"VLLM_SERVER_DEV_MODE": "1"}\n') == [2]
+
+
+def _imported_names(source: str) -> set[tuple[str, str]]:
+    """(module, name) of every ``from MODULE import NAME`` in SOURCE, at any level of the code."""
+    return {(node.module or "", a.name) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.ImportFrom) for a in node.names}
+
+
+# Where an arm's role may be derived from facts rather than read from the stored arm: the rule itself, the session's
+# planning (which writes it) and the store (migration m010 and a row written without it)
+DERIVES_ROLES = ("model", "session", "store")
+
+
+def test_roles_and_engines_are_read_not_derived() -> None:
+    """Issue 47 item 2: each arm's role and engine are stored with the session and read from the arm; nothing imports
+    engines/launches.py (deleted: it derived them from the launch above engines/), and only planning and the store
+    apply the role rule."""
+    mods = _modules()
+    names = {m: _imported_names(p.read_text(encoding="utf-8")) for m, p in mods.items()}
+    launches = [m for m in mods if m == "observatory.engines.launches"]
+    importers = [m for m, found in names.items() if _layer(m) != "engines"
+                 and any(mod == "observatory.engines.launches" or (mod, n) == ("observatory.engines", "launches")
+                         for mod, n in found)]
+    derive = [f"{m}: {n}" for m, found in names.items() if _layer(m) not in DERIVES_ROLES
+              for mod, n in found if mod == "observatory.model.roles" and n in ("roles_for", "assign_roles")]
+    assert not launches and not importers and not derive, (launches, importers, derive)
+
+
+def test_negative_control_a_derived_role_is_found() -> None:
+    found = _imported_names("def f():\n    from observatory.model.roles import roles_for\n"
+                            "from observatory.engines.launches import base_arm\n")
+    assert ("observatory.model.roles", "roles_for") in found
+    assert ("observatory.engines.launches", "base_arm") in found

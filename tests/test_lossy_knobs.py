@@ -90,7 +90,8 @@ def test_every_knob_names_its_source_and_condition() -> None:
 
 def _arms(spec_launch: dict[str, Any]) -> tuple[ArmRow, ArmRow]:
     base = ArmRow(name="base", status="ok", launch={"speculative_config": None, "argv": [], "env": {}})
-    arm = ArmRow(name="mtp2", status="ok", launch={"argv": [], "env": {}, **spec_launch})
+    arm = ArmRow(name="mtp2", status="ok", launch={"argv": [], "env": {}, **spec_launch},
+                 engine=spec_launch.get("engine"))
     return arm, base
 
 

@@ -36,7 +36,6 @@ from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
 from observatory.client.send import EngineClient
 from observatory.engines.adapter import adapter_for
-from observatory.engines.launches import engine_of
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import PASS
 from observatory.store.stored import StoredArm, Verdict
@@ -167,7 +166,7 @@ def exercised(arm: StoredArm) -> str | None:
         return "the pressured batch did not run"
     n = f.get("preemptions")
     if n is None:
-        metric = adapter_for(engine_of(arm.launch)).preemptions_metric
+        metric = adapter_for(arm.engine).preemptions_metric
         return f"the engine reports no preemption counter{f' ({metric})' if metric else ''}"
     if n <= 0:
         return f"the engine did not preempt ({n} preemptions, {f.get('served_blocks')} KV-cache blocks)"

@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
 from observatory.engines.adapter import adapter_for
-from observatory.engines.launches import engine_of
 from observatory.judge.stats import MeanShift, chi2_two_sample, holm, mean_shift
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
@@ -209,7 +208,7 @@ def _mean_logprobs(by_probe: dict[str, list[StoredResult]]) -> dict[str, list[fl
 def _drafted_logprobs(arm: StoredArm) -> bool:
     """Whether ARM's engine reports logprobs for tokens it accepted from a draft (its adapter's word)."""
     spec = (arm.launch or {}).get("speculative_config") is not None
-    return not spec or adapter_for(engine_of(arm.launch)).streams_drafted_ids
+    return not spec or adapter_for(arm.engine).streams_drafted_ids
 
 
 def likelihood(base: dict[str, list[float]], arm: dict[str, list[float]], arm_row: StoredArm,

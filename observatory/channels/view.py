@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from observatory.engines.launches import base_arm
 from observatory.model.gates import GateRegistry
 from observatory.model.probes import Probe
+from observatory.model.roles import BASE
 from observatory.store.session_store import Store
 from observatory.store.stored import StoredArm, StoredMeasurement, StoredResult, Verdict
 
@@ -30,8 +30,7 @@ class ChannelView:
     @property
     def base(self) -> StoredArm | None:
         """The arm every other arm is judged against (role base), if any."""
-        base: StoredArm | None = base_arm(self.arms, roles=self.roles)
-        return base
+        return next((a for a in self.arms if self.roles.get(a.name) == BASE), None)
 
     def role(self, arm: StoredArm) -> str:
         """An arm's role."""

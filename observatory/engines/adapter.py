@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from observatory.engines.spec_counters import EngineCounters
+from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.errors import ObservatoryError
 from observatory.model.plugins import ENGINES, Plugin, discover
 from observatory.model.probes import Probe
@@ -277,8 +278,10 @@ def adapters() -> dict[str, Callable[[], EngineAdapter]]:
     return {p.name.lower(): p.load() for p in plugins()}
 
 
-def adapter_for(name: str) -> EngineAdapter:
-    """The adapter for engine NAME (case-insensitive)."""
+def adapter_for(name: str | None) -> EngineAdapter:
+    """The adapter for engine NAME (case-insensitive; None: the default engine's, as for a stored arm read before
+    its engine was)."""
+    name = DEFAULT_ENGINE if name is None else name
     known = adapters()
     cls = known.get(name.strip().lower())
     if cls is None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from observatory.engines.images import split_docker_argv
+from observatory.model.arms import DEFAULT_ENGINE
 
 __all__ = ["LOSSY_KNOBS", "REPORTED_ARGS", "LossyKnob", "lossy_settings"]
 
@@ -60,7 +61,7 @@ def _set(value: Any) -> bool:
 @dataclass(frozen=True)
 class LossyKnob:
     """One engine setting that loosens verification, and when it does."""
-    engine: str  # as `observatory.engines.launches.engine_of` names it
+    engine: str  # as a stored arm's ``engine`` names it
     how: str  # "flag", "env" or "spec" (a key of the speculative config)
     name: str  # the flag (with its dashes), the variable, or the key
     lossy: Callable[[Any], bool]  # the value (a string from argv or env) -> lossy?
@@ -136,9 +137,11 @@ def _argv_settings(argv: list[str]) -> tuple[dict[str, str], dict[str, str], dic
     return flags, env, spec
 
 
-def lossy_settings(engine: str, launch: Mapping[str, Any]) -> list[str]:
+def lossy_settings(engine: str | None, launch: Mapping[str, Any]) -> list[str]:
     """Each setting of LAUNCH that makes ENGINE's speculation lossy, described: its argv, env and
-    speculative_config, and the arguments its server reported (``served.server_args``, URL arms)."""
+    speculative_config, and the arguments its server reported (``served.server_args``, URL arms). ENGINE None: the
+    default engine (as `observatory.engines.adapter.adapter_for` reads it)."""
+    engine = DEFAULT_ENGINE if engine is None else engine
     flags, env, spec = _argv_settings(list(launch.get("argv") or []))
     env.update({str(k): str(v) for k, v in (launch.get("env") or {}).items()})
     reported = (launch.get("served") or {}).get("server_args") or {}

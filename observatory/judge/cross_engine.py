@@ -3,7 +3,7 @@
 Issue 17 item 4. A session whose arms run on more than one engine
 (``--arms vllm:base,vllm:mtp2,ENGINE:base,ENGINE:NAME``: `observatory.engines.arms`) is judged
 engine by engine: each engine's spec arms against that engine's own base
-(`observatory.engines.launches`, `observatory.judge.session`, `observatory.judge.figures`). This
+(`observatory.model.roles`, `observatory.judge.session`, `observatory.judge.figures`). This
 module is everything that crosses engines, and none of it is a verdict:
 
 - **Tokenizer alignment first** (`prompt_ids`, called while each engine's
@@ -37,7 +37,6 @@ from typing import Any
 import httpx
 
 from observatory.engines.adapter import adapter_for
-from observatory.engines.launches import engine_of, stored_roles
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE
 from observatory.model.vocabulary import TOKEN_DIFF
@@ -137,7 +136,7 @@ def acceptance_side_by_side(arms: Sequence[Any]) -> list[dict[str, Any]]:
             continue
         acc = (a.figures or {}).get("acceptance") or {}
         groups.setdefault(fam, []).append({
-            "arm": a.name, "engine": engine_of(a.launch), "method": spec.get("method"),
+            "arm": a.name, "engine": a.engine, "method": spec.get("method"),
             "k": spec.get("num_speculative_tokens"), "status": a.status,
             "drafts": acc.get("drafts"), "alpha": acc.get("alpha"), "tau": acc.get("tau")})
     return [{"family": fam, "arms": rows} for fam, rows in groups.items() if len({r["engine"] for r in rows}) > 1]
@@ -173,9 +172,8 @@ def compare(store: Store, session_id: int) -> dict[str, Any] | None:
     from observatory.model.gates import default_registry
 
     arms = store.arms(session_id)
-    roles = stored_roles([(a.name, a.launch) for a in arms])
-    bases = [a for a in arms if roles[a.name] == BASE]
-    engines = list(dict.fromkeys(engine_of(a.launch) for a in arms))
+    bases = [a for a in arms if a.role == BASE]
+    engines = list(dict.fromkeys(a.engine for a in arms))
     if len(engines) < 2:
         return None
     gate = default_registry().get(TOKEN_DIFF)
@@ -196,7 +194,7 @@ def compare(store: Store, session_id: int) -> dict[str, Any] | None:
         kinds = [r["output"]["kind"] for r in rows if r["output"]]
         pairs.append({
             "reference": ref.name, "other": other.name,
-            "engines": [engine_of(ref.launch), engine_of(other.launch)], "probes": rows,
+            "engines": [ref.engine, other.engine], "probes": rows,
             "summary": {"probes": len(rows),
                         ALIGNED: sum(r["alignment"]["status"] == ALIGNED for r in rows),
                         NOT_COMPARABLE: sum(r["alignment"]["status"] == NOT_COMPARABLE for r in rows),
@@ -205,8 +203,8 @@ def compare(store: Store, session_id: int) -> dict[str, Any] | None:
         })
     return {
         "engines": engines,
-        "bases": {engine_of(a.launch): a.name for a in bases},
-        "missing_bases": [e for e in engines if e not in {engine_of(a.launch) for a in bases}],
+        "bases": {a.engine: a.name for a in bases},
+        "missing_bases": [e for e in engines if e not in {a.engine for a in bases}],
         "pairs": pairs,
         "acceptance": acceptance_side_by_side(arms),
         "note": ("Across engines, for information only: never part of the session verdict or of any "

@@ -47,7 +47,6 @@ from observatory.client.answer import MALFORMED
 from observatory.engines.adapter import adapter_for
 from observatory.engines.gpu_clocks import drift
 from observatory.engines.images import image_differences, split_docker_argv
-from observatory.engines.launches import by_engine, engine_of
 from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
@@ -62,6 +61,7 @@ from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.errors import NOT_REPORTED
+from observatory.model.roles import by_engine
 from observatory.model.vocabulary import PAIRED_BASE
 from observatory.store.db import ArmRow
 from observatory.store.session_store import Store
@@ -183,7 +183,7 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     # docker hook (observatory.engines.images): compare the engine's own flags, never
     # docker's options; the images themselves by their rules
     diffs = image_differences(a, b)
-    spec_flags = adapter_for(engine_of(a)).speculation_flags  # the arm's speculation itself, on its engine
+    spec_flags = adapter_for(arm.engine).speculation_flags  # the arm's speculation itself, on its engine
     fa, fb = _flags(split_docker_argv(a.get("argv", []))[2]), _flags(split_docker_argv(b.get("argv", []))[2])
     for k in sorted(set(fa) | set(fb)):
         if k in _IGNORED_FLAGS or (spec_flags and k.startswith(spec_flags)) or fa.get(k) == fb.get(k):
@@ -328,7 +328,7 @@ def _lossy(arm: ArmRow, launch: dict[str, Any]) -> list[dict[str, str]]:
     """
     out = [{"code": "LOSSY", "detail": "verification loosened by configuration: " + s
             + ": its speed and acceptance are not a lossless result"}
-           for s in lossy_settings(engine_of(launch), launch)]
+           for s in lossy_settings(arm.engine, launch)]
     if launch.get("url"):
         reported = sorted((launch.get("served") or {}).get("server_args") or {})
         flags = ("the flags its server reports checked (" + ", ".join(reported) + "), the other flags"

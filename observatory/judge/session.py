@@ -41,7 +41,6 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from observatory.engines.adapter import adapter_for
-from observatory.engines.launches import base_arm, by_engine, engine_of, stored_roles
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import (
     FAIL,
@@ -57,7 +56,7 @@ from observatory.model.gates import (
 )
 from observatory.model.numerics import served_dtype, served_platform
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY
+from observatory.model.roles import AA_COPY, base_of, by_engine
 from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, TOKEN_DIFF, UNJUDGED
 from observatory.store.db import ArmRow, ResultRow, VerdictRow
 from observatory.store.session_store import Store
@@ -111,7 +110,7 @@ def _judged_part(text: str | None) -> str | None:
 
 def base_reference(arms: list[ArmRow], of: ArmRow | None = None) -> ArmRow | None:
     """The arm every other arm is diffed against: the one whose role is base (of OF's engine, OF given)."""
-    return base_arm(arms, of)
+    return base_of(arms, of)
 
 
 def _row(arm: ArmRow, gate: Gate, res: GateResult, result: ResultRow | None, probe_id: int | None,
@@ -243,13 +242,13 @@ class _Judge:
                  channels: ChannelJudge | None = None):
         self.store, self.registry, self.channels = store, registry, channels
         self.arms = arms  # one engine's arms: each engine's are judged against their own base
-        self.roles = stored_roles([(a.name, a.launch) for a in self.arms])
+        self.roles = {a.name: a.role for a in self.arms if a.role is not None}
         self.session_id = session_id
         self.all_probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
         # the suite's probes; field channels judge their own (channel_rows)
         self.probes = {pid: p for pid, p in self.all_probes.items() if not p.channel}
         self.by_arm = {a.id: results_by_mode(store, a.id) for a in self.arms}
-        self.base = base_arm(self.arms, roles=self.roles)
+        self.base = base_of(self.arms)
         self.base_failed: set[tuple[int, str]] = set()
         self.rows: list[VerdictRow] = []
         self.aa_spread = self.aa_logprob_spread()
@@ -324,7 +323,7 @@ class _Judge:
         non-streamed response carries every id.
         """
         modes = self.by_arm[arm.id]
-        dialect = adapter_for(engine_of(arm.launch))
+        dialect = adapter_for(arm.engine)
         withheld = not dialect.streams_drafted_ids and (arm.launch or {}).get("speculative_config") is not None
         for pid, r in stream.items():
             if not r.ok or tokens_complete(r) or pid not in self.probes:
@@ -343,12 +342,12 @@ class _Judge:
 
     def withholds_ids(self, arm: ArmRow) -> bool:
         """Whether ARM's streams withhold drafted ids by design (its adapter's ``streams_drafted_ids``)."""
-        dialect = adapter_for(engine_of(arm.launch))
+        dialect = adapter_for(arm.engine)
         return not dialect.streams_drafted_ids and (arm.launch or {}).get("speculative_config") is not None
 
     def streams_end_token(self, arm: ArmRow) -> bool:
         """Whether ARM's engine streams the end token's entry (its adapter's ``streams_end_token``, default True)."""
-        return bool(getattr(adapter_for(engine_of(arm.launch)), "streams_end_token", True))
+        return bool(getattr(adapter_for(arm.engine), "streams_end_token", True))
 
     def output_of(self, arm: ArmRow, r: ResultRow) -> Output:
         """R as a gate reads it, with what ARM's engine does not report (`Output.streams_every_id` and kin)."""

@@ -31,12 +31,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from observatory.engines.launches import stored_roles
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import GateRegistry, default_registry, registry_for
 from observatory.model.read_model import ArmView, Reason, SessionFacts, SessionVerdict, SessionView
 from observatory.model.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
 from observatory.model.vocabulary import EXIT, INVALID_CODES, NOT_DISCRIMINATING, REASON_LEVELS, UNJUDGED
+from observatory.store.arm_facts import launch_facts
 
 __all__ = ["EXIT", "INVALID_CODES", "LEVELS", "NOT_DISCRIMINATING", "UNJUDGED", "WHY", "Reason", "SessionVerdict",
            "arm_role", "decide", "discriminates", "session_gates", "session_verdict"]
@@ -51,10 +51,10 @@ WHY = {
 
 
 def arm_role(arm: ArmView) -> str:
-    """An arm's role: the read model sets it for every arm (stored at planning, else
-    `observatory.engines.launches.stored_roles` over the session's arms); an ArmView made without one gets the
-    same rule on its own facts, never a rule of its own."""
-    return arm.role or stored_roles([(arm.name, dict(arm.launch))])[arm.name]
+    """An arm's role: the read model sets it for every arm (stored with the session,
+    `observatory.store.arm_facts`); an ArmView made without one gets the same rule on its own facts, never a rule
+    of its own."""
+    return arm.role or launch_facts([(arm.name, dict(arm.launch))])[0][0]
 
 
 def _validity_reasons(arm: ArmView, add: Any) -> None:

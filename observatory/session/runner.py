@@ -323,8 +323,8 @@ class Runner:
             "role": assign_roles(self.opts.arms)[arm.name],
             "engine": self.engine_of(arm),
         }
-        values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
-                      launch=facts, started_at=utcnow(), reason=None, log_tail=None)
+        values = dict(session_id=session_id, position=pos, name=arm.name, status="starting", role=facts["role"],
+                      engine=facts["engine"], launch=facts, started_at=utcnow(), reason=None, log_tail=None)
         if row is None:
             row = self.store.add(ArmRow(**values))
         else:

@@ -89,6 +89,10 @@ class ArmRow(Base):
     launch: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     engine_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
     model: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # the arm's role (observatory.model.roles) and the engine it ran on, written with the session (m010 filled
+    # older rows; `observatory.store.arm_facts` fills a row written without them when it is read)
+    role: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    engine: Mapped[str | None] = mapped_column(String(64), nullable=True)
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     log_tail: Mapped[str | None] = mapped_column(CompressedText, nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)

@@ -39,6 +39,10 @@ class StoredArm(Protocol):
     @property
     def model(self) -> str | None: ...
     @property
+    def role(self) -> str | None: ...  # observatory.model.roles; None only on a row made by hand, never read back
+    @property
+    def engine(self) -> str | None: ...  # the engine it ran on (None: as role)
+    @property
     def started_at(self) -> datetime | None: ...
     @property
     def ready_at(self) -> datetime | None: ...
