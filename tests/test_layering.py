@@ -249,3 +249,34 @@ def test_negative_control_a_derived_role_is_found() -> None:
                             "from observatory.engines.launches import base_arm\n")
     assert ("observatory.model.roles", "roles_for") in found
     assert ("observatory.engines.launches", "base_arm") in found
+
+
+# What talks to a server: the HTTP libraries, and the client's modules that send (client/answer.py reads an answer
+# already received, plain data)
+NETWORK = ("httpx", "openai", "socket", "http.client", "urllib.request", "observatory.client.send",
+           "observatory.client.wire", "observatory.client.sse", "observatory.client.batch", "observatory.client.sdk")
+
+
+def _network_imports(source: str) -> list[str]:
+    """The modules of NETWORK that SOURCE imports (at any level of the code)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        found += [n for n in names if any(n == m or n.startswith(m + ".") for m in NETWORK)]
+    return found
+
+
+def test_the_judge_needs_no_server() -> None:
+    """Issue 47 item 3: judging reads only the store; tokenizing prompts for the cross-engine comparison happens in
+    the session phase (observatory/session/prompt_tokens.py), so no module of judge/ imports what talks to a
+    server (tests/test_judge_offline.py judges a stored session with every connection refused)."""
+    found = [f"{m}: {n}" for m, p in _modules().items() if _layer(m) == "judge"
+             for n in _network_imports(p.read_text(encoding="utf-8"))]
+    assert not found, "judge/ importing the network:\n" + "\n".join(found)
+
+
+def test_negative_control_a_network_import_is_found() -> None:
+    assert _network_imports("import httpx\ndef f():\n    from observatory.client.send import EngineClient\n") == [
+        "httpx", "observatory.client.send"]
+    assert _network_imports("from observatory.client.answer import MALFORMED\n") == []

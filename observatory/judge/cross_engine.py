@@ -6,13 +6,11 @@ engine by engine: each engine's spec arms against that engine's own base
 (`observatory.model.roles`, `observatory.judge.session`, `observatory.judge.figures`). This
 module is everything that crosses engines, and none of it is a verdict:
 
-- **Tokenizer alignment first** (`prompt_ids`, called while each engine's
-  base arm is up): every probe's rendered prompt through the server's own
-  tokenize endpoint, as its adapter asks it (`EngineAdapter.tokenize`). vLLM:
-  ``POST /tokenize`` with the messages and tools (the server applies its chat
-  template, ``add_generation_prompt``), or the completion prompt; another
-  engine may render and tokenize in two requests of its own. Stored in the base arm's launch dict under
-  ``prompt_ids``. Where two engines' ids differ, that probe's cross-engine
+- **Tokenizer alignment first**: every probe's rendered prompt as each
+  engine's base server tokenized it, stored in the base arm's launch facts
+  under ``prompt_ids`` while the arm was up
+  (`observatory.session.prompt_tokens`: the judge reads the store and needs
+  no server). Where two engines' ids differ, that probe's cross-engine
   comparison is "not comparable", with the first differing token.
 - **Base against base** (`compare`): on aligned probes, each base's
   complete token sequence (streamed, else non-streamed) diffed by the
@@ -34,15 +32,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import httpx
-
-from observatory.engines.adapter import adapter_for
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE
 from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.store.session_store import Store
 
-TOKENIZE_TIMEOUT_S = 30.0  # each tokenize call, as a whole
 PROMPT_IDS = "prompt_ids"  # key of the base arm's launch dict
 NOT_COMPARABLE = "not comparable"
 ALIGNED = "aligned"
@@ -50,45 +44,6 @@ NOT_MEASURED = "not measured"
 # speculative_config.method -> the method family compared across engines
 FAMILIES = {"ngram": "n-gram", "ngram-simple": "n-gram", "ngram-mod": "n-gram", "ngram-map-k": "n-gram",
             "draft_model": "draft model", "draft-simple": "draft model", "mtp": "MTP", "draft-mtp": "MTP"}
-
-
-def engines_of(arms: Sequence[Any]) -> list[str]:
-    """The engines of planned arms (`observatory.model.arms.Arm`), in run order of their first arm."""
-    return list(dict.fromkeys(a.engine for a in arms))
-
-
-def _post(http: Any, path: str, body: dict[str, Any]) -> Any:
-    r = http.fetch(path, TOKENIZE_TIMEOUT_S, body)  # bounded as a whole (`EngineClient.fetch`)
-    if r.status_code != 200:
-        raise ValueError(f"POST {path.lstrip('/')} answered {r.status_code}: {r.text[:200]}")
-    return r.json()
-
-
-def _tokenize_one(http: Any, engine: str, model: str, probe: Probe) -> dict[str, Any]:
-    """{"ids", "pieces"} of PROBE's rendered prompt as HTTP's server tokenizes it (its engine's way)."""
-    return adapter_for(engine).tokenize(lambda path, body: _post(http, path, body), "", model, probe)
-
-
-def prompt_ids(base_url: str, engine: str, model: str, probes: Sequence[Probe],
-               api_key: str | None = None) -> dict[str, dict[str, Any]]:
-    """Probe name -> {"ids", "pieces"} of its rendered prompt through the server's tokenize endpoint.
-
-    A probe the server cannot tokenize gets {"error": ...} (its comparison is
-    then "not measured"), never a guess.
-    """
-    from observatory.client.send import EngineClient  # here: report_data imports this module, not the client
-
-    out: dict[str, dict[str, Any]] = {}
-    http = EngineClient(base_url, api_key=api_key, timeout=TOKENIZE_TIMEOUT_S, engine=engine)
-    try:
-        for p in probes:
-            try:
-                out[p.name] = _tokenize_one(http, engine, model, p)
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
-                out[p.name] = {"error": f"{type(e).__name__}: {e}"}
-    finally:
-        http.close()
-    return out
 
 
 @dataclass

@@ -39,7 +39,7 @@ from observatory.engines.server import (
 )
 from observatory.engines.server_facts import host_facts, served_facts
 from observatory.engines.settings import speculative_config_for
-from observatory.judge.cross_engine import PROMPT_IDS, engines_of, prompt_ids
+from observatory.judge.cross_engine import PROMPT_IDS
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
@@ -47,6 +47,7 @@ from observatory.model.roles import BASE, assign_roles
 from observatory.session.launch import RunningEngine, launch
 from observatory.session.measure import ArmCrashed, ArmRun
 from observatory.session.options import CompareOptions
+from observatory.session.prompt_tokens import engines_of, prompt_ids
 from observatory.store import lease
 from observatory.store.clock import utcnow
 from observatory.store.db import ArmRow, ProbeRow, SessionRow
@@ -358,7 +359,7 @@ class Runner:
             if r.proc is not None and r.gpus and getattr(adapter_for(self.engine_of(arm)), "logs_cuda_graphs", False):
                 # the CUDA graphs it captured, from its log's config line (observatory.judge.graph_coverage)
                 r.extra["launch"]["cuda_graphs"] = from_log_file(r.proc.log_path)
-            if r.extra["launch"]["role"] == BASE and len(engines_of(self.opts.arms)) > 1:  # observatory.judge.cross_engine
+            if r.extra["launch"]["role"] == BASE and len(engines_of(self.opts.arms)) > 1:  # session/prompt_tokens.py
                 r.extra["launch"][PROMPT_IDS] = prompt_ids(r.client.base_url, r.extra["launch"]["engine"],
                                                            r.client.model(), self.opts.probes, self.opts.api_key)
             self.store.update(ArmRow, r.arm_id, status="running", ready_at=utcnow(), launch=dict(r.extra["launch"]),
