@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
-from observatory.model.gates import registry_for
+from observatory.judge.session import remember_gates_dirs
 from observatory.report.data import build
 from observatory.report.jsonout import to_json
 from observatory.report.terminal import print_summary
@@ -97,13 +96,7 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...]) -
     store = Store(db, create=False, write=True)
     s = store.session(session_id)
     if gates_dirs:
-        options = dict(s.options or {})
-        plan = dict(options.get("plan") or {})
-        known = list(plan.get("gates_dirs") or [])
-        plan["gates_dirs"] = known + [d for d in (str(Path(x).resolve()) for x in gates_dirs) if d not in known]
-        registry_for(plan["gates_dirs"])
-        options["plan"] = plan
-        store.update(SessionRow, s.id, options=options)
+        remember_gates_dirs(store, s.id, gates_dirs)
     before = build(store, s.id).verdict
     n = evaluate(store, s.id)
     after = build(store, s.id).verdict

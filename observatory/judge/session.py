@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from observatory.engines.adapter import adapter_for
@@ -58,7 +59,7 @@ from observatory.model.numerics import served_dtype, served_platform
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, base_of, by_engine
 from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, TOKEN_DIFF, UNJUDGED
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.db import ArmRow, ResultRow, SessionRow, VerdictRow
 from observatory.store.session_store import Store
 from observatory.store.stored import StoredArm, StoredResult, Verdict, verdict_row
 
@@ -648,6 +649,19 @@ def session_registry(store: Store, session_id: int) -> GateRegistry:
     """The gates a session is judged with: built-ins plus its stored ``--gates-dir`` folders."""
     options = store.session(session_id).options or {}
     return registry_for((options.get("plan") or {}).get("gates_dirs") or ())
+
+
+def remember_gates_dirs(store: Store, session_id: int, gates_dirs: Sequence[str]) -> None:
+    """Add GATES_DIRS (folders of gate files, as absolute paths) to those the session is judged with, after
+    checking their gates load (a broken gate file is a setup error, stored nowhere)."""
+    s = store.session(session_id)
+    options = dict(s.options or {})
+    plan = dict(options.get("plan") or {})
+    known = list(plan.get("gates_dirs") or [])
+    plan["gates_dirs"] = known + [d for d in (str(Path(x).resolve()) for x in gates_dirs) if d not in known]
+    registry_for(plan["gates_dirs"])
+    options["plan"] = plan
+    store.update(SessionRow, session_id, options=options)
 
 
 class ChannelJudge(Protocol):
