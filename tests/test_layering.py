@@ -281,3 +281,33 @@ def test_negative_control_a_network_import_is_found() -> None:
     assert _network_imports("import httpx\ndef f():\n    from observatory.client.send import EngineClient\n") == [
         "httpx", "observatory.client.send"]
     assert _network_imports("from observatory.client.answer import MALFORMED\n") == []
+
+
+def _unexplained_lazy_imports(source: str) -> list[int]:
+    """The lines of SOURCE importing one of our modules inside a function with no comment on that line or the
+    line above saying why (an import that avoids a real circle, or a heavy start-up one, says which)."""
+    lines = source.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("observatory")):
+                here, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
+                if "#" not in here and not above.startswith("#"):
+                    found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_function_level_imports_say_why() -> None:
+    """Issue 47 item 8: a function-level import of our own modules is a top-level one unless it avoids a heavy
+    start-up import or loads inside the engine only when needed, and then its comment says so (48 -> 8)."""
+    found = [f"{m}:{n}" for m, p in _modules().items()
+             for n in _unexplained_lazy_imports(p.read_text(encoding="utf-8"))]
+    assert not found, "function-level imports with no reason given:\n" + "\n".join(found)
+
+
+def test_negative_control_an_unexplained_lazy_import_is_found() -> None:
+    source = ("def f():\n    from observatory.model import roles\n"
+              "def g():\n    from observatory.model import arms  # here: a reason\n")
+    assert _unexplained_lazy_imports(source) == [2]

@@ -22,13 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observatory.channels.view import ChannelView
 from observatory.model.errors import ObservatoryError
+from observatory.model.plugins import CHANNELS, discover
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
-    from observatory.channels.view import ChannelView
     from observatory.model.gates import GateRegistry
     from observatory.store.stored import StoredArm, Verdict
 
@@ -58,8 +59,6 @@ def channels() -> dict[str, Channel]:
     """Every channel, by name, in profile order: the built-ins, then installed ones (``observatory.channels``
     entry points, `observatory.model.plugins`), which the nightly profile runs too."""
     if not _REGISTRY:
-        from observatory.model.plugins import CHANNELS, discover
-
         for plugin in discover(CHANNELS):
             ch = plugin.load()
             if not isinstance(ch, Channel):
@@ -127,6 +126,4 @@ def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Prob
 def judge_channel(store: Store, session_id: int, name: str, arms: Sequence[StoredArm], roles: dict[str, str],
                   probes: dict[int, Probe], registry: GateRegistry) -> list[Verdict]:
     """The verdicts of channel NAME over one engine's ARMS: what the judge is given for the channels."""
-    from observatory.channels.view import ChannelView
-
     return get(name).judge(ChannelView(store, session_id, name, arms, roles, probes, registry))

@@ -87,13 +87,6 @@ def request_rate(r: StoredResult) -> float | None:
     return n / (r.duration_ms / 1000.0)
 
 
-def z_two_proportions(x1: int, n1: int, x2: int, n2: int) -> float | None:
-    """The pooled two-proportion z of x2/n2 against x1/n1 (soak's), None when not defined."""
-    from observatory.channels.soak import z_two_proportions as z
-
-    return z(x1, n1, x2, n2)
-
-
 def log_ratio(a: float | None, b: float | None) -> float | None:
     """ln(a / b), None unless both are positive."""
     if a is None or b is None or a <= 0 or b <= 0:

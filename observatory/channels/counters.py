@@ -37,6 +37,7 @@ from observatory.channels import Channel
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
 from observatory.engines.metrics import SpecCounters, impossible
+from observatory.judge.figures import acceptance
 from observatory.judge.perf_gates import stream_tau_check
 from observatory.judge.speed import stream_tau
 from observatory.model.probes import Probe
@@ -167,8 +168,6 @@ def judge(view: ChannelView) -> list[Verdict]:
 
 def _stream_tau_row(view: ChannelView, arm: StoredArm, total: SpecCounters) -> Verdict:
     """This channel's fresh requests: tokens per streamed chunk against the counters' tau (perf_gates' check)."""
-    from observatory.judge.figures import acceptance
-
     mine = [r for r in view.results(arm) if r.ok]
     k = _k(arm)
     tau = acceptance(total, k)["tau"] if mine else None

@@ -40,6 +40,8 @@ from typing import Any
 from observatory.channels import Channel
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
+from observatory.judge.figures import compute_figures
+from observatory.judge.session import to_output
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash, summary_model
 from observatory.model.probes import Probe
 from observatory.store.stored import StoredArm, Verdict
@@ -71,8 +73,6 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
 
 def degeneracy_score(view: ChannelView, session_id: int, arm_id: int) -> float | None:
     """The mean character 3-gram score of an arm's scored streamed outputs (probes that name degeneracy)."""
-    from observatory.judge.session import to_output
-
     if "degeneracy" not in view.registry:
         return None
     gate = view.registry.get("degeneracy")
@@ -150,8 +150,6 @@ def step_floor(median: float, fig: dict[str, Any]) -> float:
 
 def judge(view: ChannelView) -> list[Verdict]:
     """Per spec arm: this session's alpha, tau, S and degeneracy against the earlier nights."""
-    from observatory.judge.figures import compute_figures
-
     session = view.store.session(view.session_id)
     fail_on = dict((session.options or {}).get("fail_on") or {})
     limit = fail_on.get(FAIL_KEY)

@@ -51,11 +51,11 @@ from observatory.channels.conditions import (
     not_exercised,
     request_rate,
     sibling_problem,
-    z_two_proportions,
 )
 from observatory.channels.counters import settled
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import same_tokens
+from observatory.channels.soak import z_two_proportions
 from observatory.channels.view import ChannelView
 from observatory.client.send import EngineClient
 from observatory.model.probes import Probe

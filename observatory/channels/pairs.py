@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from observatory.channels.view import ChannelView
+from observatory.judge.session import to_output, tokens_complete
 from observatory.model.errors import NOT_REPORTED
 from observatory.model.roles import AA_COPY, BASE
 from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP, TOKEN_DIFF, UNJUDGED, WARN
@@ -95,16 +96,12 @@ def continuations(r: StoredResult, ref: StoredResult, at: int | None) -> dict[st
 
 def diff(view: ChannelView, cand: StoredResult, ref: StoredResult) -> tuple[str, dict[str, Any]]:
     """(verdict, details) of CAND against REF by the token_diff gate (REF's top-k logprobs give the margin)."""
-    from observatory.judge.session import to_output  # judge imports the channels: keep this import lazy
-
     res = view.registry.get(TOKEN_DIFF).check(to_output(cand), to_output(ref), view.probe(cand))
     return res.verdict, dict(res.details)
 
 
 def _withheld(r: StoredResult, where: str) -> str | None:
     """Why R cannot be diffed token by token (fewer ids than its usage count: withheld), or None."""
-    from observatory.judge.session import tokens_complete  # judge imports the channels: keep this import lazy
-
     if tokens_complete(r):
         return None
     said = (r.usage or {}).get("completion_tokens")

@@ -36,6 +36,7 @@ from typing import Any
 from observatory.channels import Channel
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
+from observatory.client.sdk import calls_of
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, BASE
 from observatory.store.stored import StoredArm, StoredResult, Verdict
@@ -57,8 +58,6 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
 
 def sdk_reading(r: StoredResult) -> dict[str, Any]:
     """What the SDK read in a stored answer: the lean reader's fields, overridden where the SDK differed."""
-    from observatory.client.sdk import calls_of
-
     lean = {"content": (r.content if r.content is not None else r.text) or None,
             "tool_calls": calls_of(r.tool_calls), "finish_reason": r.finish_reason}
     lean.update((r.sdk or {}).get("differs") or {})

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observatory.engines.adapter import ids_in_choices_hint
 from observatory.model.errors import ObservatoryError
 from observatory.model.logprobs import checked_logprob
 from observatory.model.logprobs import shown as _shown
@@ -163,8 +164,6 @@ MAX_TOKEN_ID = 2**31 - 1
 
 def ids_hint() -> str:
     """Which --engine reads an answer whose logprobs carry no ids (the engines whose adapters read them elsewhere)."""
-    from observatory.engines.adapter import ids_in_choices_hint
-
     return ids_in_choices_hint()
 
 

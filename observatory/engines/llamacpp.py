@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from observatory.engines.adapter import OwnServer, Post
 from observatory.engines.metrics import SPEC_FAMILIES, counters_from, read_counters
+from observatory.engines.settings import speculative_config_for
 from observatory.engines.spec_counters import EngineCounters, build_counters, engine_counters, first_count, json_object
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
@@ -153,7 +154,7 @@ def _export(out: Path, layers: int | None, model_dir: Path) -> None:
             raise ObservatoryError(f"cannot convert the model to GGUF: gguf-py is neither installed nor at {gguf_py}; "
                                    "run `bash scripts/build-llama.sh`") from None
         sys.path.insert(0, str(gguf_py))
-    from observatory.engines.llamacpp_gguf import export
+    from observatory.engines.llamacpp_gguf import export  # here: after gguf-py is on sys.path (and numpy)
 
     try:
         export(out, layers, model_dir)
@@ -194,8 +195,6 @@ def server_argv(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
     The session's --engine-arg flags are vLLM's and are not passed; an arm's
     own engine_args (arms file) are.
     """
-    from observatory.engines.settings import speculative_config_for
-
     model = gguf_for(settings.model)
     argv = [str(require_binary()), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--seed", str(settings.seed), "--ctx-size", str(settings.max_model_len or DEFAULT_CTX),

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from observatory.judge.session import full_sequence, results_by_mode, to_output
+from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE
 from observatory.model.vocabulary import TOKEN_DIFF
@@ -99,8 +101,6 @@ def acceptance_side_by_side(arms: Sequence[Any]) -> list[dict[str, Any]]:
 
 def _output_diff(store: Store, ref: Any, other: Any, pid: int, probe: Probe, gate: Any) -> dict[str, Any]:
     """OTHER's base output against REF's (the reference, whose top-k gives margins) on one probe."""
-    from observatory.judge.session import full_sequence, results_by_mode, to_output
-
     mine, theirs = full_sequence(results_by_mode(store, other.id), pid), full_sequence(results_by_mode(store, ref.id), pid)
     if mine is None or theirs is None:
         return {"kind": None, "reason": "not measurable: no complete token sequence on "
@@ -124,8 +124,6 @@ def _output_diff(store: Store, ref: Any, other: Any, pid: int, probe: Probe, gat
 
 def compare(store: Store, session_id: int) -> dict[str, Any] | None:
     """The session's cross-engine comparison (None when its arms ran on one engine). Never a verdict."""
-    from observatory.model.gates import default_registry
-
     arms = store.arms(session_id)
     bases = [a for a in arms if a.role == BASE]
     engines = list(dict.fromkeys(a.engine for a in arms))

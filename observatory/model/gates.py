@@ -54,6 +54,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from observatory.model.errors import ObservatoryError
+from observatory.model.paths import GATES_DIR
+from observatory.model.plugins import GATES, discover
 from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -315,8 +317,6 @@ def _load_module(path: Path) -> Any:
 
 def load_gates(directory: Path | str | None = None, registry: GateRegistry | None = None) -> GateRegistry:
     """Load every `*.py` under DIRECTORY (default: the product's gates/) by path."""
-    from observatory.model.paths import GATES_DIR
-
     directory = Path(directory) if directory is not None else GATES_DIR
     registry = registry or GateRegistry()
     for path in sorted(directory.glob("*.py")):
@@ -360,8 +360,6 @@ def load_plugin_gates(registry: GateRegistry) -> GateRegistry:
 
     An entry point names a module (its ``@gate`` functions register) or a directory of gate files.
     """
-    from observatory.model.plugins import GATES, discover
-
     for plugin in discover(GATES):
         obj = plugin.load()
         if isinstance(obj, (str, Path)):

@@ -41,6 +41,7 @@ from typing import Any
 import regex
 
 from observatory.model.errors import ProbeFileError
+from observatory.model.gates import default_registry
 from observatory.model.paths import PROBES_DIR
 from observatory.model.tomlfile import read_toml
 
@@ -247,8 +248,6 @@ def _check_expect(path: Path, where: str, expect: dict[str, Any]) -> None:
 
 def _check_gate_names(path: Path, where: str, gates: list[str]) -> None:
     """Every listed gate is a registered result gate; a typo names the closest one (issue 13 item 5)."""
-    from observatory.model.gates import default_registry
-
     registry = default_registry()
     usable = sorted(g.name for g in registry if g.kind == "result")
     for name in gates:

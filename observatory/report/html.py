@@ -41,7 +41,7 @@ from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
 from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.report import charts
-from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
+from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank, row_level
 from observatory.report.token_spans import tokens_html, visible
 
 # gate -> (reference label, compared label (None: the arm's name), what is compared)
@@ -383,8 +383,6 @@ def acceptance_chart(data: SessionView, spec: Sequence[Mapping[str, Any]]) -> Ma
 
 def strips(views: Sequence[Mapping[str, Any]]) -> None:
     """Give each length-sweep block a strip of its rows' levels in length order (`charts.strip`), in place."""
-    from observatory.report.channel_blocks import row_level
-
     for ch in views:
         if ch["name"] != "length_sweep":
             continue

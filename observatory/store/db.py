@@ -35,8 +35,10 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from observatory.model.errors import ObservatoryError
+from observatory.store import storage_failure
 from observatory.store.clock import utcnow
 from observatory.store.compressed import CompressedJSON, CompressedText, compact_json
+from observatory.store.migrations import _migrations_table, migrate
 from observatory.store.packed import PackedChunks, PackedLogprobs
 
 DEFAULT_DB = "runs.db"
@@ -337,8 +339,6 @@ def open_engine(db: str | None = None, create: bool = True, write: bool = False)
     be written (read-only file, URI mode=ro, read-only role) is an error now,
     before anything runs.
     """
-    from observatory.store.migrations import migrate
-
     url = database_url(db)
     engine = _engine_for(url)
     if engine.dialect.name == "sqlite":
@@ -346,8 +346,6 @@ def open_engine(db: str | None = None, create: bool = True, write: bool = False)
         if path and path != ":memory:" and not path.startswith("file:"):
             _check_sqlite_path(path, create)
         event.listen(engine, "connect", _sqlite_pragmas)
-    from observatory.store import storage_failure
-
     @storage_failure.retry_locked
     def ready() -> None:  # a database locked by another writer is retried (observatory.store.storage_failure)
         migrate(engine)
@@ -377,8 +375,6 @@ def _db_problem(e: DBAPIError) -> str:
 
 def _check_writable(engine: Engine) -> None:
     """Write one row and roll it back: a read-only database fails here, not mid-session."""
-    from observatory.store.migrations import _migrations_table
-
     with engine.connect() as conn:
         with conn.begin() as tx:
             conn.execute(_migrations_table.insert().values(name="__observatory_write_check__", applied_at=utcnow()))
