@@ -75,7 +75,8 @@ class ObservatoryGroup(click.Group):
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The environment variables, the engines' own among them: read from the adapters when help is shown."""
-        from observatory.engines.arms import env_vars  # here: loading every adapter is for --help, not each start
+        # here: every adapter is loaded for --help, not at each command's start
+        from observatory.engines.arm_engines import env_vars
 
         self.epilog = env_epilog(env_vars())
         super().format_epilog(ctx, formatter)

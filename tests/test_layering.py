@@ -255,7 +255,7 @@ def test_negative_control_a_derived_role_is_found() -> None:
 # What talks to a server: the HTTP libraries, and the client's modules that send (client/answer.py reads an answer
 # already received, plain data)
 NETWORK = ("httpx", "openai", "socket", "http.client", "urllib.request", "observatory.client.send",
-           "observatory.client.wire", "observatory.client.sse", "observatory.client.batch", "observatory.client.sdk")
+           "observatory.client.wire", "observatory.client.sse", "observatory.client.batch", "observatory.client.openai_sdk")
 
 
 def _network_imports(source: str) -> list[str]:

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from observatory.cli import cli
 from observatory.engines import llamacpp
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.engines.settings import EngineSettings
 from observatory.judge.session import full_sequence, results_by_mode
 from observatory.model.paths import DEFAULT_MODEL_DIR

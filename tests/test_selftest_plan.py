@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from observatory.commands import selftest as st
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.faults import FAULTS as KNOWN
 from observatory.model.errors import ObservatoryError
 from observatory.model.read_model import Reason

@@ -6,7 +6,7 @@ channel takes the earlier sessions in the same database with the same model,
 arm name, engine version and suite (the stored per-arm summaries,
 `observatory.judge.summaries`; only trusted arms; the last `NIGHTS`), keeps
 out the nights this channel flagged (WARN or FAIL) and those whose session
-verdict was FAIL or INVALID (`observatory.store.summaries.earlier_trusted`),
+verdict was FAIL or INVALID (`observatory.store.summary_rows.earlier_trusted`),
 so that one bad night never joins the baseline (issue 29 item 6), and flags:
 
 - ``drop``: alpha, tau, S or S_step below the earlier nights' median by more than
@@ -45,7 +45,7 @@ from observatory.judge.session import to_output
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash, summary_model
 from observatory.model.probes import Probe
 from observatory.store.stored import StoredArm, Verdict
-from observatory.store.summaries import earlier_trusted
+from observatory.store.summary_rows import earlier_trusted
 
 NAME = "history"
 NIGHTS = 7

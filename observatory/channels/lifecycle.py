@@ -42,7 +42,8 @@ from typing import Any
 import httpx
 
 from observatory.channels import Channel
-from observatory.channels.conditions import (
+from observatory.channels.counters import settled
+from observatory.channels.engine_conditions import (
     Z_DROP,
     acceptance,
     facts,
@@ -52,7 +53,6 @@ from observatory.channels.conditions import (
     request_rate,
     sibling_problem,
 )
-from observatory.channels.counters import settled
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import same_tokens
 from observatory.channels.soak import z_two_proportions

@@ -37,8 +37,8 @@ import statistics
 from typing import Any
 
 from observatory.channels import Channel
-from observatory.channels.conditions import Z_DROP, acceptance, decode_rate, median, not_exercised
 from observatory.channels.counters import settled
+from observatory.channels.engine_conditions import Z_DROP, acceptance, decode_rate, median, not_exercised
 from observatory.channels.length_sweep import padded_ids
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, judge_against_base

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from observatory.channels import Channel
-from observatory.channels.conditions import facts, metrics_text, not_exercised, sibling_problem
+from observatory.channels.engine_conditions import facts, metrics_text, not_exercised, sibling_problem
 from observatory.channels.length_sweep import padded_ids
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, differs_alone, judge_against_base

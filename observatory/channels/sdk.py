@@ -4,7 +4,7 @@ Real applications read these servers through the ``openai`` package. Every
 correctness-pass answer an arm gave (the suite's warm-up, streamed,
 non-streamed and batch requests and every other channel's requests; never a
 timed pass) was read a second time, when it arrived, by the SDK's own types
-and stream helper (`observatory.client.sdk`; the verdict is stored with the
+and stream helper (`observatory.client.openai_sdk`; the verdict is stored with the
 result). This channel sends nothing of its own; it judges those stored
 verdicts:
 
@@ -36,7 +36,7 @@ from typing import Any
 from observatory.channels import Channel
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
-from observatory.client.sdk import calls_of
+from observatory.client.openai_sdk import calls_of
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, BASE
 from observatory.store.stored import StoredArm, StoredResult, Verdict

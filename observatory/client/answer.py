@@ -63,7 +63,7 @@ class Response:
     error_kind: str | None = None
     # fields of the answer that were out of range (the answer is malformed: see `finish`)
     bad_fields: list[str] = field(default_factory=list)
-    # the openai SDK's verdict on this answer (`observatory.client.sdk`); None: not read by it (timed pass,
+    # the openai SDK's verdict on this answer (`observatory.client.openai_sdk`); None: not read by it (timed pass,
     # no answer)
     sdk: dict[str, Any] | None = None
     # the engine's own speculative counters for this request, from the answer itself (where its adapter,

@@ -17,7 +17,7 @@ kinds of request:
   holds ``completion_tokens`` and ``chunks`` entries are ``[ms, None]``.
 
 A correctness pass's answer is read a second time by the openai SDK's own
-types and stream helper once its duration is stamped (`observatory.client.sdk`,
+types and stream helper once its duration is stamped (`observatory.client.openai_sdk`,
 ``Response.sdk``); a timed pass's never is.
 
 The answer is read into a `Response` by `observatory.client.answer`. Both are
@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from observatory.client import sdk
+from observatory.client import openai_sdk
 from observatory.client.answer import Response, Take, finish, read_stream, take_logprobs, take_whole
 from observatory.client.sse import MalformedStream, ServerError, decode_json, events
 from observatory.client.wire import BodyTooLarge, DeadlineExceeded, Pool, WireError
@@ -464,9 +464,10 @@ def _keeping(stream: Any, seen: list[Any]) -> Any:
 
 
 def sdk_verdict(kept: list[Any], stream: bool, chat: bool, out: Response) -> dict[str, Any] | None:
-    """The openai SDK's verdict on one answer (`observatory.client.sdk`): None where the SDK is not installed."""
+    """The openai SDK's verdict on one answer (`observatory.client.openai_sdk`): None where the SDK is not installed."""
     t0 = time.perf_counter()
-    lean = sdk.lean_reading(out.content, out.text, out.tool_calls, out.finish_reason, chat)
-    verdict = sdk.judge_stream(kept, chat, lean) if stream else sdk.judge_whole(kept[0], chat, lean)
+    lean = openai_sdk.lean_reading(out.content, out.text, out.tool_calls, out.finish_reason, chat)
+    verdict = (openai_sdk.judge_stream(kept, chat, lean) if stream
+               else openai_sdk.judge_whole(kept[0], chat, lean))
     verdict["ms"] = round((time.perf_counter() - t0) * 1000.0, 2)  # the SDK's reading's own cost
     return verdict

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from observatory.engines.adapter import adapter_for
-from observatory.engines.arms import engine_adapters
+from observatory.engines.arm_engines import engine_adapters
 from observatory.engines.settings import EngineSettings
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from observatory.engines.settings import EngineSettings
     from observatory.model.arms import Arm
 
-# The environment variables llama.cpp arms read (`observatory --help` lists them: observatory.engines.arms)
+# The environment variables llama.cpp arms read (`observatory --help` lists them: observatory.engines.arm_engines)
 ENV_VARS = {
     "OBSERVATORY_LLAMA_SERVER": "llama-server binary for llama.cpp arms (default: scripts/build-llama.sh's)",
     "OBSERVATORY_LLAMA_CACHE": "where scripts/build-llama.sh builds llama.cpp (default: ~/.cache/observatory)",

@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 
 ARGS_ENV = "OBSERVATORY_SGLANG_ARGS"
 MODULE = "sglang.launch_server"
-# The environment variables SGLang arms read (`observatory --help` lists them: observatory.engines.arms)
+# The environment variables SGLang arms read (`observatory --help` lists them: observatory.engines.arm_engines)
 ENV_VARS = {ARGS_ENV: "flags every launched SGLang arm gets (e.g. --attention-backend triton)"}
 # SGLang's arms, ``sglang:NAME``, as the error for an unknown one lists them
 PRESETS = "sglang:base, sglang:mtpK (MTP through SGLang's EAGLE)"

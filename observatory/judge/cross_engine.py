@@ -1,7 +1,7 @@
 """Across engines: the same probes through several engines' base arms, kept apart from every verdict.
 
 Issue 17 item 4. A session whose arms run on more than one engine
-(``--arms vllm:base,vllm:mtp2,ENGINE:base,ENGINE:NAME``: `observatory.engines.arms`) is judged
+(``--arms vllm:base,vllm:mtp2,ENGINE:base,ENGINE:NAME``: `observatory.engines.arm_engines`) is judged
 engine by engine: each engine's spec arms against that engine's own base
 (`observatory.model.roles`, `observatory.judge.session`, `observatory.judge.figures`). This
 module is everything that crosses engines, and none of it is a verdict:

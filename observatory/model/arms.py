@@ -11,7 +11,7 @@
 - an engine prefix: ``vllm:NAME`` is NAME (vLLM, `DEFAULT_ENGINE`, is the default
   engine); ``ENGINE:NAME`` (or ``ENGINE:NAME=URL``) is one of that engine's own presets
   (`PrefixedEngine`: each engine's adapter in `observatory.engines` declares them,
-  `observatory.engines.arms` passes them in); the prefix stays in the arm's name;
+  `observatory.engines.arm_engines` passes them in); the prefix stays in the arm's name;
 
 optionally followed by ``+fault=NAME`` (launch with an injected fault, see
 `observatory.faults`), ``+repair=NAME`` (launch with a known engine bug repaired in place,
@@ -269,7 +269,7 @@ def parse_arms(
     engines: Engines | None = None,
 ) -> list[Arm]:
     """The session's arms, in run order, from the --arms list (ENGINES: those with a prefix of their own,
-    `observatory.engines.arms.parse_arms` passes every registered one)."""
+    `observatory.engines.arm_engines.parse_arms` passes every registered one)."""
     engines = engines or {}
     defined = load_arms_file(arms_file, engines) if arms_file else {}
     custom = parse_speculative_config(speculative_config) if speculative_config else None

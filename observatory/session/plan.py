@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from observatory.channels import plan_probes
 from observatory.channels import resolve as resolve_channels
 from observatory.engines.adapter import adapter_for
-from observatory.engines.arms import arm_engine, check_session_engine, host_env, parse_arms
+from observatory.engines.arm_engines import arm_engine, check_session_engine, host_env, parse_arms
 from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.engines.images import require_image
 from observatory.engines.settings import EngineSettings

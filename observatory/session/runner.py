@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from observatory import __version__
 from observatory.client.send import EngineClient, request_params
 from observatory.engines.adapter import adapter_for
-from observatory.engines.arms import arm_engine
+from observatory.engines.arm_engines import arm_engine
 from observatory.engines.cuda_graphs import from_log_file
 from observatory.engines.gpus import plan_waves
 from observatory.engines.images import inspect_image

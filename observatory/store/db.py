@@ -164,7 +164,7 @@ class ResultRow(Base):
     # spec counters moved by this request: {"drafts", "draft_tokens", "accepted", "accepted_per_pos"}
     counters_delta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     concurrency: Mapped[int] = mapped_column(Integer, default=1)
-    # the openai SDK's verdict on this answer (observatory.client.sdk): {"sdk": version, "error", "differs",
+    # the openai SDK's verdict on this answer (observatory.client.openai_sdk): {"sdk": version, "error", "differs",
     # "events", "ms"}; None: not read by it (a timed pass, no answer, or stored before the SDK judged answers)
     sdk: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
