@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from observatory.client.answer import Response
-from observatory.judge.session import judge_session
+from observatory.judge.apply_gates import judge_session
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
 from observatory.model.roles import assign_roles

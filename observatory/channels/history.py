@@ -40,8 +40,8 @@ from typing import Any
 from observatory.channels import Channel
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
+from observatory.judge.apply_gates import to_output
 from observatory.judge.figures import compute_figures
-from observatory.judge.session import to_output
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash, summary_model
 from observatory.model.probes import Probe
 from observatory.store.stored import StoredArm, Verdict

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from observatory.channels.view import ChannelView
-from observatory.judge.session import to_output, tokens_complete
+from observatory.judge.apply_gates import to_output, tokens_complete
 from observatory.model.errors import NOT_REPORTED
 from observatory.model.roles import AA_COPY, BASE
 from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP, TOKEN_DIFF, UNJUDGED, WARN

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from observatory.channels import judge_channel
+from observatory.judge.apply_gates import judge_session
 from observatory.judge.figures import compute_figures
-from observatory.judge.session import judge_session
 from observatory.report.summarize import write_summaries
 from observatory.store.session_store import Store
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from observatory.judge.session import remember_gates_dirs
+from observatory.judge.apply_gates import remember_gates_dirs
 from observatory.report.data import build
 from observatory.report.jsonout import to_json
 from observatory.report.terminal import print_summary

@@ -3,7 +3,7 @@
 Issue 17 item 4. A session whose arms run on more than one engine
 (``--arms vllm:base,vllm:mtp2,ENGINE:base,ENGINE:NAME``: `observatory.engines.arm_engines`) is judged
 engine by engine: each engine's spec arms against that engine's own base
-(`observatory.model.roles`, `observatory.judge.session`, `observatory.judge.figures`). This
+(`observatory.model.roles`, `observatory.judge.apply_gates`, `observatory.judge.figures`). This
 module is everything that crosses engines, and none of it is a verdict:
 
 - **Tokenizer alignment first**: every probe's rendered prompt as each
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from observatory.judge.session import full_sequence, results_by_mode, to_output
+from observatory.judge.apply_gates import full_sequence, results_by_mode, to_output
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE

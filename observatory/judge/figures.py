@@ -50,12 +50,12 @@ from observatory.engines.images import image_differences, split_docker_argv
 from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
+from observatory.judge.apply_gates import base_reference
 from observatory.judge.graph_coverage import coverage
 from observatory.judge.paired import paired_vs_base, pairs, sides
 from observatory.judge.perf_gates import not_lossless, performance
 from observatory.judge.precision import precision, spent
-from observatory.judge.session import base_reference
-from observatory.judge.session_parts import cross_session
+from observatory.judge.ran_together import cross_session
 from observatory.judge.speed import speed, stream_tau, ttft_by_level
 from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
@@ -284,7 +284,7 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
     if ran and is_spec and drafts is not None and 0 < drafts < MIN_DRAFTS:
         out.append({"code": "LOW_N", "detail": f"{acc['drafts']} drafts < {MIN_DRAFTS}: acceptance figures are noisy"})
     for gate, (verdict, reason) in arm_verdicts.items():
-        if verdict == "INVALID":  # an invalidating arm gate failed (observatory.judge.session)
+        if verdict == "INVALID":  # an invalidating arm gate failed (observatory.judge.apply_gates)
             out.append({"code": "INVALID", "detail": f"{gate}: {reason}"})
     if base is not None and arm is not base:
         diffs = launch_differences(arm, base)

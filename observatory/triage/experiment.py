@@ -21,7 +21,7 @@ from observatory.client.answer import Response
 from observatory.client.send import EngineClient
 from observatory.engines.knobs import apply_change, candidate_values, knobs_for, not_applicable, platform_of
 from observatory.engines.server import EngineStartError
-from observatory.judge.session import to_output
+from observatory.judge.apply_gates import to_output
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, PASS, WARN, Output
 from observatory.model.vocabulary import INVALID, worst

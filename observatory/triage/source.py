@@ -17,7 +17,7 @@ from typing import Any
 
 from observatory.engines.images import arm_image
 from observatory.engines.settings import EngineSettings
-from observatory.judge.session import base_reference, full_sequence, results_by_mode, session_registry, to_output
+from observatory.judge.apply_gates import base_reference, full_sequence, results_by_mode, session_registry, to_output
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, WARN, Gate
