@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from observatory.engines.argv_flags import flag_pairs
 from observatory.engines.images import split_docker_argv
 from observatory.model.arms import DEFAULT_ENGINE
 
@@ -111,29 +112,20 @@ def _argv_settings(argv: list[str]) -> tuple[dict[str, str], dict[str, str], dic
             env[k] = v
     flags: dict[str, str] = {}
     spec: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        if tok.startswith("--"):
-            key, eq, val = tok.partition("=")
-            if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
-                val = args[i + 1]
-                i += 1
-            elif not eq:
-                val = "true"
-            norm = key.replace("_", "-")
-            if norm in ("--speculative-config", "-sc"):
-                try:
-                    parsed = json.loads(val)
-                except ValueError:
-                    parsed = None
-                if isinstance(parsed, dict):
-                    spec.update(parsed)
-            elif norm.startswith("--speculative-config."):  # vLLM's dotted form
-                spec[key.split(".", 1)[1]] = val
-            else:
-                flags[norm] = val
-        i += 1
+    for key, given in flag_pairs(args):  # the one argv reader (observatory.engines.argv_flags)
+        val = "true" if given is None else given
+        norm = key.replace("_", "-")
+        if norm in ("--speculative-config", "-sc"):
+            try:
+                parsed = json.loads(val)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                spec.update(parsed)
+        elif norm.startswith("--speculative-config."):  # vLLM's dotted form
+            spec[key.split(".", 1)[1]] = val
+        else:
+            flags[norm] = val
     return flags, env, spec
 
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from observatory.client.answer import MALFORMED
 from observatory.engines.adapter import adapter_for
+from observatory.engines.argv_flags import flag_pairs
 from observatory.engines.gpu_clocks import drift
 from observatory.engines.images import image_differences, split_docker_argv
 from observatory.engines.lossy_knobs import lossy_settings
@@ -217,22 +218,8 @@ def _show(v: Any) -> str:
 
 
 def _flags(argv: list[str]) -> dict[str, Any]:
-    """argv -> {flag: value or True}, the program and module ignored."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok.startswith("--"):
-            key, eq, val = tok.partition("=")
-            if eq:
-                out[key] = val
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                out[key] = argv[i + 1]
-                i += 1
-            else:
-                out[key] = True
-        i += 1
-    return out
+    """argv -> {flag: value or True}, the program and module ignored (`observatory.engines.argv_flags`)."""
+    return {key: True if val is None else val for key, val in flag_pairs(argv)}
 
 
 def cudagraph_gap(arm: ArmRow) -> str | None:
