@@ -165,7 +165,7 @@ def _judged_night(store: Store, day: int, alpha: float, s: float, monkeypatch: p
                                                            "step": {"S": s_step}}
         return figs
 
-    monkeypatch.setattr(figures_mod, "compute_figures", planted)
+    monkeypatch.setattr(history, "compute_figures", planted)  # where the channel looks it up
     result(store, arms["base"], pids["prose"], "stream", [1, 2], ["a", "b"], text=HEALTHY, counters_delta=_counters(0))
     result(store, arms["mtp2"], pids["prose"], "stream", [1, 2], ["a", "b"], text=HEALTHY,
            counters_delta=_counters(alpha))
