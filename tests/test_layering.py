@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "observatory"
@@ -16,6 +17,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "observatory"
 LAYERS = ("faults", "model", "store", "engines", "client", "judge", "channels", "session", "triage", "report",
           "commands", "cli", "__main__",
           "gates")  # observatory/gates.py: the old import path of a user gate file (issue 47 item 7), imported by none
+
+
+@cache
+def _source(path: Path) -> str:
+    """A module's text, read once for every rule below."""
+    return path.read_text(encoding="utf-8")
+
+
+@cache
+def _parse(source: str) -> ast.Module:
+    """SOURCE's syntax tree, parsed once for every rule below."""
+    return ast.parse(source)
 
 
 def _modules() -> dict[str, Path]:
@@ -35,7 +48,7 @@ def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = defaultdict(set)
     for name, path in mods.items():
         here = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parse(_source(path))):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -150,7 +163,7 @@ LIVE_NAMES = ("run", "twin", "client")  # a channel's live arm, a second engine 
 def _any_typed(source: str) -> list[str]:
     """Parameters of SOURCE named after a live arm or its client (`LIVE_NAMES`) annotated ``Any``."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
                 if a.arg in LIVE_NAMES and isinstance(a.annotation, ast.Name) and a.annotation.id == "Any":
@@ -162,7 +175,7 @@ def test_no_channel_takes_an_any_typed_arm() -> None:
     """Issue 47 item 4: a channel's measure gets a typed `LiveArm` (channels/live_arm.py), its client an
     `EngineClient`, never ``Any``."""
     found = [f"{p.name}: {f}" for p in sorted((PACKAGE / "channels").glob("*.py"))
-             for f in _any_typed(p.read_text(encoding="utf-8"))]
+             for f in _any_typed(_source(p))]
     assert not found, "Any-typed arms in channels/:\n" + "\n".join(found)
 
 
@@ -175,7 +188,7 @@ def _default_engine_branches(source: str) -> list[int]:
     """The lines of SOURCE comparing something with ``DEFAULT_ENGINE`` (``==``, ``!=``): a branch on the default
     engine."""
     lines = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parse(source)):
         if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
             if any(isinstance(x, ast.Name) and x.id == "DEFAULT_ENGINE" for x in [node.left, *node.comparators]):
                 lines.append(node.lineno)
@@ -187,7 +200,7 @@ def test_no_engine_branch_outside_engines() -> None:
     its metric names) are its adapter's (engines/vllm.py); no module outside engines/ compares with
     DEFAULT_ENGINE (six did)."""
     found = [f"{m}:{n}" for m, p in _modules().items() if _layer(m) != "engines"
-             for n in _default_engine_branches(p.read_text(encoding="utf-8"))]
+             for n in _default_engine_branches(_source(p))]
     assert not found, "branches on the default engine outside engines/:\n" + "\n".join(found)
 
 
@@ -199,7 +212,7 @@ def test_negative_control_a_default_engine_branch_is_found() -> None:
 def _engine_names_in_code(source: str) -> list[int]:
     """The lines of SOURCE's string literals (docstrings aside) naming a vLLM environment variable (``VLLM_``) or
     metric (``vllm:``)."""
-    tree = ast.parse(source)
+    tree = _parse(source)
     docs = {id(n.body[0].value) for n in ast.walk(tree)
             if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
             and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
@@ -211,7 +224,7 @@ def test_no_vllm_variable_or_metric_outside_engines() -> None:
     """Issue 47 item 4: vLLM's environment variables and metric names (dev mode, the CPU build's KV cache, the
     cache config and preemption metrics) are its adapter's; faults/ is vLLM's own plugin."""
     found = [f"{m}:{n}" for m, p in _modules().items() if _layer(m) not in ("engines", "faults")
-             for n in _engine_names_in_code(p.read_text(encoding="utf-8"))]
+             for n in _engine_names_in_code(_source(p))]
     assert not found, "vLLM names outside engines/:\n" + "\n".join(found)
 
 
@@ -221,7 +234,7 @@ def test_negative_control_a_vllm_name_is_found() -> None:
 
 def _imported_names(source: str) -> set[tuple[str, str]]:
     """(module, name) of every ``from MODULE import NAME`` in SOURCE, at any level of the code."""
-    return {(node.module or "", a.name) for node in ast.walk(ast.parse(source))
+    return {(node.module or "", a.name) for node in ast.walk(_parse(source))
             if isinstance(node, ast.ImportFrom) for a in node.names}
 
 
@@ -235,7 +248,7 @@ def test_roles_and_engines_are_read_not_derived() -> None:
     engines/launches.py (deleted: it derived them from the launch above engines/), and only planning and the store
     apply the role rule."""
     mods = _modules()
-    names = {m: _imported_names(p.read_text(encoding="utf-8")) for m, p in mods.items()}
+    names = {m: _imported_names(_source(p)) for m, p in mods.items()}
     launches = [m for m in mods if m == "observatory.engines.launches"]
     importers = [m for m, found in names.items() if _layer(m) != "engines"
                  and any(mod == "observatory.engines.launches" or (mod, n) == ("observatory.engines", "launches")
@@ -261,7 +274,7 @@ NETWORK = ("httpx", "openai", "socket", "http.client", "urllib.request", "observ
 def _network_imports(source: str) -> list[str]:
     """The modules of NETWORK that SOURCE imports (at any level of the code)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parse(source)):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                  else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
         found += [n for n in names if any(n == m or n.startswith(m + ".") for m in NETWORK)]
@@ -273,7 +286,7 @@ def test_the_judge_needs_no_server() -> None:
     the session phase (observatory/session/prompt_tokens.py), so no module of judge/ imports what talks to a
     server (tests/test_judge_offline.py judges a stored session with every connection refused)."""
     found = [f"{m}: {n}" for m, p in _modules().items() if _layer(m) == "judge"
-             for n in _network_imports(p.read_text(encoding="utf-8"))]
+             for n in _network_imports(_source(p))]
     assert not found, "judge/ importing the network:\n" + "\n".join(found)
 
 
@@ -288,7 +301,7 @@ def _unexplained_lazy_imports(source: str) -> list[int]:
     line above saying why (an import that avoids a real circle, or a heavy start-up one, says which)."""
     lines = source.splitlines()
     found = []
-    for fn in ast.walk(ast.parse(source)):
+    for fn in ast.walk(_parse(source)):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for node in ast.walk(fn):
@@ -303,7 +316,7 @@ def test_function_level_imports_say_why() -> None:
     """Issue 47 item 8: a function-level import of our own modules is a top-level one unless it avoids a heavy
     start-up import or loads inside the engine only when needed, and then its comment says so (48 -> 8)."""
     found = [f"{m}:{n}" for m, p in _modules().items()
-             for n in _unexplained_lazy_imports(p.read_text(encoding="utf-8"))]
+             for n in _unexplained_lazy_imports(_source(p))]
     assert not found, "function-level imports with no reason given:\n" + "\n".join(found)
 
 
