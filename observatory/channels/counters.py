@@ -30,6 +30,7 @@ does not report, is "not measurable". Cost: 3 requests per arm.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
@@ -51,8 +52,6 @@ SETTLE_READS = 20
 
 def plan(suite: list[Probe]) -> list[Probe]:
     """REQUESTS suite probes without tools, one per category, as this channel's own."""
-    from dataclasses import replace
-
     picked: list[Probe] = []
     for p in suite:
         if not p.tools and not p.channel and p.category not in {q.category for q in picked}:

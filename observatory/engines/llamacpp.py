@@ -30,6 +30,7 @@ import hashlib
 import os
 import re
 import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -144,8 +145,6 @@ def gguf_for(model: str, layers: int | None = None) -> Path:
 
 
 def _export(out: Path, layers: int | None, model_dir: Path) -> None:
-    import sys
-
     gguf_py = cache_root() / "src" / "gguf-py"
     try:
         import gguf  # noqa: F401
