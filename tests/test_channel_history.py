@@ -11,13 +11,13 @@ from semantics_store import result, session
 
 from observatory.channels import history
 from observatory.channels.view import ChannelView
-from observatory.engines.launches import stored_roles
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.judge.summaries import suite_hash
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import SessionRow, SummaryRow
 from observatory.store.session_store import Store
+from observatory.store.stored import verdict_row
 
 SUITE = [Probe("prose", "prose_en", messages=[{"role": "user", "content": "Write"}], gates=["content", "degeneracy"])]
 HEALTHY = "The ocean covers most of the planet and holds a great variety of life, from plankton to whales."
@@ -59,7 +59,7 @@ def _tonight(store: Store, alpha: float, text: str = HEALTHY, fail_on: str | Non
     result(store, arms["mtp2"], pids["prose"], "stream", [1, 2], ["a", "b"], text=text,
            counters_delta=_counters(alpha))
     all_arms = store.arms(sid)
-    view = ChannelView(store, sid, "history", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]), {},
+    view = ChannelView(store, sid, "history", all_arms, {a.name: str(a.role) for a in all_arms}, {},
                        default_registry())
     rows = history.judge(view)
     assert len(rows) == 1 and rows[0].arm_id == arms["mtp2"].id  # spec arms only
@@ -168,16 +168,16 @@ def _judged_night(store: Store, day: int, alpha: float, s: float, monkeypatch: p
                                                            "step": {"S": s_step}}
         return figs
 
-    monkeypatch.setattr(figures_mod, "compute_figures", planted)
+    monkeypatch.setattr(history, "compute_figures", planted)  # where the channel looks it up
     result(store, arms["base"], pids["prose"], "stream", [1, 2], ["a", "b"], text=HEALTHY, counters_delta=_counters(0))
     result(store, arms["mtp2"], pids["prose"], "stream", [1, 2], ["a", "b"], text=HEALTHY,
            counters_delta=_counters(alpha))
     all_arms = store.arms(sid)
-    view = ChannelView(store, sid, "history", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]), {},
+    view = ChannelView(store, sid, "history", all_arms, {a.name: str(a.role) for a in all_arms}, {},
                        default_registry())
     rows = history.judge(view)
     assert len(rows) == 1
-    row = store.add(rows[0])
+    row = store.add(verdict_row(rows[0]))
     sh = suite_hash(p.content_hash for p in SUITE)
     for pos, (name, arm) in enumerate(arms.items()):
         spec = name == "mtp2"

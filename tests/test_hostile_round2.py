@@ -189,7 +189,7 @@ def test_a_regex_that_cannot_finish_is_unjudged_in_a_session() -> None:
     INVALID (docs/design.md 3.3)."""
     from types import SimpleNamespace
 
-    from observatory.judge.session import UNJUDGED, _row
+    from observatory.judge.apply_gates import UNJUDGED, _row
     from observatory.model.gates import default_registry
     from observatory.model.probes import Probe
 
@@ -207,7 +207,7 @@ def test_a_regex_that_cannot_finish_is_unjudged_in_a_session() -> None:
 def test_judges_see_a_bounded_output() -> None:
     from types import SimpleNamespace
 
-    from observatory.judge.session import to_output
+    from observatory.judge.apply_gates import to_output
     from observatory.model.gates import MAX_JUDGED_CHARS
 
     r = SimpleNamespace(text="a" * (MAX_JUDGED_CHARS * 3), token_ids=[], top_logprobs=[], token_texts=None,

@@ -22,10 +22,10 @@ from click.testing import CliRunner
 from conftest import example_db
 
 from observatory.cli import cli
-from observatory.judge.known import apply_ledger
+from observatory.judge.ledger_match import apply_ledger
 from observatory.judge.reasons import group_reasons, verdict_lines
 from observatory.judge.verdict import EXIT
-from observatory.model.known import BUILTIN_FILE, Ledger, builtin, load_file, parse_entries
+from observatory.model.ledger import BUILTIN_FILE, Ledger, builtin, load_file, parse_entries
 from observatory.model.paths import REPO_ROOT
 from observatory.model.read_model import Reason, SessionVerdict
 from observatory.report.data import build
@@ -286,7 +286,7 @@ def test_known_add_appends_a_checked_entry_and_keeps_the_file(tiny: Path, tmp_pa
 
 
 def test_an_arms_file_names_its_ledger(tmp_path: Path) -> None:
-    from observatory.commands.known import ledger_for
+    from observatory.commands.known_cmd import ledger_for
 
     _ledger(tmp_path / "team.toml", ENTRY)
     arms = tmp_path / "arms.toml"

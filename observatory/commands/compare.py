@@ -13,8 +13,8 @@ from click.core import ParameterSource
 
 from observatory.channels import PROFILES
 from observatory.commands import INTERRUPTED_EXIT
-from observatory.commands.known import known_options, ledger_for
-from observatory.engines.arms import listed_engines
+from observatory.commands.known_cmd import known_options, ledger_for
+from observatory.engines.arm_engines import listed_engines
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.gates import registry_for

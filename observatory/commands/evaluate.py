@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from observatory.channels import judge_channel
+from observatory.judge.apply_gates import judge_session
 from observatory.judge.figures import compute_figures
-from observatory.judge.known import apply_ledger
-from observatory.judge.session import judge_session
-from observatory.model.known import Ledger
+from observatory.judge.ledger_match import apply_ledger
+from observatory.model.ledger import Ledger
 from observatory.report.summarize import write_summaries
 from observatory.store.session_store import Store
 

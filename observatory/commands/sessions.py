@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
-from observatory.commands.known import with_known_options
+from observatory.commands.known_cmd import ledger_for, with_known_options
+from observatory.judge.apply_gates import remember_gates_dirs
 from observatory.judge.reasons import verdict_lines
-from observatory.model.gates import registry_for
 from observatory.model.vocabulary import KNOWN, NOTE
 from observatory.report.data import build
 from observatory.report.jsonout import to_json
@@ -103,24 +102,16 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...], k
     observatory judge 12 --known observatory-known.toml
     """
     from observatory.commands.evaluate import evaluate  # here: it pulls in numpy, which reading commands never need
-    from observatory.commands.known import ledger_for
 
     given = {"known_files": known_files, "no_builtin_known": no_builtin_known}
     ledger = ledger_for(given) if known_files or no_builtin_known else None  # a bad ledger: exit 3, first
     store = Store(db, create=False, write=True)
     s = store.session(session_id)
-    options = dict(s.options or {})
     stored = store.known(s.id)
     ledger = ledger or ledger_for(given, stored, s.id)
     if gates_dirs:
-        plan = dict(options.get("plan") or {})
-        known = list(plan.get("gates_dirs") or [])
-        plan["gates_dirs"] = known + [d for d in (str(Path(x).resolve()) for x in gates_dirs) if d not in known]
-        registry_for(plan["gates_dirs"])
-        options["plan"] = plan
+        remember_gates_dirs(store, s.id, gates_dirs)
     before = build(store, s.id).verdict
-    if gates_dirs:
-        store.update(SessionRow, s.id, options=options)
     if stored != ledger.to_stored():
         store.set_known(s.id, ledger.to_stored())
     n = evaluate(store, s.id)

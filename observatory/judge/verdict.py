@@ -24,7 +24,7 @@ JUnit, selftest and ``show --json`` (its top-level ``"verdict"``).
   probe, and every arm is valid.
 
 NOTEs explain without changing the verdict (LOW_N, non-discriminating probes).
-KNOWN reasons are findings a known-findings ledger covers (`observatory.judge.known`:
+KNOWN reasons are findings a known-findings ledger covers (`observatory.judge.ledger_match`:
 the verdict, performance entry or validity code stored KNOWN, its entry named):
 listed, never counted; an entry that applies but covered nothing is a NOTE.
 """
@@ -34,8 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from observatory.engines.launches import stored_roles
-from observatory.judge.known import ledger_notes
+from observatory.judge.ledger_match import ledger_notes
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import GateRegistry, default_registry, registry_for
 from observatory.model.read_model import ArmView, Reason, SessionFacts, SessionVerdict, SessionView, VerdictView
@@ -49,6 +48,7 @@ from observatory.model.vocabulary import (
     REASON_LEVELS,
     UNJUDGED,
 )
+from observatory.store.arm_facts import launch_facts
 
 __all__ = ["EXIT", "INVALID_CODES", "LEVELS", "NOT_DISCRIMINATING", "UNJUDGED", "WHY", "Reason", "SessionVerdict",
            "arm_role", "decide", "discriminates", "session_gates", "session_verdict"]
@@ -63,14 +63,14 @@ WHY = {
 
 
 def arm_role(arm: ArmView) -> str:
-    """An arm's role: the read model sets it for every arm (stored at planning, else
-    `observatory.engines.launches.stored_roles` over the session's arms); an ArmView made without one gets the
-    same rule on its own facts, never a rule of its own."""
-    return arm.role or stored_roles([(arm.name, dict(arm.launch))])[arm.name]
+    """An arm's role: the read model sets it for every arm (stored with the session,
+    `observatory.store.arm_facts`); an ArmView made without one gets the same rule on its own facts, never a rule
+    of its own."""
+    return arm.role or launch_facts([(arm.name, dict(arm.launch))])[0][0]
 
 
 def _known(v: VerdictView) -> Any:
-    """The ledger entry a KNOWN verdict carries (`observatory.judge.known`), else None."""
+    """The ledger entry a KNOWN verdict carries (`observatory.judge.ledger_match`), else None."""
     return (v.details or {}).get("known") if v.verdict == KNOWN else None
 
 

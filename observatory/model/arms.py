@@ -11,7 +11,7 @@
 - an engine prefix: ``vllm:NAME`` is NAME (vLLM, `DEFAULT_ENGINE`, is the default
   engine); ``ENGINE:NAME`` (or ``ENGINE:NAME=URL``) is one of that engine's own presets
   (`PrefixedEngine`: each engine's adapter in `observatory.engines` declares them,
-  `observatory.engines.arms` passes them in); the prefix stays in the arm's name;
+  `observatory.engines.arm_engines` passes them in); the prefix stays in the arm's name;
 
 optionally followed by ``+fault=NAME`` (launch with an injected fault, see
 `observatory.faults`), ``+repair=NAME`` (launch with a known engine bug repaired in place,
@@ -254,10 +254,11 @@ def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str
         engine = raw.get("engine", DEFAULT_ENGINE)
         if engine not in engine_names(engines):
             raise ArmError(f"{where}: engine must be one of {', '.join(engine_names(engines))}, got {engine!r}")
-        if engine != DEFAULT_ENGINE and (fault is not None or image is not None):
+        if ((fault is not None and not _takes(engines, engine, "takes_faults"))
+                or (image is not None and not _takes(engines, engine, "runs_in_images"))):
             raise ArmError(f"{where}: faults and images are vLLM's; a {engine} arm takes neither")
         parsers = {k: raw[k] for k in ("tool_parser", "reasoning_parser") if k in raw}
-        if parsers and (engine != DEFAULT_ENGINE or url is not None):
+        if parsers and (url is not None or not _takes(engines, engine, "takes_parsers")):
             raise ArmError(f"{where}: {', '.join(parsers)} is a flag vLLM is launched with; an arm with a url "
                            f"or on {engine} is not launched by vLLM here (start its server with the flag)")
         arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(raw.get("engine_args", [])),
@@ -265,6 +266,13 @@ def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str
     if not arms:
         raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
     return arms
+
+
+def _takes(engines: Engines | None, engine: str, what: str) -> bool:
+    """Whether ENGINE's arms take WHAT (its adapter's ``takes_faults``, ``runs_in_images``, ``takes_parsers``): the
+    default engine, never among ENGINES, takes all three; another engine only what its adapter says it takes."""
+    adapter = (engines or {}).get(engine)
+    return adapter is None or bool(getattr(adapter, what, False))
 
 
 def _check_url(url: Any, where: str) -> str:
@@ -290,7 +298,7 @@ def parse_arms(
     engines: Engines | None = None,
 ) -> list[Arm]:
     """The session's arms, in run order, from the --arms list (ENGINES: those with a prefix of their own,
-    `observatory.engines.arms.parse_arms` passes every registered one)."""
+    `observatory.engines.arm_engines.parse_arms` passes every registered one)."""
     engines = engines or {}
     defined = load_arms_file(arms_file, engines) if arms_file else {}
     custom = parse_speculative_config(speculative_config) if speculative_config else None
@@ -319,9 +327,9 @@ def parse_arms(
 
 def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | None, engines: Engines) -> Arm:
     prefix, colon, rest = item.partition(":")
-    if colon and rest and prefix in engines and prefix != DEFAULT_ENGINE:
+    if colon and rest and prefix in engines:  # ENGINES never holds the default engine (`Engines`)
         return _parse_engine_item(engines[prefix], item, rest, defined)
-    if colon and rest and prefix == DEFAULT_ENGINE:  # vllm:NAME is NAME
+    if colon and rest and prefix in engine_names(engines):  # the default engine's own: vllm:NAME is NAME
         item = rest
     m = re.fullmatch(r"([^=+]+)=(https?://\S+)", item)
     if m:

@@ -69,6 +69,8 @@ def _object(cls: type, defs: dict[str, Any]) -> None:
     open_ended = False
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
+        if f.metadata.get("json") == "omit":  # read by the renderers, never printed
+            continue
         if f.metadata.get("json") == "const":
             props[f.name] = {**_type(hint, defs), "const": f.default}
             required.append(f.name)

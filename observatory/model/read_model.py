@@ -46,6 +46,8 @@ SPREAD = {"json": "spread"}
 CONST = {"json": "const"}
 # field metadata: the key is written only when the field is not None (an optional property of its object)
 OPTIONAL = {"json": "optional"}
+# field metadata: read by the renderers, never printed (its JSON twin is elsewhere, or it would change the shape)
+NOT_PRINTED = {"json": "omit"}
 
 # The version of the JSON shape (``show --json``'s top-level "schema_version"). Bump it when a key is removed,
 # renamed or changes type, and regenerate docs/show-json.schema.json (observatory.model.json_schema).
@@ -217,6 +219,8 @@ class ArmView:
     channel_verdicts: Mapping[str, VerdictView]
     figures: ArmFigures = field(metadata=SPREAD)
     results: tuple[ResultView, ...]
+    # the engine it ran on, stored with it (its launch facts' "engine" is what show --json prints of it)
+    engine: str | None = field(default=None, metadata=NOT_PRINTED)
 
 
 @dataclass(frozen=True)
@@ -301,6 +305,8 @@ def to_plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         for f in dataclasses.fields(value):
+            if f.metadata.get("json") == "omit":
+                continue
             v = to_plain(getattr(value, f.name))
             if f.metadata.get("json") == "optional" and v is None:
                 continue

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observatory.channels import get as get_channel
 from observatory.channels.live_arm import StepReporter
 from observatory.client.answer import MAX_COUNT, Response
 from observatory.client.batch import timed_batch
@@ -275,12 +276,10 @@ class ArmRun:
 
     def run_channels(self) -> None:
         """Each field channel's requests (observatory.channels), channel after channel."""
-        from observatory.channels import get  # the channel modules import this one
-
         for i, name in enumerate(self.channels):
             self.reporter.step(self.arm, f"channel {name}", i, len(self.channels))
             try:
-                get(name).measure(self, self.channel_probes.get(name, []))
+                get_channel(name).measure(self, self.channel_probes.get(name, []))
             except ArmCrashed as e:
                 if not self.restart(f"channel {name}", e):
                     raise

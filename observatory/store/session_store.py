@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from observatory.model.errors import ObservatoryError
 from observatory.model.redact import redact, redact_pieces, redact_text
 from observatory.store import lease
+from observatory.store.arm_facts import launch_facts
 from observatory.store.clock import utcnow
 from observatory.store.db import (
     ArmRow,
@@ -255,9 +256,13 @@ class Store:
             return [_shown(r) for r in s.scalars(select(SessionRow).order_by(SessionRow.id.desc()).limit(limit))]
 
     def arms(self, session_id: int) -> list[ArmRow]:
-        """A session's arms in run order."""
+        """A session's arms in run order, each with its role and engine (`observatory.store.arm_facts`)."""
         with self._sessions() as s:
-            return list(s.scalars(select(ArmRow).where(ArmRow.session_id == session_id).order_by(ArmRow.position)))
+            rows = list(s.scalars(select(ArmRow).where(ArmRow.session_id == session_id).order_by(ArmRow.position)))
+        if any(r.role is None or r.engine is None for r in rows):  # a row written without them (by hand)
+            for r, (role, engine) in zip(rows, launch_facts([(r.name, r.launch) for r in rows])):
+                r.role, r.engine = r.role or role, r.engine or engine
+        return rows
 
     def probes(self, session_id: int) -> list[ProbeRow]:
         """A session's probes in suite order."""

@@ -26,7 +26,7 @@ naming the file and the entry (`ObservatoryError`, exit 3)::
 This module is the format: parsing, validation, the stored form (a
 session keeps the entries in effect, not a path) and the TOML text `observatory
 known add` appends. Which verdicts an entry covers is the judge's
-(`observatory.judge.known`).
+(`observatory.judge.ledger_match`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`observatory known add|list|check`, and the --known options `compare`, `gate`, `selftest` and `judge` take.
 
-The ledger format is `observatory.model.known` (docs/known.md); what it
-covers in a session, `observatory.judge.known`. ``known add`` appends one
+The ledger format is `observatory.model.ledger` (docs/known.md); what it
+covers in a session, `observatory.judge.ledger_match`. ``known add`` appends one
 ``[[known]]`` table to the file as text (the file's comments and order stay),
 after checking that the whole file still loads strictly and that the new
 entry covers something in the session it was made from.
@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from observatory.judge.known import (
+from observatory.judge.ledger_match import (
     arm_facts,
     check_ledger,
     engine_names,
@@ -30,7 +30,7 @@ from observatory.judge.known import (
 )
 from observatory.model.arms import arms_file_known
 from observatory.model.errors import ObservatoryError
-from observatory.model.known import (
+from observatory.model.ledger import (
     DEFAULT_FILE,
     DEFAULT_LEVELS,
     KnownEntry,
@@ -41,6 +41,7 @@ from observatory.model.known import (
     parse_entry,
 )
 from observatory.model.safe_read import read_text
+from observatory.store.session_store import Store
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -127,7 +128,8 @@ def new_entry(store: Any, session_id: int, raw: dict[str, Any], arms: tuple[str,
     or roles, globs), else those where one of its checks has a finding at one of its levels."""
     findings, rows, _ = store_findings(store, session_id)
     roles = {f.arm.name: f.arm for f in findings}
-    facts = [roles.get(a.name) or arm_facts(a.name, "", a.launch, a.engine_version) for a in rows]
+    facts = [roles.get(a.name) or arm_facts(a.name, a.role or "", a.launch, a.engine_version, a.engine)
+             for a in rows]
     for pattern in arms:
         if not any(glob_matches((pattern,), f.names()) for f in facts):
             raise ObservatoryError(f"--arm {pattern}: no arm of session {session_id} is named so or has that role "
@@ -188,8 +190,6 @@ def known_add(session_id: int, checks: tuple[str, ...], arms: tuple[str, ...], p
     observatory known add 12 --check finish --reason stop_str --id ids-past-stop --title "..." \\
         --reproduction "docs/engines.md" --file ci/observatory-known.toml
     """
-    from observatory.store.session_store import Store
-
     raw: dict[str, Any] = {"id": entry_id, "title": title or "(from the first finding it covers)", "checks": list(checks)}
     for key, value in (("link", link), ("reproduction", reproduction), ("versions", versions),
                        ("platform", platform), ("expires", expires)):
@@ -271,8 +271,6 @@ def known_check(session_id: int | None, known_files: tuple[str, ...], no_builtin
     observatory known check 12
     observatory known check 12 --known observatory-known.toml --no-builtin-known
     """
-    from observatory.store.session_store import Store
-
     store = Store(db, create=False)
     s = store.session(session_id)
     ledger = ledger_for({"known_files": known_files, "no_builtin_known": no_builtin_known}, store.known(s.id), s.id)

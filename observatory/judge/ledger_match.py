@@ -1,4 +1,4 @@
-"""Which stored verdicts a known-findings ledger covers (issue 46 item 1; the format: `observatory.model.known`).
+"""Which stored verdicts a known-findings ledger covers (issue 46 item 1; the format: `observatory.model.ledger`).
 
 Applied in the judge step (`observatory.commands.evaluate`), after the gates,
 channels and figures: every stored finding an entry covers becomes KNOWN, its
@@ -38,12 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from observatory.engines.adapter import adapters
-from observatory.engines.launches import engine_of, stored_roles
 from observatory.faults import ENV_VAR as FAULT_ENV
 from observatory.faults.names import split_names
 from observatory.faults.repairs import ENV_VAR as REPAIR_ENV
 from observatory.model.errors import ObservatoryError
-from observatory.model.known import (
+from observatory.model.ledger import (
     DEFAULT_FILE,
     KnownEntry,
     KnownError,
@@ -96,15 +95,16 @@ class Finding:
     derived_from: str | None = field(default=None)  # a validity code's gate, when an arm verdict made it
 
 
-def arm_facts(name: str, role: str, launch: Mapping[str, Any] | None, version: str | None) -> ArmFacts:
-    """An arm's facts from its stored launch; an arm with an injected fault in its environment (an arms file's
-    ``OBSERVATORY_FAULT``) counts as a fault's arm, as one launched ``+fault=`` does."""
+def arm_facts(name: str, role: str, launch: Mapping[str, Any] | None, version: str | None,
+              engine: str | None) -> ArmFacts:
+    """An arm's facts from its stored role, engine and launch; an arm with an injected fault in its environment
+    (an arms file's ``OBSERVATORY_FAULT``) counts as a fault's arm, as one launched ``+fault=`` does."""
     launch = launch or {}
     stored_env = launch.get("env")
     env: Mapping[str, Any] = stored_env if isinstance(stored_env, Mapping) else {}
     platform = "cuda" if launch.get("gpus") else None if launch.get("url") else "cpu"
     role = FAULT if env.get(FAULT_ENV) else role
-    return ArmFacts(name=name, role=role, engine=engine_of(launch), version=version, platform=platform,
+    return ArmFacts(name=name, role=role, engine=engine or "", version=version, platform=platform,
                     dtype=served_dtype(launch.get("argv") or []),
                     repairs=tuple(sorted(split_names(str(env.get(REPAIR_ENV) or "")))))
 
@@ -208,12 +208,11 @@ def _verdict_finding(arm: ArmFacts, gate: str, probe: str | None, verdict: str, 
 def store_findings(store: Store, session_id: int) -> tuple[list[Finding], list[ArmRow], dict[int, Any]]:
     """Every finding of a stored session, its arms, and each verdict row's details by row id."""
     arms = store.arms(session_id)
-    roles = stored_roles([(a.name, a.launch) for a in arms])
     probes = {p.id: p.name for p in store.probes(session_id)}
     out: list[Finding] = []
     details: dict[int, Any] = {}
     for a in arms:
-        facts = arm_facts(a.name, roles[a.name], a.launch, a.engine_version)
+        facts = arm_facts(a.name, a.role or "", a.launch, a.engine_version, a.engine)
         for v in store.verdicts(a.id):
             details[v.id] = v.details
             out.append(_verdict_finding(facts, v.gate, probes.get(v.probe_id) if v.probe_id is not None else None,
@@ -227,7 +226,7 @@ def view_findings(arms: Sequence[ArmView], role_of: Any) -> list[Finding]:
     """Every finding of a session's arms as the read model holds them (ROLE_OF: an arm's role)."""
     out: list[Finding] = []
     for a in arms:
-        facts = arm_facts(a.name, role_of(a), a.launch, a.engine_version)
+        facts = arm_facts(a.name, role_of(a), a.launch, a.engine_version, a.engine)
         for r in a.results:
             out += [_verdict_finding(facts, g, r.probe, v.verdict, v.reason, v.details) for g, v in r.verdicts.items()]
         for verdicts in (a.arm_verdicts, a.channel_verdicts):
