@@ -41,7 +41,7 @@ from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
 from observatory.model.vocabulary import TOKEN_DIFF
-from observatory.report import charts
+from observatory.report import charts, speed_view
 from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
 from observatory.report.token_spans import tokens_html, visible
 
@@ -137,7 +137,8 @@ def arm_view(a: ArmView) -> dict[str, Any]:
                                  color=charts.PALETTE[2], xlabel="accepted per draft n") if hist else None,
         "ttft_med": _g(spd, "ttft_ms", "median"), "ttft_p90": _g(spd, "ttft_ms", "p90"),
         "itl_med": _g(spd, "itl_ms", "median"), "itl_p90": _g(spd, "itl_ms", "p90"),
-        "single": spd.get("single_stream_tok_s"), "decode": spd.get("decode_tok_s"),
+        "single": spd.get("single_stream_tok_s"), "decode": speed_view.decode_or_why(spd),
+        "latency": speed_view.latency_rows(spd),
         "requests": spd.get("requests"),
         "throughput": {lv: _g(spd, "throughput", lv, "tok_s") for lv in levels},
         "vs": {k: _g(vs, k) for k in ("S", "ci", "r", "c", "pays", "statement", "break_even_alpha",
@@ -146,6 +147,7 @@ def arm_view(a: ArmView) -> dict[str, Any]:
                                       "incomplete_pairs", "unpaired", "step", "not_measurable")}
         if isinstance(vs, Mapping) else None,
         "bursty": spd.get("bursty") if _g(spd, "bursty", "bursty") else None,
+        "bursty_timed": speed_view.bursty_level_one(spd),
         "token_source": spd.get("token_source"),
         "by_concurrency": a.figures.by_concurrency or {},
         "stream_tau": a.figures.stream_tau, "stream_counter_tau": a.figures.stream_counter_tau,
