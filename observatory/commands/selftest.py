@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -59,6 +58,7 @@ from observatory.model.arms import preset_config
 from observatory.model.errors import ObservatoryError
 from observatory.model.read_model import ArmView, Reason, SessionView
 from observatory.model.roles import AA_COPY, FAULT, SPEC
+from observatory.report.console import make_console
 from observatory.report.data import build
 
 DEFAULT_ARM = "mtp1"
@@ -334,14 +334,14 @@ def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: boo
             plan.add_column(col)
         for fault, arm in zip(expected, arms[len(arms) - len(faults):]):
             plan.add_row(fault, ISSUE_ITEMS.get(fault, "-"), str(expected[fault]), Text(arm))
-        Console().print(plan)
+        make_console().print(plan)
         click.echo(f"controls: {', '.join(arms[:len(arms) - len(faults)])} (repairs: {', '.join(repairs) or 'none'})")
         return 0
     store, session_id, interrupted = run_compare(kw)
     if interrupted:
         return INTERRUPTED_EXIT
     findings = selftest_findings(build(store, session_id))
-    console = Console()
+    console = make_console()
     table = Table(title=f"selftest (session {session_id})")
     # the fault's name is never wrapped or cut (a reader, and the engine test, look each one up); the
     # other columns fold in a narrow terminal rather than lose text to an ellipsis

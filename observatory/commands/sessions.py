@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
+from observatory.commands.ci_options import verbosity_options
 from observatory.model.gates import registry_for
+from observatory.report.console import printable
 from observatory.report.data import build
 from observatory.report.jsonout import to_json
 from observatory.report.terminal import print_summary
@@ -30,6 +32,7 @@ def _verdict(store: Store, s: SessionRow) -> str:
 
 
 @click.command(name="sessions")
+@verbosity_options
 @db_option
 @click.option("--limit", default=50, show_default=True, help="How many sessions to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of the table.")
@@ -63,6 +66,7 @@ def _one_line(v: object) -> str:
 
 
 @click.command(name="show")
+@verbosity_options
 @click.argument("session_id", type=int, required=False)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
@@ -81,6 +85,7 @@ def show(session_id: int | None, db: str | None, as_json: bool) -> None:
 
 
 @click.command(name="judge")
+@verbosity_options
 @click.argument("session_id", type=int, required=False)
 @db_option
 @click.option("--gates-dir", "gates_dirs", multiple=True, type=click.Path(file_okay=False),
@@ -112,6 +117,6 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...]) -
                else f"verdict: {after.verdict} (unchanged)")
     old, new = before.texts(), after.texts()
     for text in [t for t in new if t not in old]:
-        click.echo(f"  + {' '.join(text.split())[:300]}")
+        click.echo(f"  + {printable(' '.join(text.split())[:300])}")
     for text in [t for t in old if t not in new]:
-        click.echo(f"  - {' '.join(text.split())[:300]}")
+        click.echo(f"  - {printable(' '.join(text.split())[:300])}")

@@ -24,6 +24,7 @@ from observatory.model.probes import Probe
 from observatory.model.read_model import ArmView, SessionView
 from observatory.model.roles import BASE, JUDGED_AGAINST_BASE
 from observatory.model.vocabulary import TOKEN_DIFF
+from observatory.report.console import QUIET, VERBOSE, make_console, verbosity
 
 STYLE = {
     "PASS": "green", "WARN": "yellow", "FAIL": "bold red", "NOT_DISCRIMINATING": "magenta",
@@ -49,7 +50,7 @@ class RichReporter:
     """Progress bars for arms and probes."""
 
     def __init__(self, console: Console | None = None):
-        self.console = console or Console(stderr=True)
+        self.console = console or make_console(stderr=True)
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=self.console, transient=False,
@@ -139,10 +140,11 @@ def print_verdict(data: SessionView, console: Console) -> None:
     v = data.verdict
     console.print(Text(f"Verdict: {v.verdict}", style=STYLE.get(v.verdict, "bold")), Text(f" — {cut(v.why)}"))
     shown = [r for r in v.reasons if r.level != "NOTE"]
-    for r in shown[:10]:
+    first = len(shown) if verbosity() >= VERBOSE else 10
+    for r in shown[:first]:
         console.print(Text(f"  {r.level}: {r.text}"[:300], style=STYLE.get(r.level, "")))
-    if len(shown) > 10:
-        console.print(Text(f"  ... and {len(shown) - 10} more (see the report)", style="dim"))
+    if len(shown) > first:
+        console.print(Text(f"  ... and {len(shown) - first} more (see the report, or -v)", style="dim"))
     for a in data.arms:
         if arm_role(a) in JUDGED_AGAINST_BASE:
             console.print(Text(f"  {a.name}:", style="cyan"), Text(arm_headline(a)))
@@ -150,8 +152,12 @@ def print_verdict(data: SessionView, console: Console) -> None:
 
 def print_summary(data: SessionView, console: Console | None = None) -> None:
     """Arms and the probe x arm matrix with 80-character previews."""
-    console = console or Console()
+    console = console or make_console()
     s = data.session
+    if verbosity() <= QUIET:  # -q: the verdict and its reasons, no tables
+        console.print(f"[bold]Session {s.id}[/] {escape(s.status)} · model {escape(cut(s.model))}")
+        print_verdict(data, console)
+        return
     console.print(
         f"[bold]Session {s.id}[/] {escape(s.status)} · {escape(s.host or '')} · "
         f"{escape(cut(s.gpu or 'no GPU'))} · model {escape(cut(s.model))} · started {s.started_at}"
@@ -226,7 +232,7 @@ def print_closing(data: SessionView, paths: dict[str, str], console: Console | N
     """The run's last words: the session verdict and why, each judged arm's headline with its tok/s and
     TTFT against base's, and where the report, JSON and other outputs went (PATHS: label -> path).
     INTERRUPTED: the run was cut short, so the verdict is INVALID whatever the stored arms say (the gate's)."""
-    console = console or Console()
+    console = console or make_console()
     v = data.verdict
     verdict, why = ("INVALID", "the session was interrupted") if interrupted else (v.verdict, v.why)
     console.rule(Text(f"Session {data.session.id}: {verdict}", style=STYLE.get(verdict, "bold")))
