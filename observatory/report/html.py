@@ -493,6 +493,23 @@ def arm_differences(a: SessionView, b: SessionView) -> list[str]:
     return out
 
 
+# stored plan keys that change what a session measures or how (observatory.session.options.SessionPlan)
+PLAN_DIFFERENCES = ("parallel_arms", "timing", "gpus_per_arm", "concurrency", "repeat", "profile", "channels",
+                    "dtype", "max_model_len", "seed", "engine_args", "spec_extra", "image", "fail_on", "diffs",
+                    "tool_parser", "reasoning_parser", "aa_copy")
+
+
+def plan_differences(a: SessionView, b: SessionView) -> list[str]:
+    """What the two sessions' stored plans set differently (e.g. ``--parallel-arms`` against sequential arms),
+    each named "plan KEY (A vs B)"; a key one session did not store (an older plan) is not compared."""
+    plans = [dict((d.session.options or {}).get("plan") or {}) for d in (a, b)]
+    out = []
+    for key in PLAN_DIFFERENCES:
+        if key in plans[0] and key in plans[1] and plans[0][key] != plans[1][key]:
+            out.append(f"plan {key} ({json.dumps(plans[0][key])} vs {json.dumps(plans[1][key])})")
+    return out
+
+
 def served_models(data: SessionView) -> list[str]:
     """Every model DATA served: the session's and each arm's (an arm's server may name its own), sorted."""
     names = {data.session.model} | {a.model for a in data.arms}
@@ -516,7 +533,7 @@ def render_cross(a: SessionView, b: SessionView, out: Path | str,
     other_model = models[0] != models[1]
     if other_model and "model" not in differs:
         differs.insert(0, "model")
-    differs += arm_differences(a, b)
+    differs += plan_differences(a, b) + arm_differences(a, b)
     names = list(dict.fromkeys([p.name for p in a.probes] + [p.name for p in b.probes]))
     hashes = [{p.name: p.hash for p in d.probes} for d in (a, b)]
     rows = []
