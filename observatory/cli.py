@@ -28,6 +28,7 @@ from observatory.model.errors import ObservatoryError
 
 # An unexpected exception exits INTERNAL_ERROR: nothing measured can be trusted, never a traceback.
 from observatory.model.vocabulary import INTERNAL_ERROR, SETUP_ERROR
+from observatory.report.verbosity import NORMAL, set_verbosity
 
 # name -> (module, attribute): each command is imported when it is looked up.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -101,6 +102,7 @@ class ObservatoryGroup(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """Run without click's standalone handling so exit codes stay ours."""
         kwargs["standalone_mode"] = False
+        set_verbosity(NORMAL)  # each command line starts at the default (-q / -v set it while parsing)
         for name in ("stdout", "stderr"):  # `observatory sessions | head -1`: a closed pipe ends nothing
             stream = getattr(sys, name)
             if stream is not None and not isinstance(stream, QuietPipe):
@@ -193,8 +195,6 @@ def _one_line(e: BaseException | str) -> str:
 def _verbosity(level: int) -> Any:
     def callback(ctx: click.Context, param: click.Parameter, value: bool) -> None:
         if value:
-            from observatory.report.console import set_verbosity
-
             set_verbosity(level)
     return callback
 

@@ -20,22 +20,22 @@ from typing import TextIO
 from rich.console import Console
 from rich.segment import Segment
 
+from observatory.report.verbosity import NORMAL, QUIET, VERBOSE, set_verbosity, verbosity
+
+__all__ = [
+    "LOG_WIDTH",
+    "NORMAL",
+    "QUIET",
+    "VERBOSE",
+    "SafeConsole",
+    "make_console",
+    "printable",
+    "set_verbosity",
+    "verbosity",
+    "width_for",
+]
+
 LOG_WIDTH = 240
-QUIET, NORMAL, VERBOSE = -1, 0, 1
-_level = NORMAL
-
-
-def set_verbosity(level: int) -> None:
-    """Set how much the commands print (QUIET, NORMAL, VERBOSE); the most recent call wins."""
-    global _level
-    _level = max(QUIET, min(VERBOSE, level))
-
-
-def verbosity() -> int:
-    """The current verbosity."""
-    return _level
-
-
 def width_for(stream: TextIO) -> int | None:
     """The width to lay out for STREAM: None (rich decides: COLUMNS, or the terminal's) or LOG_WIDTH."""
     if os.environ.get("COLUMNS", "").isdigit():
