@@ -222,7 +222,8 @@ def print_history(points: list[Point], alerts: list[Alert], console: Console | N
                                        if days else "") + ")" + (f": model {next(iter(models))}" if one_model else "")
     if len(shown) != len(points):
         title += f"; the latest {len(shown)} of {len(points)} points (all of them with --json or --out DIR)"
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title_justify="left")
+    console.print(Text(title, style="italic"), soft_wrap=True)  # one line, however narrow the table
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     cols = ["id", "started", *([] if one_model else ["model"]), "arm", "status", "α", "τ",
             "S [95% CI]", "verdicts"]
     for col in cols:

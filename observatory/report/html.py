@@ -40,7 +40,8 @@ from observatory.judge.verdict import INVALID_CODES, arm_role
 from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
-from observatory.model.vocabulary import TOKEN_DIFF
+from observatory.model.roles import JUDGED_AGAINST_BASE
+from observatory.model.vocabulary import COUNTED_LEVELS, TOKEN_DIFF
 from observatory.report import charts, speed_view
 from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
 from observatory.report.token_spans import tokens_html, visible
@@ -275,13 +276,18 @@ def overall(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]
     reasons = [{"level": r.level, "text": r.text, "href": evidence_href(data, r, diffs)} for r in v.reasons]
     reasons.sort(key=lambda x: ("FAIL", "INVALID", "WARN").index(x["level"])
                  if x["level"] in ("FAIL", "INVALID", "WARN") else 3)
-    counts = {lv: sum(x["level"] == lv for x in reasons) for lv in ("FAIL", "INVALID", "WARN", "NOTE")}
+    counts = {lv: sum(x["level"] == lv for x in reasons) for lv in ("FAIL", "INVALID", "WARN", "KNOWN", "NOTE")}
     return {"verdict": v.verdict, "why": v.why, "reasons": reasons, "counts": counts}
 
 
 def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
     """Probe rows, one cell per arm: worst verdict, 80-character preview, link, stream/batch flags."""
     rows = []
+    # issue 50 item 6: no red cell the verdict does not explain. A cell's FAIL, INVALID or WARN is drawn as a
+    # counted verdict only where a reason of the session verdict names its arm and probe; the reference arm's
+    # own verdicts (base: they make the probe not discriminating) and anything else the verdict leaves out
+    # are drawn muted, saying why they are not counted.
+    explained = {(r.arm, r.probe) for r in data.verdict.reasons if r.level in COUNTED_LEVELS}
     # each arm's first result per probe, indexed once (was a scan per cell)
     by_probe: list[dict[str, ResultView]] = [{} for _ in data.arms]
     for ai, a in enumerate(data.arms):
@@ -303,10 +309,16 @@ def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
                       for g, v in sorted(r.verdicts.items())
                       if ":c" in g and g.split(":c", 1)[1].isdigit() and v.verdict in ("FAIL", "WARN")]
             # r.preview is report_data's: the text, or the tool calls' one-line form when there is no text
-            cells.append({"verdict": r.verdict or ("—" if r.ok else "ERROR"), "preview": r.preview, "ok": r.ok,
+            verdict = r.verdict or ("—" if r.ok else "ERROR")
+            uncounted = None
+            if verdict in COUNTED_LEVELS and (_a.name, p.name) not in explained:
+                uncounted = ("not counted: the reference arm's own verdict (a probe base fails does not "
+                             "discriminate)" if arm_role(_a) not in JUDGED_AGAINST_BASE
+                             else "not counted: no reason of the session verdict names this cell")
+            cells.append({"verdict": verdict, "preview": r.preview, "ok": r.ok,
                           "error": (r.error or "")[:PREVIEW_CHARS], "href": prefix + result_href(ai, pi),
-                          "flags": flags})
-        worst = min((str(c["verdict"]) for c in cells if c), key=rank, default="INFO")
+                          "flags": flags, "uncounted": uncounted})
+        worst = min((str(c["verdict"]) for c in cells if c and not c["uncounted"]), key=rank, default="INFO")
         rows.append({"probe": p, "cells": cells, "worst": worst})
     rows.sort(key=lambda row: rank(row["worst"]))  # failures first, suite order within a level
     return rows
