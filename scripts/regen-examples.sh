@@ -8,7 +8,8 @@
 #
 # Databases stay gzipped (gzip -n: no name or time in the header, so an unchanged database is an unchanged
 # file); each session is re-judged in place (`observatory judge`). Reports are rendered from their database:
-# REPORTS lists folder, report, database, session.
+# REPORTS lists folder, report, database, session. The README's screenshot (docs/img/report.png) is taken
+# again from the three-engine report where Chromium is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 obs=${OBSERVATORY:-}
@@ -47,6 +48,10 @@ for row in "${REPORTS[@]}"; do
   if [[ $report == *.tgz ]]; then
     "$obs" report "$sid" --db "$db" --out "$work/tgz/report" > /dev/null
     tar -C "$work/tgz" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - report | gzip -n -9 > "examples/$folder/$report"
+    if [ "$report" = h200-three-engines-report.tgz ] && command -v chromium > /dev/null; then
+      py=python3; [ -x .venv/bin/python ] && py=.venv/bin/python
+      "$py" scripts/screenshot.py "$work/tgz/report/index.html" docs/img/report.png 1000  # the README's picture
+    fi
     rm -rf "$work/tgz"
   else
     "$obs" report "$sid" --db "$db" --out "examples/$folder/$report" > /dev/null
