@@ -7,7 +7,8 @@
 #   bash scripts/regen-examples.sh h200x2     # only the folders named
 #
 # Databases stay gzipped (gzip -n: no name or time in the header, so an unchanged database is an unchanged
-# file); each session is re-judged in place (`observatory judge`). Reports are rendered from their database:
+# file); each session is re-judged in place (`observatory judge`), oldest first: the history channel judges a
+# night against the nights before it, as they are stored. Reports are rendered from their database:
 # REPORTS lists folder, report, database, session. The README's screenshot (docs/img/report.png) is taken
 # again from the three-engine report where Chromium is installed.
 set -euo pipefail
@@ -24,7 +25,7 @@ for gz in examples/*/*.db.gz; do
   wanted "$gz" || continue
   db=$work/$(basename "${gz%.gz}")
   gunzip -c "$gz" > "$db"
-  for sid in $("$obs" sessions --db "$db" --json --limit 100000 | python3 -c 'import json,sys; print(" ".join(str(s["id"]) for s in json.load(sys.stdin)))'); do
+  for sid in $("$obs" sessions --db "$db" --json --limit 100000 | python3 -c 'import json,sys; print(" ".join(str(i) for i in sorted(s["id"] for s in json.load(sys.stdin))))'); do
     "$obs" -q judge "$sid" --db "$db" | sed "s|^|$gz: |"
   done
   gzip -n -9 -c "$db" > "$gz.new" && mv "$gz.new" "$gz"
@@ -49,8 +50,9 @@ for row in "${REPORTS[@]}"; do
     "$obs" report "$sid" --db "$db" --out "$work/tgz/report" > /dev/null
     tar -C "$work/tgz" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - report | gzip -n -9 > "examples/$folder/$report"
     if [ "$report" = h200-three-engines-report.tgz ] && command -v chromium > /dev/null; then
-      py=python3; [ -x .venv/bin/python ] && py=.venv/bin/python
-      "$py" scripts/screenshot.py "$work/tgz/report/index.html" docs/img/report.png 1000  # the README's picture
+      py=$(dirname "$(command -v "$obs")")/python; [ -x "$py" ] || py=python3
+      "$py" scripts/screenshot.py "$work/tgz/report/index.html" docs/img/report.png 1000 \
+        || echo "docs/img/report.png not retaken (Pillow missing?)"  # the README's picture
     fi
     rm -rf "$work/tgz"
   else
