@@ -168,3 +168,25 @@ def test_markdown_escapes_stored_text() -> None:
 
     assert md("<script>alert(1)</script> | [x](javascript:y) *b*\n\x1b[2J") == (
         "&lt;script&gt;alert\\(1\\)&lt;/script&gt; \\| \\[x\\]\\(javascript:y\\) \\*b\\* \\[2J")
+
+
+@pytest.mark.parametrize(("code", "case"), [(3, "setup"), (4, "internal"), (5, "storage"), (130, "interrupted")])
+def test_every_early_exit_leaves_ci_its_files(tmp_path: Path, code: int, case: str) -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    from observatory.report.ci_files import CiFiles
+
+    files = CiFiles.best_effort(str(tmp_path / "j.xml"), str(tmp_path / "m.prom"), None, str(tmp_path / "s.md"))
+    files.write_failure(code, "what went wrong \x1b[2J", "/models/m")
+    junit = (tmp_path / "j.xml").read_text()
+    assert f'classname="session" name="{case}"' in junit and "<failure" in junit and "\x1b" not in junit
+    import xml.dom.minidom
+
+    xml.dom.minidom.parseString(junit)  # well-formed
+    (sample,) = next(f for f in text_string_to_metric_families((tmp_path / "m.prom").read_text())
+                     if f.name == "observatory_exit_code").samples
+    assert sample.value == code and sample.labels == {"model": "m"}
+    assert f"(exit {code})" in (tmp_path / "s.md").read_text()
+    # a path that is itself the problem is left out, the others still written
+    bad = CiFiles.best_effort(str(tmp_path / "no" / "j.xml"), str(tmp_path / "m2.prom"))
+    assert bad.junit is None and bad.metrics is not None

@@ -279,14 +279,15 @@ def compare(resume: int | None, metrics_out: str | None, summary_md: str | None,
         store, session_id, interrupted = run_compare(kw, resume, given=given)
     except BaseException as e:
         code = exit_code_of(e)
-        if code not in (0, INTERRUPTED_EXIT):  # issue 50 item 3: CI reads its files on every exit
+        if code != 0:  # issue 50 item 3: CI reads its files on every exit
             CiFiles.best_effort(None, metrics_out, None, summary_md).write_failure(
                 code, str(e) if code == 3 else f"{type(e).__name__}: {e}", model)
         raise
     with store:  # closed here, not at interpreter exit: SQLite folds its -wal file back into the database
-        if interrupted:
-            sys.exit(INTERRUPTED_EXIT)
         data = build(store, session_id)
+    if interrupted:
+        ci.write_session(data, INTERRUPTED_EXIT)  # what was stored, with the exit status CI sees
+        sys.exit(INTERRUPTED_EXIT)
     print_summary(data)
     ci.write_session(data, EXIT[data.verdict.verdict] if produced_results(data) else INVALID_EXIT)
     paths = {"report": f"not written: observatory report {session_id}{db} --out report/",

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from observatory.commands import INTERRUPTED_EXIT
 from observatory.commands.ci_options import exit_code_of, metrics_out_option, summary_md_option
 from observatory.commands.compare import compare_options, run_compare
 from observatory.judge.verdict import EXIT
@@ -55,7 +54,7 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, metrics
             data = build(store, session_id)
     except BaseException as e:
         code = exit_code_of(e)
-        if code not in (0, INTERRUPTED_EXIT):  # issue 50 item 3: CI reads its files on every exit
+        if code != 0:  # issue 50 item 3: CI reads its files on every exit
             words = str(e) if code == SETUP_ERROR else f"{type(e).__name__}: {e}"
             CiFiles.best_effort(junit_file, metrics_out, None, summary_md).write_failure(code, words, model)
         raise

@@ -5,7 +5,7 @@ one). After a session, `write_session` writes every file from the read model.
 A run that ends before a session could be judged (a setup error, exit 3; an
 internal error, 4; a storage failure, 5) still writes what CI reads, through
 `write_failure`: a JUnit file with one failing case (``session`` / ``setup``,
-``internal`` or ``storage``), metrics that carry the exit code and the time
+``internal``, ``storage`` or ``interrupted``), metrics that carry the exit code and the time
 (so a dashboard shows the failed night instead of the previous night's
 figures), and a summary that says what went wrong. A path that is itself the
 setup error is skipped there (nothing can be written to it).
@@ -24,6 +24,7 @@ from pathlib import Path
 from observatory.model.errors import ObservatoryError
 from observatory.model.read_model import SessionView
 from observatory.model.redact import redact_text
+from observatory.report.console import printable
 from observatory.report.jsonout import to_json
 from observatory.report.junit import junit_xml
 from observatory.report.markdown import failure_markdown, summary_markdown
@@ -31,7 +32,8 @@ from observatory.report.openmetrics import failure_text, openmetrics_text
 from observatory.report.outputs import OutputFile
 
 # exit code -> the failing JUnit case's name and the words for it
-FAILURE_CASES = {3: ("setup", "setup error"), 4: ("internal", "internal error"), 5: ("storage", "storage failure")}
+FAILURE_CASES = {3: ("setup", "setup error"), 4: ("internal", "internal error"), 5: ("storage", "storage failure"),
+                 130: ("interrupted", "interrupted")}
 
 
 def failure_junit(exit_code: int, message: str) -> str:
@@ -96,7 +98,7 @@ class CiFiles:
 
     def write_failure(self, exit_code: int, message: str, model: str | None) -> None:
         """The files of a run that ended with EXIT_CODE before a session was judged; never raises."""
-        message = redact_text(" ".join(message.split()))
+        message = printable(redact_text(" ".join(message.split())))  # no control character (XML 1.0 has none)
         words = FAILURE_CASES.get(exit_code, ("setup", "setup error"))[1]
         # no session JSON: there is no session, and that file's readers expect show --json's shape
         for f, text in ((self.junit, failure_junit(exit_code, message)), (self.metrics, failure_text(model, exit_code)),
