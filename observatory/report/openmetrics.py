@@ -29,7 +29,7 @@ Per model (label ``model``):
 - ``observatory_session_verdict``: the session verdict as a severity code;
 - ``observatory_exit_code``: the exit status of the command that wrote the
   file (0 PASS or WARN, 1 FAIL, 2 INVALID, 3 setup error, 4 internal error,
-  5 storage failure): the same number CI saw;
+  5 storage failure, 130 interrupted): the same number CI saw;
 - ``observatory_last_run_timestamp_seconds``: when the run ended (Unix time), so
   a dashboard tells a night that did not run from a night that passed;
 - ``observatory_session_id``: the stored session's id as a value (not a label),
@@ -126,7 +126,7 @@ def _run_families(model: str, exit_code: int, ended: float, session_id: int | No
         families.append(g)
     for name, text, value in (
             ("observatory_exit_code", "Exit status of the run: 0 PASS/WARN, 1 FAIL, 2 INVALID, 3 setup error, "
-             "4 internal error, 5 storage failure", float(exit_code)),
+             "4 internal error, 5 storage failure, 130 interrupted", float(exit_code)),
             ("observatory_last_run_timestamp_seconds", "When the run ended, Unix time", ended),
             ("observatory_session_id", "The stored session's id (a value, never a label)",
              None if session_id is None else float(session_id))):
