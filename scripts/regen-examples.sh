@@ -60,3 +60,12 @@ for row in "${REPORTS[@]}"; do
   fi
   echo "examples/$folder/$report: session $sid re-rendered"
 done
+
+# tests/test_read_model.py pins show --json of the regenerated h200-tiny session byte for byte (the read model's
+# shape): its fixture follows the database. Check its diff: a change beyond the re-judged figures is the read model's.
+if wanted examples/h200/x; then
+  gunzip -c examples/h200/h200-tiny.db.gz > "$work/tiny.db"
+  "$obs" show --db "$work/tiny.db" --json | python3 -c 'import gzip, sys; sys.stdout.buffer.write(gzip.compress(sys.stdin.buffer.read(), mtime=0))' \
+    > tests/fixtures/show_json/h200-tiny.json.gz
+  echo "tests/fixtures/show_json/h200-tiny.json.gz: rewritten from examples/h200/h200-tiny.db.gz"
+fi
