@@ -24,7 +24,7 @@ from observatory.model.read_model import SessionView
 from observatory.model.redact import redact_text, remember, remember_engine, remember_url
 from observatory.model.vocabulary import EXIT
 from observatory.report.ci_files import CiFiles
-from observatory.report.console import QUIET, VERBOSE, set_verbosity
+from observatory.report.console import VERBOSE, set_verbosity
 from observatory.report.data import build
 from observatory.report.terminal import RichReporter, print_closing, print_summary
 from observatory.session.options import SessionPlan
@@ -103,7 +103,7 @@ def compare_options(f: Callable[..., Any] | None = None, *,
         click.option("--fail-on", help="Performance thresholds that FAIL (else breaches WARN), e.g. "
                      "'speedup<1.0,ttft_ratio>3,acceptance<0.5'."),
         click.option("-q", "--quiet", is_flag=True,
-                     help="No progress output, no tables: the verdict, its reasons and the closing block."),
+                     help="No progress output (`observatory -q COMMAND` also leaves out the tables)."),
         click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_verbose,
                      help="Print every reason of the verdict, not the first ones."),
         click.option("--gates-dir", "gates_dirs", multiple=True, type=click.Path(file_okay=False),
@@ -149,8 +149,6 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     the flags the user typed) must agree with it.
     """
     quiet = kw.pop("quiet")
-    if quiet:
-        set_verbosity(QUIET)
     db = kw.pop("db")
     api_key = kw.pop("api_key", None)
     remember(api_key)  # masked wherever it would be stored or shown (issue 19 item 5)
