@@ -10,7 +10,6 @@ from semantics_store import result, session
 
 from observatory.channels import cancel, context_limit
 from observatory.channels.view import ChannelView
-from observatory.engines.launches import stored_roles
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import ArmRow, ResultRow
@@ -29,7 +28,7 @@ def store(tmp_path: Path) -> Store:
 
 def _view(store: Store, sid: int, name: str, probes: list[Probe], pids: dict[str, int]) -> ChannelView:
     all_arms = store.arms(sid)
-    roles = stored_roles([(a.name, a.launch) for a in all_arms])
+    roles = {a.name: str(a.role) for a in all_arms}
     return ChannelView(store, sid, name, all_arms, roles, {pids[p.name]: p for p in probes}, default_registry())
 
 

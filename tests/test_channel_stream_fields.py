@@ -10,7 +10,6 @@ from semantics_store import result, session
 
 from observatory.channels import stream_fields
 from observatory.channels.view import ChannelView
-from observatory.engines.launches import stored_roles
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import ArmRow, ResultRow
@@ -46,7 +45,7 @@ def _judge(store: Store, arms: list[str], bad: dict[str, str] | None = None) -> 
                 result(store, arm, pids[p.name], "stream_fields", IDS, [f" w{t}" for t in IDS], finish="length",
                        repeat=repeat, top_logprobs=top, logprobs=[-0.1] * len(IDS), tool_calls=calls)
     all_arms = store.arms(sid)
-    roles = stored_roles([(a.name, a.launch) for a in all_arms])
+    roles = {a.name: str(a.role) for a in all_arms}
     view = ChannelView(store, sid, "stream_fields", all_arms, roles, {pids[p.name]: p for p in probes},
                        default_registry())
     names = {a.id: a.name for a in all_arms}

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from observatory.commands.selftest import resolve_repairs
 from observatory.faults import FAULTS, field_edges, parse_faults, patches, repairs
+from observatory.session.fault_selftest import resolve_repairs
 
 
 def _outs(tokens: dict[str, list[int]]) -> list[SimpleNamespace]:

@@ -6,10 +6,11 @@ import pytest
 
 from observatory.channels import resolve, with_controls
 from observatory.channels.stream_fields import control_arms
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.engines.settings import EngineSettings
 from observatory.engines.vllm import engine_args
 from observatory.judge.figures import _allowed_per_chunk, launch_differences
+from observatory.model.arms import Arm
 from observatory.model.errors import ArmError
 from observatory.model.roles import VARIANT, assign_roles
 from observatory.store.db import ArmRow
@@ -27,19 +28,24 @@ def test_stream_interval_option_makes_a_launched_base_stream_in_chunks() -> None
             parse_arms(bad)
 
 
+def _controls(arms: list[Arm]) -> list[Arm]:
+    """stream_fields' control arms for ARMS, their roles planned as the session plans them."""
+    return control_arms(arms, assign_roles(arms))
+
+
 def test_the_channel_adds_one_control_of_the_largest_k_plus_one() -> None:
     """stream_fields' control: base once more, chunks of the session's largest k + 1, role variant; none without
     speculation, none where the session names one, none for a URL base."""
     arms = parse_arms("base,mtp1,mtp2")
-    added = control_arms(arms)
+    added = _controls(arms)
     assert [a.name for a in added] == ["base+stream_interval=3"] and added[0].copy_of is None
-    full = with_controls(resolve("nightly"), arms)
+    full = with_controls(resolve("nightly"), arms, assign_roles(arms))
     assert [a.name for a in full] == ["base", "mtp1", "mtp2", "base+stream_interval=3"]
     assert assign_roles(full)["base+stream_interval=3"] == VARIANT
-    assert control_arms(parse_arms("base,base")) == []
-    assert control_arms(parse_arms("base,mtp1,base+stream_interval=2")) == []
-    assert control_arms(parse_arms("base=http://127.0.0.1:9,mtp1")) == []
-    assert [a.name for a in with_controls(resolve("quick"), arms)] == ["base", "mtp1", "mtp2"]
+    assert _controls(parse_arms("base,base")) == []
+    assert _controls(parse_arms("base,mtp1,base+stream_interval=2")) == []
+    assert _controls(parse_arms("base=http://127.0.0.1:9,mtp1")) == []
+    assert [a.name for a in with_controls(resolve("quick"), arms, assign_roles(arms))] == ["base", "mtp1", "mtp2"]
 
 
 def _row(name: str, argv: list[str], interval: int | None = None, spec: bool = False) -> ArmRow:

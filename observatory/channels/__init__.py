@@ -18,20 +18,21 @@ profile ``nightly`` in that order, ``deep`` those and the channels of profile
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observatory.channels.view import ChannelView
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
+from observatory.model.plugins import CHANNELS, discover
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
-    from observatory.channels.view import ChannelView
     from observatory.model.gates import GateRegistry
-    from observatory.store.db import ArmRow, VerdictRow
+    from observatory.store.stored import StoredArm, Verdict
 
 PROFILES = ("quick", "nightly", "deep")
 CHANNEL_PROFILES = ("nightly", "deep")  # the profile a channel joins (deep runs nightly's too)
@@ -46,13 +47,13 @@ class Channel:
     catches: str  # one line: the class of field bug it exists for
     plan: Callable[[list[Probe]], list[Probe]]  # its own probes, made from the suite's
     measure: Callable[[LiveArm, list[Probe]], None]  # send them to one live arm, store the results
-    judge: Callable[[ChannelView], list[VerdictRow]]  # its verdicts for every arm, from the store
+    judge: Callable[[ChannelView], list[Verdict]]  # its verdicts for every arm, from the store
     options: dict[str, Any] = field(default_factory=dict)  # documented knobs (for the report)
     faults: tuple[str, ...] = ()  # the plugin faults it must catch (observatory.faults): selftest's controls
     profile: str = "nightly"  # the smallest profile that runs it: "nightly", or "deep" (too costly for the nightly)
-    # the control arms it needs beside the session's (the session's arms -> arms to add, none already there): the
-    # session adds them when it runs the channel (e.g. stream_fields' chunked-stream base)
-    control_arms: Callable[[list[Arm]], list[Arm]] | None = None
+    # the control arms it needs beside the session's (the session's arms and their roles -> arms to add, none
+    # already there): the session adds them when it runs the channel (e.g. stream_fields' chunked-stream base)
+    control_arms: Callable[[list[Arm], Mapping[str, str]], list[Arm]] | None = None
 
 
 _REGISTRY: dict[str, Channel] = {}
@@ -62,8 +63,6 @@ def channels() -> dict[str, Channel]:
     """Every channel, by name, in profile order: the built-ins, then installed ones (``observatory.channels``
     entry points, `observatory.model.plugins`), which the nightly profile runs too."""
     if not _REGISTRY:
-        from observatory.model.plugins import CHANNELS, discover
-
         for plugin in discover(CHANNELS):
             ch = plugin.load()
             if not isinstance(ch, Channel):
@@ -128,21 +127,20 @@ def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Prob
     return out
 
 
-def with_controls(names: Sequence[str], arms: list[Arm]) -> list[Arm]:
+def with_controls(names: Sequence[str], arms: list[Arm], roles: Mapping[str, str]) -> list[Arm]:
     """ARMS with the control arms the channels NAMES need (each channel's `control_arms`), added after them once
-    (by name: an arm the session already has is not added again)."""
+    (by name: an arm the session already has is not added again). ROLES: the planned arms' roles (arm name ->
+    `observatory.model.roles` role; the planning layer assigns them)."""
     out = list(arms)
     for name in names:
         need = get(name).control_arms
-        for arm in need(out) if need else []:
+        for arm in need(out, roles) if need else []:
             if all(a.name != arm.name for a in out):
                 out.append(arm)
     return out
 
 
-def judge_channel(store: Store, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
-                  probes: dict[int, Probe], registry: GateRegistry) -> list[VerdictRow]:
+def judge_channel(store: Store, session_id: int, name: str, arms: Sequence[StoredArm], roles: dict[str, str],
+                  probes: dict[int, Probe], registry: GateRegistry) -> list[Verdict]:
     """The verdicts of channel NAME over one engine's ARMS: what the judge is given for the channels."""
-    from observatory.channels.view import ChannelView
-
     return get(name).judge(ChannelView(store, session_id, name, arms, roles, probes, registry))

@@ -59,9 +59,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
     from observatory.client.send import EngineClient
-    from observatory.store.db import ArmRow as StoredArm
-    from observatory.store.db import ResultRow as StoredResult
-    from observatory.store.db import VerdictRow as Verdict
+    from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "context_limit"
 NEIGHBOURS = 3

@@ -52,9 +52,7 @@ from observatory.model.vocabulary import FAIL, PASS, SKIP, UNJUDGED, WARN
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
-    from observatory.store.db import ArmRow as StoredArm
-    from observatory.store.db import ResultRow as StoredResult
-    from observatory.store.db import VerdictRow as Verdict
+    from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "stop_bounds"
 PROBES = 4  # suite probes whose natural answers stop by themselves, each given every case
@@ -304,6 +302,7 @@ def judge(view: ChannelView) -> list[Verdict]:
         mine = ref if arm.id == base.id else _by_name(view, arm)
         table: list[dict[str, Any]] = []
         found: dict[str, list[str]] = {FAIL: [], WARN: [], PASS: []}
+        cases: dict[str, set[str]] = {FAIL: set(), WARN: set(), PASS: set()}
         for probe in view.probes.values():
             if probe.meta["case"] in REFERENCES:
                 continue
@@ -317,20 +316,32 @@ def judge(view: ChannelView) -> list[Verdict]:
             table.append(row)
             if level:
                 found[level].append(what or probe.name)
-        rows.append(_verdict(view, arm, table, found))
+                cases[level].add(probe.meta["case"])
+        rows.append(_verdict(view, arm, table, found, cases))
     return rows
 
 
-def _verdict(view: ChannelView, arm: StoredArm, table: list[dict[str, Any]], found: dict[str, list[str]]) -> Verdict:
+def _cases(found: set[str]) -> str:
+    """The cases of a verdict's requests, in CASES order: "(min_tokens:-1, min_tokens:0)"."""
+    return "(" + ", ".join(c for c in CASES if c in found) + ")"
+
+
+def _verdict(view: ChannelView, arm: StoredArm, table: list[dict[str, Any]], found: dict[str, list[str]],
+             cases: dict[str, set[str]]) -> Verdict:
+    """The arm's verdict; its reason names every case a FAIL or WARN was found in (a known-findings ledger
+    covers a known engine bug by its cases, and a failure in any other case still counts)."""
     details = {"table": table}
     fails, warns = found[FAIL], found[WARN]
     role = view.role(arm)
     if fails and role in (AA_COPY, BASE):  # base against itself or its copy: the engine's own, never a FAIL
         warns, fails = [f"{f} (the engine's own: no speculation here)" for f in fails] + warns, []
+        cases = {**cases, WARN: cases[WARN] | cases[FAIL], FAIL: set()}
     if fails:
-        return view.verdict(arm, FAIL, f"{len(fails)} stopping request(s) wrong at the boundary: {fails[0]}", details)
+        return view.verdict(arm, FAIL, f"{len(fails)} stopping request(s) wrong at the boundary "
+                            f"{_cases(cases[FAIL])}: {fails[0]}", details)
     if warns:
-        return view.verdict(arm, WARN, f"{len(warns)} stopping request(s) not attributable: {warns[0]}", details)
+        return view.verdict(arm, WARN, f"{len(warns)} stopping request(s) not attributable {_cases(cases[WARN])}: "
+                            f"{warns[0]}", details)
     equal = sum(row.get("result") == "equal" for row in table)
     if role == BASE:
         checked = sum(1 for row in table if "tokens" in row)

@@ -35,21 +35,20 @@ base itself differs, the field is not attributable on every arm (WARN).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, BASE, assign_roles
+from observatory.model.roles import AA_COPY, BASE
 from observatory.model.vocabulary import FAIL, PASS, SKIP, UNJUDGED, WARN
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
-    from observatory.store.db import ArmRow as StoredArm
-    from observatory.store.db import ResultRow as StoredResult
-    from observatory.store.db import VerdictRow as Verdict
+    from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "stream_fields"
 CHATS = 3
@@ -98,12 +97,12 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
                 return
 
 
-def control_arms(arms: list[Arm]) -> list[Arm]:
-    """The chunked-stream control this channel needs: each launched base arm once more, streaming in chunks of
-    its engine's largest k + 1 (``+stream_interval=N``), where the session speculates and has none yet."""
-    roles = assign_roles(arms)
+def control_arms(arms: list[Arm], roles: Mapping[str, str]) -> list[Arm]:
+    """The chunked-stream control this channel needs: each launched base arm (ROLES: the planned roles) once
+    more, streaming in chunks of its engine's largest k + 1 (``+stream_interval=N``), where the session
+    speculates and has none yet."""
     out = []
-    for base in (a for a in arms if roles[a.name] == BASE and a.url is None):
+    for base in (a for a in arms if roles.get(a.name) == BASE and a.url is None):
         ks = [a.num_speculative_tokens for a in arms if a.engine == base.engine and a.num_speculative_tokens]
         if not ks or any(a.stream_interval and a.engine == base.engine for a in arms):
             continue
