@@ -64,6 +64,7 @@ from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.errors import NOT_REPORTED
+from observatory.model.numerics import served_platform
 from observatory.model.roles import by_engine
 from observatory.model.vocabulary import BRACKET_BASE, PAIRED_BASE
 from observatory.store.db import ArmRow
@@ -489,6 +490,8 @@ def _group_figures(store: Store, arms: list[ArmRow], group: list[ArmRow], per_ar
             vb["warmup_left_out"] = sorted([int(p), int(r)] for p, r in drop)
             if fig.get("paired") is not None:
                 vb = with_pairs(vb, fig["paired"], fig["acceptance"].get("tau"), k_int)
+                if base is not None and served_platform(base.launch) is None:
+                    vb["pairs_share_cores"] = True  # perf_gates._noise: the two engines' threads compete
             if fig.get("bracketed") is not None:
                 vb = with_brackets(vb, fig["bracketed"], fig["acceptance"].get("tau"), k_int)
             if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:
