@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from observatory.engines.host_load import BUSY_HOST_SHARE
 from observatory.judge.precision import detectable_words
 from observatory.judge.stats import binom_upper
 from observatory.model.errors import ObservatoryError
@@ -101,6 +102,13 @@ def _noise(vb: dict[str, Any], floor: dict[str, Any] | None) -> tuple[float | No
     S = float(vb["S"])
     spread = (floor or {}).get("throughput_spread")
     ci = vb.get("ci")
+    busy = vb.get("host_foreign_share")
+    if busy is not None and busy >= BUSY_HOST_SHARE:
+        # other work held the host's cores while the arm was timed: a load that comes and goes within a block,
+        # or slows one engine more than the other, is in no bracket (observatory/engines/host_load.py)
+        upper, words, _ = _noise({**vb, "host_foreign_share": None}, floor)
+        return upper, words, (f"other work took {busy:.0%} of the host's CPU while this arm was timed "
+                              f"(from {BUSY_HOST_SHARE:.0%} on, the speed measured is the host's)")
     if vb.get("design") == "bracketed" and ci:
         drift = vb.get("drift")
         shown = "unknown" if drift is None else f"{drift:+.1%}"
