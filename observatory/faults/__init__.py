@@ -110,8 +110,8 @@ FAULTS: dict[str, str] = {
     **_PARAMS,  # issue 28 item 1: spec_penalty_skip, spec_bad_words_skip (field_params: channel params)
     **_CONDITIONS,  # issue 28 item 5: preempt_poison, wake_broken_drafter, length_decay (field_conditions)
     **_SPEED,  # issue 29 item 5: slow_step (field_speed), caught by channel history
-    **_EDGES,  # issue 49 item 12: limit_neighbour, abort_stale, stream_top_copy, stream_args_drop, min_tokens_short
     **_NUMERICS,  # issue 46 item 2: near_tie_flip (field_numerics), caught by the near-tie rate
+    **_EDGES,  # issue 49 item 12: limit_neighbour, abort_stale, stream_top_copy, stream_args_drop, min_tokens_short
 }
 
 # A child of vLLM's logger, so messages use vLLM's handler and format in every
