@@ -49,6 +49,8 @@ class Channel:
     options: dict[str, Any] = field(default_factory=dict)  # documented knobs (for the report)
     faults: tuple[str, ...] = ()  # the plugin faults it must catch (observatory.faults): selftest's controls
     profile: str = "nightly"  # the smallest profile that runs it: "nightly", or "deep" (too costly for the nightly)
+    # its probes for N requests per arm (``--volume N``), where its size is a knob; None: `plan` alone
+    sized: Callable[[list[Probe], int], list[Probe]] | None = None
 
 
 _REGISTRY: dict[str, Channel] = {}
@@ -108,12 +110,14 @@ def resolve(profile: str | None, names: Sequence[str] | str | None = None) -> li
     return [n for n, ch in channels().items() if profile == "deep" or ch.profile == "nightly"]
 
 
-def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Probe]]:
-    """Each channel's own probes, made from the suite (names are unique across the session)."""
+def plan_probes(names: Sequence[str], suite: list[Probe], requests: int | None = None) -> dict[str, list[Probe]]:
+    """Each channel's own probes, made from the suite (names are unique across the session); a channel with a size
+    knob (`Channel.sized`) makes REQUESTS per arm where given (``--volume N``)."""
     out: dict[str, list[Probe]] = {}
     taken = {p.name for p in suite}
     for name in names:
-        probes = get(name).plan(suite)
+        ch = get(name)
+        probes = ch.sized(suite, requests) if requests is not None and ch.sized is not None else ch.plan(suite)
         for p in probes:
             if p.name in taken:
                 raise ObservatoryError(f"channel {name}: probe name {p.name!r} is taken")

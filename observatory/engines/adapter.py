@@ -81,6 +81,9 @@ class EngineAdapter(Protocol):
     # optional: the knobs triage may turn on its arms (`observatory.engines.knobs.Knob` rows, in the order tried;
     # empty when absent: triage declines the engine)
     triage_knobs: tuple[Any, ...] = ()
+    # optional: launch flags only a speculating arm may carry that change no output (vLLM's per-request speculative
+    # counters): not a difference from base (`observatory.judge.figures.launch_differences`)
+    spec_only_flags: tuple[str, ...] = ()
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV."""
@@ -151,6 +154,8 @@ class Dialect:
     env_vars: tuple[tuple[str, str], ...] = ()
     # the knobs triage may turn (`observatory.engines.knobs`); none unless the engine declares them (vLLM's do)
     triage_knobs: tuple[Any, ...] = ()
+    # launch flags a speculating arm alone carries that change no output (`EngineAdapter.spec_only_flags`)
+    spec_only_flags: tuple[str, ...] = ()
 
     def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
         """(is a preset of this engine's own, its speculative config): none of its own (`arm_presets` None)."""

