@@ -20,8 +20,8 @@ from observatory.channels.volume_checks import (
     support_finding,
 )
 from observatory.judge.power import detectable_rate, seen_probability, statement
-from observatory.model.probes import Probe, load_probe_file
 from observatory.model.paths import PROBES_DIR
+from observatory.model.probes import Probe, load_probe_file
 
 
 def test_detectable_rate_closed_form_and_examples() -> None:

@@ -55,6 +55,7 @@ from observatory.store.summaries import earlier_trusted
 
 COLLAPSE = 0.25
 Z_COLLAPSE = 3.29  # one-sided p < 0.0005 per class
+Z_CAP = 99.0  # a z shown for a gap with no spread at all (stored JSON has no infinity)
 MIN_REQUESTS = 10  # requests a class needs (with counters) to be judged
 MIN_DRAFT_TOKENS = 50
 HISTORY_NIGHTS, HISTORY_MIN, HISTORY_FLOOR = 7, 3, 0.25
@@ -121,7 +122,9 @@ def collapses(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         row["vs_rest"] = round(row["alpha"] / rest, 3)
         se = math.sqrt(_cluster_var(row["_pairs"]) + _cluster_var(pairs))
-        z = (rest - row["alpha"]) / se if se > 0 and math.isfinite(se) else None
+        gap = rest - row["alpha"]
+        # no spread among the requests on either side (each request alike): the gap is certain, not noise
+        z = None if not math.isfinite(se) else min(Z_CAP, gap / se) if se > 0 else (Z_CAP if gap > 0 else 0.0)
         row["z"] = None if z is None else round(z, 2)
         if row["alpha"] < COLLAPSE * rest and z is not None and z > Z_COLLAPSE:
             out.append(row)
@@ -217,13 +220,15 @@ def judge_acceptance(view: ChannelView, sent: Callable[[ChannelView, ArmRow], li
             out.append(view.verdict(arm, SKIP, "not measurable: no answer carried its own speculative counters",
                                     details, part="acceptance"))
         elif low:
-            w = min(low, key=lambda r: r["vs_rest"])
+            low.sort(key=lambda r: r["vs_rest"])
+            w = low[0]
             out.append(view.verdict(arm, FAIL, f"acceptance collapses for {w['attribute']}={w['class']}: alpha "
                                     f"{w['alpha']} against {w['rest_alpha']} for the other classes ({w['vs_rest']:.0%}, "
                                     f"z = {w['z']}, {w['with_counters']} requests){_more(low)}", details,
                                     part="acceptance"))
         elif drops:
-            w = min(drops, key=lambda r: r["alpha"] - r["history_median"])
+            drops.sort(key=lambda r: r["alpha"] - r["history_median"])
+            w = drops[0]
             out.append(view.verdict(arm, WARN, f"acceptance of {w['attribute']}={w['class']} dropped to {w['alpha']} "
                                     f"against {w['history_median']} (band {w['history_band']}) over sessions "
                                     f"{' '.join(map(str, nights))}{_more(drops)}", details, part="acceptance"))
@@ -238,4 +243,8 @@ def judge_acceptance(view: ChannelView, sent: Callable[[ChannelView, ArmRow], li
 
 
 def _more(rows: list[dict[str, Any]]) -> str:
-    return f" (and {len(rows) - 1} more classes)" if len(rows) > 1 else ""
+    """The other classes flagged, named (four at most)."""
+    if len(rows) < 2:
+        return ""
+    names = ", ".join(f"{r['attribute']}={r['class']}" for r in rows[1:5])
+    return f"; also {names}" + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")

@@ -44,6 +44,7 @@ from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.report import charts
 from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
 from observatory.report.token_spans import tokens_html, visible
+from observatory.report.volume_section import volume_section
 
 # gate -> (reference label, compared label (None: the arm's name), what is compared)
 DIFF_GATES = {
@@ -346,6 +347,7 @@ def context(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]
         "matrix": matrix(data), "diffs": sorted_diffs(diffs), "categories": cats, "levels": levels,
         "floor": floor, "triages": data.triages, "channels": data.channels,
         "channel_views": views, "pass_rows": PASS_ROWS_SHOWN, "perf_rows": perf_rows,
+        "volume": volume_section(data),
         "speedup_html": speedup_chart(spec, floor), "per_pos_html": acceptance_chart(data, spec),
         "cross_engine": data.cross_engine,
         "speed_html": charts.hbars([(a["name"], [a["single"], a["decode"]]) for a in arms],
