@@ -196,3 +196,28 @@ def test_report_and_terminal_state_the_power(store: Store, tmp_path: Path) -> No
     console = Console(record=True, width=200)
     print_channels(data, console)
     assert "volume mtp1: 120 requests, 0 corrupted" in console.export_text()
+
+
+def test_a_class_below_its_history_warns(store: Store) -> None:
+    """Issue 48 item 3: sampled requests accept 0.2 tonight against 0.5 on three earlier nights: WARN (not a
+    collapse against tonight's other classes, which accept 0.5: 0.4 of them)."""
+    from observatory.judge.summaries import suite_hash
+    from observatory.store.db import SummaryRow
+
+    def night(sampled_alpha_of_20: int) -> tuple[ChannelView, dict[str, ArmRow]]:
+        v, _, rows = _session(store, ["base", "mtp1"], lambda arm, p, c: [5, 5],
+                              counters=lambda a, p: _counters(20, 10 if p.greedy else sampled_alpha_of_20))
+        return v, rows
+
+    for _ in range(3):
+        v, rows = night(10)
+        store.replace_verdicts(v.session_id, volume.judge(v))
+        for pos, (name, arm) in enumerate(rows.items()):
+            store.add(SummaryRow(session_id=v.session_id, arm_id=arm.id, position=pos, arm=name, model="m",
+                                 engine_version="0.1", suite_hash=suite_hash([]), status="ok", validity=[],
+                                 trusted=True, verdicts={}, failing=[], session_verdict=PASS,
+                                 verdict_status="complete"))
+    v, _ = night(4)
+    got = _verdicts(v, volume.judge)[("mtp1", "volume:acceptance")]
+    assert got.verdict == WARN and "sampling=sampled dropped to 0.2" in got.reason, got.reason
+    assert len(got.details["history_sessions"]) == 3
