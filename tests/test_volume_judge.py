@@ -18,7 +18,7 @@ from observatory.engines.launches import stored_roles
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import FAIL, INVALID, NOTE, PASS, SKIP, WARN
-from observatory.store.db import ArmRow
+from observatory.store.db import ArmRow, ResultRow
 from observatory.store.session_store import Store
 
 SUITE = [Probe("code", "code", messages=[{"role": "user", "content": "import charset_normalizer"}], max_tokens=8),
@@ -115,12 +115,23 @@ def test_near_tie_copies_are_a_note_never_a_failure(store: Store) -> None:
     """Copies that differ where the target is torn (within 0.25 nats) are a NOTE, and the arm PASSes."""
     tie = [[5, -0.70], [6, -0.72]]
     v, _, rows = _session(store, ["base", "mtp1"], lambda arm, p, c: [5, 6] if arm == "mtp1" and c == 1 else [5, 5])
-    for r in store.results(rows["mtp1"].id, "volume"):
-        if r.repeat < 0:
-            from observatory.store.db import ResultRow
-            store.update(ResultRow, r.id, top_logprobs=[tie] * len(r.token_ids))
+    for arm in rows.values():  # base's forced rows too: base scores the first divergence
+        for r in store.results(arm.id, "volume"):
+            if r.repeat < 0:
+                store.update(ResultRow, r.id, top_logprobs=[tie] * len(r.token_ids))
     got = _verdicts(v, volume.judge)
     assert got[("mtp1", "volume")].verdict == PASS and got[("mtp1", "volume:copies")].verdict == NOTE
+
+
+def test_base_scores_the_first_divergence_even_where_the_arms_own_target_agrees(store: Store) -> None:
+    """Negative control: the arm's own forced rows call its token 6 the best, base's call it 2.9 nats below its
+    choice 5 at the same prefix: corrupted (a target that is not base's cannot vouch for itself)."""
+    v, _, rows = _session(store, ["base", "mtp1"], lambda arm, p, c: [5, 6] if arm == "mtp1" else [5, 5])
+    for r in store.results(rows["mtp1"].id, "volume"):
+        if r.repeat < 0:
+            store.update(ResultRow, r.id, top_logprobs=[[[5, -0.1]], [[6, -0.1]]])
+    got = _verdicts(v, volume.judge)[("mtp1", "volume")]
+    assert got.verdict == FAIL and "base scores it" in got.reason
 
 
 def test_identity_broken_is_a_failure(store: Store) -> None:

@@ -53,9 +53,11 @@ from observatory.channels.volume_checks import (
     CORRUPTED,
     NEAR_TIE,
     NEAR_TIE_FLIP,
+    TOP_BASE,
     TOP_GREEDY,
     TOP_SAMPLED,
     UNJUDGED,
+    base_divergence,
     greedy_finding,
     near_misses,
     prompt_text,
@@ -141,8 +143,10 @@ def measure(run: Any, probes: list[Probe]) -> None:
 
 
 def force(run: Any, outputs: dict[tuple[str, tuple[int, ...]], Probe]) -> int:
-    """Each distinct output scored teacher-forced on the arm's own server; stored with repeat -1, -2, ..."""
+    """Each distinct output scored teacher-forced on the arm's own server; stored with repeat -1, -2, ...
+    A non-speculating arm keeps base's top-TOP_BASE (they score other arms' first divergent tokens)."""
     client = run.client
+    greedy_top = TOP_BASE if run.arm.speculative_config is None else TOP_GREEDY
     ids_of: dict[str, list[int] | None] = {}
     index: dict[str, int] = {}
     work: list[tuple[Probe, list[int], int]] = []
@@ -158,7 +162,7 @@ def force(run: Any, outputs: dict[tuple[str, tuple[int, ...]], Probe]) -> int:
         if prompt is None:
             return Response(error="not measurable: /tokenize did not give the prompt's ids", error_kind="http",
                             token_ids=ids)
-        return teacher_forced(client, prompt, ids, top=TOP_SAMPLED if not p.greedy else TOP_GREEDY)
+        return teacher_forced(client, prompt, ids, top=TOP_SAMPLED if not p.greedy else greedy_top)
 
     n = 0
     with ThreadPoolExecutor(max_workers=FORCE_WORKERS) as ex:
@@ -189,19 +193,46 @@ def forced_rows(view: ChannelView, arm: ArmRow) -> dict[tuple[int, tuple[int, ..
     return {(r.probe_id, tuple(r.token_ids or [])): r for r in view.results(arm) if r.repeat < 0}
 
 
-def finding(view: ChannelView, r: ResultRow, forced: dict[tuple[int, tuple[int, ...]], ResultRow]) -> dict[str, Any]:
-    """One answer's teacher-forced finding (greedy: the target's choice; sampled: inside the support)."""
-    f = forced.get((r.probe_id, tuple(r.token_ids or [])))
+Reference = dict[int, tuple[list[int], list[Any]]]  # probe id -> base's answer (copy 0) and its forced rows
+
+
+def reference(view: ChannelView, base: ArmRow | None) -> Reference:
+    """Base's greedy answer to each request (its first copy) with base's teacher-forced rows of it."""
+    if base is None:
+        return {}
+    forced = forced_rows(view, base)
+    out: Reference = {}
+    for r in sent(view, base):
+        if r.ok and r.repeat == 0 and view.probe(r).greedy:
+            f = forced.get((r.probe_id, tuple(r.token_ids or [])))
+            if f is not None and f.ok:
+                out[r.probe_id] = (list(r.token_ids or []), list(f.top_logprobs or []))
+    return out
+
+
+def finding(view: ChannelView, r: ResultRow, forced: dict[tuple[int, tuple[int, ...]], ResultRow],
+            ref: Reference | None = None) -> dict[str, Any]:
+    """One answer's teacher-forced finding (greedy: base scores its first divergence from base's answer, its own
+    target every token; sampled: inside the support)."""
+    p = view.probe(r)
+    ids = list(r.token_ids or [])
+    if p.greedy and ref and r.probe_id in ref:
+        base_ids, base_rows = ref[r.probe_id]
+        at = base_divergence(ids, base_ids, base_rows)
+        if at is not None:
+            return at
+    f = forced.get((r.probe_id, tuple(ids)))
     if f is None or not f.ok:
         return {"verdict": UNJUDGED, "why": (f.error if f is not None else None) or "no teacher-forced score"}
-    p = view.probe(r)
-    ids, rows = list(r.token_ids or []), list(f.top_logprobs or [])
+    rows = list(f.top_logprobs or [])
     return greedy_finding(ids, rows) if p.greedy else support_finding(ids, rows, p.sampling)
 
 
-def _classified(view: ChannelView, arm: ArmRow) -> list[tuple[ResultRow, dict[str, Any]]]:
+def _classified(view: ChannelView, arm: ArmRow, ref: Reference) -> list[tuple[ResultRow, dict[str, Any]]]:
     forced = forced_rows(view, arm)
-    return [(r, finding(view, r, forced) if r.ok else {"verdict": "failed", "why": r.error}) for r in sent(view, arm)]
+    mine = None if view.base is not None and arm.id == view.base.id else ref
+    return [(r, finding(view, r, forced, mine) if r.ok else {"verdict": "failed", "why": r.error})
+            for r in sent(view, arm)]
 
 
 Pairs = set[tuple[int, tuple[int, ...]]]  # (probe id, output ids) of base's answers
@@ -377,8 +408,9 @@ def judge(view: ChannelView) -> list[VerdictRow]:
     """Every answer checked (teacher-forced), copies against each other, identifiers, then acceptance."""
     if not view.probes:
         return []
-    classified = {a.id: _classified(view, a) for a in view.arms}
     base = view.base
+    ref = reference(view, base)
+    classified = {a.id: _classified(view, a, ref) for a in view.arms}
     base_pairs = None if base is None else {(r.probe_id, tuple(r.token_ids or [])) for r in sent(view, base) if r.ok}
     rows = judge_outputs(view, classified, base_pairs)
     rows += judge_copies(view, classified)

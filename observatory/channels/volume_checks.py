@@ -26,6 +26,17 @@ A token missing from the prefill's row (never: vLLM returns the prompt
 token's own logprob beside the top-N) makes the output unjudged, never
 excused.
 
+**Base scores the divergence** (`base_divergence`). A greedy answer that
+leaves base's answer to the same request does so at one token whose prefix
+is base's own; base's forced row of its own answer at that position (a
+non-speculating arm forces with the top-`TOP_BASE`) scores the arm's token
+there, by base's engine: the token_diff rule (docs/design.md 3.2), margin
+from base's prefill, a token outside base's top-`TOP_BASE` counted with the
+lower bound and never excused below it. So a spec arm whose own target
+agrees with its own wrong answer (a target that is not base's) is still
+caught where it first leaves base; the tokens after it, on a prefix base
+never produced, are scored by the arm's own target.
+
 **Identifiers** (reference-free; SGLang #34959: single-character identifier
 typos under heterogeneous batching). `identifiers` reads code-like names of
 the prompt (at least `MIN_IDENT` characters with ``_``, a digit or an inner
@@ -45,6 +56,7 @@ from typing import Any
 NEAR_TIE = 0.25  # nats: docs/design.md 3.2
 TOP_GREEDY = 1  # prompt logprobs asked for a greedy output: the best token (the emitted one comes with it)
 TOP_SAMPLED = 5  # for a sampled output: the tokens above it whose raw mass is the support bound
+TOP_BASE = 5  # a non-speculating arm's greedy outputs: base's top-5 score another arm's first divergent token
 MIN_IDENT = 6
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 OK, NEAR_TIE_FLIP, CORRUPTED, UNJUDGED = "ok", "near_tie", "corrupted", "unjudged"
@@ -72,6 +84,26 @@ def greedy_finding(ids: Sequence[int], rows: Sequence[Any]) -> dict[str, Any]:
     if flips:
         return {"verdict": NEAR_TIE_FLIP, "flips": flips, "margin": round(worst, 4)}
     return {"verdict": OK}
+
+
+def base_divergence(ids: Sequence[int], base_ids: Sequence[int], base_rows: Sequence[Any]) -> dict[str, Any] | None:
+    """The first token where IDS leaves base's answer BASE_IDS, scored by base's forced rows of its own answer
+    (BASE_ROWS: the same prefix): a finding when base's margin there exceeds NEAR_TIE, else None."""
+    d = next((i for i, (a, b) in enumerate(zip(ids, base_ids)) if a != b), min(len(ids), len(base_ids)))
+    if d >= len(ids) or d >= len(base_ids) or d >= len(base_rows):
+        return None
+    row = _row(base_rows[d])
+    if not row:
+        return None
+    tid = ids[d]
+    best_id, best = max(row, key=lambda x: x[1])
+    mine = next((lp for t, lp in row if t == tid), None)
+    margin = best - (mine if mine is not None else min(lp for _, lp in row))
+    if margin <= NEAR_TIE:
+        return None
+    return {"verdict": CORRUPTED, "at": d, "token": tid, "expected": best_id, "margin": round(margin, 4),
+            "why": f"base scores it {margin:.3g} nats below its choice" + ("" if mine is not None else
+                                                                          " (at least: outside base's top-k)")}
 
 
 def support_finding(ids: Sequence[int], rows: Sequence[Any], sampling: dict[str, Any]) -> dict[str, Any]:
