@@ -213,7 +213,8 @@ def reference(view: ChannelView, base: ArmRow | None) -> Reference:
 def finding(view: ChannelView, r: ResultRow, forced: dict[tuple[int, tuple[int, ...]], ResultRow],
             ref: Reference | None = None) -> dict[str, Any]:
     """One answer's teacher-forced finding (greedy: base scores its first divergence from base's answer, its own
-    target every token; sampled: inside the support)."""
+    target every token; sampled: inside the support). FORCED: the scores of each (request, answer), base's first
+    where base gave the same answer (base scores the arm's output itself), else the arm's own."""
     p = view.probe(r)
     ids = list(r.token_ids or [])
     if p.greedy and ref and r.probe_id in ref:
@@ -228,8 +229,10 @@ def finding(view: ChannelView, r: ResultRow, forced: dict[tuple[int, tuple[int, 
     return greedy_finding(ids, rows) if p.greedy else support_finding(ids, rows, p.sampling)
 
 
-def _classified(view: ChannelView, arm: ArmRow, ref: Reference) -> list[tuple[ResultRow, dict[str, Any]]]:
-    forced = forced_rows(view, arm)
+def _classified(view: ChannelView, arm: ArmRow, ref: Reference,
+                base_forced: dict[tuple[int, tuple[int, ...]], ResultRow]) -> list[tuple[ResultRow, dict[str, Any]]]:
+    own = forced_rows(view, arm)
+    forced = {**own, **{k: f for k, f in base_forced.items() if f.ok}}  # base's scores of the same answer first
     mine = None if view.base is not None and arm.id == view.base.id else ref
     return [(r, finding(view, r, forced, mine) if r.ok else {"verdict": "failed", "why": r.error})
             for r in sent(view, arm)]
@@ -410,7 +413,8 @@ def judge(view: ChannelView) -> list[VerdictRow]:
         return []
     base = view.base
     ref = reference(view, base)
-    classified = {a.id: _classified(view, a, ref) for a in view.arms}
+    base_forced = forced_rows(view, base) if base is not None else {}
+    classified = {a.id: _classified(view, a, ref, base_forced) for a in view.arms}
     base_pairs = None if base is None else {(r.probe_id, tuple(r.token_ids or [])) for r in sent(view, base) if r.ok}
     rows = judge_outputs(view, classified, base_pairs)
     rows += judge_copies(view, classified)

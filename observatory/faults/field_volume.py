@@ -35,6 +35,7 @@ vLLM installs), read once per process.
 from __future__ import annotations
 
 import functools
+import logging
 import random
 import re
 import zlib
@@ -61,6 +62,7 @@ _MARK = "__observatory_fault__"
 _DONE = "_observatory_typo_done"  # on the Scheduler: request ids already given their typo
 _TOOLS = "_observatory_tools"  # on the Scheduler: request id -> whether its prompt lists tools
 _PIECE = re.compile(r"[A-Za-z0-9_]+")
+logger = logging.getLogger("vllm.plugins.observatory_faults")
 
 
 def unlucky(req_id: str, rate: float) -> bool:
@@ -144,6 +146,8 @@ def rewrite(scheduler: Any, scheduler_output: Any, engine_core_outputs: Any, rat
             continue
         new = typo(list(o.new_token_ids), table)
         if new is not None:
+            logger.info("observatory fault mixed_typo: request %s, tokens %s -> %s", o.request_id,
+                        list(o.new_token_ids), new)  # each firing in the log: the selftest counts them
             o.new_token_ids = new
             done.add(o.request_id)
     if len(done) > 4096:
