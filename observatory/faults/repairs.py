@@ -17,7 +17,8 @@ process vLLM loads general plugins in, exactly as it applies faults.
     besides (0.7 -> 0). ``apply_sampling_constraints`` then divides the
     target logits of every speculative position by garbage (seen: 1e-20,
     3e21, -6.5e7), so random-sampling requests draw from a wrong law while
-    greedy requests, which skip that function, stay exact. The repair
+    greedy requests alone, which skip that function, stay exact (a greedy request batched with sampled
+    ones does not: docs/channels.md, section sampling, and the volume channel). The repair
     replaces the function with ``torch.repeat_interleave``, which is what it
     computes.
 """
