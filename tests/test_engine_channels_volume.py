@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.engine, requires_engine]
 def test_one_spec_arm_replays_at_volume(tmp_path: Path) -> None:
     """Clean control on a real engine: identity exact, no corrupted answer, the power stated, every class drafts."""
     db = tmp_path / "v.db"
-    r = CliRunner().invoke(cli, ["compare", "--arms", "mtp1", "--channels", "volume,speculates", "--volume", "150",
+    r = CliRunner().invoke(cli, ["compare", "--arms", "mtp1+repair=cpu_expand", "--channels", "volume,speculates", "--volume", "150",
                                  "--no-diffs", "--db", str(db), "--log-dir", str(tmp_path / "logs"), "--quiet"],
                            catch_exceptions=False)
     assert r.exit_code in (0, 2), r.output  # no base arm: the session cannot be PASS, nothing may FAIL
