@@ -97,8 +97,8 @@ def test_traffic_mix_and_size() -> None:
     assert 0.7 < sent16 / 2000 < 0.9
     assert all(p.meta["copies"] == 1 for p in probes if p.meta["sampling"] == "sampled")
     assert all(p.sampling["temperature"] == 0.7 and p.sampling["top_p"] == 0.8 for p in probes if not p.greedy)
-    warm = [p for p in probes if p.meta["prefix"] == "warm"]
-    assert len({p.messages[0]["content"] for p in warm if p.messages}) == 1  # one shared prefix to cache
+    warm = sorted({p.messages[0]["content"] for p in probes if p.meta["prefix"] == "warm" and p.messages}, key=len)
+    assert len(warm) == 2 and warm[1].startswith(warm[0])  # one shared prefix (half of it with tools or turns)
     cold = [p.messages[0]["content"] for p in probes if p.meta["prefix"] == "cold" and p.messages]
     assert len(set(c.splitlines()[0] for c in cold)) == len(cold)  # each cold prefix its own
     assert len({p.name for p in probes}) == len(probes) and all(len(p.name) <= 255 for p in probes)
@@ -110,3 +110,18 @@ def test_traffic_from_a_tiny_or_empty_suite() -> None:
     probes = volume_traffic.plan(one, 20)
     assert volume_traffic.sends(probes) == 20 and all(p.messages is None for p in probes)
     assert volume_traffic.plan([], 100) == [] and volume_traffic.plan(one, 0) == []
+
+
+def test_an_answer_that_filled_the_context_is_judged_without_its_last_token() -> None:
+    """Forced without its last token (no room for one more): the rest is judged, the last token is not."""
+    assert greedy_finding([7, 8], [ROW])["verdict"] == OK
+    assert greedy_finding([8, 7], [ROW])["verdict"] == CORRUPTED
+    assert greedy_finding([7, 8, 8], [ROW])["verdict"] == UNJUDGED  # two short: not a forcing of this answer
+
+
+def test_the_shared_system_prompt_is_ascii() -> None:
+    """Chinese prompts cost a byte-level tokenizer about three tokens a character: kept out of the long prefix."""
+    suite = load_probe_file(PROBES_DIR / "field.toml")
+    text = volume_traffic.system_text(suite)
+    assert text.isascii() and len(text) <= volume_traffic.SYSTEM_CHARS + 60
+    assert volume_traffic.system_text([Probe("zh", "prose_zh", prompt="写一首诗")]).isascii()

@@ -142,6 +142,12 @@ def measure(run: Any, probes: list[Probe]) -> None:
              traffic_s=round(traffic_s, 2), forced=forced, forcing_s=round(time.perf_counter() - t1, 2))
 
 
+def _no_room(error: str | None) -> bool:
+    """Whether a forced request failed for want of context (the prompt and the answer fill max_model_len)."""
+    e = (error or "").lower()
+    return "maximum context length" in e or "max_tokens must be at least 1" in e
+
+
 def force(run: Any, outputs: dict[tuple[str, tuple[int, ...]], Probe]) -> int:
     """Each distinct output scored teacher-forced on the arm's own server; stored with repeat -1, -2, ...
     A non-speculating arm keeps base's top-TOP_BASE (they score other arms' first divergent tokens)."""
@@ -162,7 +168,12 @@ def force(run: Any, outputs: dict[tuple[str, tuple[int, ...]], Probe]) -> int:
         if prompt is None:
             return Response(error="not measurable: /tokenize did not give the prompt's ids", error_kind="http",
                             token_ids=ids)
-        return teacher_forced(client, prompt, ids, top=TOP_SAMPLED if not p.greedy else greedy_top)
+        top = TOP_SAMPLED if not p.greedy else greedy_top
+        resp = teacher_forced(client, prompt, ids, top=top)
+        if not resp.ok and len(ids) > 1 and _no_room(resp.error):  # the answer filled the context: all but its last
+            resp = teacher_forced(client, prompt, ids[:-1], top=top)
+            resp.token_ids = list(ids)
+        return resp
 
     n = 0
     with ThreadPoolExecutor(max_workers=FORCE_WORKERS) as ex:

@@ -66,10 +66,16 @@ def _row(row: Any) -> list[tuple[int, float]]:
     return [(int(t), float(lp)) for t, lp in (row or []) if lp is not None and math.isfinite(float(lp))]
 
 
+def _covered(ids: Sequence[int], rows: Sequence[Any]) -> int:
+    """The positions of IDS the forced ROWS score: all of them, or all but the last (forced without it)."""
+    return len(ids) - 1 if len(rows) == len(ids) - 1 and ids else len(ids)
+
+
 def greedy_finding(ids: Sequence[int], rows: Sequence[Any]) -> dict[str, Any]:
-    """Whether every greedy token of IDS is the target's choice within NEAR_TIE (ROWS: the forced top-k rows)."""
+    """Whether every greedy token of IDS is the target's choice within NEAR_TIE (ROWS: the forced top-k rows; an
+    answer that filled the model's context is forced without its last token, which is then not judged)."""
     worst, flips = 0.0, 0
-    for i, tid in enumerate(ids):
+    for i, tid in enumerate(ids[: _covered(ids, rows)]):
         row = _row(rows[i] if i < len(rows) else None)
         mine = next((lp for t, lp in row if t == tid), None)
         if not row or mine is None:
@@ -113,7 +119,7 @@ def support_finding(ids: Sequence[int], rows: Sequence[Any], sampling: dict[str,
         return greedy_finding(ids, rows)
     top_p = float(sampling.get("top_p") or 1.0)
     top_k = int(sampling.get("top_k") or 0)
-    for i, tid in enumerate(ids):
+    for i, tid in enumerate(ids[: _covered(ids, rows)]):
         row = _row(rows[i] if i < len(rows) else None)
         mine = next((lp for tk, lp in row if tk == tid), None)
         if not row or mine is None:

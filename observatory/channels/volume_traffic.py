@@ -56,7 +56,8 @@ WARM_SHARE, COLD_SHARE = 0.2, 0.1
 TURN_SHARES = {2: 0.15, 3: 0.05}
 COPY_SHARE, COPIES = 0.25, 4
 SEGMENTS = ((1, 0.05), (4, 0.15), (16, 0.80))  # (requests in flight, share of the sends)
-SYSTEM_CHARS = 1600
+TURN_CHARS = 300  # an earlier turn's prompt, cut: three turns and the long prefix stay well inside 1,024 tokens
+SYSTEM_CHARS = 1600  # ASCII only: ~450 tokens of a byte-level BPE (Chinese text would be three times as many)
 # the class attributes every request carries (the acceptance breakdown's rows; prompt length is read from usage)
 ATTRIBUTES = ("prompt_tokens", "prefix", "category", "tools", "sampling", "concurrency", "turn")
 
@@ -69,8 +70,11 @@ def _text(p: Probe) -> str:
 
 
 def system_text(suite: list[Probe]) -> str:
-    """The shared system prompt: the suite's own prompts, joined, cut to SYSTEM_CHARS characters."""
-    body = "\n\n".join(_text(p) for p in suite if _text(p).strip())
+    """The shared system prompt: the suite's own ASCII prompts, joined, cut to SYSTEM_CHARS characters (a prompt
+    in another script costs a byte-level tokenizer several tokens a character: the prompt must leave room for the
+    answer within the model's context on any suite)."""
+    texts = [_text(p) for p in suite if _text(p).strip() and _text(p).isascii()]
+    body = "\n\n".join(texts) or "Answer the question that follows."
     while body and len(body) < SYSTEM_CHARS:
         body = body + "\n\n" + body
     return "Reference material for this conversation:\n\n" + body[:SYSTEM_CHARS]
@@ -88,9 +92,12 @@ def _tool_set(suite: list[Probe]) -> list[dict[str, Any]]:
 
 
 def _with_prefix(p: Probe, prefix: str, system: str, index: int) -> Probe:
-    """P with the shared system text (warm), the same behind a unique first line (cold), or as it is."""
+    """P with the shared system text (warm), the same behind a unique first line (cold), or as it is; half of it
+    where P has tools or earlier turns (its first KV blocks still shared: the prompt stays inside the context)."""
     if prefix == "none":
         return p
+    if p.tools or sum(1 for m in p.messages or [] if m.get("role") == "user") > 1:
+        system = system[: len(system) // 2]
     text = system if prefix == "warm" else f"Conversation {index:06d}.\n{system}"
     if p.messages is None:
         return replace(p, prompt=f"{text}\n\n{p.prompt if isinstance(p.prompt, str) else ''}")
@@ -111,7 +118,7 @@ def _with_turns(p: Probe, turn: int, earlier: list[Probe]) -> Probe:
         users = [m for m in (q.messages or []) if m.get("role") == "user"]
         if not users:
             continue
-        history.append({"role": "user", "content": str(users[-1].get("content") or "")})
+        history.append({"role": "user", "content": str(users[-1].get("content") or "")[:TURN_CHARS]})
         history.append({"role": "assistant", "content": "Noted. " + _text(q)[:120].strip()})
     system = [m for m in p.messages if m.get("role") == "system"]
     rest = [m for m in p.messages if m.get("role") != "system"]
@@ -150,9 +157,9 @@ def plan(suite: list[Probe], requests: int = DEFAULT_REQUESTS) -> list[Probe]:
         copies = min(copies, requests - sent)
         max_tokens = min(src.max_tokens, rng.choice(MAX_TOKENS))
         p = _with_turns(src, turn, [chats[(i + j + 1) % len(chats)] for j in range(turn - 1)])
-        p = _with_prefix(p, prefix, system, i)
         if add_tools:
             p = replace(p, tools=tools, tool_choice="auto")
+        p = _with_prefix(p, prefix, system, i)
         # seed None: the client's default seed (0) would give the request a generator of its own
         sampling = {**SAMPLING, "seed": None} if sampled else {}
         meta = {"of": src.name, "prefix": prefix, "tools": "yes" if p.tools else "no",
