@@ -28,13 +28,15 @@ llama.cpp's ``timings`` carry them unasked), stored per answer in
   at least `HISTORY_FLOOR` of the median) is a WARN. A class whose drafts
   stop altogether is the ``speculates`` channel's (issue 49 item 10).
 
-Why `COLLAPSE` = 0.25: on the field model's clean mtp arms the lowest class
-sits at 0.6-0.7 of its siblings (docs/channels.md, "volume": the measured
-breakdown), the long-prompt decay the model has by itself at 1,000 tokens
-reaches 0.26 of the short prompts' (docs/channels.md, long_prompts); drafts
-spoiled for a class (random ids) accept almost nothing (under 0.01 of the
-others). A quarter sits below the model's own spread and far above spoiled
-drafts.
+Why `COLLAPSE` = 0.25: on the field model's clean mtp1 arm the lowest class
+sits at 0.73 of its siblings (prompts of 512+ tokens; docs/channels.md, "The
+volume replay on the CPU engine"), and the long-prompt decay the model has by
+itself reaches 0.26 of the short prompts' only at 1,000 tokens (docs/channels.md,
+long_prompts; the replay's prompts stay under ~750); drafts spoiled for a
+class (random ids) accept almost nothing (0.0002 against 0.60:
+``tools_bad_drafts``). A quarter sits below the model's own spread and far
+above spoiled drafts; a partial spoiling that keeps more than a quarter is
+left to the history comparison.
 """
 
 from __future__ import annotations
