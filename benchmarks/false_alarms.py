@@ -3,7 +3,9 @@
     python benchmarks/false_alarms.py night1.db night2.db.gz ... [--known-bug GATE[@ARM]=WHERE ...] [--json]
 
 Issue 27 item 4 asks for this table over clean nightly sessions (base,base,mtp1,mtp2 on the field model,
-no fault): every non-PASS verdict there is a false alarm, or an engine bug. It reads each session as a user
+no fault): every WARN, FAIL or INVALID there is a false alarm, or an engine bug; issue 46 item 6 adds the
+NOTE (an event within its control's rate) and KNOWN (a finding the ledger covers) counts, and each session's
+verdict (the goal: PASS on every clean session). It reads each session as a user
 does, through ``observatory show --json`` (every non-PASS verdict is in ``verdict.reasons``, with its gate
 and arm), and counts per gate and arm role (base, aa_copy, spec: the session's own roles). A session with a fault arm
 (``launch.fault``) or an arm that did not run to its end is not clean: it is listed and left out, not
@@ -26,7 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-LEVELS = ("WARN", "FAIL", "INVALID")
+# every level a reason can have (issue 46 item 6): NOTE and KNOWN are shown, never counted in the verdict
+LEVELS = ("NOTE", "KNOWN", "WARN", "FAIL", "INVALID")
 
 
 def _cli(*args: str) -> Any:
@@ -69,7 +72,7 @@ def tally(sessions: list[dict[str, Any]], known: list[tuple[str, str | None, str
         lambda: collections.defaultdict(collections.Counter))
     bugs: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     arms: collections.Counter[str] = collections.Counter()
-    counted, skipped = [], []
+    counted, skipped, verdicts = [], [], []
     for data in sessions:
         why = not_clean(data)
         label = f"{data['_db']}#{data['session']['id']}"
@@ -77,6 +80,7 @@ def tally(sessions: list[dict[str, Any]], known: list[tuple[str, str | None, str
             skipped.append({"session": label, "why": why})
             continue
         counted.append(label)
+        verdicts.append({"session": label, "verdict": data["verdict"].get("verdict")})
         kinds = {a["name"]: a.get("role") or "unknown" for a in data["arms"]}  # the session's own roles
         arms.update(kinds.values())
         for r in data["verdict"]["reasons"]:
@@ -88,7 +92,7 @@ def tally(sessions: list[dict[str, Any]], known: list[tuple[str, str | None, str
                 bugs[f"{r.get('gate')} ({where})"][kind] += 1
             else:
                 gates[r.get("gate") or (r.get("code") or "(arm validity)")][kind][r["level"]] += 1
-    return {"sessions": counted, "skipped": skipped, "arms": dict(arms),
+    return {"sessions": counted, "verdicts": verdicts, "skipped": skipped, "arms": dict(arms),
             "gates": {g: {k: dict(c) for k, c in by.items()} for g, by in sorted(gates.items())},
             "known": {g: dict(c) for g, c in sorted(bugs.items())}}
 
@@ -97,16 +101,17 @@ def markdown(t: dict[str, Any]) -> str:
     kinds = ("base", "aa_copy", "spec", "session")
     lines = [f"{len(t['sessions'])} clean session(s); arms: "
              + ", ".join(f"{t['arms'].get(k, 0)} {k}" for k in kinds[:3]), "",
-             "| gate | " + " | ".join(f"{k} WARN / FAIL / INVALID" for k in kinds) + " |",
+             "| gate | " + " | ".join(f"{k} {' / '.join(LEVELS)}" for k in kinds) + " |",
              "| --- |" + " --- |" * len(kinds)]
     for gate, by in t["gates"].items():
         cells = [" / ".join(str(by.get(k, {}).get(lv, 0)) for lv in LEVELS) for k in kinds]
         lines.append(f"| {gate} | " + " | ".join(cells) + " |")
     if not t["gates"]:
-        lines.append("| (none) |" + " 0 / 0 / 0 |" * len(kinds))
+        lines.append("| (none) |" + (" " + " / ".join("0" for _ in LEVELS) + " |") * len(kinds))
     for gate, by in t["known"].items():
         lines.append(f"\nknown engine bug, counted apart: {gate}: "
                      + ", ".join(f"{n} FAIL on {k}" for k, n in by.items()))
+    lines.append("\nsession verdicts: " + ", ".join(f"{v['session']} {v['verdict']}" for v in t["verdicts"]))
     for s in t["skipped"]:
         lines.append(f"\nnot clean, left out: {s['session']}: {s['why']}")
     return "\n".join(lines)

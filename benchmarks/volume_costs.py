@@ -40,7 +40,6 @@ sys.path.insert(0, str(HERE.parent))
 from observatory.channels import speculates, volume, volume_traffic  # noqa: E402
 from observatory.channels.view import ChannelView  # noqa: E402
 from observatory.client.send import EngineClient  # noqa: E402
-from observatory.engines.launches import stored_roles  # noqa: E402
 from observatory.model.arms import Arm  # noqa: E402
 from observatory.model.gates import default_registry  # noqa: E402
 from observatory.model.paths import PROBES_DIR  # noqa: E402
@@ -138,7 +137,7 @@ def judge_part(n: int, work: Path) -> dict[str, Any]:
             rows += 1
     write_s = time.process_time() - t0
     all_arms = store.arms(sid)
-    roles = stored_roles([(a.name, a.launch) for a in all_arms])
+    roles = {a.name: str(a.role) for a in all_arms}  # stored with each arm (observatory.store.arm_facts)
     view = ChannelView(store, sid, "volume", all_arms, roles, {pids[p.name]: p for p in probes}, default_registry())
     t1 = time.process_time()
     verdicts = volume.judge(view)

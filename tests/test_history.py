@@ -17,7 +17,7 @@ from test_report import HOSTILE, HOSTILE_ESCAPED, PROBES, _cli, make_session
 
 from observatory.model.read_model import ValidityFlag
 from observatory.report.data import build
-from observatory.report.history import Alert, find_alerts, load_points, render_history, session_points
+from observatory.report.trends import Alert, find_alerts, load_points, render_history, session_points
 from observatory.store.session_store import Store
 
 
@@ -44,7 +44,8 @@ def test_points_carry_acceptance_speedup_and_verdicts(store: Store) -> None:
     assert mtp1.S == pytest.approx(62.4 / 47.3, rel=0.01) and mtp1.S_ci is not None
     assert mtp1.spread == pytest.approx(0.02, abs=0.005)
     assert points[3].verdicts == {"FAIL": 1, "PASS": 3} and points[3].failing == ["count"]
-    assert mtp1.verdicts == {"PASS": 3, "WARN": 1}
+    # its near-tie divergence is within the A/A copy's rate (observatory.judge.rates): a NOTE, not a WARN
+    assert mtp1.verdicts == {"PASS": 3, "NOTE": 1}
     assert points[0].notes == [] and mtp1.trusted
 
 

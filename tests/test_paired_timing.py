@@ -86,7 +86,7 @@ def test_paired_timing_refuses_parallel_arms_and_an_unshared_gpu(monkeypatch: py
     opts = plan_compare(SessionPlan(arms="base,mtp1", timing="paired",
                                     engine_args=["--gpu-memory-utilization=0.4"]))
     assert opts.plan.timing == "paired"
-    with pytest.raises(ObservatoryError, match="--timing must be one of sequential, concurrent, paired"):
+    with pytest.raises(ObservatoryError, match="--timing must be one of auto, bracketed, sequential, concurrent, paired"):
         plan_compare(SessionPlan(arms="base,mtp1", timing="interleaved"))
 
 

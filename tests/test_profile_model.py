@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.faults.repairs import ENGINE_BUGS, ENV_VAR, REPAIRS
 from observatory.model.errors import ArmError
 from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR, PROBES_DIR
@@ -48,8 +48,10 @@ def test_model_suite_and_dtype_given_override_the_profile(tmp_path: Path) -> Non
     other = tmp_path / "m"
     other.mkdir()
     (other / "config.json").write_text("{}")
-    opts = _plan(profile="nightly", model=str(other))  # any other model: the default suite, the engine's dtype
-    assert Path(opts.suite) == PROBES_DIR / "default.toml"
+    # any other model: the model-agnostic suite with a note (issue 48: never the tiny model's toy prompts), the
+    # engine's dtype
+    opts = _plan(profile="nightly", model=str(other))
+    assert Path(opts.suite) == PROBES_DIR / "generic.toml" and "not a bundled model" in opts.notes[0]
     assert opts.settings.dtype is None and opts.settings.max_model_len is None
     opts = _plan(profile="nightly", suite="selftest", dtype="float32")
     assert Path(opts.settings.model) == FIELD_MODEL_DIR and Path(opts.suite) == PROBES_DIR / "selftest.toml"

@@ -91,8 +91,9 @@ def test_banner_lists_fail_first_and_its_link_leads_to_both_continuations(data: 
     html = render_session(data, tmp_path / "r").read_text()
     reasons = _banner(html)
     levels = [lv for lv, _, _ in reasons]
-    assert "FAIL" in levels and "WARN" in levels
-    assert levels.index("WARN") > max(i for i, lv in enumerate(levels) if lv == "FAIL")  # FAIL before WARN
+    later = "WARN" if "WARN" in levels else "NOTE"  # a near-tie within its control's rate is a NOTE (issue 46)
+    assert "FAIL" in levels and later in levels
+    assert levels.index(later) > max(i for i, lv in enumerate(levels) if lv == "FAIL")  # FAIL before WARN/NOTE
     first = reasons[0]
     assert first[0] == "FAIL" and first[1]  # the first reason is a FAIL with a link that resolves
     page, _, frag = first[1].partition("#")

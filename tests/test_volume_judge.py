@@ -14,12 +14,12 @@ from semantics_store import result, session
 
 from observatory.channels import speculates, volume
 from observatory.channels.view import ChannelView
-from observatory.engines.launches import stored_roles
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import FAIL, INVALID, NOTE, PASS, SKIP, WARN
 from observatory.store.db import ArmRow, ResultRow
 from observatory.store.session_store import Store
+from observatory.store.stored import verdict_row
 
 SUITE = [Probe("code", "code", messages=[{"role": "user", "content": "import charset_normalizer"}], max_tokens=8),
          Probe("tool", "tool_call", messages=[{"role": "user", "content": "find it"}], max_tokens=8,
@@ -67,7 +67,7 @@ def _session(store: Store, arms: list[str], answer: Any, counters: Any = None,
                                                   {"drafts": 0, "draft_tokens": 0, "accepted": 0}}}
         store.update(ArmRow, arm.id, launch=launch)
     all_arms = store.arms(sid)
-    roles = stored_roles([(a.name, a.launch) for a in all_arms])
+    roles = {a.name: str(a.role) for a in all_arms}  # stored with each arm (observatory.store.arm_facts)
     mine = {pids[p.name]: p for p in probes}
     return (ChannelView(store, sid, "volume", all_arms, roles, mine, default_registry()),
             ChannelView(store, sid, "speculates", all_arms, roles, {}, default_registry()), rows)
@@ -198,7 +198,7 @@ def test_report_and_terminal_state_the_power(store: Store, tmp_path: Path) -> No
     from observatory.report.terminal import print_channels
 
     v, s, _ = _session(store, ["base", "mtp1"], lambda arm, p, c: [5, 5])
-    store.replace_verdicts(v.session_id, volume.judge(v) + speculates.judge(s))
+    store.replace_verdicts(v.session_id, [verdict_row(x) for x in volume.judge(v) + speculates.judge(s)])
     data = build(store, v.session_id)
     index = render_session(data, tmp_path / "report")
     html = index.read_text()
@@ -222,7 +222,7 @@ def test_a_class_below_its_history_warns(store: Store) -> None:
 
     for _ in range(3):
         v, rows = night(10)
-        store.replace_verdicts(v.session_id, volume.judge(v))
+        store.replace_verdicts(v.session_id, [verdict_row(x) for x in volume.judge(v)])
         for pos, (name, arm) in enumerate(rows.items()):
             store.add(SummaryRow(session_id=v.session_id, arm_id=arm.id, position=pos, arm=name, model="m",
                                  engine_version="0.1", suite_hash=suite_hash([]), status="ok", validity=[],

@@ -28,7 +28,7 @@ hybrid)
   python3 examples/gpu/hbm_bandwidth.py | tee "$out/hbm.json"
   python3 examples/gpu/make_hybrid_config.py /tmp/hybrid --hidden 4096 --layers 32 \
     --tokenizer-from "${TOKENIZER_FROM:-observatory/default_model}"
-  python3 -m observatory compare --arms base,mtp1,mtp2 --model /tmp/hybrid --db "$out/h200-hybrid.db" "${common[@]}" \
+  python3 -m observatory compare --arms base,mtp1,mtp2 --model /tmp/hybrid --suite default --db "$out/h200-hybrid.db" "${common[@]}" \
     --dtype bfloat16 --max-model-len 2048 --engine-arg=--load-format=dummy --engine-arg=--language-model-only \
     --engine-arg=--gdn-prefill-backend=triton --engine-arg=--gpu-memory-utilization=0.5 \
     --engine-arg=--max-num-seqs=8 --no-diffs --concurrency 1

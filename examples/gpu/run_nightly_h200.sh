@@ -43,7 +43,7 @@ field)
 hybrid)
   python3 examples/gpu/make_hybrid_config.py /tmp/hybrid --hidden 4096 --layers 32 \
     --tokenizer-from "${TOKENIZER_FROM:-observatory/default_model}"
-  timed nightly-hybrid timeout -s INT "$limit" python3 -m observatory gate --arms base,mtp2 --model /tmp/hybrid --db "$out/nightly-hybrid.db" \
+  timed nightly-hybrid timeout -s INT "$limit" python3 -m observatory gate --arms base,mtp2 --model /tmp/hybrid --suite default --db "$out/nightly-hybrid.db" \
     --report "$out/nightly-hybrid" --junit "$out/nightly-hybrid.xml" "${common[@]}" \
     --dtype bfloat16 --max-model-len 2048 --engine-arg=--load-format=dummy --engine-arg=--language-model-only \
     --engine-arg=--gdn-prefill-backend=triton --engine-arg=--gpu-memory-utilization=0.5 \

@@ -6,7 +6,7 @@ channel takes the earlier sessions in the same database with the same model,
 arm name, engine version and suite (the stored per-arm summaries,
 `observatory.judge.summaries`; only trusted arms; the last `NIGHTS`), keeps
 out the nights this channel flagged (WARN or FAIL) and those whose session
-verdict was FAIL or INVALID (`observatory.store.summaries.earlier_trusted`),
+verdict was FAIL or INVALID (`observatory.store.summary_rows.earlier_trusted`),
 so that one bad night never joins the baseline (issue 29 item 6), and flags:
 
 - ``drop``: alpha, tau, S or S_step below the earlier nights' median by more than
@@ -38,11 +38,14 @@ import statistics
 from typing import Any
 
 from observatory.channels import Channel
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
+from observatory.judge.apply_gates import to_output
+from observatory.judge.figures import compute_figures
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash, summary_model
 from observatory.model.probes import Probe
-from observatory.store.db import ArmRow, VerdictRow
-from observatory.store.summaries import earlier_trusted
+from observatory.store.stored import StoredArm, Verdict
+from observatory.store.summary_rows import earlier_trusted
 
 NAME = "history"
 NIGHTS = 7
@@ -55,6 +58,14 @@ MAD_SIGMA = 1.4826
 # anything (every fault issue 29 item 6 records moved a figure by 74-75%; docs/channels.md, history)
 MAX_MOVE = 0.5
 FAIL_KEY = "history_drop"
+# A drop of acceptance (or of the per-step speedup) by at least half against the earlier nights, beyond their band,
+# FAILs without --fail-on (issue 46 item 4: severity by impact). The field cases it stops: acceptance 86% -> 11%
+# after an upgrade, 45.6% -> 8% for one parallel layout, a drafter zeroed by a weight reload (BUGZOO "acceptance
+# lost, output intact", "drafter broken after a lifecycle event"); on the CPU nights a four times slower spec
+# step moved S_step by -78% (examples/cpu-fault-nights). Clean nights move alpha by 0 on a fixed suite (docs/
+# design.md 3.6) and S_step by 3.9% (SD) on the CPU host, 0.36% on the H200: half is 13-140 of those SDs.
+COLLAPSE = 0.5
+COLLAPSE_FIGURES = ("alpha", "S_step")
 # least relative move of S_step (`step_floor`): 3 x the H200's between-session SD of the median spec step, rounded up
 STEP_FLOOR = 0.02
 
@@ -64,14 +75,12 @@ def plan(suite: list[Probe]) -> list[Probe]:
     return []
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Nothing to send."""
 
 
 def degeneracy_score(view: ChannelView, session_id: int, arm_id: int) -> float | None:
     """The mean character 3-gram score of an arm's scored streamed outputs (probes that name degeneracy)."""
-    from observatory.judge.session import to_output
-
     if "degeneracy" not in view.registry:
         return None
     gate = view.registry.get("degeneracy")
@@ -87,7 +96,7 @@ def degeneracy_score(view: ChannelView, session_id: int, arm_id: int) -> float |
     return statistics.fmean(scores) if scores else None
 
 
-def _earlier(view: ChannelView, arm: ArmRow, model: str | None,
+def _earlier(view: ChannelView, arm: StoredArm, model: str | None,
              suite: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(baseline, kept out): the last NIGHTS trusted, unflagged summaries of earlier sessions with this model,
     arm, engine version and suite, and the newer nights kept out of it.
@@ -115,7 +124,7 @@ def _own_s_noise(fig: dict[str, Any]) -> float:
     vb = fig.get("vs_base") or {}
     ci = vb.get("ci_suite") or vb.get("ci")
     half = (ci[1] - ci[0]) / 2 if isinstance(ci, (list, tuple)) and len(ci) == 2 else 0.0
-    if vb.get("design") == "paired":
+    if vb.get("design") in ("paired", "bracketed"):  # base timed beside the arm: the drift is in the interval
         return float(half)
     spread = (fig.get("noise_floor") or {}).get("throughput_spread") or 0.0
     return max(float(half), float(spread))
@@ -147,17 +156,15 @@ def step_floor(median: float, fig: dict[str, Any]) -> float:
     return max(STEP_FLOOR, own, float(step_half or 0.0)) * abs(median)
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Per spec arm: this session's alpha, tau, S and degeneracy against the earlier nights."""
-    from observatory.judge.figures import compute_figures
-
     session = view.store.session(view.session_id)
     fail_on = dict((session.options or {}).get("fail_on") or {})
     limit = fail_on.get(FAIL_KEY)
     suite = suite_hash(p.content_hash for p in view.store.probes(view.session_id)
                        if not (p.definition or {}).get("channel"))
     figures: dict[int, dict[str, Any]] | None = None
-    rows: list[VerdictRow] = []
+    rows: list[Verdict] = []
     for arm in view.arms:
         if not (arm.launch or {}).get("speculative_config") or arm.status != "ok":
             continue
@@ -214,14 +221,20 @@ def judge(view: ChannelView) -> list[VerdictRow]:
             continue
         worst = max(breaches, key=lambda b: b[1])
         what = "drop" if worst in drops else "jump with more repetitive output"
-        verdict = "FAIL" if limit is not None and worst[1] > limit else "WARN"
-        how = f" > {FAIL_KEY} {limit:g}" if verdict == "FAIL" else ""
+        collapse = next((d for d in drops if d[0] in COLLAPSE_FIGURES and d[1] >= COLLAPSE), None)
+        if limit is not None and worst[1] > limit:
+            verdict, how = "FAIL", f" > {FAIL_KEY} {limit:g}"
+        elif limit is None and collapse is not None:
+            worst, what = collapse, "drop"
+            verdict, how = "FAIL", f" (a collapse: at least {COLLAPSE:.0%})"
+        else:
+            verdict, how = "WARN", ""
         rows.append(view.verdict(arm, verdict, f"{worst[0]} {what}: {worst[1]:.1%}{how} against the median of "
                                  f"{len(earlier)} earlier sessions, beyond their band ({made})", details))
     return rows
 
 
-def _more_repetitive(view: ChannelView, arm: ArmRow, earlier: list[dict[str, Any]],
+def _more_repetitive(view: ChannelView, arm: StoredArm, earlier: list[dict[str, Any]],
                      table: list[dict[str, Any]]) -> bool:
     """Whether this session's output scores lower (more repetitive) than the earlier nights', beyond their noise."""
     now = degeneracy_score(view, view.session_id, arm.id)

@@ -67,7 +67,7 @@ from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
-    from observatory.store.db import ArmRow, ResultRow, VerdictRow
+    from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "params"
 PROMPT = "Count from 1 to 12."
@@ -318,7 +318,7 @@ def derive(kind: str, label: str, ids: list[int], texts: list[str], finish: str 
 
 
 def request_of(probe: Probe, ref: Any) -> dict[str, Any] | None:
-    """What PROBE sends given the arm's reference result REF (Response or ResultRow); None: not sent."""
+    """What PROBE sends given the arm's reference result REF (Response or StoredResult); None: not sent."""
     params = dict(probe.sampling)
     kind = probe.meta.get("derive")
     if kind:
@@ -428,7 +428,7 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
 
 # -- judge -------------------------------------------------------------------------
 
-def validity(probe: Probe, params: dict[str, Any], r: ResultRow) -> list[str]:
+def validity(probe: Probe, params: dict[str, Any], r: StoredResult) -> list[str]:
     """What the answer R breaks of PROBE's parameters, whatever the arm (empty: nothing)."""
     ids = list(r.token_ids or [])
     text = r.text or ""
@@ -488,7 +488,7 @@ def validity(probe: Probe, params: dict[str, Any], r: ResultRow) -> list[str]:
     return bad
 
 
-def _calls(r: ResultRow) -> list[tuple[Any, Any]]:
+def _calls(r: StoredResult) -> list[tuple[Any, Any]]:
     """Tool calls as data: (name, parsed arguments)."""
     out = []
     for c in r.tool_calls or []:
@@ -502,7 +502,7 @@ def _calls(r: ResultRow) -> list[tuple[Any, Any]]:
     return out
 
 
-def same_output(a: ResultRow, b: ResultRow) -> str | None:
+def same_output(a: StoredResult, b: StoredResult) -> str | None:
     """Why two greedy answers differ (None: they are the same): ids, finish, text, calls, choices."""
     if list(a.token_ids or []) != list(b.token_ids or []):
         ia, ib = list(a.token_ids or []), list(b.token_ids or [])
@@ -521,12 +521,12 @@ def same_output(a: ResultRow, b: ResultRow) -> str | None:
 class _Arm:
     """One arm's stored answers of this channel."""
 
-    schema: ResultRow | None = None
-    ref: ResultRow | None = None
-    cases: dict[str, list[ResultRow]] = field(default_factory=dict)  # probe name -> results by repeat
+    schema: StoredResult | None = None
+    ref: StoredResult | None = None
+    cases: dict[str, list[StoredResult]] = field(default_factory=dict)  # probe name -> results by repeat
 
 
-def _collect(view: ChannelView, arm: ArmRow) -> _Arm:
+def _collect(view: ChannelView, arm: StoredArm) -> _Arm:
     out = _Arm()
     for r in view.results(arm):
         p = view.probe(r)
@@ -542,11 +542,11 @@ def _collect(view: ChannelView, arm: ArmRow) -> _Arm:
     return out
 
 
-def _refused(r: ResultRow) -> bool:
+def _refused(r: StoredResult) -> bool:
     return not r.ok and (r.error or "").startswith("HTTP 4")
 
 
-def _sent(r: ResultRow) -> dict[str, Any]:
+def _sent(r: StoredResult) -> dict[str, Any]:
     s = (r.usage or {}).get("params_sent")
     return dict(s) if isinstance(s, dict) else {}
 
@@ -556,9 +556,12 @@ class _Finding:
     verdict: str
     why: str
     case: str
+    # an event a control weighs (observatory.judge.rates): "near_tie", or "not attributable: ..." where an A/A
+    # copy differs from base too; None for every other finding
+    kind: str | None = None
 
 
-def _self_checks(probe: Probe, rs: list[ResultRow], ref: ResultRow | None) -> list[str]:
+def _self_checks(probe: Probe, rs: list[StoredResult], ref: StoredResult | None) -> list[str]:
     """What must hold on one arm alone: validity, seeded repeats equal, a collapsed filter equal to greedy."""
     ok = [r for r in rs if r.ok]
     bad = [f"{m}" for r in ok[:1] for m in validity(probe, _sent(r), r)]
@@ -573,7 +576,7 @@ def _self_checks(probe: Probe, rs: list[ResultRow], ref: ResultRow | None) -> li
     return bad
 
 
-def _untouched_tie(view: ChannelView, probe: Probe, here: ResultRow, base: ResultRow) -> str | None:
+def _untouched_tie(view: ChannelView, probe: Probe, here: StoredResult, base: StoredResult) -> str | None:
     """Why a divergence under a seen-token penalty is a plausible near-tie, or None.
 
     vLLM returns raw logprobs, so under a penalty base's margin at a divergence
@@ -604,7 +607,7 @@ def _untouched_tie(view: ChannelView, probe: Probe, here: ResultRow, base: Resul
             f"margin between them {abs(margin):.3f} <= {bound} nats, token_diff's rule)")
 
 
-def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: ArmRow, is_base: bool,
+def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: StoredArm, is_base: bool,
                 aa: list[_Arm]) -> _Finding:
     """One case on one arm."""
     name = probe.name
@@ -617,7 +620,10 @@ def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: Ar
     if _refused(b[0]):
         return _Finding("SKIP", f"not supported: base refuses it ({b[0].error})", name)
     if not b[0].ok:
-        return _Finding("INVALID", f"base did not answer: {b[0].error}", name)
+        # base itself fails the request (on the trimmed GPU bundle, HTTP 500 for every structured-output request,
+        # docs/engines.md): nothing to compare an arm with, and nothing speculation did; not measurable, never a
+        # verdict made up for it (the arms' own failures of it are the engine's, seen on base)
+        return _Finding("SKIP", f"not measurable: base itself fails it ({b[0].error})", name)
     base_bad = _self_checks(probe, b, base.ref)
     if is_base:
         if base_bad:
@@ -655,16 +661,17 @@ def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: Ar
         # so base's margin there does not describe what it chose from (a penalty fault read as a near-tie)
         verdict, _ = diff(view, h[0], b[0])
         if verdict == "WARN":
-            return _Finding("WARN", f"{why}: a near-tie in base's logprobs there (token_diff's rule)", name)
+            return _Finding("WARN", f"{why}: a near-tie in base's logprobs there (token_diff's rule)", name, "near_tie")
     tie = _untouched_tie(view, probe, h[0], b[0])
     if tie is not None:
-        return _Finding("WARN", f"{why}: {tie}", name)
+        return _Finding("WARN", f"{why}: {tie}", name, "near_tie")
     if any(a.cases.get(name) and a.cases[name][0].ok and same_output(b[0], a.cases[name][0]) for a in aa):
-        return _Finding("WARN", f"{why}; an A/A copy differs from base too: not attributable", name)
+        return _Finding("WARN", f"{why}; an A/A copy differs from base too: not attributable", name,
+                        "not attributable: an A/A copy differs from base too")
     return _Finding("FAIL", why, name)
 
 
-def _schema_row(view: ChannelView, arm: ArmRow, got: _Arm) -> VerdictRow:
+def _schema_row(view: ChannelView, arm: StoredArm, got: _Arm) -> Verdict:
     r = got.schema
     version = arm.engine_version or "unknown version"
     if r is None:
@@ -688,7 +695,7 @@ def _schema_row(view: ChannelView, arm: ArmRow, got: _Arm) -> VerdictRow:
                          "not_exercised": missing, "held_back": dict(NOT_SENT)}, part="schema")
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Per arm: the schema read, the reference, and one verdict per parameter."""
     base_row = view.base
     if base_row is None:
@@ -700,7 +707,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
     for p in view.probes.values():
         if p.meta.get("role") == "case":
             by_param.setdefault(str(p.meta["param"]), []).append(p)
-    out: list[VerdictRow] = []
+    out: list[Verdict] = []
     for arm in view.arms:
         is_base = arm.id == base_row.id
         if not is_base and view.role(arm) not in JUDGED_AGAINST_BASE:
@@ -725,7 +732,8 @@ def judge(view: ChannelView) -> list[VerdictRow]:
         for param, probes in sorted(by_param.items()):
             found = [_judge_case(view, p, base, here, arm, is_base, aa) for p in probes]
             worst = max(found, key=lambda f: _RANK[f.verdict])
-            table = [{"case": f.case.split(":", 2)[-1], "verdict": f.verdict, "why": f.why} for f in found]
+            table = [{"case": f.case.split(":", 2)[-1], "verdict": f.verdict, "why": f.why,
+                      **({"kind": f.kind} if f.kind else {})} for f in found]
             lead = "; ".join(f"{f.case.split(':', 2)[-1]}: {f.why}" for f in found if f.verdict == worst.verdict)
             if worst.verdict == "WARN" and lead and "refuses" in worst.why:
                 lead += " (a regression of switching speculation on: a client that sends it breaks when MTP is on)"

@@ -33,13 +33,14 @@ from typing import Any
 
 from observatory.channels import Channel
 from observatory.channels.counters import settled
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.request_classes import ATTRIBUTES, classes, own_counters
 from observatory.channels.view import ChannelView
 from observatory.engines.metrics import SpecCounters
 from observatory.model.probes import Probe
 from observatory.model.roles import SPECULATING
 from observatory.model.vocabulary import FAIL, INVALID, PAIRED_BASE, PASS, SKIP
-from observatory.store.db import ArmRow, VerdictRow
+from observatory.store.stored import StoredArm, Verdict
 
 NAME = "speculates"
 MIN_REQUESTS = 5  # answers of >= 2 tokens a class needs before "no draft" means speculation is off for it
@@ -50,7 +51,7 @@ def plan(suite: list[Probe]) -> list[Probe]:
     return []
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """The server's cumulative speculative counters after every other channel (settled)."""
     run.note(NAME, cumulative=settled(run).to_dict())
 
@@ -60,7 +61,7 @@ def _tokens(r: Any) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) else len(r.token_ids or [])
 
 
-def base_is_base(view: ChannelView, arm: ArmRow) -> VerdictRow:
+def base_is_base(view: ChannelView, arm: StoredArm) -> Verdict:
     """A non-speculating arm: zero drafts over its life (cumulative read, timed deltas, answers' own counters)."""
     facts = ((arm.launch or {}).get("channel_facts") or {}).get(NAME) or {}
     seen: list[str] = []
@@ -88,7 +89,7 @@ def base_is_base(view: ChannelView, arm: ArmRow) -> VerdictRow:
                         f"every channel, {len(view.store.measurements(arm.id))} timed passes)", details)
 
 
-def per_class(view: ChannelView, arm: ArmRow) -> VerdictRow:
+def per_class(view: ChannelView, arm: StoredArm) -> Verdict:
     """A speculating arm: every class it served drafted (answers' own counters, or alone-sent /metrics deltas)."""
     probes = {p.id: p for p in view.store.probes(view.session_id)}
     seen: dict[tuple[str, str], dict[str, int]] = {}
@@ -121,7 +122,7 @@ def per_class(view: ChannelView, arm: ArmRow) -> VerdictRow:
                         details, part="classes")
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Base arms: never speculated. Spec arms: speculated on every class they served."""
     out = []
     for arm in view.arms:

@@ -46,6 +46,7 @@ import httpx
 
 from observatory.channels import Channel
 from observatory.channels.counters import settled
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.teacher import teacher_forced
 from observatory.channels.view import ChannelView
 from observatory.channels.volume_acceptance import judge_acceptance
@@ -65,11 +66,12 @@ from observatory.channels.volume_checks import (
 )
 from observatory.channels.volume_traffic import DEFAULT_REQUESTS, NAME, SEGMENTS, plan, sends
 from observatory.client.answer import Response
+from observatory.client.send import EngineClient
 from observatory.judge.power import seen_probability, statement
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, BASE, JUDGED_AGAINST_BASE
 from observatory.model.vocabulary import FAIL, NOTE, PASS, SKIP, WARN
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 FORCE_WORKERS = 8  # teacher-forced prefills in flight
 CONTROL_P = 0.001  # a spec arm's excess over its control's rate must be this unlikely by chance to FAIL
@@ -88,7 +90,7 @@ def _order(probes: list[Probe]) -> list[tuple[int, list[tuple[Probe, int]]]]:
     return out
 
 
-def prompt_ids(client: Any, probe: Probe) -> list[int] | None:
+def prompt_ids(client: EngineClient, probe: Probe) -> list[int] | None:
     """PROBE's prompt as the server tokenizes it for generation (chat template and tools applied)."""
     body: dict[str, Any] = {"model": client.served_model()}
     if probe.kind == "chat":
@@ -107,8 +109,9 @@ def prompt_ids(client: Any, probe: Probe) -> list[int] | None:
     return ids
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """The traffic, segment by segment, every answer stored as it comes; then each distinct output forced."""
+    assert run.client is not None  # a channel measures a live arm
     client = run.client
     total = sends(probes)
     before = settled(run)
@@ -148,9 +151,10 @@ def _no_room(error: str | None) -> bool:
     return "maximum context length" in e or "max_tokens must be at least 1" in e
 
 
-def force(run: Any, outputs: dict[tuple[str, tuple[int, ...]], Probe]) -> int:
+def force(run: LiveArm, outputs: dict[tuple[str, tuple[int, ...]], Probe]) -> int:
     """Each distinct output scored teacher-forced on the arm's own server; stored with repeat -1, -2, ...
     A non-speculating arm keeps base's top-TOP_BASE (they score other arms' first divergent tokens)."""
+    assert run.client is not None  # a channel measures a live arm
     client = run.client
     greedy_top = TOP_BASE if run.arm.speculative_config is None else TOP_GREEDY
     ids_of: dict[str, list[int] | None] = {}
@@ -194,12 +198,12 @@ def force(run: Any, outputs: dict[tuple[str, tuple[int, ...]], Probe]) -> int:
 # -- judge --------------------------------------------------------------------------------------------------
 
 
-def sent(view: ChannelView, arm: ArmRow) -> list[ResultRow]:
+def sent(view: ChannelView, arm: StoredArm) -> list[StoredResult]:
     """ARM's answers to the traffic (forced rows left out)."""
     return [r for r in view.results(arm) if r.repeat >= 0]
 
 
-def forced_rows(view: ChannelView, arm: ArmRow) -> dict[tuple[int, tuple[int, ...]], ResultRow]:
+def forced_rows(view: ChannelView, arm: StoredArm) -> dict[tuple[int, tuple[int, ...]], StoredResult]:
     """ARM's teacher-forced rows by (probe id, output ids)."""
     return {(r.probe_id, tuple(r.token_ids or [])): r for r in view.results(arm) if r.repeat < 0}
 
@@ -207,7 +211,7 @@ def forced_rows(view: ChannelView, arm: ArmRow) -> dict[tuple[int, tuple[int, ..
 Reference = dict[int, tuple[list[int], list[Any]]]  # probe id -> base's answer (copy 0) and its forced rows
 
 
-def reference(view: ChannelView, base: ArmRow | None) -> Reference:
+def reference(view: ChannelView, base: StoredArm | None) -> Reference:
     """Base's greedy answer to each request (its first copy) with base's teacher-forced rows of it."""
     if base is None:
         return {}
@@ -221,7 +225,7 @@ def reference(view: ChannelView, base: ArmRow | None) -> Reference:
     return out
 
 
-def finding(view: ChannelView, r: ResultRow, forced: dict[tuple[int, tuple[int, ...]], ResultRow],
+def finding(view: ChannelView, r: StoredResult, forced: dict[tuple[int, tuple[int, ...]], StoredResult],
             ref: Reference | None = None) -> dict[str, Any]:
     """One answer's teacher-forced finding (greedy: base scores its first divergence from base's answer, its own
     target every token; sampled: inside the support). FORCED: the scores of each (request, answer), base's first
@@ -240,8 +244,8 @@ def finding(view: ChannelView, r: ResultRow, forced: dict[tuple[int, tuple[int, 
     return greedy_finding(ids, rows) if p.greedy else support_finding(ids, rows, p.sampling)
 
 
-def _classified(view: ChannelView, arm: ArmRow, ref: Reference,
-                base_forced: dict[tuple[int, tuple[int, ...]], ResultRow]) -> list[tuple[ResultRow, dict[str, Any]]]:
+def _classified(view: ChannelView, arm: StoredArm, ref: Reference,
+                base_forced: dict[tuple[int, tuple[int, ...]], StoredResult]) -> list[tuple[StoredResult, dict[str, Any]]]:
     own = forced_rows(view, arm)
     forced = {**own, **{k: f for k, f in base_forced.items() if f.ok}}  # base's scores of the same answer first
     mine = None if view.base is not None and arm.id == view.base.id else ref
@@ -252,7 +256,7 @@ def _classified(view: ChannelView, arm: ArmRow, ref: Reference,
 Pairs = set[tuple[int, tuple[int, ...]]]  # (probe id, output ids) of base's answers
 
 
-def _example(view: ChannelView, r: ResultRow, f: dict[str, Any], base_pairs: Pairs | None) -> dict[str, Any]:
+def _example(view: ChannelView, r: StoredResult, f: dict[str, Any], base_pairs: Pairs | None) -> dict[str, Any]:
     p = view.probe(r)
     at = f.get("at")
     texts = list(r.token_texts or [])
@@ -276,12 +280,12 @@ def allowed_over(k0: int, n0: int, n: int) -> int:
     return a
 
 
-def _controls(view: ChannelView) -> list[ArmRow]:
+def _controls(view: ChannelView) -> list[StoredArm]:
     return [a for a in view.arms if view.role(a) in (BASE, AA_COPY)]
 
 
-def judge_outputs(view: ChannelView, classified: dict[int, list[tuple[ResultRow, dict[str, Any]]]],
-                  base_pairs: Pairs | None) -> list[VerdictRow]:
+def judge_outputs(view: ChannelView, classified: dict[int, list[tuple[StoredResult, dict[str, Any]]]],
+                  base_pairs: Pairs | None) -> list[Verdict]:
     """``volume``: corrupted answers per arm, as a rate with its power, against the controls' rate."""
     out = []
     controls = _controls(view)
@@ -326,11 +330,11 @@ def judge_outputs(view: ChannelView, classified: dict[int, list[tuple[ResultRow,
     return out
 
 
-def judge_copies(view: ChannelView, classified: dict[int, list[tuple[ResultRow, dict[str, Any]]]]) -> list[VerdictRow]:
+def judge_copies(view: ChannelView, classified: dict[int, list[tuple[StoredResult, dict[str, Any]]]]) -> list[Verdict]:
     """``volume:copies``: identical requests sent together came back identical (reference-free)."""
     out = []
     for arm in view.arms:
-        groups: dict[int, list[tuple[ResultRow, dict[str, Any]]]] = {}
+        groups: dict[int, list[tuple[StoredResult, dict[str, Any]]]] = {}
         for r, f in classified[arm.id]:
             if int(view.probe(r).meta.get("copies", 1)) > 1 and r.ok:
                 groups.setdefault(r.probe_id, []).append((r, f))
@@ -359,11 +363,11 @@ def judge_copies(view: ChannelView, classified: dict[int, list[tuple[ResultRow, 
     return out
 
 
-def _misses(view: ChannelView, r: ResultRow) -> set[tuple[str, str]]:
+def _misses(view: ChannelView, r: StoredResult) -> set[tuple[str, str]]:
     return set(near_misses(prompt_text(view.probe(r)), r.text or "")) if r.ok else set()
 
 
-def judge_identifiers(view: ChannelView) -> list[VerdictRow]:
+def judge_identifiers(view: ChannelView) -> list[Verdict]:
     """``volume:identifiers``: identifiers from the prompt written one edit wrong, beyond what base wrote."""
     base = view.base
     if base is None:
@@ -418,7 +422,7 @@ def judge_identifiers(view: ChannelView) -> list[VerdictRow]:
     return out
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Every answer checked (teacher-forced), copies against each other, identifiers, then acceptance."""
     if not view.probes:
         return []

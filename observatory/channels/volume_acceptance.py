@@ -52,8 +52,8 @@ from observatory.engines.metrics import SpecCounters
 from observatory.judge.summaries import suite_hash, summary_model
 from observatory.model.roles import SPECULATING
 from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
-from observatory.store.summaries import earlier_trusted
+from observatory.store.stored import StoredArm, StoredResult, Verdict
+from observatory.store.summary_rows import earlier_trusted
 
 COLLAPSE = 0.25
 Z_COLLAPSE = 3.29  # one-sided p < 0.0005 per class
@@ -65,7 +65,7 @@ MAD_SIGMA, SIGMAS = 1.4826, 3.0
 GATE = "volume:acceptance"
 
 
-def decode_rate(r: ResultRow) -> float | None:
+def decode_rate(r: StoredResult) -> float | None:
     """Tokens per second after the first (streamed: from the first token on; whole: over the whole request)."""
     n = (r.usage or {}).get("completion_tokens")
     if not isinstance(n, int) or n < 2 or not r.duration_ms:
@@ -84,9 +84,9 @@ def _cluster_var(pairs: list[tuple[int, int]]) -> float:
     return len(pairs) / (len(pairs) - 1) * ss / d ** 2
 
 
-def breakdown(view: ChannelView, arm: ArmRow, results: list[ResultRow]) -> list[dict[str, Any]]:
+def breakdown(view: ChannelView, arm: StoredArm, results: list[StoredResult]) -> list[dict[str, Any]]:
     """One row per (attribute, class): requests, counters, alpha, tau, median decode rate."""
-    groups: dict[tuple[str, str], list[tuple[ResultRow, SpecCounters | None]]] = {}
+    groups: dict[tuple[str, str], list[tuple[StoredResult, SpecCounters | None]]] = {}
     for r in results:
         if not r.ok:
             continue
@@ -133,7 +133,7 @@ def collapses(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _history(view: ChannelView, arm: ArmRow, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
+def _history(view: ChannelView, arm: StoredArm, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
     """Classes whose alpha fell below the earlier nights' band of the same class; and the nights read."""
     session = view.store.session(view.session_id)
     suite = suite_hash(p.content_hash for p in view.store.probes(view.session_id)
@@ -161,7 +161,7 @@ def _history(view: ChannelView, arm: ArmRow, rows: list[dict[str, Any]]) -> tupl
     return drops, [n["session_id"] for n in earlier]
 
 
-def identity(view: ChannelView, arm: ArmRow, results: list[ResultRow]) -> VerdictRow:
+def identity(view: ChannelView, arm: StoredArm, results: list[StoredResult]) -> Verdict:
     """``volume:identity``: the answers' own counters summed against the /metrics delta over the same traffic."""
     facts = ((arm.launch or {}).get("channel_facts") or {}).get("volume") or {}
     before, after = facts.get("counters_before"), facts.get("counters_after")
@@ -199,9 +199,9 @@ def _shown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
 
 
-def judge_acceptance(view: ChannelView, sent: Callable[[ChannelView, ArmRow], list[ResultRow]]) -> list[VerdictRow]:
+def judge_acceptance(view: ChannelView, sent: Callable[[ChannelView, StoredArm], list[StoredResult]]) -> list[Verdict]:
     """``volume:identity`` and ``volume:acceptance`` for each speculating arm (base's rates kept beside them)."""
-    out: list[VerdictRow] = []
+    out: list[Verdict] = []
     base = view.base
     base_rows = {(x["attribute"], x["class"]): x for x in breakdown(view, base, sent(view, base))} if base else {}
     for arm in view.arms:

@@ -68,6 +68,7 @@ from collections.abc import Mapping
 
 from observatory.faults.field_answers import FAULTS as _ANSWERS
 from observatory.faults.field_conditions import FAULTS as _CONDITIONS
+from observatory.faults.field_numerics import FAULTS as _NUMERICS
 from observatory.faults.field_params import FAULTS as _PARAMS
 from observatory.faults.field_sdk import FAULTS as _SDK
 from observatory.faults.field_seeds import FAULTS as _SEEDS
@@ -92,7 +93,7 @@ FAULTS: dict[str, str] = {
     "accept_all": "draft tokens accepted without verification (drafts + bonus emitted)",
     "ghost": "last token of a step emitted again at the start of the next spec step",
     "drop_bonus": "bonus token of a fully accepted spec step dropped from the stream",
-    # knob-conditional (observatory.faults.conditions): ghost under one engine setting only
+    # knob-conditional (observatory.faults.knob_conditions): ghost under one engine setting only
     "ghost_k2": "ghost, only when num_speculative_tokens >= 2",
     "ghost_prefix": "ghost, only when prefix caching is on",
     "ghost_batch": "ghost, only in a step that schedules more than one request",
@@ -110,6 +111,7 @@ FAULTS: dict[str, str] = {
     **_CONDITIONS,  # issue 28 item 5: preempt_poison, wake_broken_drafter, length_decay (field_conditions)
     **_SPEED,  # issue 29 item 5: slow_step (field_speed), caught by channel history
     **_VOLUME,  # issues 48-49: mixed_typo, tools_bad_drafts (channel volume), sampled_no_drafts (speculates)
+    **_NUMERICS,  # issue 46 item 2: near_tie_flip (field_numerics), caught by the near-tie rate
 }
 
 # A child of vLLM's logger, so messages use vLLM's handler and format in every

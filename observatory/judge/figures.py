@@ -45,24 +45,27 @@ import numpy as np
 
 from observatory.client.answer import MALFORMED
 from observatory.engines.adapter import adapter_for
+from observatory.engines.argv_flags import flag_pairs
 from observatory.engines.gpu_clocks import drift
 from observatory.engines.images import image_differences, split_docker_argv
-from observatory.engines.launches import by_engine, engine_of
 from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
+from observatory.judge import bracketed
+from observatory.judge.apply_gates import base_reference
 from observatory.judge.graph_coverage import coverage
+from observatory.judge.latency import latency
 from observatory.judge.paired import paired_vs_base, pairs, sides
 from observatory.judge.perf_gates import not_lossless, performance
 from observatory.judge.precision import precision, spent
-from observatory.judge.session import base_reference
-from observatory.judge.session_parts import cross_session
+from observatory.judge.ran_together import cross_session
 from observatory.judge.speed import speed, stream_tau, ttft_by_level
 from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.errors import NOT_REPORTED
-from observatory.model.vocabulary import PAIRED_BASE
+from observatory.model.roles import by_engine
+from observatory.model.vocabulary import BRACKET_BASE, PAIRED_BASE
 from observatory.store.db import ArmRow
 from observatory.store.session_store import Store
 
@@ -175,6 +178,18 @@ def with_pairs(vb: dict[str, Any], paired: dict[str, Any], tau: float | None, k:
     return out
 
 
+def with_brackets(vb: dict[str, Any], br: dict[str, Any], tau: float | None, k: int | None) -> dict[str, Any]:
+    """VB with S, its drift-corrected interval, the host's drift and precision from the arm's bracketed timing
+    (--timing bracketed, observatory.judge.bracketed); the S of the arm's own timing against base's separate
+    block kept as ``unbracketed`` beside it."""
+    bv = bracketed.bracketed_vs_base(br)
+    out = {**vb, "unbracketed": {"S": vb.get("S"), "ci": vb.get("ci")}, **bv}
+    mine, theirs = bracketed.sides(br)
+    out.update(precision(bv["S"], bv["ci"], spent(mine), spent(theirs)))
+    out.update(step_cost(bv["S"], tau, k))
+    return out
+
+
 def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     """Differences between two arms' launch configs other than speculation."""
     a, b = arm.launch or {}, base.launch or {}
@@ -183,9 +198,9 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     # docker hook (observatory.engines.images): compare the engine's own flags, never
     # docker's options; the images themselves by their rules
     diffs = image_differences(a, b)
-    adapter = adapter_for(engine_of(a))
+    adapter = adapter_for(arm.engine)
     spec_flags = adapter.speculation_flags  # the arm's speculation itself, on its engine
-    ignored = _IGNORED_FLAGS | set(getattr(adapter, "spec_only_flags", ()))  # switches a spec arm alone may carry
+    ignored = _IGNORED_FLAGS | set(adapter.spec_only_flags)  # switches a spec arm alone may carry (no output change)
     fa, fb = _flags(split_docker_argv(a.get("argv", []))[2]), _flags(split_docker_argv(b.get("argv", []))[2])
     for k in sorted(set(fa) | set(fb)):
         if k in ignored or (spec_flags and k.startswith(spec_flags)) or fa.get(k) == fb.get(k):
@@ -219,22 +234,8 @@ def _show(v: Any) -> str:
 
 
 def _flags(argv: list[str]) -> dict[str, Any]:
-    """argv -> {flag: value or True}, the program and module ignored."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok.startswith("--"):
-            key, eq, val = tok.partition("=")
-            if eq:
-                out[key] = val
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                out[key] = argv[i + 1]
-                i += 1
-            else:
-                out[key] = True
-        i += 1
-    return out
+    """argv -> {flag: value or True}, the program and module ignored (`observatory.engines.argv_flags`)."""
+    return {key: True if val is None else val for key, val in flag_pairs(argv)}
 
 
 def cudagraph_gap(arm: ArmRow) -> str | None:
@@ -286,7 +287,7 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
     if ran and is_spec and drafts is not None and 0 < drafts < MIN_DRAFTS:
         out.append({"code": "LOW_N", "detail": f"{acc['drafts']} drafts < {MIN_DRAFTS}: acceptance figures are noisy"})
     for gate, (verdict, reason) in arm_verdicts.items():
-        if verdict == "INVALID":  # an invalidating arm gate failed (observatory.judge.session)
+        if verdict == "INVALID":  # an invalidating arm gate failed (observatory.judge.apply_gates)
             out.append({"code": "INVALID", "detail": f"{gate}: {reason}"})
     if base is not None and arm is not base:
         diffs = launch_differences(arm, base)
@@ -330,7 +331,7 @@ def _lossy(arm: ArmRow, launch: dict[str, Any]) -> list[dict[str, str]]:
     """
     out = [{"code": "LOSSY", "detail": "verification loosened by configuration: " + s
             + ": its speed and acceptance are not a lossless result"}
-           for s in lossy_settings(engine_of(launch), launch)]
+           for s in lossy_settings(arm.engine, launch)]
     if launch.get("url"):
         reported = sorted((launch.get("served") or {}).get("server_args") or {})
         flags = ("the flags its server reports checked (" + ", ".join(reported) + "), the other flags"
@@ -404,13 +405,16 @@ def _arm_figures(store: Store, a: ArmRow, probes: dict[int, Any], singles: dict[
     if singles is not None:
         singles[a.id] = single
     spd = speed(steady_single or stream, timed, measurements, _allowed_per_chunk(a), streamed=stream)
+    # TTFT, TPOT, ITL, E2EL percentiles per concurrency level, as vllm bench serve reports them (issue 50 item 5)
+    spd["latency"] = latency(timed, _allowed_per_chunk(a), spd.get("bursty"), warm)
     ttft = ttft_by_level(timed)
     at_level = {level: acceptance(v, k) for level, v in sorted(by_level.items())}
     levels = {str(lv): {"alpha": la["alpha"], "tau": la["tau"], "drafts": la["drafts"],
+                        "draft_tokens": la["draft_tokens"], "accepted": la["accepted"],
                         "ttft_ms": ttft.get(str(lv)), "tok_s": (spd["throughput"].get(str(lv)) or {}).get("tok_s"),
                         "S": None} for lv, la in at_level.items()}
     fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels,
-                           "malformed": malformed_answers([r for r in store.results(a.id) if r.mode != PAIRED_BASE]),
+                           "malformed": malformed_answers([r for r in store.results(a.id) if r.mode not in BESIDE_MODES]),
                            "steady_state": steady, "gpu_clocks": gpu_clocks(measurements),
                            "cuda_graphs": coverage(a, sorted({int(m.concurrency) for m in measurements}))}
     if (a.launch or {}).get("speculative_config") is not None:
@@ -419,7 +423,15 @@ def _arm_figures(store: Store, a: ArmRow, probes: dict[int, Any], singles: dict[
         paired = pairs(timed, store.results(a.id, PAIRED_BASE), warm)  # --timing paired (observatory.judge.paired)
         if paired is not None:
             fig["paired"] = paired
+        # --timing bracketed (observatory.judge.bracketed)
+        around = bracketed.brackets(timed, store.results(a.id, BRACKET_BASE), warm)
+        if around is not None:
+            fig["bracketed"] = around
     return fig
+
+
+# modes of base's requests stored on a spec arm (timed beside it): base's answers, not this arm's
+BESIDE_MODES = (PAIRED_BASE, BRACKET_BASE)
 
 
 def compute_figures(store: Store, session_id: int) -> dict[int, dict[str, Any]]:
@@ -479,11 +491,13 @@ def _group_figures(store: Store, arms: list[ArmRow], group: list[ArmRow], per_ar
             vb["warmup_left_out"] = sorted([int(p), int(r)] for p, r in drop)
             if fig.get("paired") is not None:
                 vb = with_pairs(vb, fig["paired"], fig["acceptance"].get("tau"), k_int)
+            if fig.get("bracketed") is not None:
+                vb = with_brackets(vb, fig["bracketed"], fig["acceptance"].get("tau"), k_int)
             if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:
                 vb["within_noise"] = abs(vb["S"] - 1.0) <= floor["throughput_spread"]
             vb["cross_session"] = apart
             if singles is not None and base is not None:
-                beside = [r for r in store.results(a.id, PAIRED_BASE) if r.ok and r.concurrency == 1]
+                beside = [r for mode in BESIDE_MODES for r in store.results(a.id, mode) if r.ok and r.concurrency == 1]
                 vb["step"] = step_speedup(singles.get(a.id, []), singles.get(base.id, []),
                                           fig["acceptance"].get("tau"), beside)
             fig["vs_base"] = vb

@@ -35,10 +35,10 @@ CROSS_SESSION) is a SKIP saying why, never a PASS.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from observatory.judge.precision import detectable_words
+from observatory.judge.stats import binom_upper
 from observatory.model.errors import ObservatoryError
 
 # Defaults when the user set no threshold: breaches WARN.
@@ -46,9 +46,16 @@ DEFAULTS = {"speedup": 1.0, "ttft_ratio": 2.0, "acceptance": 0.2}
 # S whose whole noise (A/A spread and 95% interval) lies below this FAILs without --fail-on:
 # a clearly slower deployment. Derivation from measured figures: docs/design.md section 3.3.
 SPEEDUP_FAIL_BELOW = 0.9
-# ... and only for requests this long (median, both arms): the client's own CPU per request measured
-# 3-30 ms (benchmarks/README.md), so a shorter request times the client, not the server.
-MIN_TIMED_REQUEST_S = 0.1
+# ... and only where it stands even had the client added its own largest measured cost to every one of the spec
+# arm's requests and nothing to base's: the observatory's client CPU per request measured 3-30 ms
+# (benchmarks/README.md), so a 40 ms request cannot be called slow by 10%, while an arm five times slower than
+# base's 60 ms requests is slower whatever the client did (issue 46 item 3; it replaces a "median request under
+# 100 ms" exemption that excused exactly that arm).
+CLIENT_COST_S = 0.030
+# A drafter whose acceptance lies below this beyond doubt (its one-sided upper bound at DEAD_CONFIDENCE) is dead:
+# FAIL by default (issue 46 item 4; `acceptance_check` says why 5%).
+DEAD_DRAFTER_ALPHA = 0.05
+DEAD_CONFIDENCE = 0.999
 # history_drop: the history channel's (observatory/channels/history.py) relative move that FAILs
 _OPS = {"speedup": "<", "ttft_ratio": ">", "acceptance": "<", "history_drop": ">"}
 STREAM_TAU_SIGMAS = 3.0
@@ -81,28 +88,34 @@ def _threshold(name: str, fail_on: dict[str, float]) -> tuple[float, str]:
     return DEFAULTS[name], "WARN"
 
 
-def _noise(vb: dict[str, Any], floor: dict[str, Any] | None) -> tuple[Callable[[float], bool] | None, str]:
-    """(whether S's noise lies wholly below a threshold, else None when the noise is unknown; its wording).
+def _noise(vb: dict[str, Any], floor: dict[str, Any] | None) -> tuple[float | None, str, str | None]:
+    """(the upper end of S's noise, its wording, why the host's drift is not in it).
 
-    The A/A throughput spread when the session has an A/A copy (S + spread below the threshold) and the
-    upper bound of S's 95% bootstrap interval (both below it when both are known), else whichever is known.
+    The upper end is what must lie below a threshold for S to be below it beyond the noise (None: the noise is
+    unknown). Bracketed timing: the drift-corrected interval (observatory.judge.bracketed); paired: the pairs'
+    interval (pairs cancel the drift the A/A spread measures); sequential blocks: S plus the A/A throughput
+    spread (the drift between arms) and the interval's upper end (the arm's own requests), each where known.
+    The third item says why the drift between arms is unmeasured (sequential timing without an A/A copy): the
+    default floor then cannot FAIL.
     """
     S = float(vb["S"])
     spread = (floor or {}).get("throughput_spread")
     ci = vb.get("ci")
+    if vb.get("design") == "bracketed" and ci:
+        drift = vb.get("drift")
+        shown = "unknown" if drift is None else f"{drift:+.1%}"
+        return float(ci[1]), (f"drift-corrected 95% CI [{ci[0]:.2f}, {ci[1]:.2f}] against base timed before and "
+                              f"after, base's drift {shown}"), None
     if vb.get("design") == "paired" and ci:
-        # pairs cancel the drift between arms the A/A spread measures: their own interval is the noise
-        return (lambda thr: float(ci[1]) < thr), f"paired 95% CI [{ci[0]:.2f}, {ci[1]:.2f}], {vb.get('pairs')} pairs"
+        return float(ci[1]), f"paired 95% CI [{ci[0]:.2f}, {ci[1]:.2f}], {vb.get('pairs')} pairs", None
     if spread is not None and ci:
-        # both are noise: the A/A spread the drift between arms, the interval the arm's own requests
-        # (a warm-up or a few slow requests widen it); beyond the noise means beyond both
-        return ((lambda thr: S + float(spread) < thr and float(ci[1]) < thr),
-                f"A/A spread {spread:.2f}, 95% CI [{ci[0]:.2f}, {ci[1]:.2f}]")
+        return max(S + float(spread), float(ci[1])), f"A/A spread {spread:.2f}, 95% CI [{ci[0]:.2f}, {ci[1]:.2f}]", None
     if spread is not None:
-        return (lambda thr: S + float(spread) < thr), f"A/A spread {spread:.2f}"
+        return S + float(spread), f"A/A spread {spread:.2f}", None
+    unmeasured = "the host's drift between arms was not measured (sequential timing, no A/A copy)"
     if ci:
-        return (lambda thr: float(ci[1]) < thr), f"95% CI [{ci[0]:.2f}, {ci[1]:.2f}]"
-    return None, "no A/A control and no CI: noise unknown"
+        return float(ci[1]), f"95% CI [{ci[0]:.2f}, {ci[1]:.2f}]", unmeasured
+    return None, "no A/A control and no CI: noise unknown", unmeasured
 
 
 def _median_request_s(spd: dict[str, Any] | None) -> float | None:
@@ -111,27 +124,32 @@ def _median_request_s(spd: dict[str, Any] | None) -> float | None:
     return secs[len(secs) // 2] if secs else None
 
 
-def _too_short(speeds: list[dict[str, Any] | None]) -> str | None:
-    """Why the default floor cannot judge these arms' timing (a request shorter than MIN_TIMED_REQUEST_S), if so."""
-    medians = [_median_request_s(spd) for spd in speeds]
-    known = [m for m in medians if m is not None]
-    if len(known) < len(medians) or not known:
-        return "request times unknown"
-    if min(known) < MIN_TIMED_REQUEST_S:
-        return (f"median request {min(known) * 1000:.0f} ms < {MIN_TIMED_REQUEST_S * 1000:.0f} ms: "
-                "too short to time against the client's own cost")
-    return None
+def client_bound(upper: float, spd: dict[str, Any] | None) -> tuple[float | None, str]:
+    """(UPPER, S's noise's upper end, as it would be had the client added `CLIENT_COST_S` to each of the spec
+    arm's requests (SPD: its speed figure) and nothing to base's, or None where its requests are not longer
+    than that; the wording)."""
+    t = _median_request_s(spd)
+    if t is None:
+        return None, "request times unknown"
+    if t <= CLIENT_COST_S:
+        return None, (f"median request {t * 1000:.0f} ms, not longer than the client's own cost of up to "
+                      f"{CLIENT_COST_S * 1000:.0f} ms")
+    bound = upper * t / (t - CLIENT_COST_S)
+    return bound, (f"{bound:.2f} with up to {CLIENT_COST_S * 1000:.0f} ms of the client's own cost taken off each "
+                   f"of its {t * 1000:.0f} ms requests")
 
 
 def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_on: dict[str, float],
                   speeds: list[dict[str, Any] | None] | None = None, untrusted: str | None = None) -> dict[str, Any]:
     """S against 1 (WARN) and the FAIL floor (``SPEEDUP_FAIL_BELOW`` or the user's ``speedup<X``), beyond the noise.
 
-    Below a threshold but within the noise is a PASS whose reason says "within noise". The default floor
-    FAILs only where the noise is known, the arm is trusted (UNTRUSTED: the validity code that says it is
-    not, e.g. INVALID or CONFOUNDED) and SPEEDS (the arm's and base's speed figures, when given) show
-    requests of at least MIN_TIMED_REQUEST_S; a user's threshold FAILs on unknown noise too (the user asked).
-    The entry's threshold is the user's, else the floor on a FAIL and 1 otherwise.
+    Below a threshold but within the noise is a PASS whose reason says "within noise". Where bracketed timing
+    measured the host drifting by more than the effect (|1 - S|), S is "not measurable" (SKIP), never a FAIL. The
+    default floor FAILs only where the whole noise, the host's drift included (`_noise`), lies below it, the arm is
+    trusted (UNTRUSTED: the validity code that says it is not, e.g. INVALID or CONFOUNDED) and the noise's upper
+    end stays below it with the client's own cost taken off the arm's requests (`client_bound`; SPEEDS: the arm's
+    and base's speed figures, when given); a user's threshold FAILs on unknown noise too (the user asked). The
+    entry's threshold is the user's, else the floor on a FAIL and 1 otherwise.
     """
     thr = fail_on.get("speedup", SPEEDUP_FAIL_BELOW)
     warn_below = max(DEFAULTS["speedup"], thr)
@@ -143,45 +161,99 @@ def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_
         return _entry("speedup", "SKIP", "S not measurable (no single-stream rate on this arm or base)", None, shown)
     if S >= warn_below:
         return _entry("speedup", "PASS", f"S = {S:.2f} >= {warn_below:.2f}", S, shown)
-    below, noise = _noise(vb, floor)
-    short = None if "speedup" in fail_on else (
-        f"arm {untrusted}: its figures cannot back a FAIL" if untrusted else
-        _too_short(speeds) if speeds is not None else None)
-    if S < thr and (below(thr) if below else "speedup" in fail_on):
-        if not short:
+    drift = vb.get("drift") if vb.get("design") == "bracketed" else None
+    if drift is not None and abs(drift) > abs(1.0 - S):
+        return _entry("speedup", "SKIP", f"not measurable: the host drifted by {abs(drift):.0%} across this arm's "
+                      f"timing (base's rate before against after it), more than the effect (S = {S:.2f})", S, shown)
+    upper, noise, unmeasured = _noise(vb, floor)
+    if S < thr and (upper < thr if upper is not None else "speedup" in fail_on):
+        why_not: str | None = None
+        if "speedup" not in fail_on:
+            bound, words = client_bound(upper, (speeds or [None])[0]) if speeds and upper is not None else (upper, "")
+            why_not = (f"arm {untrusted}: its figures cannot back a FAIL" if untrusted else unmeasured
+                       or (None if bound is not None and bound < thr else f"the noise's upper end {words}"))
+        if not why_not:
             return _entry("speedup", "FAIL", f"S = {S:.2f} < {thr:.2f} beyond the noise ({noise}): clearly slower "
                           "than base", S, thr)
-        noise = f"{noise}; not a FAIL: {short}"  # the default floor does not FAIL what the timing cannot back
-    if below is None or below(warn_below):
+        noise = f"{noise}; not a FAIL: {why_not}"  # the default floor does not FAIL what the timing cannot back
+    if upper is None or upper < warn_below:
         return _entry("speedup", "WARN", f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, shown)
     return _entry("speedup", "PASS", f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise}); "
-                  f"{detectable_words(vb, None if vb.get('design') == 'paired' else (floor or {}).get('throughput_spread'))}",
+                  f"{detectable_words(vb, None if vb.get('design') in ('paired', 'bracketed') else (floor or {}).get('throughput_spread'))}",
                   S, shown)
 
 
-def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: dict[str, float]) -> dict[str, Any]:
-    """Median TTFT of the spec arm over base's."""
+def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: dict[str, float],
+               vb: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Median TTFT of the spec arm over base's: base's blocks timed right before and after the arm where the
+    timing was bracketed (the larger of the two, so the host's drift cannot make the ratio), else base's own.
+
+    A breach needs the difference to exceed the client's own cost of a request too (`CLIENT_COST_S`): on the
+    2-core CPU host a clean spec arm's first token came 8 ms after base's (15 against 7 ms, 7 of 9 paired
+    nights of examples/cpu-fault-nights), a ratio of 2 that no user sees; the field case the check exists
+    for took 4.42 s against 0.44 s (docs/design.md section 1)."""
     thr, bad = _threshold("ttft_ratio", fail_on)
     if base_spd is None:
         return _entry("ttft_ratio", "SKIP", "no base arm in this session", None, thr)
     a, b = (spd.get("ttft_ms") or {}).get("median"), (base_spd.get("ttft_ms") or {}).get("median")
+    around = (vb or {}).get("ttft_ms") if (vb or {}).get("design") == "bracketed" else None
+    beside = [x for x in ((around or {}).get("before"), (around or {}).get("after")) if x]
+    if around and (around.get("arm") is not None) and beside:
+        a, b = around["arm"], max(beside)
+        where = "base before and after"
+    else:
+        where = "base"
     if a is None or not b:
         return _entry("ttft_ratio", "SKIP", "TTFT not measured on this arm or base", None, thr)
     ratio = a / b
-    text = f"TTFT {a:.0f} ms vs {b:.0f} ms on base: {ratio:.2f}x"
+    text = f"TTFT {a:.0f} ms vs {b:.0f} ms on {where}: {ratio:.2f}x"
+    if ratio > thr and (a - b) <= CLIENT_COST_S * 1000 and "ttft_ratio" not in fail_on:
+        return _entry("ttft_ratio", "PASS", f"{text} > {thr:g}x, but {a - b:.0f} ms apart: within the client's own "
+                      f"cost of a request (up to {CLIENT_COST_S * 1000:.0f} ms)", ratio, thr)
     if ratio > thr:
         return _entry("ttft_ratio", bad, f"{text} > {thr:g}x", ratio, thr)
     return _entry("ttft_ratio", "PASS", f"{text} <= {thr:g}x", ratio, thr)
 
 
-def acceptance_check(acc: dict[str, Any], by_level: dict[str, Any], fail_on: dict[str, float]) -> dict[str, Any]:
-    """The lowest alpha, arm-level or at one concurrency level, against the floor."""
+def _dead(acc: dict[str, Any]) -> float | None:
+    """The one-sided upper bound on alpha (`stats.binom_upper`) where it lies below `DEAD_DRAFTER_ALPHA`: the drafter is dead
+    beyond doubt; None otherwise (or where the counts are not reported)."""
+    k, n = acc.get("accepted"), acc.get("draft_tokens")
+    if not isinstance(k, int) or not isinstance(n, int) or n <= 0 or k < 0:
+        return None
+    ub = binom_upper(k, n, DEAD_CONFIDENCE)
+    return ub if ub < DEAD_DRAFTER_ALPHA else None
+
+
+def acceptance_check(acc: dict[str, Any], by_level: dict[str, Any], fail_on: dict[str, float],
+                     untrusted: str | None = None) -> dict[str, Any]:
+    """The lowest alpha, arm-level or at one concurrency level, against the floor; a dead drafter FAILs by default.
+
+    Dead: alpha's one-sided 99.9% upper bound below `DEAD_DRAFTER_ALPHA` (5%), the arm's or one concurrency
+    level's (acceptance can collapse under concurrency alone: 1.2% in the field, docs/design.md section 1):
+    speculation that accepts nothing costs a verify step and gives nothing back (outputs stay right, decode
+    about 2x slower: BUGZOO "drafter broken after a lifecycle event"). Clean arms measured here accept 39-100%
+    (docs/design.md 3.7), a weak n-gram drafter on prose 10% or more, so 5% with the bound taken over the arm's
+    own draft count cannot be read off a clean arm: with 200 draft tokens a true 10% accepting 4 or fewer has
+    probability 1e-5. On an arm whose figures cannot be trusted (UNTRUSTED: its INVALID validity code, e.g. blank
+    outputs from random weights) it is a WARN, as the speed floor is.
+    """
     thr, bad = _threshold("acceptance", fail_on)
-    seen = [("the arm", acc.get("alpha"))] + [(f"concurrency {k}", (v or {}).get("alpha")) for k, v in by_level.items()]
-    known = [(w, a) for w, a in seen if a is not None]
+    seen = [("the arm", acc)] + [(f"concurrency {k}", v or {}) for k, v in by_level.items()]
+    known = [(w, a.get("alpha"), a) for w, a in seen if a.get("alpha") is not None]
     if not known:
         return _entry("acceptance_floor", "SKIP", "acceptance not reported by the engine counters", None, thr)
-    where, low = min(known, key=lambda p: p[1])
+    dead = [(w, a, ub) for w, a, full in known if (ub := _dead(full)) is not None]
+    if dead and untrusted:  # an arm whose figures cannot be trusted (INVALID, CONFOUNDED, ...): a WARN, as the speed floor
+        where, low, ub = min(dead, key=lambda d: d[2])
+        return _entry("acceptance_floor", "WARN", f"acceptance {low:.1%} at {where} < {DEAD_DRAFTER_ALPHA:.0%}: a dead "
+                      f"drafter, not a FAIL: arm {untrusted}: its figures cannot back one", low, DEAD_DRAFTER_ALPHA)
+    if dead:
+        where, low, ub = min(dead, key=lambda d: d[2])
+        return _entry("acceptance_floor", "FAIL", f"acceptance {low:.1%} at {where} (at most {ub:.1%} at 99.9% "
+                      f"confidence) < {DEAD_DRAFTER_ALPHA:.0%}: the drafter is dead, speculation costs a verify step "
+                      "and gives nothing back", low, DEAD_DRAFTER_ALPHA)
+    where, low, _ = min(known, key=lambda p: p[1])
     if low < thr:
         return _entry("acceptance_floor", bad, f"acceptance {low:.1%} at {where} < floor {thr:.0%}", low, thr)
     return _entry("acceptance_floor", "PASS", f"lowest acceptance {low:.1%} ({where}) >= floor {thr:.0%}", low, thr)
@@ -292,12 +364,12 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
     else:
         against_base = [speedup_check(fig.get("vs_base"), floor, fail_on,
                                       [spd, base_fig["speed"] if base_fig else None], untrusted),
-                        ttft_check(spd, base_fig["speed"] if base_fig else None, fail_on)]
+                        ttft_check(spd, base_fig["speed"] if base_fig else None, fail_on, fig.get("vs_base"))]
     return [
         *against_base,
         # whether the speed figures above can be trusted (issue 29 items 3-4)
         steady_check(fig, base_fig), clocks_check(fig, base_fig), graphs_check(fig, base_fig),
-        acceptance_check(acc, fig.get("by_concurrency") or {}, fail_on),
+        acceptance_check(acc, fig.get("by_concurrency") or {}, fail_on, untrusted),
         stream_tau_check(fig.get("stream_tau"), fig.get("stream_counter_tau"), bursty),
         token_count_check(spd.get("token_count") or {}),
     ]

@@ -52,6 +52,34 @@ class TwoSample:
         return self.df > 0
 
 
+def binom_sf(k: int, n: int, p: float) -> float:
+    """P(X >= K) for X ~ Binomial(N, P), summed in log space (exact; no overflow at any N)."""
+    if k <= 0:
+        return 1.0
+    if k > n or p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    base = math.lgamma(n + 1)
+    terms = [base - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * lp + (n - j) * lq for j in range(k, n + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
+def binom_upper(k: int, n: int, confidence: float) -> float:
+    """The one-sided Clopper-Pearson upper bound on a binomial rate with K successes in N trials (N > 0): the p
+    at which P(X <= K) = 1 - CONFIDENCE, by bisection."""
+    if k >= n:
+        return 1.0
+    lo, hi = k / n, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        below_or_at = 1.0 - binom_sf(k + 1, n, mid)
+        lo, hi = (mid, hi) if below_or_at > 1 - confidence else (lo, mid)
+    return hi
+
+
 def chi2_sf(x: float, df: int) -> float:
     """P(X >= x) for X chi-square with integer DF >= 1 (closed form; no scipy)."""
     if df < 1:

@@ -11,7 +11,7 @@
 - an engine prefix: ``vllm:NAME`` is NAME (vLLM, `DEFAULT_ENGINE`, is the default
   engine); ``ENGINE:NAME`` (or ``ENGINE:NAME=URL``) is one of that engine's own presets
   (`PrefixedEngine`: each engine's adapter in `observatory.engines` declares them,
-  `observatory.engines.arms` passes them in); the prefix stays in the arm's name;
+  `observatory.engines.arm_engines` passes them in); the prefix stays in the arm's name;
 
 optionally followed by ``+fault=NAME`` (launch with an injected fault, see
 `observatory.faults`), ``+repair=NAME`` (launch with a known engine bug repaired in place,
@@ -20,7 +20,12 @@ e.g. ``mtp2@observatory/vllm-cpu:local``; arms of two images in one session
 are compared image against image, see `observatory.engines.images`). The same arm listed twice is an A/A control: the
 second copy is named ``NAME#2`` and records ``copy_of``.
 
-Arms file layout (unknown keys are errors)::
+Arms file layout (unknown keys are errors; docs/arms.md describes it, docs/arms.schema.json is its JSON
+Schema, which the loader validates with)::
+
+    fail_on = "speedup<1.0"                # optional: performance thresholds (--fail-on wins)
+    suite = "traffic.jsonl"                # optional: the probe suite (--suite wins), relative to this file
+    suite_format = "openai"                # optional: its format (--suite-format wins; default: detected)
 
     [arms.mtp2-eager]
     speculative_config = { method = "mtp", num_speculative_tokens = 2 }
@@ -41,26 +46,29 @@ a parser that differs between base and a spec arm is a launch difference like an
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 from observatory.faults import FAULTS as FAULT_DESCRIPTIONS
 from observatory.faults.names import split_names
 from observatory.faults.repairs import ENV_VAR as REPAIR_ENV
 from observatory.faults.repairs import REPAIRS
+from observatory.model.arms_schema import ORDER, arms_schema, speculative_config_schema
 from observatory.model.errors import ArmError
+from observatory.model.probe_schema import DIALECT
 from observatory.model.safe_read import too_deep
+from observatory.model.schema_check import first_problem, validator
 from observatory.model.tomlfile import read_toml
 
 # One list of fault names: the plugin's (observatory.faults), whichever a spec arm may take with +fault=NAME.
 FAULTS = tuple(FAULT_DESCRIPTIONS)
-_ARM_FILE_KEYS = {"speculative_config", "engine_args", "env", "fault", "url", "image", "engine",
-                  "tool_parser", "reasoning_parser"}
 # A parser name as vLLM spells them (hermes, qwen3_coder, deepseek_r1, ...); "none" turns the parser off.
 NO_PARSER = "none"
 _PARSER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
@@ -157,15 +165,11 @@ def parse_speculative_config(text: str, where: str = "--speculative-config") -> 
 
 
 def check_speculative_config(value: Any, where: str) -> dict[str, Any]:
-    """Validate a speculative config object."""
-    if not isinstance(value, dict):
-        raise ArmError(f"{where}: must be a JSON object like {{\"method\": \"mtp\", \"num_speculative_tokens\": 2}}")
-    if not isinstance(value.get("method"), str) or not value["method"]:
-        raise ArmError(f"{where}: needs a string \"method\" (e.g. \"mtp\", \"ngram\")")
-    k = value.get("num_speculative_tokens")
-    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
-        raise ArmError(f"{where}: \"num_speculative_tokens\" must be a positive integer, got {k!r}")
-    return value
+    """Validate a speculative config object (its JSON Schema: `arms_schema.speculative_config_schema`)."""
+    problem = first_problem(_checks()["speculative_config"], value, ORDER, lambda *_: "")
+    if problem is not None:
+        raise ArmError(f"{where}: {problem.message}")
+    return cast(dict[str, Any], value)
 
 
 def check_parser(value: Any, where: str) -> str:
@@ -175,67 +179,101 @@ def check_parser(value: Any, where: str) -> str:
     return value
 
 
+@cache
+def _checks() -> dict[str, Any]:
+    """The validators of an arms file and of a speculative config (made once, when first needed)."""
+    return {"file": validator(arms_schema()),
+            "speculative_config": validator({"$schema": DIALECT, **speculative_config_schema()})}
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The arms file at PATH, parsed and checked against its JSON Schema (the first problem, named)."""
+    data = read_toml(path, ArmError, "arms file")
+    for name in data.get("arms") or {} if isinstance(data.get("arms"), dict) else {}:
+        if not _NAME_RE.fullmatch(name):
+            raise ArmError(f"{path}: arm {name!r}: names may use letters, digits, '.', '_' and '-'")
+    problem = first_problem(_checks()["file"], data, ORDER, _unknown, base=2)
+    if problem is None:
+        return data
+    if len(problem.path) >= 2 and problem.path[0] == "arms":
+        raise ArmError(f"{path}: arm {problem.path[1]!r}: {problem.message}")
+    raise ArmError(f"{path}: {problem.message}")
+
+
+def _unknown(at: tuple[str | int, ...], extra: list[str], allowed: list[str]) -> str:
+    if not at:
+        return (f"unknown top-level key {extra[0]!r}; define arms as [arms.NAME] tables (the other keys are "
+                f"{', '.join(k for k in allowed if k != 'arms')})")
+    return f"unknown key {extra[0]!r} (allowed: {', '.join(allowed)})"
+
+
 def arms_file_fail_on(path: Path | str) -> str | None:
     """The performance thresholds an arms file sets (top-level ``fail_on``), if any."""
-    data = read_toml(Path(path), ArmError, "arms file")
-    value = data.get("fail_on")
-    if value is not None and not isinstance(value, str):
-        raise ArmError(f"{path}: fail_on must be a string like 'speedup<1.0,ttft_ratio>3,acceptance<0.5'")
-    return value
+    value = _read(Path(path)).get("fail_on")
+    return cast(str | None, value)
+
+
+def arms_file_suite(path: Path | str) -> tuple[str | None, str | None]:
+    """(the probe suite an arms file names, its format): ``suite`` resolved against the file's folder when it
+    is a relative path that exists there (else as --suite reads it: a name in probes/ or a path), and
+    ``suite_format`` (None: detected from the file)."""
+    path = Path(path)
+    data = _read(path)
+    suite = data.get("suite")
+    if suite is not None and not Path(suite).is_absolute() and (path.parent / suite).exists():
+        suite = str(path.parent / suite)
+    return suite, data.get("suite_format")
+
+
+def arms_file_known(path: Path | str, data: dict[str, Any] | None = None) -> list[Path]:
+    """The known-findings ledgers an arms file names (top-level ``known``: a path or a list of paths, relative
+    to the arms file; docs/known.md)."""
+    path = Path(path)
+    value = (_read(path) if data is None else data).get("known")
+    items = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) and x.strip() for x in items):
+        raise ArmError(f"{path}: known must be a ledger file's path or a list of paths, got {value!r}")
+    return [path.parent / x for x in items]
 
 
 def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str, Arm]:
     """Named arms from a TOML file, loaded strictly (ENGINES: those an arm may name besides the default)."""
     path = Path(path)
-    data = read_toml(path, ArmError, "arms file")
-    unknown = sorted(set(data) - {"arms", "fail_on"})
-    if unknown:
-        raise ArmError(f"{path}: unknown top-level key {unknown[0]!r}; define arms as [arms.NAME] tables "
-                       "(the only other key is fail_on)")
-    if not isinstance(data.get("fail_on", ""), str):
-        raise ArmError(f"{path}: fail_on must be a string like 'speedup<1.0,ttft_ratio>3,acceptance<0.5'")
+    data = _read(path)
+    arms_file_known(path, data)
     arms: dict[str, Arm] = {}
     for name, raw in (data.get("arms") or {}).items():
         where = f"{path}: arm {name!r}"
-        if not _NAME_RE.fullmatch(name):
-            raise ArmError(f"{where}: names may use letters, digits, '.', '_' and '-'")
-        if not isinstance(raw, dict):
-            raise ArmError(f"{where}: must be a table")
-        bad = sorted(set(raw) - _ARM_FILE_KEYS)
-        if bad:
-            raise ArmError(f"{where}: unknown key {bad[0]!r} (allowed: {', '.join(sorted(_ARM_FILE_KEYS))})")
         spec = raw.get("speculative_config")
-        if spec is not None:
-            spec = check_speculative_config(spec, f"{where}: speculative_config")
-        engine_args = raw.get("engine_args", [])
-        if not isinstance(engine_args, list) or not all(isinstance(a, str) for a in engine_args):
-            raise ArmError(f"{where}: engine_args must be a list of strings")
-        env = raw.get("env", {})
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise ArmError(f"{where}: env must be a table of strings")
-        fault = raw.get("fault")
-        if fault is not None and fault not in FAULTS:
-            raise ArmError(f"{where}: unknown fault {fault!r} (known: {', '.join(FAULTS)})")
         url = raw.get("url")
         if url is not None:
             url = _check_url(url, where)
         image = raw.get("image")
         if image is not None:
             image = _check_image(image, where, url)
+        fault = raw.get("fault")
         engine = raw.get("engine", DEFAULT_ENGINE)
         if engine not in engine_names(engines):
             raise ArmError(f"{where}: engine must be one of {', '.join(engine_names(engines))}, got {engine!r}")
-        if engine != DEFAULT_ENGINE and (fault is not None or image is not None):
+        if ((fault is not None and not _takes(engines, engine, "takes_faults"))
+                or (image is not None and not _takes(engines, engine, "runs_in_images"))):
             raise ArmError(f"{where}: faults and images are vLLM's; a {engine} arm takes neither")
-        parsers = {k: check_parser(raw[k], f"{where}: {k}") for k in ("tool_parser", "reasoning_parser") if k in raw}
-        if parsers and (engine != DEFAULT_ENGINE or url is not None):
+        parsers = {k: raw[k] for k in ("tool_parser", "reasoning_parser") if k in raw}
+        if parsers and (url is not None or not _takes(engines, engine, "takes_parsers")):
             raise ArmError(f"{where}: {', '.join(parsers)} is a flag vLLM is launched with; an arm with a url "
                            f"or on {engine} is not launched by vLLM here (start its server with the flag)")
-        arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(engine_args),
-                         env=dict(env), url=url, fault=fault, image=image, engine=engine, **parsers)
+        arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(raw.get("engine_args", [])),
+                         env=dict(raw.get("env", {})), url=url, fault=fault, image=image, engine=engine, **parsers)
     if not arms:
         raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
     return arms
+
+
+def _takes(engines: Engines | None, engine: str, what: str) -> bool:
+    """Whether ENGINE's arms take WHAT (its adapter's ``takes_faults``, ``runs_in_images``, ``takes_parsers``): the
+    default engine, never among ENGINES, takes all three; another engine only what its adapter says it takes."""
+    adapter = (engines or {}).get(engine)
+    return adapter is None or bool(getattr(adapter, what, False))
 
 
 def _check_url(url: Any, where: str) -> str:
@@ -261,7 +299,7 @@ def parse_arms(
     engines: Engines | None = None,
 ) -> list[Arm]:
     """The session's arms, in run order, from the --arms list (ENGINES: those with a prefix of their own,
-    `observatory.engines.arms.parse_arms` passes every registered one)."""
+    `observatory.engines.arm_engines.parse_arms` passes every registered one)."""
     engines = engines or {}
     defined = load_arms_file(arms_file, engines) if arms_file else {}
     custom = parse_speculative_config(speculative_config) if speculative_config else None
@@ -290,9 +328,9 @@ def parse_arms(
 
 def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | None, engines: Engines) -> Arm:
     prefix, colon, rest = item.partition(":")
-    if colon and rest and prefix in engines and prefix != DEFAULT_ENGINE:
+    if colon and rest and prefix in engines:  # ENGINES never holds the default engine (`Engines`)
         return _parse_engine_item(engines[prefix], item, rest, defined)
-    if colon and rest and prefix == DEFAULT_ENGINE:  # vllm:NAME is NAME
+    if colon and rest and prefix in engine_names(engines):  # the default engine's own: vllm:NAME is NAME
         item = rest
     m = re.fullmatch(r"([^=+]+)=(https?://\S+)", item)
     if m:
@@ -350,8 +388,11 @@ def _parse_engine_item(of: PrefixedEngine, item: str, rest: str, defined: dict[s
     else:
         is_preset, config = of.arm_preset(name)
         if not is_preset:
-            raise ArmError(f"Unknown {engine} arm {name!r} in {item!r}. Presets: {of.arm_presets}, K = 1..99; "
-                           f"or an arms-file name with engine = \"{engine}\".")
+            near = did_you_mean(name, [n for n in ("base", "draft1", "draft2", "draft3", "ngram2", "ngram3", "ngram4",
+                                                   "mtp1", "mtp2", "mtp3") if of.arm_preset(n)[0]] + list(defined),
+                                f"{engine}:")
+            raise ArmError(f"Unknown {engine} arm {name!r} in {item!r}{near}. Presets: {of.arm_presets}, "
+                           f"K = 1..99; or an arms-file name with engine = \"{engine}\".")
         arm = Arm(name=name, speculative_config=config, engine=engine)
     arm.name = f"{engine}:{arm.name}"
     if eq:
@@ -377,6 +418,12 @@ def _check_image(image: Any, where: str, url: str | None) -> str:
     return image
 
 
+def did_you_mean(name: str, candidates: list[str], prefix: str = "") -> str:
+    """" (did you mean 'PREFIX+match'?)" for the closest of CANDIDATES to a mistyped NAME (difflib), else ""."""
+    close = difflib.get_close_matches(name.lower(), candidates, n=1, cutoff=0.6)
+    return f" (did you mean {prefix + close[0]!r}?)" if close else ""
+
+
 def _resolve(name: str, defined: dict[str, Arm], custom: dict[str, Any] | None, allow_unknown: bool) -> Arm:
     if name in defined:
         return copy.deepcopy(defined[name])
@@ -390,4 +437,5 @@ def _resolve(name: str, defined: dict[str, Arm], custom: dict[str, Any] | None, 
         # config; treat it as speculating unless it says "base".
         return Arm(name=name, speculative_config={"method": "unknown"})
     hint = "; define it in an arms file (--arms-file)" if not defined else f"; the arms file defines {', '.join(sorted(defined))}"
-    raise ArmError(f"Unknown arm {name!r}. Presets: base, mtpK, ngramK (K = 1..99), spec (with --speculative-config){hint}.")
+    near = did_you_mean(name, ["base", "mtp1", "mtp2", "mtp3", "ngram2", "ngram3", "ngram4", "spec", *defined])
+    raise ArmError(f"Unknown arm {name!r}{near}. Presets: base, mtpK, ngramK (K = 1..99), spec (with --speculative-config){hint}.")

@@ -1,6 +1,6 @@
 """Every OBSERVATORY_* environment variable the code and its scripts read, for `observatory --help` (its epilog).
 
-An engine's own (what its arms read) are its adapter's ``env_vars`` (`observatory.engines.arms.env_vars`), given
+An engine's own (what its arms read) are its adapter's ``env_vars`` (`observatory.engines.arm_engines.env_vars`), given
 to `epilog`. tests/test_cli_help.py greps the package and scripts/ for ``OBSERVATORY_`` names and checks each is
 listed here or there.
 """
@@ -16,6 +16,7 @@ ENV_VARS = {
     "OBSERVATORY_DEFAULT_MODEL": "folder of the embedded default model (default: the packaged tiny MTP model)",
     "OBSERVATORY_GPU_COUNT": "GPUs this host has, overriding detection (plans --parallel-arms waves)",
     "OBSERVATORY_FAULT": "set in an engine's environment (by selftest's +fault=F arms): the faults it injects",
+    "OBSERVATORY_NEAR_TIE_FLIP_FRACTION": "set in an engine's environment: the share of near-tie rows the near_tie_flip fault swaps on the verify path (default 0.5)",
     "OBSERVATORY_SLOW_STEP_FRACTION": "set in an engine's environment: how much slower the slow_step fault makes each spec step (default 0.05)",
     "OBSERVATORY_DRAFT_NOISE_FRACTION": "set in an engine's environment: the share of draft rows the draft_noise fault replaces (default 1)",
     "OBSERVATORY_MIXED_TYPO_RATE": "set in an engine's environment: the share of mixed-batch requests the mixed_typo fault corrupts (default 0.005)",
@@ -25,6 +26,7 @@ ENV_VARS = {
     "OBSERVATORY_IMAGE_TAG": "the tag scripts/build-image.sh builds (default observatory/vllm-cpu:local)",
     "OBSERVATORY_COMPILE_CACHE": "where containerised vLLM arms keep their compile cache (default: ~/.cache/observatory/compile; off: none)",
     "OBSERVATORY_IMAGE_CACHE": "scripts/build-image.sh's wheel cache (default: ~/.cache/observatory/image)",
+    "COLUMNS": "width of terminal output (default: the terminal's; 240 where the output is not a terminal, a CI log)",
 }
 
 

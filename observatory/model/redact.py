@@ -23,6 +23,20 @@ lower-cased), in its JSON-escaped and percent-encoded forms (an error body
 kept as the server wrote it), and a URL's query parameters named like a
 credential (``?api_key=...``, ``&password=...``) are masked like its
 userinfo, wherever a URL appears.
+
+Issue 48 adds imported traffic (`observatory.model.suites`): a team's logged
+requests carry secrets nobody gave the observatory, so `redact_traffic`
+masks, beyond what `redact` masks, every e-mail address and every string
+shaped like a credential (`KEY_SHAPES`: OpenAI/Anthropic ``sk-...``, AWS
+access key ids, GitHub, Hugging Face, Slack, Google, GitLab and Stripe keys,
+JWTs, the token after ``Bearer``, and the value after a name such as
+``api_key=`` or ``"password":`` when it holds a digit or 20 characters, so
+``token = tokenizer.encode(x)`` in a code prompt stays). It scans the text once, word by word (runs
+of key characters), so a megabyte of hostile text costs a linear scan, never
+a backtracking regex. It is applied to an imported prompt before it is
+written to a suite or sent, so the suite file, the requests and the store
+hold the masked text; model output is not masked by it (an answer that
+quotes an address stays as the model wrote it, for the gates to judge).
 """
 
 from __future__ import annotations
@@ -269,3 +283,102 @@ def redact_file(path: Path) -> None:
         pass
     finally:
         tmp.unlink(missing_ok=True)
+
+
+# -- imported traffic (issue 48) ------------------------------------------------------------------------
+
+# Runs of the characters keys are written in (one scan finds every candidate word; "=" and ":" end a word,
+# so "api_key=VALUE" is two words).
+_WORD = re.compile(r"[A-Za-z0-9_.\-+/~]+")
+# Whole-word credential shapes (matched against one word, a trailing "." or "-" of a sentence left out).
+KEY_SHAPES = re.compile(
+    r"(?:sk-[A-Za-z0-9_\-]{16,}"                      # OpenAI, Anthropic (sk-proj-, sk-ant-)
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"                      # AWS access key id
+    r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"  # GitHub
+    r"|hf_[A-Za-z0-9]{30,}"                            # Hugging Face
+    r"|xox[abprs]-[A-Za-z0-9\-]{10,}"                 # Slack
+    r"|AIza[0-9A-Za-z_\-]{30,}"                       # Google
+    r"|glpat-[A-Za-z0-9_\-]{20,}"                     # GitLab
+    r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"           # Stripe
+    r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"  # a JWT
+)
+# A word naming a credential, whose next word is its value ("api_key=...", '"password": "..."').
+_NAMED = re.compile(r"(?:[A-Za-z0-9]+[_\-.])*(?:api[_\-]?key|apikey|access[_\-]?key|secret|token|password|passwd|"
+                    r"pwd|credentials?|auth)", re.IGNORECASE)
+_BETWEEN_NAME_AND_VALUE = re.compile(r"[\"']?\s{0,3}[:=]\s{0,3}[\"']?")
+_LONGEST_WORD = 4096  # a longer run (a data URL, a base64 blob) is no key: not matched (linear either way)
+_EMAIL_LOCAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+_EMAIL_DOMAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
+
+
+def _email_spans(text: str) -> list[tuple[int, int]]:
+    """The [start, end) of every e-mail address: from each "@", at most 64 local and 255 domain characters."""
+    spans: list[tuple[int, int]] = []
+    at = text.find("@")
+    while at != -1:
+        start = at
+        while start > 0 and at - start < 64 and text[start - 1] in _EMAIL_LOCAL:
+            start -= 1
+        end = at + 1
+        while end < len(text) and end - at <= 255 and text[end] in _EMAIL_DOMAIN:
+            end += 1
+        domain = text[at + 1:end].rstrip(".-")
+        if start < at and "." in domain.strip(".") and domain.rsplit(".", 1)[1].isalpha():
+            spans.append((start, at + 1 + len(domain)))
+        at = text.find("@", at + 1)
+    return spans
+
+
+# Where a credential could start (lower case): none in the text, nothing to scan word by word (most prompts).
+_KEY_HINTS = ("sk-", "akia", "asia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "xox", "aiza",
+              "glpat-", "k_live_", "k_test_", "eyj", "bearer", "key", "secret", "token", "passw", "pwd", "credential",
+              "auth")
+
+
+def _key_spans(text: str) -> list[tuple[int, int]]:
+    """The [start, end) of every credential-shaped word, and of the word after a credential's name."""
+    spans: list[tuple[int, int]] = []
+    lower = text.lower()
+    if not any(hint in lower for hint in _KEY_HINTS):
+        return spans
+    previous: re.Match[str] | None = None
+    for m in _WORD.finditer(text):
+        word = m.group()
+        if len(word) <= _LONGEST_WORD:
+            core = word.rstrip(".-")
+            if KEY_SHAPES.fullmatch(core):
+                spans.append((m.start(), m.start() + len(core)))
+            elif previous is not None and len(core) >= MIN_SECRET_CHARS:
+                gap = text[previous.end():m.start()]
+                # a value, not code ("token = tokenizer.encode"): a digit in it, or 20 characters
+                valued = any(c.isdigit() for c in core) or len(core) >= 20
+                named = valued and _NAMED.fullmatch(previous.group()) and _BETWEEN_NAME_AND_VALUE.fullmatch(gap)
+                bearer = previous.group().lower() == "bearer" and gap.isspace() and len(core) >= 16
+                if named or bearer:
+                    spans.append((m.start(), m.start() + len(core)))
+        previous = m
+    return spans
+
+
+def redact_traffic(value: Any) -> Any:
+    """VALUE (an imported request) masked for storing: `redact`, then every e-mail address and credential-shaped
+    string in each of its strings (dict keys included) replaced by ***."""
+    if isinstance(value, str):
+        text = redact_text(value)
+        spans = sorted(_email_spans(text) + _key_spans(text)) if ("@" in text or len(text) >= 16) else []
+        if not spans:
+            return text
+        parts: list[str] = []
+        done = 0
+        for start, end in spans:
+            if end <= done:
+                continue
+            parts += [text[done:max(start, done)], MASK]
+            done = end
+        parts.append(text[done:])
+        return "".join(parts)
+    if isinstance(value, list):
+        return [redact_traffic(v) for v in value]
+    if isinstance(value, dict):
+        return {redact_traffic(k): redact_traffic(v) for k, v in value.items()}
+    return value

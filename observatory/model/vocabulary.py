@@ -61,6 +61,9 @@ STORAGE_ERROR = 5  # the database locked past its retries, or the disk full: the
 
 # The mode of base's answers timed beside a spec arm (`--timing paired`), stored on that spec arm.
 PAIRED_BASE = "paired_base"
+# The mode of base's blocks timed around a spec arm's (`--timing bracketed`), stored on that spec arm; the
+# result's repeat is the block's index (spec repeat r sits between blocks r and r + 1).
+BRACKET_BASE = "bracket_base"
 
 # Gate names a reader looks up by name (the gate modules declare the same names).
 TOKEN_DIFF = "token_diff"

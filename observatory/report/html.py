@@ -33,16 +33,17 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from observatory.engines.images import arm_image
-from observatory.engines.launches import engine_of
 from observatory.judge.graph_coverage import words as graph_words
+from observatory.judge.reasons import group_reasons
 from observatory.judge.steady_state import words as steady_words
 from observatory.judge.verdict import INVALID_CODES, arm_role
 from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
-from observatory.model.vocabulary import TOKEN_DIFF
-from observatory.report import charts
-from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
+from observatory.model.roles import JUDGED_AGAINST_BASE
+from observatory.model.vocabulary import COUNTED_LEVELS, REASON_LEVELS, TOKEN_DIFF
+from observatory.report import charts, speed_view
+from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank, row_level
 from observatory.report.token_spans import tokens_html, visible
 from observatory.report.volume_section import volume_section
 
@@ -138,15 +139,18 @@ def arm_view(a: ArmView) -> dict[str, Any]:
                                  color=charts.PALETTE[2], xlabel="accepted per draft n") if hist else None,
         "ttft_med": _g(spd, "ttft_ms", "median"), "ttft_p90": _g(spd, "ttft_ms", "p90"),
         "itl_med": _g(spd, "itl_ms", "median"), "itl_p90": _g(spd, "itl_ms", "p90"),
-        "single": spd.get("single_stream_tok_s"), "decode": spd.get("decode_tok_s"),
+        "single": spd.get("single_stream_tok_s"), "decode": speed_view.decode_or_why(spd),
+        "latency": speed_view.latency_rows(spd),
         "requests": spd.get("requests"),
         "throughput": {lv: _g(spd, "throughput", lv, "tok_s") for lv in levels},
         "vs": {k: _g(vs, k) for k in ("S", "ci", "r", "c", "pays", "statement", "break_even_alpha",
                                       "within_noise", "cross_session", "detectable_change", "half_width",
                                       "timed_requests", "timed_s", "traffic_for", "design", "pairs",
-                                      "incomplete_pairs", "unpaired", "step", "not_measurable")}
+                                      "incomplete_pairs", "unpaired", "step", "not_measurable", "drift",
+                                      "before", "after", "unbracketed")}
         if isinstance(vs, Mapping) else None,
         "bursty": spd.get("bursty") if _g(spd, "bursty", "bursty") else None,
+        "bursty_timed": speed_view.bursty_level_one(spd),
         "token_source": spd.get("token_source"),
         "by_concurrency": a.figures.by_concurrency or {},
         "stream_tau": a.figures.stream_tau, "stream_counter_tau": a.figures.stream_counter_tau,
@@ -262,25 +266,41 @@ def evidence_href(data: SessionView, reason: Reason,
     return f"#arm-{ai}"
 
 
+def _entry_shown(known: Any) -> dict[str, Any] | None:
+    """A known-findings entry as the banner shows it: its link only where it is an http(s) URL (the stored
+    details are data: never a javascript: link)."""
+    if not isinstance(known, Mapping):
+        return None
+    link = known.get("link")
+    ok = isinstance(link, str) and link.startswith(("https://", "http://"))
+    return {"id": known.get("id"), "link": link if ok else None, "reproduction": known.get("reproduction")}
+
+
 def overall(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    """The verdict banner: the session verdict of `observatory.judge.verdict.decide`, each reason linked to its evidence.
+    """The verdict banner: the session verdict of `observatory.judge.verdict.decide`, its reasons one line per
+    cause (`observatory.judge.reasons`), each linked to its evidence.
 
     The report renders the one verdict policy, so the banner, the gate's exit
     status, JUnit and ``show --json`` never disagree. Reasons are listed FAIL,
-    INVALID, WARN, NOTE, each with a link (`evidence_href`) where it has one.
+    INVALID, WARN, then apart the KNOWN findings (with their ledger entry's link)
+    and the NOTEs, each with a link (`evidence_href`) where it has one.
     """
     v = data.verdict
     diffs = diffs_by_result(data) if diffs is None else diffs
-    reasons = [{"level": r.level, "text": r.text, "href": evidence_href(data, r, diffs)} for r in v.reasons]
-    reasons.sort(key=lambda x: ("FAIL", "INVALID", "WARN").index(x["level"])
-                 if x["level"] in ("FAIL", "INVALID", "WARN") else 3)
-    counts = {lv: sum(x["level"] == lv for x in reasons) for lv in ("FAIL", "INVALID", "WARN", "NOTE")}
+    reasons = [{"level": g.level, "text": g.text, "count": g.count, "known": _entry_shown(g.known),
+                "href": evidence_href(data, g.first, diffs)} for g in group_reasons(v.reasons)]
+    counts = {lv: sum(r.level == lv for r in v.reasons) for lv in REASON_LEVELS}
     return {"verdict": v.verdict, "why": v.why, "reasons": reasons, "counts": counts}
 
 
 def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
     """Probe rows, one cell per arm: worst verdict, 80-character preview, link, stream/batch flags."""
     rows = []
+    # issue 50 item 6: no red cell the verdict does not explain. A cell's FAIL, INVALID or WARN is drawn as a
+    # counted verdict only where a reason of the session verdict names its arm and probe; the reference arm's
+    # own verdicts (base: they make the probe not discriminating) and anything else the verdict leaves out
+    # are drawn muted, saying why they are not counted.
+    explained = {(r.arm, r.probe) for r in data.verdict.reasons if r.level in COUNTED_LEVELS}
     # each arm's first result per probe, indexed once (was a scan per cell)
     by_probe: list[dict[str, ResultView]] = [{} for _ in data.arms]
     for ai, a in enumerate(data.arms):
@@ -302,10 +322,16 @@ def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
                       for g, v in sorted(r.verdicts.items())
                       if ":c" in g and g.split(":c", 1)[1].isdigit() and v.verdict in ("FAIL", "WARN")]
             # r.preview is report_data's: the text, or the tool calls' one-line form when there is no text
-            cells.append({"verdict": r.verdict or ("—" if r.ok else "ERROR"), "preview": r.preview, "ok": r.ok,
+            verdict = r.verdict or ("—" if r.ok else "ERROR")
+            uncounted = None
+            if verdict in COUNTED_LEVELS and (_a.name, p.name) not in explained:
+                uncounted = ("not counted: the reference arm's own verdict (a probe base fails does not "
+                             "discriminate)" if arm_role(_a) not in JUDGED_AGAINST_BASE
+                             else "not counted: no reason of the session verdict names this cell")
+            cells.append({"verdict": verdict, "preview": r.preview, "ok": r.ok,
                           "error": (r.error or "")[:PREVIEW_CHARS], "href": prefix + result_href(ai, pi),
-                          "flags": flags})
-        worst = min((str(c["verdict"]) for c in cells if c), key=rank, default="INFO")
+                          "flags": flags, "uncounted": uncounted})
+        worst = min((str(c["verdict"]) for c in cells if c and not c["uncounted"]), key=rank, default="INFO")
         rows.append({"probe": p, "cells": cells, "worst": worst})
     rows.sort(key=lambda row: rank(row["worst"]))  # failures first, suite order within a level
     return rows
@@ -386,8 +412,6 @@ def acceptance_chart(data: SessionView, spec: Sequence[Mapping[str, Any]]) -> Ma
 
 def strips(views: Sequence[Mapping[str, Any]]) -> None:
     """Give each length-sweep block a strip of its rows' levels in length order (`charts.strip`), in place."""
-    from observatory.report.channel_blocks import row_level
-
     for ch in views:
         if ch["name"] != "length_sweep":
             continue
@@ -441,7 +465,7 @@ def token_rows(r: ResultView) -> list[dict[str, Any]]:
 
 def _base(data: SessionView, engine: str | None = None) -> ArmView | None:
     """DATA's base arm (ENGINE given: the base of that engine, observatory.model.roles)."""
-    return next((a for a in data.arms if arm_role(a) == "base" and engine in (None, engine_of(a.launch))), None)
+    return next((a for a in data.arms if arm_role(a) == "base" and engine in (None, a.engine)), None)
 
 
 def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
@@ -453,7 +477,7 @@ def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
         for arm in spec_s.arms:
             if not arm.is_spec or not arm.figures.speed:
                 continue
-            base = _base(base_s, engine_of(arm.launch))  # an arm over the other session's base of its engine
+            base = _base(base_s, arm.engine)  # an arm over the other session's base of its engine
             base_speed = base.figures.speed if base is not None else None
             if base is None or not base_speed:
                 continue
@@ -484,12 +508,29 @@ def arm_differences(a: SessionView, b: SessionView) -> list[str]:
         other = theirs.get(arm.name)
         if other is None:
             continue
-        pairs = [("engine", engine_of(arm.launch), engine_of(other.launch)),
+        pairs = [("engine", arm.engine, other.engine),
                  ("speculative config", json.dumps(arm.speculative_config, sort_keys=True),
                   json.dumps(other.speculative_config, sort_keys=True)),
                  ("dtype", _flag_value((arm.launch or {}).get("argv") or [], "--dtype"),
                   _flag_value((other.launch or {}).get("argv") or [], "--dtype"))]
         out += [f"arm {arm.name}: {what} ({x} vs {y})" for what, x, y in pairs if x != y]
+    return out
+
+
+# stored plan keys that change what a session measures or how (observatory.session.options.SessionPlan)
+PLAN_DIFFERENCES = ("parallel_arms", "timing", "gpus_per_arm", "concurrency", "repeat", "profile", "channels",
+                    "dtype", "max_model_len", "seed", "engine_args", "spec_extra", "image", "fail_on", "diffs",
+                    "tool_parser", "reasoning_parser", "aa_copy")
+
+
+def plan_differences(a: SessionView, b: SessionView) -> list[str]:
+    """What the two sessions' stored plans set differently (e.g. ``--parallel-arms`` against sequential arms),
+    each named "plan KEY (A vs B)"; a key one session did not store (an older plan) is not compared."""
+    plans = [dict((d.session.options or {}).get("plan") or {}) for d in (a, b)]
+    out = []
+    for key in PLAN_DIFFERENCES:
+        if key in plans[0] and key in plans[1] and plans[0][key] != plans[1][key]:
+            out.append(f"plan {key} ({json.dumps(plans[0][key])} vs {json.dumps(plans[1][key])})")
     return out
 
 
@@ -516,7 +557,7 @@ def render_cross(a: SessionView, b: SessionView, out: Path | str,
     other_model = models[0] != models[1]
     if other_model and "model" not in differs:
         differs.insert(0, "model")
-    differs += arm_differences(a, b)
+    differs += plan_differences(a, b) + arm_differences(a, b)
     names = list(dict.fromkeys([p.name for p in a.probes] + [p.name for p in b.probes]))
     hashes = [{p.name: p.hash for p in d.probes} for d in (a, b)]
     rows = []

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observatory.channels import get as get_channel
 from observatory.channels.live_arm import StepReporter
 from observatory.client.answer import MAX_COUNT, Response
 from observatory.client.batch import timed_batch
@@ -27,7 +28,7 @@ from observatory.engines.server import EngineProcess, EngineStartError
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
-from observatory.model.vocabulary import PAIRED_BASE
+from observatory.model.vocabulary import BRACKET_BASE, PAIRED_BASE
 from observatory.session.options import SessionPlan
 from observatory.store.db import ArmRow, MeasurementRow, ResultRow
 from observatory.store.session_store import Store, storable
@@ -38,6 +39,13 @@ if TYPE_CHECKING:  # pragma: no cover
 REFERENCE_MODES = ("stream", "nonstream")
 # (the arm with a channel's extra flags and environment, why) -> its second engine, healthy (the runner's)
 Relauncher = Callable[[Arm, str], "RunningEngine"]
+
+
+# seconds between a base block and a spec block (`ArmRun.bracketed_blocks`): an idle engine's threads may spin
+# for a while after its last request (OpenMP's default block time is 200 ms), which would slow the other's first
+BLOCK_PAUSE_S = 0.3
+# restarts of one arm's engine after it died mid-channel (`ArmRun.restart`): past this the arm ends, crashed
+MAX_RESTARTS = 2
 
 
 class ArmCrashed(Exception):
@@ -191,6 +199,35 @@ class ArmRun:
         finally:
             eng.stop()
 
+    def restart(self, where: str, died: ArmCrashed) -> bool:
+        """After the engine died (or hung) in WHERE: a fresh engine of this arm in its place, so one crashing
+        request does not cost the arm's later phases (nothing lost on a crash). The death is kept in the arm's
+        launch facts (``restarts``: where, why, the old log's tail, the new log) and judged as a finding
+        (observatory.judge.session: ``engine_restart``). False where no engine can be launched (a URL arm), the
+        arm restarted `MAX_RESTARTS` times already, or the new engine did not come up: the arm then ends."""
+        launch = self.extra.setdefault("launch", {})
+        restarts = launch.setdefault("restarts", [])
+        if self.relauncher is None or len(restarts) >= MAX_RESTARTS:
+            return False
+        entry: dict[str, Any] = {"where": where, "status": died.status, "reason": died.reason[:2000],
+                                 "cause": self.proc.fatal_error() if self.proc is not None else None,
+                                 "log_tail": (self.proc.log_tail() or "")[-2000:] if self.proc is not None else None}
+        if self.proc is not None:
+            self.proc.stop()
+        if self.client is not None:
+            self.client.close()
+        self.reporter.step(self.arm, f"{where}: engine {died.status}; restarting it", 0, 1)
+        try:
+            eng = self.relauncher(self.arm, f"restart-{len(restarts) + 1}")
+        except EngineStartError as e:
+            restarts.append({**entry, "restarted": False, "why_not": str(e)[:2000]})
+            self.store.update(ArmRow, self.arm_id, launch=dict(launch))
+            return False
+        self.proc, self.client = eng.proc, eng.client
+        restarts.append({**entry, "restarted": True, "ready_s": round(eng.ready_s, 1), "log_path": str(eng.log_path)})
+        self.store.update(ArmRow, self.arm_id, launch=dict(launch))
+        return True
+
     # -- phases --------------------------------------------------------
     def correctness(self) -> None:
         """Warm-up, every probe streamed with its counter deltas, then the diff passes."""
@@ -240,25 +277,31 @@ class ArmRun:
 
     def run_channels(self) -> None:
         """Each field channel's requests (observatory.channels), channel after channel."""
-        from observatory.channels import get  # the channel modules import this one
-
         for i, name in enumerate(self.channels):
             self.reporter.step(self.arm, f"channel {name}", i, len(self.channels))
-            get(name).measure(self, self.channel_probes.get(name, []))
+            try:
+                get_channel(name).measure(self, self.channel_probes.get(name, []))
+            except ArmCrashed as e:
+                if not self.restart(f"channel {name}", e):
+                    raise
             if not self.live:
                 return
         if self.channels:
             self.reporter.step(self.arm, "channels", len(self.channels), len(self.channels))
 
-    def throughput(self, partner: ArmRun | None = None) -> None:
+    def throughput(self, partner: ArmRun | None = None, design: str = "paired") -> None:
         """Timed runs: at each concurrency level, `level` copies of every probe, `level` at a time.
 
-        With PARTNER (the base arm's live run, `--timing paired`), concurrency 1
-        is timed in pairs instead (`paired_block`).
+        With PARTNER (the base arm's live run kept up beside this one), concurrency 1
+        is timed between base's blocks (DESIGN "bracketed": `bracketed_blocks`) or in
+        pairs with base's requests ("paired": `paired_block`) instead.
         """
         assert self.client is not None
         client = self.client
         for level in self.plan.levels:
+            if partner is not None and level == 1 and design == "bracketed" and partner.live:
+                self.bracketed_blocks(partner)
+                continue
             for rep in range(self.plan.repeat):
                 self.reporter.step(self.arm, f"timed c={level}" + (" paired" if partner and level == 1 else ""),
                                    rep, self.plan.repeat)
@@ -295,6 +338,47 @@ class ArmRun:
             completion_tokens=tokens, wall_s=wall,
             counters_delta=delta.to_dict(), gpu=gpu,
         ))
+
+    def bracketed_blocks(self, partner: ArmRun) -> None:
+        """Every repeat of the suite at concurrency 1, each between two blocks of base's (PARTNER's) requests.
+
+        base block 0, this arm's repeat 0, base block 1, repeat 1, ..., base
+        block R: each spec repeat has base timed right before and right after it,
+        so the host's drift across it is measured (observatory/judge/bracketed.py).
+        Whole blocks, each side's requests one at a time, a pause between blocks:
+        on a 2-core CPU host two engines answering in turn slow each other. This
+        arm's requests are its `timed` results and measurements; base's are
+        stored on this arm as `bracket_base` (repeat = the block's index). The
+        counters are this arm's server's, read around its own block only.
+        """
+        assert self.client is not None and partner.client is not None
+        blocks = self.plan.repeat + 1
+        partner.client.run_timed(self.probes[0])  # base idled through this arm's other phases: warm it, unstored
+        self._base_block(partner, 0, blocks)
+        for rep in range(self.plan.repeat):
+            time.sleep(BLOCK_PAUSE_S)
+            self.reporter.step(self.arm, "timed c=1 bracketed", rep, self.plan.repeat)
+            before = self.counters()
+            with self.clock_sampler() as clocks:
+                resps, wall = timed_batch(self.client, list(self.probes), 1)
+            self.store_timed(list(self.probes), resps, wall, self.counters() - before, 1, rep, clocks.record())
+            time.sleep(BLOCK_PAUSE_S)
+            self._base_block(partner, rep + 1, blocks)
+
+    def _base_block(self, partner: ArmRun, block: int, blocks: int) -> None:
+        """One block of base's requests beside this arm (`bracketed_blocks`), stored on this arm; base's end
+        leaves the later blocks unmeasured, never this arm's."""
+        if not partner.live or partner.client is None:
+            return
+        self.reporter.step(self.arm, f"base block {block + 1}/{blocks}", block, blocks)
+        resps, _ = timed_batch(partner.client, list(self.probes), 1)
+        for probe, resp in zip(self.probes, resps):
+            self.store_result(probe, resp, BRACKET_BASE, repeat=block, concurrency=1)
+            try:
+                partner.check_alive(resp)
+            except ArmCrashed as e:
+                partner.status, partner.reason = e.status, f"{e.reason} (while timed around {self.arm.name})"
+                return
 
     def paired_block(self, partner: ArmRun, rep: int) -> None:
         """One repeat of the suite at concurrency 1, each probe timed on base (PARTNER) and here, alternately.

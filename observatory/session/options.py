@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from observatory.engines.settings import EngineSettings
-from observatory.model.arms import DEFAULT_ENGINE, Arm, arms_file_fail_on
+from observatory.model.arms import DEFAULT_ENGINE, Arm, arms_file_fail_on, arms_file_suite
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 from observatory.model.redact import MASK, redact, remember_engine
@@ -43,6 +43,7 @@ class SessionPlan:
     speculative_config: str | None = None
     model: str | None = None
     suite: str | None = None
+    suite_format: str | None = None  # --suite-format: the suite file's format (None: .toml or detected)
     engine_python: str | None = None
     dtype: str | None = None
     max_model_len: int | None = None
@@ -58,7 +59,7 @@ class SessionPlan:
     image: str | None = None
     gpus_per_arm: int = 1
     parallel_arms: bool = False
-    timing: str = "sequential"
+    timing: str = "auto"
     engine: str = DEFAULT_ENGINE
     fail_on: str | None = None
     gates_dirs: tuple[str, ...] = ()  # absolute paths
@@ -79,6 +80,11 @@ class SessionPlan:
             kw.update(plan_value(name, value))
         if not kw.get("fail_on") and kw.get("arms_file"):
             kw["fail_on"] = arms_file_fail_on(kw["arms_file"])  # --fail-on wins over the arms file
+        if not kw.get("suite") and kw.get("arms_file"):
+            suite, suite_format = arms_file_suite(kw["arms_file"])  # --suite wins over the arms file
+            if suite is not None:
+                kw["suite"] = suite
+                kw["suite_format"] = kw.get("suite_format") or suite_format
         return cls(**kw)
 
     @property
@@ -203,6 +209,13 @@ class CompareOptions:
     # field channels (observatory.channels) run after the correctness pass, in this order
     channels: list[str] = field(default_factory=list)
     channel_probes: dict[str, list[Probe]] = field(default_factory=dict)
+    # the timing design the session runs (observatory.session.plan.resolve_timing: --timing auto resolved), and
+    # why auto fell back to sequential (None: it did not)
+    timing: str = "sequential"
+    timing_note: str | None = None
+    # what the user should read before the session runs: the suite's format and the records it dropped, or
+    # that a model of theirs runs the model-agnostic suite (printed by run_compare, not stored)
+    notes: list[str] = field(default_factory=list)
 
     def all_probes(self) -> list[Probe]:
         """The suite's probes, then every channel's, in the order they are stored."""

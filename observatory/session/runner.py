@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from observatory import __version__
 from observatory.client.send import EngineClient, request_params
 from observatory.engines.adapter import adapter_for
+from observatory.engines.arm_engines import arm_engine
 from observatory.engines.cuda_graphs import from_log_file
 from observatory.engines.gpus import plan_waves
 from observatory.engines.images import inspect_image
@@ -38,7 +39,7 @@ from observatory.engines.server import (
 )
 from observatory.engines.server_facts import host_facts, served_facts
 from observatory.engines.settings import speculative_config_for
-from observatory.judge.cross_engine import PROMPT_IDS, engines_of, prompt_ids
+from observatory.judge.cross_engine import PROMPT_IDS
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
@@ -46,6 +47,8 @@ from observatory.model.roles import BASE, assign_roles
 from observatory.session.launch import RunningEngine, launch
 from observatory.session.measure import ArmCrashed, ArmRun
 from observatory.session.options import CompareOptions
+from observatory.session.plan import BASE_BESIDE
+from observatory.session.prompt_tokens import engines_of, prompt_ids
 from observatory.store import lease
 from observatory.store.clock import utcnow
 from observatory.store.db import ArmRow, ProbeRow, SessionRow
@@ -106,7 +109,7 @@ class Runner:
         self.store = store
         self.opts = opts
         self.reporter: Reporter = reporter or NullReporter()
-        self._partners: dict[str, ArmRun] = {}  # engine -> its base run kept up (--timing paired)
+        self._partners: dict[str, ArmRun] = {}  # engine -> its base run kept up (--timing bracketed, paired)
         self.probe_ids: dict[str, int] = {}
         # called with the session id after each wave (the command judges there: verdicts stored as arms finish)
         self.on_wave_done = on_wave_done
@@ -114,7 +117,7 @@ class Runner:
     def engine_of(self, arm: Arm) -> str:
         """The engine ARM runs on: its own (an ``ENGINE:NAME`` arm's), else the session's --engine (what its URL
         serves)."""
-        return arm.engine if arm.engine != DEFAULT_ENGINE else self.opts.plan.engine
+        return arm_engine(arm, self.opts.plan.engine)
 
     # -- session --------------------------------------------------------
     def create_session(self) -> int:
@@ -128,7 +131,7 @@ class Runner:
                 observatory_version=__version__, model=o.settings.model, image=o.settings.image,
                 command=o.command, suite=o.suite, lease_pid=pid, lease_host=host, lease_at=utcnow(),
                 options={"concurrency": o.plan.levels, "repeat": o.plan.repeat, "diffs": o.plan.diffs, "plan": o.plan.to_stored(),
-                         "channels": list(o.channels),
+                         "channels": list(o.channels), "timing": {"design": o.timing, "note": o.timing_note},
                          "engine": {k: v for k, v in vars(o.settings).items() if k != "env"}},
             )
         )
@@ -234,10 +237,10 @@ class Runner:
                 self._phase(r, r.run_channels)
 
             self._each(runs, start_and_check)
-            if self.opts.plan.timing == "paired":
+            if self.opts.timing in BASE_BESIDE:
                 for r in runs:
-                    self._phase(r, functools.partial(r.throughput, self._partner_for(r)))
-            elif self.opts.plan.timing == "sequential" or len(runs) == 1:
+                    self._phase(r, functools.partial(r.throughput, self._partner_for(r), self.opts.timing))
+            elif self.opts.timing == "sequential" or len(runs) == 1:
                 for r in runs:
                     self._phase(r, r.throughput)
             else:
@@ -267,10 +270,11 @@ class Runner:
             if failed:
                 raise failed[0]
 
-    # -- --timing paired: base's server kept up beside the spec arms -------
+    # -- --timing bracketed or paired: base's server kept up beside the spec arms -------
     def _keeps(self, r: ArmRun) -> bool:
-        """Whether R is a base arm whose server stays up for later spec arms of its engine (--timing paired)."""
-        if self.opts.plan.timing != "paired" or r.extra["launch"]["role"] != BASE or not r.live or r.client is None:
+        """Whether R is a base arm whose server stays up for later spec arms of its engine (--timing bracketed,
+        paired)."""
+        if self.opts.timing not in BASE_BESIDE or r.extra["launch"]["role"] != BASE or not r.live or r.client is None:
             return False
         engine = self.engine_of(r.arm)
         if engine in self._partners:
@@ -318,12 +322,12 @@ class Runner:
             "speculative_config": speculative_config_for(arm, s),
             "engine_args": arm.engine_args, "fault": arm.fault, "copy_of": arm.copy_of, "url": arm.url,
             "gpus": gpus, "wave": wave, "concurrent_with": concurrent_with,
-            "timing": self.opts.plan.timing if concurrent_with else self._timing_alone(arm), **host_facts(),
+            "timing": self.opts.timing if concurrent_with else self._timing_alone(arm), **host_facts(),
             "role": assign_roles(self.opts.arms)[arm.name],
             "engine": self.engine_of(arm),
         }
-        values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
-                      launch=facts, started_at=utcnow(), reason=None, log_tail=None)
+        values = dict(session_id=session_id, position=pos, name=arm.name, status="starting", role=facts["role"],
+                      engine=facts["engine"], launch=facts, started_at=utcnow(), reason=None, log_tail=None)
         if row is None:
             row = self.store.add(ArmRow(**values))
         else:
@@ -335,9 +339,12 @@ class Runner:
                       relauncher=None if arm.url else functools.partial(self._relaunch, session_id, gpus))
 
     def _timing_alone(self, arm: Arm) -> str:
-        """How an arm that runs alone is timed: "paired" beside its engine's live base (--timing paired), else "alone"."""
+        """How an arm that runs alone is timed: "paired with" or "bracketed by" its engine's live base (--timing
+        paired, bracketed), else "alone"."""
         partner = self._partners.get(self.engine_of(arm))
-        return f"paired with {partner.arm.name}" if arm.is_spec and partner is not None and partner.live else "alone"
+        if arm.is_spec and partner is not None and partner.live:
+            return f"{'bracketed by' if self.opts.timing == 'bracketed' else 'paired with'} {partner.arm.name}"
+        return "alone"
 
     def _start(self, r: ArmRun, session_id: int) -> None:
         """Launch (or reach) the arm's engine; on failure the run carries the reason."""
@@ -357,7 +364,7 @@ class Runner:
             if r.proc is not None and r.gpus and getattr(adapter_for(self.engine_of(arm)), "logs_cuda_graphs", False):
                 # the CUDA graphs it captured, from its log's config line (observatory.judge.graph_coverage)
                 r.extra["launch"]["cuda_graphs"] = from_log_file(r.proc.log_path)
-            if r.extra["launch"]["role"] == BASE and len(engines_of(self.opts.arms)) > 1:  # observatory.judge.cross_engine
+            if r.extra["launch"]["role"] == BASE and len(engines_of(self.opts.arms)) > 1:  # session/prompt_tokens.py
                 r.extra["launch"][PROMPT_IDS] = prompt_ids(r.client.base_url, r.extra["launch"]["engine"],
                                                            r.client.model(), self.opts.probes, self.opts.api_key)
             self.store.update(ArmRow, r.arm_id, status="running", ready_at=utcnow(), launch=dict(r.extra["launch"]),

