@@ -22,6 +22,7 @@ from typing import Any
 
 from observatory.engines.metrics import SpecCounters
 from observatory.model.probes import Probe
+from observatory.store.stored import StoredResult
 
 ATTRIBUTES = ("prompt_tokens", "prefix", "category", "tools", "sampling", "concurrency", "turn")
 BUCKETS = (128, 256, 512)  # prompt-token bucket bounds: <128, 128-255, 256-511, 512+
@@ -53,11 +54,11 @@ def classes(probe: Probe, usage: dict[str, Any] | None, concurrency: int) -> dic
     }
 
 
-def own_counters(r: Any) -> SpecCounters | None:
+def own_counters(r: StoredResult) -> SpecCounters | None:
     """A result's own speculative counters: those its answer stated (``request_counters``), else the /metrics
     delta read around it where it was sent alone (``counters_delta`` of a request at concurrency 1); None when
     neither is known."""
-    if getattr(r, "request_counters", None):
+    if r.request_counters:
         return SpecCounters.from_dict(r.request_counters)
     if r.concurrency == 1 and r.counters_delta and r.counters_delta.get("drafts") is not None:
         c = SpecCounters.from_dict(r.counters_delta)

@@ -40,7 +40,7 @@ from observatory.engines.metrics import SpecCounters
 from observatory.model.probes import Probe
 from observatory.model.roles import SPECULATING
 from observatory.model.vocabulary import FAIL, INVALID, PAIRED_BASE, PASS, SKIP
-from observatory.store.stored import StoredArm, Verdict
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "speculates"
 MIN_REQUESTS = 5  # answers of >= 2 tokens a class needs before "no draft" means speculation is off for it
@@ -56,7 +56,7 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
     run.note(NAME, cumulative=settled(run).to_dict())
 
 
-def _tokens(r: Any) -> int:
+def _tokens(r: StoredResult) -> int:
     n = (r.usage or {}).get("completion_tokens")
     return n if isinstance(n, int) and not isinstance(n, bool) else len(r.token_ids or [])
 

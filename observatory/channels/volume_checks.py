@@ -53,6 +53,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from observatory.model.probes import Probe
+
 NEAR_TIE = 0.25  # nats: docs/design.md 3.2
 TOP_GREEDY = 1  # prompt logprobs asked for a greedy output: the best token (the emitted one comes with it)
 TOP_SAMPLED = 5  # for a sampled output: the tokens above it whose raw mass is the support bound
@@ -175,7 +177,7 @@ def near_misses(prompt: str, output: str) -> list[tuple[str, str]]:
     return out
 
 
-def prompt_text(probe: Any) -> str:
+def prompt_text(probe: Probe) -> str:
     """Everything a request showed the model as text (its messages' contents, or its prompt)."""
     if probe.messages is not None:
         return "\n".join(str(m.get("content") or "") for m in probe.messages)
