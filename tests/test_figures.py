@@ -267,6 +267,16 @@ def test_a_five_times_slower_arm_on_short_requests_fails() -> None:
     clean = {**_fig(0.80, 20.0, 0.9, request_s=0.045),
              "vs_base": {"S": 0.80, "ci": [0.74, 0.86], "design": "paired", "pairs": 24}}
     assert _by_check(performance(clean, short_base, None, {}))["speedup"]["verdict"] == "WARN"
+    # paired on shared CPU cores (figures marks it: pairs_share_cores): alternating requests time the two
+    # engines' contention, unmeasured (a clean CPU night read S 0.18 with its step at 0.63, session 9 of the
+    # same database), so the default floor WARNs and says why; the dead drafter FAILs on its acceptance there,
+    # and the history's collapse (tests/test_channel_history.py); a user's threshold still FAILs
+    shared = {**fig, "vs_base": {**fig["vs_base"], "pairs_share_cores": True},
+              "acceptance": {"alpha": 0.0, "accepted": 0, "draft_tokens": 2400}}
+    both = _by_check(performance(shared, short_base, None, {}))
+    assert both["speedup"]["verdict"] == "WARN" and "shared CPU cores" in both["speedup"]["reason"], both
+    assert both["acceptance_floor"]["verdict"] == "FAIL", both["acceptance_floor"]
+    assert _by_check(performance(shared, short_base, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
 
 
 def test_a_host_that_drifted_more_than_the_effect_makes_s_not_measurable() -> None:

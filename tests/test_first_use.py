@@ -48,7 +48,7 @@ def test_a_closed_pipe_ends_quietly_with_the_commands_status(engines_db: Path) -
 
 def test_output_that_is_not_a_terminal_is_not_wrapped(tmp_path: Path) -> None:
     db = example_db("cpu-fault-nights/nights.db", tmp_path / "n.db")
-    r = CliRunner().invoke(cli, ["show", "9", "--db", str(db)])
+    r = CliRunner(env={"COLUMNS": None}).invoke(cli, ["show", "9", "--db", str(db)])  # as a CI log: no COLUMNS
     head = r.output.splitlines()[0]
     assert "model /" in head and head.rstrip().endswith("Z"), head  # the session line whole (it wrapped at 80)
     assert max(len(x) for x in r.output.splitlines()) <= 240
@@ -66,14 +66,28 @@ def test_history_fits_80_columns_whole(tmp_path: Path) -> None:
 
 
 def test_quiet_and_verbose(tmp_path: Path) -> None:
-    """The H200 nightly: 4 FAIL and 10 WARN reasons, ten shown by default."""
+    """The H200 nightly: -q prints the verdict and its reasons without tables; every level's lines are capped by
+    default (ten a level, "... and N more") and whole with -v."""
+    from rich.console import Console
+
+    from observatory.report.data import build
+    from observatory.report.terminal import print_reasons
+    from observatory.store.session_store import Store
+
     db = str(example_db("h200-nightly/nightly-tiny.db", tmp_path / "n.db"))
+    assert CliRunner().invoke(cli, ["judge", "--db", db, "-q"]).exit_code == 0  # today's judge and built-in ledger
     quiet = CliRunner().invoke(cli, ["show", "-q", "--db", db])
     normal = CliRunner().invoke(cli, ["show", "--db", db])
     loud = CliRunner().invoke(cli, ["-v", "show", "--db", db])
     assert quiet.exit_code == normal.exit_code == loud.exit_code == 0
-    assert "Verdict: FAIL" in quiet.output and "Probe x arm" not in quiet.output and "Probe x arm" in normal.output
-    assert "more (see the report" in normal.output and "more (see the report" not in loud.output
+    assert "Verdict: " in quiet.output and "Probe x arm" not in quiet.output and "Probe x arm" in normal.output
+    assert "KNOWN vllm-cuda-ids-past-stop" in quiet.output and "NOTE: " in quiet.output  # apart, never counted
+    with Store(db) as store:
+        view = build(store, store.session(None).id)
+    capped, whole = Console(record=True, width=300), Console(record=True, width=300)
+    print_reasons(view, capped, 1, 300)
+    print_reasons(view, whole, 10_000, 300)
+    assert "more (see the report)" in capped.export_text() and "more (see the report)" not in whole.export_text()
 
 
 def test_no_terminal_escape_from_a_stored_name_reaches_the_terminal(tmp_path: Path) -> None:

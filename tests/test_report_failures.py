@@ -77,9 +77,10 @@ class _Elements(HTMLParser):
 
 
 def _banner(html: str) -> list[tuple[str, str | None, str]]:
-    """(level, href, text) of each banner reason, in order (the FAIL/INVALID list, then the WARN/NOTE one)."""
+    """(level, href, text) of each banner reason, in order (the FAIL/INVALID list, the WARN one, then the KNOWN and
+    NOTE blocks), up to the banner's own closing tag."""
     banner = html[html.index('id="verdict"'):]
-    ul = banner[:banner.index("</div>\n", banner.index("</ul>"))]
+    ul = banner[:banner.index("\n</div>")]
     out = []
     for li in re.findall(r"<li class=\"r-(\w+)\">(.*?)</li>", ul, re.S):
         href = re.search(r'<a href="([^"]+)">', li[1])

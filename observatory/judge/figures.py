@@ -47,6 +47,7 @@ from observatory.client.answer import MALFORMED
 from observatory.engines.adapter import adapter_for
 from observatory.engines.argv_flags import flag_pairs
 from observatory.engines.gpu_clocks import drift
+from observatory.engines.host_load import busy_share
 from observatory.engines.images import image_differences, split_docker_argv
 from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
@@ -64,6 +65,7 @@ from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.errors import NOT_REPORTED
+from observatory.model.numerics import served_platform
 from observatory.model.roles import by_engine
 from observatory.model.vocabulary import BRACKET_BASE, PAIRED_BASE
 from observatory.store.db import ArmRow
@@ -416,6 +418,9 @@ def _arm_figures(store: Store, a: ArmRow, probes: dict[int, Any], singles: dict[
     fig: dict[str, Any] = {"acceptance": acc, "speed": spd, "by_concurrency": levels,
                            "malformed": malformed_answers([r for r in store.results(a.id) if r.mode not in BESIDE_MODES]),
                            "steady_state": steady, "gpu_clocks": gpu_clocks(measurements),
+                           # the host's CPU that other work took while this arm's single stream was timed
+                           "host_foreign_share": busy_share([(m.gpu or {}).get("host") for m in measurements
+                                                             if int(m.concurrency) == 1]),
                            "cuda_graphs": coverage(a, sorted({int(m.concurrency) for m in measurements}))}
     if (a.launch or {}).get("speculative_config") is not None:
         fig["stream_tau"] = stream_tau(stream)
@@ -491,8 +496,11 @@ def _group_figures(store: Store, arms: list[ArmRow], group: list[ArmRow], per_ar
             vb["warmup_left_out"] = sorted([int(p), int(r)] for p, r in drop)
             if fig.get("paired") is not None:
                 vb = with_pairs(vb, fig["paired"], fig["acceptance"].get("tau"), k_int)
+                if base is not None and served_platform(base.launch) is None:
+                    vb["pairs_share_cores"] = True  # perf_gates._noise: the two engines' threads compete
             if fig.get("bracketed") is not None:
                 vb = with_brackets(vb, fig["bracketed"], fig["acceptance"].get("tau"), k_int)
+            vb["host_foreign_share"] = fig.get("host_foreign_share")  # perf_gates._noise: a busy host's speed
             if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:
                 vb["within_noise"] = abs(vb["S"] - 1.0) <= floor["throughput_spread"]
             vb["cross_session"] = apart

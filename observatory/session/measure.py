@@ -23,6 +23,7 @@ from observatory.client.answer import MAX_COUNT, Response
 from observatory.client.batch import timed_batch
 from observatory.client.send import EngineClient, RequestFailed
 from observatory.engines.gpu_clocks import ClockSampler
+from observatory.engines.host_load import HostLoad
 from observatory.engines.metrics import SpecCounters
 from observatory.engines.server import EngineProcess, EngineStartError
 from observatory.model.arms import Arm
@@ -315,10 +316,14 @@ class ArmRun:
                     resps, wall = timed_batch(client, work, level)
                 self.store_timed(work, resps, wall, self.counters() - before, level, rep, clocks.record())
 
-    def clock_sampler(self) -> ClockSampler:
+    def clock_sampler(self) -> BlockSampler:
         """GPU clocks beside one timed block (observatory.engines.gpu_clocks): the arm's GPUs; a URL arm's
-        server is not on this host's GPUs, a CPU arm has none ("not measurable")."""
-        return ClockSampler(self.gpus, why_not="URL arm: its server's GPUs are not this host's" if self.arm.url else None)
+        server is not on this host's GPUs, a CPU arm has none ("not measurable"); and the host's CPU time that
+        other work took meanwhile (observatory.engines.host_load: the arm's own engine's process group, unless
+        a URL arm or a container, whose processes this host cannot attribute)."""
+        clocks = ClockSampler(self.gpus, why_not="URL arm: its server's GPUs are not this host's" if self.arm.url else None)
+        pgid = self.proc.pid if self.proc is not None and not self.arm.url and not self.proc.container else None
+        return BlockSampler(clocks, HostLoad(pgid))
 
     def store_timed(self, work: list[Probe], resps: list[Response], wall: float, delta: SpecCounters,
                     level: int, rep: int, gpu: dict[str, Any] | None = None) -> None:
@@ -420,6 +425,26 @@ class ArmRun:
                         partner.check_alive(resp)
                     except ArmCrashed as e:  # base's end, not this arm's: its later pairs are left unpaired
                         partner.status, partner.reason = e.status, f"{e.reason} (while timed beside {self.arm.name})"
+
+
+class BlockSampler:
+    """What is sampled beside one timed block: the GPU clocks (the stored record) with the host's CPU load
+    under its ``host`` key."""
+
+    def __init__(self, clocks: ClockSampler, host: HostLoad):
+        self.clocks, self.host = clocks, host
+
+    def __enter__(self) -> BlockSampler:
+        self.host.__enter__()
+        self.clocks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.clocks.__exit__(*exc)
+        self.host.__exit__(*exc)
+
+    def record(self) -> dict[str, Any]:
+        return {**self.clocks.record(), "host": self.host.record()}
 
 
 def stream_is_reference(resp: Response) -> bool:
