@@ -34,10 +34,12 @@ def _facts(view: Any, channel: str, per_arm: dict[str, dict[str, Any]]) -> None:
 
 # -- profiles ---------------------------------------------------------------------------------------------
 def test_deep_is_nightly_plus_the_engine_condition_channels() -> None:
-    """The nightly profile is unchanged by them; --profile deep runs nightly's channels, then these."""
+    """The nightly profile is unchanged by them; --profile deep runs nightly's channels, then these, and last
+    `speculates` (issue 49 item 10: it reads the server's counters after every other channel)."""
     nightly, deep = resolve("nightly"), resolve("deep")
     assert not set(DEEP) & set(nightly)
-    assert deep == [*nightly, *DEEP]
+    assert nightly[-1] == "speculates"
+    assert deep == [*nightly[:-1], *DEEP, "speculates"]
     assert all(get(n).profile == "deep" and get(n).faults for n in DEEP)
     assert resolve("quick") == []
 

@@ -111,3 +111,36 @@ def test_m010_gives_old_arms_their_role_and_engine(tmp_path: Path) -> None:
         got = [tuple(r) for r in conn.execute(text("SELECT name, role, engine FROM arms ORDER BY position"))]
     assert got == [("base", "base", "vllm"), ("mtp1", "spec", "vllm"), ("base#2", "aa_copy", "vllm"),
                    ("llama.cpp:base", "base", "llama.cpp"), ("other", "variant", "sglang")]
+
+
+def test_main_database_gains_request_counters(tmp_path: Path) -> None:
+    """A database written through m011_arm_role_engine (the last migration before the volume channel) gains
+    results.request_counters in place (m012, issue 48 item 3); its stored answers keep their rows and state no
+    counters (NULL: the answer stated none). Control: a fresh database gets the column from the start."""
+    assert [m.__name__ for m in MIGRATIONS[9:]] == ["m010_known_ledgers", "m011_arm_role_engine",
+                                                   "m012_volume_result_request_counters"]
+    path = tmp_path / "main.db"
+    old = create_engine(f"sqlite:///{path}")
+    migrate(old, MIGRATIONS[:11])
+    assert "request_counters" not in {c["name"] for c in inspect(old).get_columns("results")}
+    with old.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sessions (id, started_at, status, host, machine, observatory_version, command, options, suite)"
+            " VALUES (1, CURRENT_TIMESTAMP, 'complete', 'h', '{}', '0.0.1', '[]', '{}', 'default')"))
+        conn.execute(text("INSERT INTO probes (id, session_id, position, name, category, content_hash, definition, "
+                          "params) VALUES (1, 1, 0, 'p', 'c', 'h', '{}', '{}')"))
+        conn.execute(text("INSERT INTO arms (id, session_id, position, name, status, launch, counters, validity, "
+                          "figures, role, engine) VALUES (1, 1, 0, 'base', 'ok', '{}', '{}', '[]', '{}', 'base', "
+                          "'vllm')"))
+        conn.execute(text("INSERT INTO results (arm_id, probe_id, mode, repeat, ok, text, token_ids, token_texts, "
+                          "top_logprobs, usage, chunks, counters_delta, concurrency, created_at) VALUES (1, 1, "
+                          "'correctness', 0, 1, 'hi', '[1]', '[\"hi\"]', '[]', '{}', '[]', '{}', 1, CURRENT_TIMESTAMP)"))
+    old.dispose()
+    engine = open_engine(str(path))
+    assert applied(engine) == [m.__name__ for m in MIGRATIONS]
+    with engine.connect() as conn:
+        assert [tuple(r) for r in conn.execute(text("SELECT text, request_counters FROM results"))] == [("hi", None)]
+        assert conn.execute(text("SELECT role FROM arms")).scalar() == "base"
+    fresh = open_engine(str(tmp_path / "fresh.db"))
+    assert "request_counters" in {c["name"] for c in inspect(fresh).get_columns("results")}
+    assert migrate(fresh) == []

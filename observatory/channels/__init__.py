@@ -54,6 +54,8 @@ class Channel:
     # the control arms it needs beside the session's (the session's arms and their roles -> arms to add, none
     # already there): the session adds them when it runs the channel (e.g. stream_fields' chunked-stream base)
     control_arms: Callable[[list[Arm], Mapping[str, str]], list[Arm]] | None = None
+    # its probes for N requests per arm (``--volume N``), where its size is a knob; None: `plan` alone
+    sized: Callable[[list[Probe], int], list[Probe]] | None = None
 
 
 _REGISTRY: dict[str, Channel] = {}
@@ -111,12 +113,14 @@ def resolve(profile: str | None, names: Sequence[str] | str | None = None) -> li
     return [n for n, ch in channels().items() if profile == "deep" or ch.profile == "nightly"]
 
 
-def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Probe]]:
-    """Each channel's own probes, made from the suite (names are unique across the session)."""
+def plan_probes(names: Sequence[str], suite: list[Probe], requests: int | None = None) -> dict[str, list[Probe]]:
+    """Each channel's own probes, made from the suite (names are unique across the session); a channel with a size
+    knob (`Channel.sized`) makes REQUESTS per arm where given (``--volume N``)."""
     out: dict[str, list[Probe]] = {}
     taken = {p.name for p in suite}
     for name in names:
-        probes = get(name).plan(suite)
+        ch = get(name)
+        probes = ch.sized(suite, requests) if requests is not None and ch.sized is not None else ch.plan(suite)
         for p in probes:
             if p.name in taken:
                 raise ObservatoryError(f"channel {name}: probe name {p.name!r} is taken")

@@ -97,13 +97,13 @@ def prompt_ids(client: EngineClient, probe: Probe) -> list[int] | None:
     return ids
 
 
-def teacher_forced(client: EngineClient, prompt: list[int], output: list[int]) -> Response:
+def teacher_forced(client: EngineClient, prompt: list[int], output: list[int], top: int = TOP) -> Response:
     """The server's prefill logprobs of OUTPUT after PROMPT: a Response whose ids are OUTPUT and whose
-    top_logprobs are, per output position, the prompt logprobs (the emitted id's among them)."""
+    top_logprobs are, per output position, the prompt logprobs (the TOP best and the emitted id's)."""
     t0 = time.perf_counter()
     out = Response()
     body = {"model": client.served_model(), "prompt": prompt + output, "max_tokens": 1, "temperature": 0.0,
-            "prompt_logprobs": TOP}
+            "prompt_logprobs": top}
     try:
         r = client.fetch("/v1/completions", client.timeout, body)
         if r.status_code != 200:

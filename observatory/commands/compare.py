@@ -84,6 +84,9 @@ def compare_options(f: Callable[..., Any] | None = None, *,
                      help="quick: the suite alone; nightly: the suite plus the nightly field channels; deep: "
                           "nightly plus the engine-condition channels (docs/channels.md)."),
         click.option("--channels", help="Comma list of field channels to run (overrides --profile's list)."),
+        click.option("--volume", type=int, default=None,
+                     help="Requests per arm of the volume replay (channel volume; the nightly's default 2000); "
+                          "given with any profile, it runs the replay."),
         click.option("--aa-copy/--no-aa-copy", "aa_copy", default=True, show_default=True,
                      help="nightly profile: add an A/A copy of each base arm unless --arms has one (the noise "
                           "floor speed and history need; one more arm to launch and time)."),

@@ -93,6 +93,9 @@ class EngineAdapter(Protocol):
     # that streams N tokens per chunk (None: none)
     request_id_field: str | None = "request_id"
     stream_interval_flag: str | None = "--stream-interval"
+    # optional: launch flags only a speculating arm may carry that change no output (vLLM's per-request speculative
+    # counters): not a difference from base (`observatory.judge.figures.launch_differences`)
+    spec_only_flags: tuple[str, ...] = ()
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV."""
@@ -187,6 +190,8 @@ class Dialect:
     # the launch flag that streams N tokens per chunk (vLLM's ``--stream-interval N``): the chunked-stream control
     # arm (``+stream_interval=N``, channel stream_fields) is launched with it. None: the engine has none
     stream_interval_flag: str | None = "--stream-interval"
+    # launch flags a speculating arm alone carries that change no output (`EngineAdapter.spec_only_flags`)
+    spec_only_flags: tuple[str, ...] = ()
 
     def arm_preset(self, name: str) -> tuple[bool, dict[str, Any] | None]:
         """(is a preset of this engine's own, its speculative config): none of its own (`arm_presets` None)."""

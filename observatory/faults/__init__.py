@@ -75,6 +75,7 @@ from observatory.faults.field_sdk import FAULTS as _SDK
 from observatory.faults.field_seeds import FAULTS as _SEEDS
 from observatory.faults.field_semantics import FAULTS as _SEMANTICS
 from observatory.faults.field_speed import FAULTS as _SPEED
+from observatory.faults.field_volume import FAULTS as _VOLUME
 from observatory.faults.names import split_names
 
 __all__ = [
@@ -110,6 +111,7 @@ FAULTS: dict[str, str] = {
     **_PARAMS,  # issue 28 item 1: spec_penalty_skip, spec_bad_words_skip (field_params: channel params)
     **_CONDITIONS,  # issue 28 item 5: preempt_poison, wake_broken_drafter, length_decay (field_conditions)
     **_SPEED,  # issue 29 item 5: slow_step (field_speed), caught by channel history
+    **_VOLUME,  # issues 48-49: mixed_typo, tools_bad_drafts (channel volume), sampled_no_drafts (speculates)
     **_NUMERICS,  # issue 46 item 2: near_tie_flip (field_numerics), caught by the near-tie rate
     **_EDGES,  # issue 49 item 12: limit_neighbour, abort_stale, stream_top_copy, stream_args_drop, min_tokens_short
 }

@@ -107,6 +107,7 @@ from observatory.faults import (
     field_semantics,
     field_speed,
     field_state,
+    field_volume,
     knob_conditions,
     transforms,
 )
@@ -271,10 +272,13 @@ def rewrite_step_outputs(
 
 
 def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
+    if faults & field_volume.DRAFTS:
+        field_volume.patch_drafts(module, faults)  # sampled_no_drafts, tools_bad_drafts
     cls = module.Scheduler
     orig = cls.update_from_output
     if getattr(orig, _MARK, False):
         return
+    typo_rate = field_volume.rate() if faults & field_volume.TYPO else None
 
     edges = faults & field_edges.SCHEDULER_FAULTS
     if "abort_stale" in faults:
@@ -291,6 +295,8 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
             field_state.rewrite(self, scheduler_output, result, faults & field_state.FIELD_FAULTS)
         if edges:
             field_edges.rewrite(self, scheduler_output, result, edges, boundary)
+        if typo_rate is not None:
+            field_volume.rewrite(self, scheduler_output, result, typo_rate)
         return result
 
     setattr(update_from_output, _MARK, True)
@@ -307,7 +313,7 @@ TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], 
                             *field_speed.FAULTS, *field_numerics.FAULTS}), _patch_v1_sampler),
     V2_SAMPLER: (frozenset({"accept_all", *field_speed.FAULTS}), _patch_v2_sampler),
     SCHEDULER: (frozenset({"ghost", "drop_bonus", *knob_conditions.CONDITIONAL, *field_state.FIELD_FAULTS,
-                           *field_edges.SCHEDULER_FAULTS}), _patch_scheduler),
+                           *field_edges.SCHEDULER_FAULTS, *field_volume.FAULTS}), _patch_scheduler),
     **field_semantics.TARGETS,  # issue 15: stops, streams, drafts, counters
     **field_seeds.TARGETS,  # issue 28: n_seed_shared (the sampler's seed_ignored, logprob_row above)
     **field_answers.TARGETS,  # issue 28 item 2: usage and logprobs wrong, ids right

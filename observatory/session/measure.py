@@ -153,6 +153,7 @@ class ArmRun:
             ttft_ms=resp.ttft_ms, duration_ms=resp.duration_ms, chunks=resp.chunks,
             counters_delta=delta.to_dict() if delta else {}, concurrency=concurrency,
             sdk=storable(resp.sdk),
+            request_counters=resp.request_counters.to_dict() if resp.request_counters is not None else None,
         ))
         return row
 

@@ -73,6 +73,7 @@ class SessionPlan:
     channels: str | None = None  # a comma list of channels, over the profile's
     tool_parser: str = "hermes"  # vLLM --tool-call-parser of launched arms ("none": off); an arm's own wins
     reasoning_parser: str | None = None  # vLLM --reasoning-parser of launched arms ("none" or None: off)
+    volume: int | None = None  # the volume channel's requests per arm (--volume N; None: its default, 0: none)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> SessionPlan:

@@ -22,6 +22,9 @@ from urllib.parse import urlsplit
 
 from observatory.channels import plan_probes, with_controls
 from observatory.channels import resolve as resolve_channels
+from observatory.channels.speculates import NAME as SPECULATES
+from observatory.channels.volume_traffic import MAX_REQUESTS as MAX_VOLUME
+from observatory.channels.volume_traffic import NAME as VOLUME
 from observatory.engines.adapter import adapter_for
 from observatory.engines.arm_engines import arm_engine, check_session_engine, host_env, parse_arms
 from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
@@ -143,7 +146,13 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     else:
         model_name, embedded = resolve_model(plan.model, plan.profile)
     suite, probes, notes = plan_suite(plan, embedded, model_name)
-    channel_probes = plan_probes(channel_names, probes)
+    if plan.volume is not None:
+        if plan.volume < 0 or plan.volume > MAX_VOLUME:
+            raise ObservatoryError(f"--volume must be a number of requests per arm from 0 to {MAX_VOLUME}; "
+                                   f"got {plan.volume}")
+        if plan.volume:  # --volume N runs the replay on any profile, and the proof that each class speculates
+            channel_names = [*channel_names, *(n for n in (VOLUME, SPECULATES) if n not in channel_names)]
+    channel_probes = plan_probes(channel_names, probes, plan.volume)
     extra: dict[str, Any] = {}
     if plan.spec_extra:
         try:

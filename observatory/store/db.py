@@ -167,6 +167,9 @@ class ResultRow(Base):
     # the openai SDK's verdict on this answer (observatory.client.openai_sdk): {"sdk": version, "error", "differs",
     # "events", "ms"}; None: not read by it (a timed pass, no answer, or stored before the SDK judged answers)
     sdk: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # the request's own speculative counters as the engine stated them in its answer (SpecCounters.to_dict: vLLM's
+    # metrics.speculative_decoding, SGLang's meta_info, llama.cpp's timings); None: the answer stated none
+    request_counters: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class VerdictRow(Base):

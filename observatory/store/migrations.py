@@ -291,11 +291,18 @@ def m011_arm_role_engine(conn: Connection) -> None:
                          {"role": role, "engine": engine, "id": arm_id})
 
 
+def m012_volume_result_request_counters(conn: Connection) -> None:
+    """A result's own speculative counters as the engine stated them in the answer (issue 48 item 3: vLLM's
+    --per-request-spec-decode-metrics, SGLang's meta_info, llama.cpp's timings), beside the /metrics delta."""
+    conn.execute(text("ALTER TABLE results ADD COLUMN request_counters JSON"))
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries, m005_triage,
     m006_result_logprobs_stop_reason, m007_result_sdk, m008_warm_measurement_gpu, m009_summary_s_step,
     m010_known_ledgers,
     m011_arm_role_engine,
+    m012_volume_result_request_counters,
 ]
 
 _TRACKING = MetaData()
