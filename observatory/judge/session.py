@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from observatory.engines.adapter import adapter_for
 from observatory.engines.launches import base_arm, by_engine, engine_of, stored_roles
+from observatory.faults.repairs import known_bug
 from observatory.judge import rates
 from observatory.judge.rates import near_tie_opportunities
 from observatory.model.errors import ObservatoryError
@@ -331,6 +332,12 @@ class _Judge:
         flight beside it), INVALID on base (the reference itself died); one row per death, naming where."""
         for i, r in enumerate((arm.launch or {}).get("restarts") or []):
             where, why = r.get("where"), r.get("reason")
+            errors = [str(e) for e in r.get("engine_errors") or []]
+            cause = next((e for e in errors if not e.startswith(("EngineDeadError", "AssertionError"))), None)
+            if cause:  # the engine log's own word for it, and the known bug that error names (with its repair)
+                bug = known_bug(errors)
+                why = f"{why}; the engine: {cause}" + (f"; known engine bug of {bug.engine}, repair +repair="
+                                                       f"{bug.repair} ({bug.reproduction})" if bug else "")
             back = "restarted" if r.get("restarted") else f"not restarted ({r.get('why_not')})"
             is_base = arm is self.base
             self.rows.append(VerdictRow(
