@@ -32,11 +32,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from observatory.engines.launches import stored_roles
+from observatory.model.arms import depth_coverage
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import GateRegistry, default_registry, registry_for
-from observatory.model.read_model import ArmView, Reason, SessionFacts, SessionVerdict, SessionView
+from observatory.model.read_model import ArmView, Depths, Reason, SessionFacts, SessionVerdict, SessionView
 from observatory.model.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
-from observatory.model.vocabulary import EXIT, INVALID_CODES, NOT_DISCRIMINATING, NOTE, REASON_LEVELS, UNJUDGED
+from observatory.model.vocabulary import (
+    EXIT,
+    INVALID_CODES,
+    KNOWN,
+    NOT_DISCRIMINATING,
+    NOTE,
+    REASON_LEVELS,
+    UNJUDGED,
+)
 
 __all__ = ["EXIT", "INVALID_CODES", "LEVELS", "NOT_DISCRIMINATING", "UNJUDGED", "WHY", "Reason", "SessionVerdict",
            "arm_role", "decide", "discriminates", "session_gates", "session_verdict"]
@@ -131,7 +140,8 @@ def _judged_arm_reasons(arm: ArmView, add: Any,
         if v.verdict in ("FAIL", "WARN"):
             add(v.verdict, f"{name}: {gate}: {v.reason}", arm=name, gate=gate)
     for gate, v in arm.channel_verdicts.items():
-        level = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID"}.get(v.verdict)
+        level = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID", NOTE: NOTE,
+                 KNOWN: KNOWN}.get(v.verdict)
         if level:
             tag = f"{v.verdict}: " if level == "INVALID" else ""
             add(level, f"{name}: channel {gate}: {tag}{v.reason}{aa}", arm=name, gate=gate, code="CHANNEL")
@@ -139,6 +149,23 @@ def _judged_arm_reasons(arm: ArmView, add: Any,
         if p.get("verdict") in ("FAIL", "WARN"):
             add(p["verdict"], f"{name}: {p.get('check')}: {p.get('reason')}", arm=name, gate=p.get("check"))
     return judged, discriminating, not_discr
+
+
+def arm_depths(arms: Sequence[ArmView]) -> Depths | None:
+    """The speculation depths the spec arms planned and covered, and the deployed one (None without spec arms)."""
+    got = depth_coverage([{"name": a.name, "status": a.status, "deployed": (a.launch or {}).get("deployed"),
+                           "speculative_config": (a.launch or {}).get("speculative_config")}
+                          for a in arms if a.is_spec and not a.copy_of])
+    if not got["planned"] and got["deployed_arm"] is None:
+        return None
+    return Depths(tuple(got["planned"]), tuple(got["covered"]), got["deployed_k"], got["deployed_arm"],
+                  got["deployed_measured"])
+
+
+def depths_note(arms: Sequence[ArmView]) -> str | None:
+    """`arm_depths` as a line."""
+    d = arm_depths(arms)
+    return d.summary() if d is not None else None
 
 
 def decide(session: SessionFacts, arms: Sequence[ArmView]) -> SessionVerdict:
@@ -175,6 +202,9 @@ def decide(session: SessionFacts, arms: Sequence[ArmView]) -> SessionVerdict:
                     "so only the token diffs judge the other arms")
     if not_discr:
         add("NOTE", f"not discriminating (the base arm fails them too): {', '.join(sorted(not_discr))}")
+    depths = depths_note(arms)
+    if depths:
+        add("NOTE", depths, code="DEPTHS")
     levels = {r.level for r in reasons}
     verdict = next((lv for lv in ("FAIL", "INVALID", "WARN") if lv in levels), "PASS")
     ordered = tuple(sorted(reasons, key=lambda r: LEVELS.index(r.level)))
