@@ -111,6 +111,7 @@ class EngineCheck:
 def plan_changes(target: Target, only: list[str] | None = None) -> tuple[list[tuple[str, Any]], dict[str, str]]:
     """(the single changes to try, in order; {knob: why not} for the knobs that cannot be tried here)."""
     from observatory.engines.knobs import candidate_values, knobs_for, not_applicable, platform_of
+    from observatory.session.depths import deployed_depth
 
     knobs = knobs_for(target.engine)
     if only:
@@ -120,14 +121,15 @@ def plan_changes(target: Target, only: list[str] | None = None) -> tuple[list[tu
                                    f"{', '.join(k.name for k in knobs)}.")
         knobs = [k for k in knobs if k.name in only]
     platforms = platform_of(target.gpu_count)
+    deployed_k = deployed_depth((target.session.options or {}).get("plan"), target.engine)
     singles: list[tuple[str, Any]] = []
     skipped: dict[str, str] = {}
     for k in knobs:
-        why = not_applicable(k, target.arm, target.settings, platforms)
+        why = not_applicable(k, target.arm, target.settings, platforms, deployed_k)
         if why:
             skipped[k.name] = why
         else:
-            singles += [(k.name, v) for v in candidate_values(k, target.arm, target.settings)]
+            singles += [(k.name, v) for v in candidate_values(k, target.arm, target.settings, deployed_k)]
     return singles, skipped
 
 
