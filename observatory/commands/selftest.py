@@ -53,7 +53,8 @@ from observatory.commands import INTERRUPTED_EXIT
 from observatory.commands.compare import compare_options, run_compare
 from observatory.engines.gpus import gpu_count
 from observatory.faults import FAULTS as FAULT_REGISTRY
-from observatory.faults.repairs import CPU_REPAIRS, ENGINE_BUGS, REPAIRS
+from observatory.faults.field_edges import DEFAULT_DEPTH
+from observatory.faults.repairs import CPU_REPAIRS, ENGINE_BUGS, REPAIRS, known_bug
 from observatory.judge.verdict import SessionVerdict, arm_role
 from observatory.model.arms import preset_config
 from observatory.model.errors import ObservatoryError
@@ -79,7 +80,11 @@ ISSUE_ITEMS = {
     "logprob_row": "28.3", "seed_ignored": "28.4", "n_seed_shared": "28.4", "sdk_object": "28.7",
     "preempt_poison": "28.5a", "wake_broken_drafter": "28.5b", "length_decay": "28.5c", "lossy_synthetic": "28.6",
     "near_tie_flip": "46.2",
+    "spec_cache_miss": "49.4", "depth_only": "49.5", "embeds_drafts": "49.9",
 }
+# Faults in force at one speculation depth only (issue 49 item 5): injected into the preset at that depth (the arm a
+# nightly given that deployed config always runs, observatory.session.depths), caught by the suite's gates there
+DEPTH_FAULTS = {"depth_only": DEFAULT_DEPTH}
 # Issue 28 item 6's negative control (nightly and deep): not a fault of the plugin but a configuration, the
 # spec arm launched with vLLM's synthetic acceptance (drafts accepted with a preset probability, the target
 # not asked): it must be named LOSSY by its launch (observatory.engines.lossy_knobs), whatever else it trips.
@@ -114,6 +119,7 @@ def fault_plan(profile: str | None, names: str | None) -> dict[str, Catcher]:
     if (profile or "quick") in NIGHTLY:
         plan.update({f: Catcher("gate", g) for f, g in GATE_FAULTS.items()})
         plan[LOSSY] = Catcher("validity", "LOSSY")
+        plan.update({f: Catcher("suite") for f in DEPTH_FAULTS})
     for name in resolve_channels(profile, names):
         for fault in get_channel(name).faults:
             plan.setdefault(fault, Catcher("channel", name))
@@ -145,8 +151,15 @@ def selftest_arms(spec_arm: str, faults: tuple[str, ...], repairs: tuple[str, ..
     suffix = "".join(f"+repair={r}" for r in repairs)
     fixed = spec_arm + suffix
     shipped = [spec_arm] if repairs else []
-    return ["base", "base", *shipped, fixed] + [LOSSY_ARM + suffix if f == LOSSY else f"{fixed}+fault={f}"
-                                                for f in faults]
+    method = spec_arm.rstrip("0123456789")
+
+    def fault_arm(f: str) -> str:
+        if f == LOSSY:
+            return LOSSY_ARM + suffix
+        if f in DEPTH_FAULTS:  # at the one depth the fault corrupts: the deployed k a nightly is given
+            return f"{method}{DEPTH_FAULTS[f]}{suffix}+fault={f}"
+        return f"{fixed}+fault={f}"
+    return ["base", "base", *shipped, fixed] + [fault_arm(f) for f in faults]
 
 
 def is_lossy_control(arm: ArmView) -> bool:
@@ -188,8 +201,9 @@ def engine_bugs(shipped: ArmView, repaired: ArmView, verdict: SessionVerdict) ->
         if r.code == "CRASHED":
             crashed.append(r)
             continue
-        bug = next((b for b in bugs if r.level == "FAIL" and channel in b.breaks and r.gate not in repaired_gates),
-                   None)
+        fits = [b for b in bugs if r.level == "FAIL" and channel in b.breaks and r.gate not in repaired_gates]
+        named = known_bug([r.text])  # an engine death whose error names its bug (`EngineBug.signature`)
+        bug = named if named in fits else next(iter(fits), None)
         if bug is None:
             unexplained.append(r.text)
         else:
