@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from observatory.channels import resolve
 from observatory.commands import selftest as st
 from observatory.commands.selftest import (
     GATE_FAULTS,
@@ -23,10 +24,9 @@ from observatory.commands.selftest import (
     resolve_repairs,
     selftest_arms,
 )
-from observatory.channels import resolve
 from observatory.engines.arms import parse_arms
-from observatory.faults.repairs import CPU_REPAIRS
 from observatory.faults import FAULTS as KNOWN
+from observatory.faults.repairs import CPU_REPAIRS
 from observatory.model.errors import ObservatoryError
 from observatory.model.read_model import Reason
 
