@@ -263,7 +263,8 @@ def _cache_verdict(view: ChannelView, arm: ArmRow, base: dict[int, Length], bloc
                             f"(the engine recomputes {allowed} by design)", details)
     if design:
         span = f"{design[0]['length']}-{design[-1]['length']}"
-        return view.verdict(arm, NOTE, f"one block of {block} tokens fewer cached than base at {len(design)} of "
+        blocks = "one block" if allowed == 1 else f"{allowed} blocks"
+        return view.verdict(arm, NOTE, f"{blocks} of {block} tokens fewer cached than base at {len(design)} of "
                             f"{len(rows)} lengths ({span}): {why}; warm time to first token "
                             f"{details['warm_ttft_ms']} ms against base's {details['base_warm_ttft_ms']} ms",
                             details)
