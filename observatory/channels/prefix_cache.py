@@ -57,6 +57,8 @@ from observatory.client.answer import Response
 from observatory.engines.adapter import adapter_for
 from observatory.engines.metrics import parse_total
 from observatory.engines.server_facts import served_facts
+from observatory.model.arms import DEFAULT_ENGINE
+from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE, SPECULATING
 from observatory.model.vocabulary import FAIL, INVALID, NOTE, PASS, SKIP, UNJUDGED, WARN
@@ -202,8 +204,8 @@ def allowance(arm: ArmRow) -> tuple[int, str]:
     launch = arm.launch or {}
     spec = launch.get("speculative_config")
     try:
-        adapter = adapter_for(str(launch.get("engine") or "vllm"))
-    except Exception:  # an engine this install does not know: no allowance
+        adapter = adapter_for(str(launch.get("engine") or DEFAULT_ENGINE))
+    except ObservatoryError:  # an engine this install does not know: no allowance
         return 0, ""
     fn = getattr(adapter, "spec_cache_blocks_recomputed", None)
     if fn is None or not isinstance(spec, dict):
