@@ -253,7 +253,8 @@ def _cache_verdict(view: ChannelView, arm: ArmRow, base: dict[int, Length], bloc
     details: dict[str, Any] = {"table": [r for r in rows if r["kind"] != "same as base"] or rows[:5],
                                "lengths": len(rows), "block_size": block, "allowance_blocks": allowed,
                                "allowance_why": why, "unmeasured": unmeasured,
-                               "warm_ttft_ms": _ms(warm_here), "base_warm_ttft_ms": _ms(warm_base)}
+                               "warm_ttft_ms": _ms(warm_here), "cold_ttft_ms": _ms(_ttft(mine, "cold")),
+                               "base_warm_ttft_ms": _ms(warm_base), "base_cold_ttft_ms": _ms(_ttft(base, "cold"))}
     if not rows:
         return view.verdict(arm, UNJUDGED, f"none of {len(base)} lengths could be compared with base", details)
     if lost:
@@ -267,8 +268,9 @@ def _cache_verdict(view: ChannelView, arm: ArmRow, base: dict[int, Length], bloc
         span = f"{design[0]['length']}-{design[-1]['length']}"
         blocks = "one block" if allowed == 1 else f"{allowed} blocks"
         return view.verdict(arm, NOTE, f"{blocks} of {block} tokens fewer cached than base at {len(design)} of "
-                            f"{len(rows)} lengths ({span}): {why}; warm time to first token "
-                            f"{details['warm_ttft_ms']} ms against base's {details['base_warm_ttft_ms']} ms",
+                            f"{len(rows)} lengths ({span}): {why}; time to first token warm "
+                            f"{details['warm_ttft_ms']} ms, cold {details['cold_ttft_ms']} ms (base's "
+                            f"{details['base_warm_ttft_ms']} and {details['base_cold_ttft_ms']} ms)",
                             details)
     return view.verdict(arm, PASS, f"the same cached tokens as base at all {len(rows)} lengths", details)
 
