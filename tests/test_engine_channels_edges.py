@@ -1,4 +1,4 @@
-"""Issue 49's channels on the real CPU engine: prefix_cache catches spec_cache_miss, prompt_embeds catches
+"""Issue 49's channels and the deployed depth on the real CPU engine: prefix_cache catches spec_cache_miss, prompt_embeds catches
 embeds_drafts, each naming itself; the clean spec arm (with the embeddings repair) is clean, its one block
 recomputed by design a NOTE; base is clean. The shipped MTP arm's engine dies at the first prompt_embeds request
 (docs/engines.md): prompt_embeds:engine FAILs it, and the arm itself runs to its end.
@@ -58,3 +58,22 @@ def test_each_edge_channel_catches_its_fault_and_the_clean_arm_is_clean(tmp_path
     assert v[f"{CLEAN}+fault=embeds_drafts"]["input_paths"] == "PASS"  # text and ids untouched
     shipped = v["mtp1"]
     assert shipped["prompt_embeds:engine"] == "FAIL" and shipped["status"] == "ok", shipped
+
+
+def test_a_fault_at_one_depth_hides_at_k1_and_fails_the_deployed_arm(tmp_path: Path) -> None:
+    """depth_only injected into mtp1 (clean there: k = 1) and, through --deployed-spec k = 3, into the mtp3 arm the
+    session adds like mtp1 (FAIL). 520 s at load 16-27 (2026-12-05)."""
+    import json
+
+    out = tmp_path / "s.json"
+    k3 = json.dumps({"method": "mtp", "num_speculative_tokens": 3})
+    r = CliRunner().invoke(cli, ["gate", "--arms", "base,mtp1+fault=depth_only", "--deployed-spec", k3, "--no-diffs",
+                                 "--db", str(tmp_path / "d.db"), "--log-dir", str(tmp_path / "logs"), "--quiet",
+                                 "--report", str(tmp_path / "report"), "--json", str(out)], catch_exceptions=False)
+    assert r.exit_code == 1, r.output
+    arms = {a["name"]: a for a in json.loads(out.read_text())["arms"]}
+    assert list(arms) == ["base", "mtp1+fault=depth_only", "mtp3+fault=depth_only"]
+    fails = {a: [g for res in arms[a]["results"] for g, v in res["verdicts"].items() if v["verdict"] == "FAIL"]
+             for a in arms}
+    assert not fails["mtp1+fault=depth_only"], fails  # k = 1: the fault hides
+    assert any(g.startswith("token_diff") for g in fails["mtp3+fault=depth_only"]), fails
