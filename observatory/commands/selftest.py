@@ -85,6 +85,7 @@ ISSUE_ITEMS = {
 # Faults in force at one speculation depth only (issue 49 item 5): injected into the preset at that depth (the arm a
 # nightly given that deployed config always runs, observatory.session.depths), caught by the suite's gates there
 DEPTH_FAULTS = {"depth_only": DEFAULT_DEPTH}
+ENGINE_RESTART = "engine_restart"  # the judge's gate for an engine that died mid-arm and was restarted
 # Issue 28 item 6's negative control (nightly and deep): not a fault of the plugin but a configuration, the
 # spec arm launched with vLLM's synthetic acceptance (drafts accepted with a preset probability, the target
 # not asked): it must be named LOSSY by its launch (observatory.engines.lossy_knobs), whatever else it trips.
@@ -203,6 +204,9 @@ def engine_bugs(shipped: ArmView, repaired: ArmView, verdict: SessionVerdict) ->
             continue
         fits = [b for b in bugs if r.level == "FAIL" and channel in b.breaks and r.gate not in repaired_gates]
         named = known_bug([r.text])  # an engine death whose error names its bug (`EngineBug.signature`)
+        if channel == ENGINE_RESTART and named in bugs and named is not None and named.crashes and not any(
+                g and g.startswith(ENGINE_RESTART) for g in repaired_gates):
+            fits = [named]  # the engine died of a repaired bug and was restarted; the repaired arm's never died
         bug = named if named in fits else next(iter(fits), None)
         if bug is None:
             unexplained.append(r.text)
