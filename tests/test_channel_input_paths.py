@@ -68,6 +68,15 @@ def test_base_whose_paths_differ_makes_it_not_attributable(tmp_path: Path) -> No
     assert got["mtp2"].verdict == WARN, got["mtp2"].reason
 
 
+def test_a_server_that_renders_no_ids_is_not_measurable(tmp_path: Path) -> None:
+    """An engine whose tokenize endpoint renders no chat prompt (the ids path not sent): SKIP, never a PASS."""
+    def answer(p: Probe, arm: str) -> list[dict[str, Any]]:
+        return [{"repeat": input_paths.PATH_INDEX["text"], "tokens": CLEAN}]
+    view = build(tmp_path, input_paths.CHANNEL, ROLES, answer)
+    got = by_arm(input_paths.judge(view), view)
+    assert {r.verdict for r in got.values()} == {SKIP} and "not measurable" in got["mtp2"].reason
+
+
 def test_embeds_against_ids_and_the_aa_copy_left_out(tmp_path: Path) -> None:
     view = _paths_view(tmp_path, prompt_embeds.CHANNEL, {("mtp2", "embeds"): [5, 6, 1, 1]}, skip=("base#2",))
     for arm in view.arms:

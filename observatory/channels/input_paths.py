@@ -23,13 +23,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import httpx
+
 from observatory.channels import Channel
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
-from observatory.channels.teacher import prompt_ids
 from observatory.channels.view import ChannelView
-from observatory.client.answer import Response
+from observatory.client.send import EngineClient
+from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
+from observatory.model.vocabulary import SKIP
 from observatory.store.db import ArmRow, VerdictRow
 
 NAME = "input_paths"
@@ -56,24 +59,43 @@ def plan(suite: list[Probe]) -> list[Probe]:
     return pick(suite, NAME, REQUESTS, MAX_TOKENS)
 
 
+def rendered_ids(client: EngineClient, probe: Probe) -> list[int] | None:
+    """PROBE's prompt as the token ids the server renders it to (chat template applied), through its engine's
+    adapter (`EngineAdapter.tokenize`); None where the server cannot say."""
+    def post(path: str, body: dict[str, Any]) -> Any:
+        r = client.fetch(path, 30.0, body)
+        if r.status_code != 200:
+            raise ValueError(f"POST {path} answered {r.status_code}")
+        return r.json()
+    try:
+        ids = client.adapter.tokenize(post, "", client.served_model(), probe).get("ids")
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, ObservatoryError):
+        return None
+    if not isinstance(ids, list) or not ids or not all(type(i) is int for i in ids):
+        return None
+    return ids
+
+
 def as_ids(probe: Probe, ids: list[int]) -> Probe:
     """PROBE as a completion of the token ids IDS (its messages rendered by the server)."""
     return replace(probe, messages=None, prompt=ids)
 
 
 def measure(run: LiveArm, probes: list[Probe]) -> None:
-    """Each probe as text, then as the ids the server renders it to, one at a time."""
+    """Each probe as text, then as the ids the server renders it to, one at a time (a prompt the server renders
+    no ids for is sent as text only, and noted)."""
     client = run.client
     assert client is not None
+    unrendered = []
     for i, probe in enumerate(probes):
         run.reporter.step(run.arm, NAME, i, len(probes))
         resp = client.run(probe, stream=False)
         run.store_result(probe, resp, NAME, repeat=PATH_INDEX[TEXT])
         run.check_alive(resp)
-        ids = prompt_ids(client, probe)
+        ids = rendered_ids(client, probe)
         if ids is None:
-            run.store_result(probe, Response(error="not sent: /tokenize did not give the prompt's ids",
-                                             error_kind="http"), NAME, repeat=PATH_INDEX[IDS])
+            unrendered.append(probe.name)
+            run.note(NAME, unrendered=unrendered)
             continue
         resp = client.run(as_ids(probe, ids), stream=False)
         run.store_result(probe, resp, NAME, repeat=PATH_INDEX[IDS])
@@ -105,7 +127,12 @@ def path_noise(reference: str) -> Any:
 
 
 def judge(view: ChannelView) -> list[VerdictRow]:
-    """Every answer against base's text answer of the same probe."""
+    """Every answer against base's text answer of the same probe; "not measurable" where base's server rendered
+    no prompt as token ids (its engine's tokenize)."""
+    base = view.base
+    if base is not None and view.results(base) and not any(k[1] == IDS for k in keyed_paths(view, base)):
+        return [view.verdict(a, SKIP, "not measurable: the server rendered none of the prompts as token ids "
+                             "(its tokenize endpoint)") for a in view.arms]
     return judge_against_base(view, keyed_paths, lambda key: (key[0], TEXT), path_noise(TEXT),
                               what="answers (text and token-id prompts)")
 

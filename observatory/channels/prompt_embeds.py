@@ -37,10 +37,18 @@ from typing import Any
 
 from observatory.channels import Channel
 from observatory.channels.conditions import facts
-from observatory.channels.input_paths import EMBEDS, IDS, PATH_INDEX, as_ids, keyed_paths, path_noise, pick
+from observatory.channels.input_paths import (
+    EMBEDS,
+    IDS,
+    PATH_INDEX,
+    as_ids,
+    keyed_paths,
+    path_noise,
+    pick,
+    rendered_ids,
+)
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import judge_against_base
-from observatory.channels.teacher import prompt_ids
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
 from observatory.client.embeds import embedding_rows
@@ -77,7 +85,7 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
         return
     adapter = client.adapter
     flags = list(getattr(adapter, "feature_args", lambda f: [])(FEATURE))
-    ids = {p.name: prompt_ids(client, p) for p in probes}
+    ids = {p.name: rendered_ids(client, p) for p in probes}
     bodies: dict[str, dict[str, Any]] = {}
     try:
         for p in probes:
