@@ -80,7 +80,7 @@ def tally(sessions: list[dict[str, Any]], known: list[tuple[str, str | None, str
             skipped.append({"session": label, "why": why})
             continue
         counted.append(label)
-        verdicts.append({"session": label, "verdict": data["verdict"]["verdict"]})
+        verdicts.append({"session": label, "verdict": data["verdict"].get("verdict")})
         kinds = {a["name"]: a.get("role") or "unknown" for a in data["arms"]}  # the session's own roles
         arms.update(kinds.values())
         for r in data["verdict"]["reasons"]:

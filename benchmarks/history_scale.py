@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(a.work or tempfile.mkdtemp(prefix="history-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     src = template(work)
-    from observatory.report.history import find_alerts, load_points
+    from observatory.report.trends import find_alerts, load_points
     from observatory.store.session_store import Store
 
     print(f"{'sessions':>8} {'db MB':>7} {'history s':>9} {'--json s':>8} {'first run s':>11} {'report s':>8} "

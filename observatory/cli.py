@@ -25,9 +25,11 @@ import click
 from observatory import __version__
 from observatory.model.env_vars import epilog as env_epilog
 from observatory.model.errors import ObservatoryError
+from observatory.model.redact import redact_text
 
 # An unexpected exception exits INTERNAL_ERROR: nothing measured can be trusted, never a traceback.
 from observatory.model.vocabulary import INTERNAL_ERROR, SETUP_ERROR
+from observatory.store import storage_failure
 
 # name -> (module, attribute): each command is imported when it is looked up.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -43,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("observatory.commands.gates_cmd", "calibrate"),
     "triage": ("observatory.commands.triage", "triage"),
     "suite": ("observatory.commands.suite_cmd", "suite"),
+    "known": ("observatory.commands.known_cmd", "known"),
 }
 
 
@@ -74,7 +77,8 @@ class ObservatoryGroup(click.Group):
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The environment variables, the engines' own among them: read from the adapters when help is shown."""
-        from observatory.engines.arms import env_vars
+        # here: every adapter is loaded for --help, not at each command's start
+        from observatory.engines.arm_engines import env_vars
 
         self.epilog = env_epilog(env_vars())
         super().format_epilog(ctx, formatter)
@@ -102,8 +106,6 @@ class ObservatoryGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise  # click's own: handled in main()
         except Exception as e:
-            from observatory.store import storage_failure
-
             if os.environ.get("OBSERVATORY_RAISE_ERRORS"):
                 raise
             if storage_failure.failed_in(e) is not None or storage_failure.problem(e) is not None:
@@ -122,8 +124,6 @@ def _write_traceback(e: BaseException) -> str:
     import tempfile
     import traceback
 
-    from observatory.model.redact import redact_text
-
     text = redact_text(f"observatory {__version__}: {' '.join(sys.argv)[:2000]}\n"
                        + "".join(traceback.format_exception(type(e), e, e.__traceback__)))
     try:
@@ -137,8 +137,6 @@ def _write_traceback(e: BaseException) -> str:
 
 def _one_line(e: BaseException | str) -> str:
     """An error message as one line, credentials masked."""
-    from observatory.model.redact import redact_text
-
     return redact_text(" ".join(str(e).split()))
 
 

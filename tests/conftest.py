@@ -63,3 +63,14 @@ def passed_but_for_speed(exit_code: int, db: str | Path) -> bool:
     reasons = json.loads(shown.output)["verdict"]["reasons"]
     fails = [r for r in reasons if r["level"] in ("FAIL", "INVALID")]
     return bool(fails) and all(r["gate"] == "speedup" for r in fails)
+
+
+def verdict_exit(db: str | Path, session: int | None = None) -> int:
+    """The exit code the verdict of DB's SESSION (default: its latest) stands for: what `compare` and `gate` exit
+    with once a session ran to its end (issue 46 item 4). A stub server that speculates nothing makes a spec arm
+    INVALID (2), so a test of something else asserts this, not 0."""
+    from observatory.report.data import build
+    from observatory.store.session_store import Store
+
+    with Store(str(db)) as store:
+        return build(store, store.session(session).id).verdict.exit_code

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.session.options import SessionPlan
 from observatory.session.plan import plan_compare, with_aa_copies
 

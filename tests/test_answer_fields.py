@@ -16,7 +16,7 @@ from observatory.engines.metrics import SpecCounters, parse_generated
 from observatory.engines.vllm import VLLMAdapter
 from observatory.faults import FAULTS, field_answers, parse_faults
 from observatory.faults.patches import TARGETS
-from observatory.judge.session import logprob_spread
+from observatory.judge.apply_gates import logprob_spread
 from observatory.model.gates import Output, default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import ResultRow

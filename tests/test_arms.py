@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.model.arms import parse_speculative_config
 from observatory.model.errors import ArmError
 

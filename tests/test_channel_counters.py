@@ -10,7 +10,6 @@ from semantics_store import result, session
 
 from observatory.channels import counters
 from observatory.channels.view import ChannelView
-from observatory.engines.launches import stored_roles
 from observatory.engines.metrics import SpecCounters
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
@@ -52,7 +51,7 @@ def _judge(store: Store, tweak: Any = None) -> dict[str, Any]:
         result(store, arms["base"], pids[p.name], "counters", list(range(n)), ["x"] * n,
                chunks=[[10.0 * j, 1] for j in range(n)], counters_delta=_delta(0, [0, 0]))
     all_arms = store.arms(sid)
-    view = ChannelView(store, sid, "counters", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]),
+    view = ChannelView(store, sid, "counters", all_arms, {a.name: str(a.role) for a in all_arms},
                        {pids[p.name]: p for p in probes}, default_registry())
     return {v.gate: v for v in counters.judge(view)}
 
@@ -106,7 +105,7 @@ def test_timed_batches_are_checked_too(store: Store) -> None:
     store.add(MeasurementRow(arm_id=arms["mtp2"].id, concurrency=4, repeat=0, requests=4, completion_tokens=100,
                              wall_s=1.0, counters_delta=_delta(10, [4, 6])))
     all_arms = store.arms(sid)
-    view = ChannelView(store, sid, "counters", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]),
+    view = ChannelView(store, sid, "counters", all_arms, {a.name: str(a.role) for a in all_arms},
                        {pids[p.name]: p for p in probes}, default_registry())
     got = {v.gate: v for v in counters.judge(view)}
     assert got["counters:invariants"].verdict == "FAIL" and "timed c=4" in got["counters:invariants"].reason

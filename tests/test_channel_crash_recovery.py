@@ -1,7 +1,6 @@
 """An engine that dies under a channel's requests (issue 49 item 11): the arm's engine is restarted and the next
-channels run on it (`ArmRun.restart`), the death kept with the engine log's own error lines; the judge's
-engine_restart row names the known engine bug and its repair; selftest counts a shipped arm's restart apart as
-that bug. No engine: the relaunch is a stand-in."""
+channels run on it (`ArmRun.restart`), at most MAX_RESTARTS times; the known engine bug an error names
+(`known_bug`). No engine: the relaunch is a stand-in."""
 
 from __future__ import annotations
 
@@ -11,14 +10,11 @@ from typing import Any
 
 import pytest
 
-from observatory import channels
-from observatory.commands.selftest import engine_bugs
 from observatory.engines.server import EngineStartError
-from observatory.judge.session import _Judge
+from observatory.faults.repairs import known_bug
 from observatory.model.arms import Arm
-from observatory.model.read_model import Reason
-from observatory.model.vocabulary import FAIL, INVALID
-from observatory.session.measure import MAX_RESTARTS, ArmCrashed, ArmRun, crash_lines
+from observatory.session import measure as measure_module
+from observatory.session.measure import MAX_RESTARTS, ArmCrashed, ArmRun
 from observatory.session.options import SessionPlan
 from observatory.store.db import ArmRow, SessionRow
 from observatory.store.session_store import Store
@@ -33,6 +29,9 @@ class _Proc:
 
     def log_tail(self, lines: int = 60, max_chars: int = 8000) -> str:
         return LOG
+
+    def fatal_error(self) -> str | None:
+        return TOPK
 
     def stop(self, grace_s: float = 20.0) -> None:
         self.stopped = True
@@ -64,7 +63,7 @@ def _channels(monkeypatch: pytest.MonkeyPatch, dies: set[str], seen: list[tuple[
             if name in dies:
                 raise ArmCrashed("crashed", "engine exited with status 1 mid-run: HTTP 500")
         return SimpleNamespace(measure=measure)
-    monkeypatch.setattr(channels, "get", measure_of)
+    monkeypatch.setattr(measure_module, "get_channel", measure_of)
 
 
 def test_the_engine_is_restarted_with_its_errors_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,8 +76,7 @@ def test_the_engine_is_restarted_with_its_errors_kept(tmp_path: Path, monkeypatc
     assert run.live and run.client is fresh.client and old.stopped  # type: ignore[union-attr]
     assert [n for n, _ in seen] == ["params", "teacher"] and seen[1][1] is fresh.client
     restart = store.arms(store.session().id)[0].launch["restarts"][0]
-    assert restart["restarted"] and restart["engine_errors"][-2:] == [TOPK, "EngineDeadError: EngineCore "
-                                                                             "encountered an issue"]
+    assert restart["restarted"] and restart["where"] == "channel params"
 
 
 def test_no_more_than_the_allowed_restarts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,27 +97,8 @@ def test_no_more_than_the_allowed_restarts(tmp_path: Path, monkeypatch: pytest.M
         run.run_channels()
 
 
-def test_the_restart_row_names_the_engines_error_and_its_known_bug() -> None:
-    judge = SimpleNamespace(base=None, rows=[])
-    arm = SimpleNamespace(id=2, launch={"restarts": [{"where": "channel params", "status": "crashed",
-                                                      "reason": "HTTP 500", "restarted": True,
-                                                      "engine_errors": crash_lines(LOG)}]})
-    _Judge.restart_rows(judge, arm)  # type: ignore[arg-type]
-    row = judge.rows[0]
-    assert row.verdict == FAIL and row.gate == "engine_restart:1"
-    assert "Expected reduction dim" in row.reason and "+repair=topk_empty" in row.reason
-    judge.base = arm
-    _Judge.restart_rows(judge, arm)  # type: ignore[arg-type]
-    assert judge.rows[1].verdict == INVALID
-
-
-def test_selftest_counts_a_restart_of_a_repaired_bug_apart() -> None:
-    text = f"mtp1: engine_restart:1: the engine crashed during channel params (HTTP 500; the engine: {TOPK})"
-    verdict = SimpleNamespace(reasons=(Reason("FAIL", text, arm="mtp1", gate="engine_restart:1"),))
-    shipped = SimpleNamespace(name="mtp1", status="ok", figures=SimpleNamespace(performance=[]))
-    repaired = SimpleNamespace(name="mtp1+repair=cpu_expand+repair=topk_empty", status="ok",
-                               figures=SimpleNamespace(performance=[]))
-    got = engine_bugs(shipped, repaired, verdict)  # type: ignore[arg-type]
-    assert got["clean"] and [b["bug"] for b in got["engine_bugs"]] == ["topk_empty"]
-    unrepaired = SimpleNamespace(name="mtp1+repair=cpu_expand", status="ok", figures=SimpleNamespace(performance=[]))
-    assert engine_bugs(shipped, unrepaired, verdict)["unexplained"] == [text]  # type: ignore[arg-type]
+def test_known_bugs_are_named_by_their_error() -> None:
+    assert known_bug([TOPK]) is not None and known_bug([TOPK]).repair == "topk_empty"  # type: ignore[union-attr]
+    assert known_bug(["ValueError: Tried to access token index 23, but that token was provided via prompt_embeds, "
+                      "and its ID is unknown."]).repair == "embeds_backup"  # type: ignore[union-attr]
+    assert known_bug(["RuntimeError: index 4096 is out of bounds"]) is None

@@ -11,7 +11,6 @@ from semantics_store import result, session
 from observatory.channels import finish
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
-from observatory.engines.launches import stored_roles
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
@@ -57,7 +56,7 @@ def _judge(store: Store, arms: list[str], leak_on: str | None = None, past_stop_
                 ids, texts = ids + [999], texts + [" !"]  # a token past the stop kept in the ids, text still cut
             result(store, arm, pids[p.name], "finish", ids, texts, text=text, finish=why)
     all_arms = store.arms(sid)
-    roles = stored_roles([(a.name, a.launch) for a in all_arms])
+    roles = {a.name: str(a.role) for a in all_arms}
     view = ChannelView(store, sid, "finish", all_arms, roles, {pids[p.name]: p for p in probes}, default_registry())
     names = {a.id: a.name for a in all_arms}
     return {names[v.arm_id]: v for v in finish.judge(view)}
@@ -118,7 +117,7 @@ def test_a_difference_base_shows_against_its_copy_is_a_warn(store: Store) -> Non
                 ids, texts, text = [*ids[:-1], 7], [*texts[:-1], " x"], "".join([*texts[:-1], " x"])
             result(store, arm, pids[p.name], "finish", ids, texts, text=text, finish=why)
     all_arms = store.arms(sid)
-    view = ChannelView(store, sid, "finish", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]),
+    view = ChannelView(store, sid, "finish", all_arms, {a.name: str(a.role) for a in all_arms},
                        {pids[p.name]: p for p in probes}, default_registry())
     got = {v.arm_id: v for v in finish.judge(view)}
     assert got[arms["mtp2"].id].verdict == "WARN"
@@ -180,7 +179,7 @@ def _judge_diverged(store: Store, leak: bool) -> Any:
                 text = "".join(texts)
             result(store, arm, pids[p.name], "finish", ids, texts, text=text, finish=why)
     all_arms = store.arms(sid)
-    view = ChannelView(store, sid, "finish", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]),
+    view = ChannelView(store, sid, "finish", all_arms, {a.name: str(a.role) for a in all_arms},
                        {pids[p.name]: p for p in probes}, default_registry())
     return {v.arm_id: v for v in finish.judge(view)}[arms["mtp2"].id]
 

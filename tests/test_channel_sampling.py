@@ -158,7 +158,8 @@ def _session(store: Store, arms: list[tuple[str, str, Law]], seed_of: Any = None
     for pos, (name, role, law) in enumerate(arms):
         spec_launch = {"speculative_config": {"method": "mtp", "num_speculative_tokens": 2}, **(launch or {})}
         a = store.add(ArmRow(session_id=s.id, position=pos, name=name, status="ok",
-                             launch=spec_launch if role in (SPEC, FAULT) else {}))
+                             launch=spec_launch if role in (SPEC, FAULT) else {},
+                             engine=spec_launch.get("engine") if role in (SPEC, FAULT) else None))
         rows.append(a)
         roles[name] = role
         rng = np.random.default_rng(100 + pos)

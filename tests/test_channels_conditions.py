@@ -321,3 +321,23 @@ def test_sibling_not_launched_is_noted_with_why(tmp_path: Path) -> None:
     run2, _ = _run(tmp_path / "b", None)
     with run2.sibling("lifecycle") as twin:
         assert twin is None
+
+
+def test_the_default_engines_metric_and_environment_names_are_its_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 47 item 4: what memory_pressure and lifecycle read by vLLM's names (its KV cache's settings, its
+    preemption counter, dev mode) and the CPU build's KV cache variable the plan sets are vLLM's adapter's; an
+    adapter that declares none (Dialect's defaults, SGLang's) reports none."""
+    from observatory.engines.adapter import adapter_for
+
+    text = ('# HELP vllm:num_preemptions_total Cumulative preemptions.\n# TYPE vllm:num_preemptions_total counter\n'
+            'vllm:num_preemptions_total{engine="0",model_name="m"} 3.0\n'
+            '# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n'
+            '# TYPE vllm:cache_config_info gauge\n'
+            'vllm:cache_config_info{block_size="128",num_gpu_blocks="9"} 1.0\n')
+    vllm, other = adapter_for("vllm"), adapter_for("sglang")
+    assert vllm.preemptions(text) == 3 and (vllm.kv_cache_info(text) or {}).get("num_gpu_blocks") == "9"
+    assert vllm.dev_mode_env == {"VLLM_SERVER_DEV_MODE": "1"} and vllm.takes_faults and vllm.takes_parsers
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    assert vllm.host_env(0) == {"VLLM_CPU_KVCACHE_SPACE": "1"} and vllm.host_env(1) == {}
+    assert other.preemptions(text) is None and other.kv_cache_info(text) is None and not other.dev_mode_env
+    assert other.host_env(0) == {} and not other.takes_faults and not other.takes_parsers

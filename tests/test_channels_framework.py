@@ -105,7 +105,7 @@ def test_suite_probe_hash_unchanged_by_channel_fields() -> None:
     """Adding the channel fields to Probe keeps every older probe's hash (so --resume of old sessions works)."""
     p = Probe(name="x", category="prose_en", prompt="a")
     d = p.to_dict()
-    for k in ("channel", "sampling", "meta"):
+    for k in ("channel", "sampling", "meta", "original"):  # "original": a logged request's fields (issue 48)
         d.pop(k)
     import hashlib
     d.pop("source")
@@ -149,7 +149,7 @@ def test_selftest_nightly_adds_each_channels_faults(monkeypatch: pytest.MonkeyPa
     """Issue 15 item 12: selftest's fault list is the suite's plus each channel's, each with the channel that must catch it."""
     from dataclasses import replace
 
-    from observatory.commands.selftest import FAULTS, Catcher, fault_plan
+    from observatory.session.fault_selftest import FAULTS, Catcher, fault_plan
 
     channels_mod.channels()
     monkeypatch.setitem(channels_mod._REGISTRY, "echo", replace(ECHO, faults=("ghost_batch",)))
@@ -160,8 +160,8 @@ def test_selftest_nightly_adds_each_channels_faults(monkeypatch: pytest.MonkeyPa
 
 def test_every_channel_names_the_faults_selftest_injects_for_it() -> None:
     """Issue 15 item 12: selftest --profile nightly injects each channel's own fault (history needs earlier nights)."""
-    from observatory.commands.selftest import LOSSY, fault_plan
     from observatory.faults import FAULTS as KNOWN
+    from observatory.session.fault_selftest import LOSSY, fault_plan
 
     plan = fault_plan("nightly", None)
     assert {plan[f].name for f in ("soak_poison", "length_poison", "batch_swap", "past_stop", "inflate_accepted",

@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from observatory.cli import cli
-from observatory.engines.arms import env_vars
+from observatory.engines.arm_engines import env_vars
 from observatory.model.env_vars import listed
 
 PACKAGE = Path(__file__).resolve().parent.parent / "observatory"

@@ -10,7 +10,7 @@ import pytest
 from test_llamacpp_reference import IDS, PROBE, TEXTS, _launch, _row
 
 from observatory.commands.evaluate import evaluate
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.judge.cross_engine import ALIGNED, NOT_COMPARABLE, NOT_MEASURED, align
 from observatory.model.read_model import to_plain
 from observatory.report.data import build

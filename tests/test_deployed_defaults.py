@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.engines.knobs import candidate_values, current_value, knobs_for
 from observatory.engines.server_facts import cache_config
 from observatory.engines.settings import EngineSettings

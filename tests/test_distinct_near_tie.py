@@ -11,7 +11,7 @@ from pathlib import Path
 
 from semantics_store import result, session
 
-from observatory.judge.session import judge_session
+from observatory.judge.apply_gates import judge_session
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.engines.containers import OWNER_LABEL, owner_alive, owner_token, spawn_watchdog
 from observatory.engines.images import image_comparison, image_differences, split_docker_argv
 from observatory.engines.server import EngineSettings, engine_argv, engine_env

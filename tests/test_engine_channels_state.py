@@ -27,7 +27,7 @@ FAULT_OF = {"soak": "soak_poison", "length_sweep": "length_poison", "mixed_batch
 
 def _verdicts(db: Path) -> dict[str, dict[str, str]]:
     """Arm name -> gate -> the worst verdict of that gate on the arm."""
-    order = ["PASS", "SKIP", "NOT_DISCRIMINATING", "WARN", "UNJUDGED", "INVALID", "FAIL"]
+    order = ["PASS", "SKIP", "NOT_DISCRIMINATING", "KNOWN", "WARN", "UNJUDGED", "INVALID", "FAIL"]
     out: dict[str, dict[str, str]] = {}
     with Store(str(db)) as store:
         sid = store.session().id

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from conftest import requires_engine
 
 from observatory.cli import cli
-from observatory.commands.selftest import FAULTS, selftest_findings
 from observatory.report.data import build
+from observatory.session.fault_selftest import FAULTS, selftest_findings
 from observatory.store.session_store import Store
 
 pytestmark = [pytest.mark.engine, requires_engine]

@@ -22,8 +22,8 @@ ARGV = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/tmp/h
 
 def arm(k: int = 0, gpus: list[int] | None = None, **launch: Any) -> Any:
     spec = {"method": "mtp", "num_speculative_tokens": k} if k else None
-    return SimpleNamespace(launch={"engine": "vllm", "gpus": [0] if gpus is None else gpus, "argv": ARGV,
-                                   "speculative_config": spec, **launch})
+    return SimpleNamespace(engine="vllm", launch={"engine": "vllm", "gpus": [0] if gpus is None else gpus,
+                                                  "argv": ARGV, "speculative_config": spec, **launch})
 
 
 def test_the_recorded_logs_give_the_captured_sizes() -> None:

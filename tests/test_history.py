@@ -17,7 +17,7 @@ from test_report import HOSTILE, HOSTILE_ESCAPED, PROBES, _cli, make_session
 
 from observatory.model.read_model import ValidityFlag
 from observatory.report.data import build
-from observatory.report.history import Alert, find_alerts, load_points, render_history, session_points
+from observatory.report.trends import Alert, find_alerts, load_points, render_history, session_points
 from observatory.store.session_store import Store
 
 

@@ -149,6 +149,8 @@ def test_usage_counts_whose_batch_sum_is_unstorable_fail_the_arm(tmp_path: Path)
     # the streamed answers' usage says 2^31 - 1 tokens for one id: the identities inside each answer FAIL it
     # (gates/answer_fields.py), so the gate fails (1) rather than only finding the arm INVALID (2)
     assert code == 1, output
-    assert "answer_identities: 1 token ids but usage.completion_tokens = 2147483647" in output
+    # one line per cause (issue 46 item 5): both probes' identity FAILs, the first one's wording
+    assert "mtp1: answer_identities: 2 probes (one, two); first, one: 1 token ids but usage.completion_tokens = " \
+           "2147483647" in output
     assert arms["mtp1"]["status"] == "failed" and "usage is not believable" in arms["mtp1"]["reason"]
     assert arms["mtp2"]["status"] == "ok"

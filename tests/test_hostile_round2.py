@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import verdict_exit
 from sse_stub import SseStub, sse, whole
 from stub_server import StubServer
 from test_faults_survived import _suite
@@ -188,7 +189,7 @@ def test_a_regex_that_cannot_finish_is_unjudged_in_a_session() -> None:
     INVALID (docs/design.md 3.3)."""
     from types import SimpleNamespace
 
-    from observatory.judge.session import UNJUDGED, _row
+    from observatory.judge.apply_gates import UNJUDGED, _row
     from observatory.model.gates import default_registry
     from observatory.model.probes import Probe
 
@@ -206,7 +207,7 @@ def test_a_regex_that_cannot_finish_is_unjudged_in_a_session() -> None:
 def test_judges_see_a_bounded_output() -> None:
     from types import SimpleNamespace
 
-    from observatory.judge.session import to_output
+    from observatory.judge.apply_gates import to_output
     from observatory.model.gates import MAX_JUDGED_CHARS
 
     r = SimpleNamespace(text="a" * (MAX_JUDGED_CHARS * 3), token_ids=[], top_logprobs=[], token_texts=None,
@@ -264,7 +265,7 @@ def test_a_database_that_fills_mid_session_fails_cleanly_and_resumes(tmp_path: P
     with StubServer("ok", token=5) as base, StubServer("ok", token=5) as spec:
         arms = f"base={base.url},mtp1={spec.url}"
         first = _observatory("compare", "--arms", arms, "--suite", suite, "--db", str(db), "--no-diffs", "--quiet")
-        assert first.returncode == 0, first.stderr
+        assert first.returncode == verdict_exit(db, 1), first.stderr
         room = _pages(db) + 2  # a little room: the next session's first rows fit, its results do not
         full = _observatory("compare", "--arms", arms, "--suite", suite, "--db", str(db), "--no-diffs", "--quiet",
                             code=_LIMITED.format(pages=room))
@@ -277,7 +278,7 @@ def test_a_database_that_fills_mid_session_fails_cleanly_and_resumes(tmp_path: P
         con.close()
         assert status == "interrupted" and "storage failed" in reason, (status, reason)
         resumed = _observatory("compare", "--resume", "2", "--db", str(db), "--quiet")
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.returncode == verdict_exit(db, 2), resumed.stderr
     _db_sound(db)
     con = sqlite3.connect(db)
     assert con.execute("SELECT status FROM sessions WHERE id = 2").fetchone()[0] == "complete"
@@ -323,7 +324,7 @@ def test_a_lock_held_past_the_busy_timeout_is_retried(tmp_path: Path) -> None:
         proc = _compare_popen(db, f"base={base.url},mtp1={spec.url}", _suite(tmp_path))
         _hold_lock_once_running(db, proc, 2.0)
         _, stderr = proc.communicate(timeout=240)
-    assert proc.returncode == 0, stderr
+    assert proc.returncode == verdict_exit(db), stderr
     _db_sound(db)
 
 

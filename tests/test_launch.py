@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.engines.server import EngineSettings, engine_argv, engine_env
 from observatory.judge.figures import cudagraph_gap, launch_differences

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from click.testing import CliRunner
+from conftest import verdict_exit
 from stub_server import StubServer
 from test_faults_survived import _suite
 
@@ -92,7 +93,7 @@ def test_killed_runner_shows_abandoned_and_resumes_without_duplicates(tmp_path: 
         listed = CliRunner().invoke(cli, ["sessions", "--db", str(db)])
         assert "\tabandoned\t" in listed.output, listed.output
         r = CliRunner().invoke(cli, ["compare", "--resume", "1", "--db", str(db), "--quiet"])
-        assert r.exit_code == 0, r.output
+        assert r.exit_code == verdict_exit(db), r.output
     with Store(str(db)) as store:
         arms_rows = store.arms(1)
         assert sorted((a.position, a.name) for a in arms_rows) == [(0, "base"), (1, "mtp1")]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from observatory.engines import llamacpp
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.engines.server import EngineSettings, engine_argv
 from observatory.model.errors import ArmError, ObservatoryError
 
@@ -189,7 +189,8 @@ def test_llama_spec_flags_are_speculation_not_a_confound(tmp_path: Path, monkeyp
     model.write_bytes(b"GGUF")
     settings = EngineSettings(model=str(model), max_model_len=1024)
     base, ngram = parse_arms("llama.cpp:base,llama.cpp:ngram4")
-    row = lambda arm, port: SimpleNamespace(launch={"argv": engine_argv(arm, settings, port), "env": {}})  # noqa: E731
+    row = lambda arm, port: SimpleNamespace(engine=arm.engine,  # noqa: E731
+                                            launch={"argv": engine_argv(arm, settings, port), "env": {}})
     assert launch_differences(row(ngram, 9001), row(base, 9000)) == []
     ngram.engine_args = ["--threads", "1"]
     assert launch_differences(row(ngram, 9001), row(base, 9000)) == ["--threads: absent on base, '1' here"]

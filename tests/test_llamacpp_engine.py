@@ -21,9 +21,9 @@ from click.testing import CliRunner
 
 from observatory.cli import cli
 from observatory.engines import llamacpp
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.engines.settings import EngineSettings
-from observatory.judge.session import full_sequence, results_by_mode
+from observatory.judge.apply_gates import full_sequence, results_by_mode
 from observatory.model.paths import DEFAULT_MODEL_DIR
 from observatory.model.probes import load_probe_file, resolve_suite
 from observatory.session.launch import RunningEngine, launch

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from observatory.client.answer import Response
-from observatory.engines.launches import engine_of, stored_roles
-from observatory.judge.session import judge_session
+from observatory.judge.apply_gates import judge_session
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
 from observatory.model.roles import assign_roles
 from observatory.session.measure import ArmRun
 from observatory.session.options import SessionPlan
+from observatory.store.arm_facts import launch_engine, launch_facts
 from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
 
@@ -98,10 +98,10 @@ def test_each_engine_has_its_own_base() -> None:
             Arm("llama.cpp:base#2", engine="llama.cpp", copy_of="llama.cpp:base")]
     assert assign_roles(arms) == {"base": "base", "mtp2": "spec", "llama.cpp:base": "base",
                                   "llama.cpp:draft2": "spec", "llama.cpp:base#2": "aa_copy"}
-    # stored before "engine" was in the launch dict: the binary tells
-    assert engine_of({"argv": ["/x/bin/llama-server"]}) == "llama.cpp" and engine_of({"argv": ["vllm"]}) == "vllm"
-    assert stored_roles([("base", {"argv": ["vllm"]}), ("llama.cpp:base", {"argv": ["/x/llama-server"]})]) == {
-        "base": "base", "llama.cpp:base": "base"}
+    # stored before "engine" was in the launch dict: the binary tells (the rule migration m010 fills them by)
+    assert launch_engine({"argv": ["/x/bin/llama-server"]}) == "llama.cpp" and launch_engine({"argv": ["vllm"]}) == "vllm"
+    assert launch_facts([("base", {"argv": ["vllm"]}), ("llama.cpp:base", {"argv": ["/x/llama-server"]})]) == [
+        ("base", "vllm"), ("base", "llama.cpp")]
 
 
 def test_spec_arms_are_judged_against_their_own_engines_base(store: Store) -> None:

@@ -90,7 +90,8 @@ def test_every_knob_names_its_source_and_condition() -> None:
 
 def _arms(spec_launch: dict[str, Any]) -> tuple[ArmRow, ArmRow]:
     base = ArmRow(name="base", status="ok", launch={"speculative_config": None, "argv": [], "env": {}})
-    arm = ArmRow(name="mtp2", status="ok", launch={"argv": [], "env": {}, **spec_launch})
+    arm = ArmRow(name="mtp2", status="ok", launch={"argv": [], "env": {}, **spec_launch},
+                 engine=spec_launch.get("engine"))
     return arm, base
 
 
@@ -180,3 +181,22 @@ def test_a_url_arm_is_checked_on_what_its_server_reports() -> None:
     assert "speculative_accept_threshold_acc" in note and "environment" in note
     reported["server_args"]["speculative_accept_threshold_acc"] = 1.0  # negative control
     assert not [c for c in validity(arm, base, {"drafts": 500}, {}) if c["code"] == "LOSSY"]
+
+
+def test_one_argv_reader_for_the_figures_and_the_lossy_table() -> None:
+    """Issue 47 item 8: the figures' flag comparison and the lossy table read argv through one parser: the
+    program and its module are no flags, ``--a=1`` and ``--a 1`` are alike, a flag alone is set, the last
+    occurrence wins."""
+    from observatory.engines.argv_flags import flag_pairs
+    from observatory.engines.lossy_knobs import _argv_settings
+    from observatory.judge.figures import _flags
+
+    argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--dtype", "bfloat16", "--enforce-eager",
+            "--max-num-seqs=8", "--speculative_config", '{"method": "mtp"}', "--seed", "1", "--seed", "2", "-e", "X"]
+    assert flag_pairs(argv) == [("--dtype", "bfloat16"), ("--enforce-eager", None), ("--max-num-seqs", "8"),
+                                ("--speculative_config", '{"method": "mtp"}'), ("--seed", "1"), ("--seed", "2")]
+    assert _flags(argv) == {"--dtype": "bfloat16", "--enforce-eager": True, "--max-num-seqs": "8",
+                            "--speculative_config": '{"method": "mtp"}', "--seed": "2"}
+    flags, env, spec = _argv_settings(argv)
+    assert flags == {"--dtype": "bfloat16", "--enforce-eager": "true", "--max-num-seqs": "8", "--seed": "2"}
+    assert spec == {"method": "mtp"} and env == {}

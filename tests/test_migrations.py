@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,33 @@ def test_loser_of_a_migration_race_retries(tmp_path: Path, monkeypatch: pytest.M
     assert migrate(create_engine(url)) == []
     assert len(reads) == 2
     assert sorted(real(create_engine(url))) == sorted(m.__name__ for m in MIGRATIONS)
+
+
+def test_m010_gives_old_arms_their_role_and_engine(tmp_path: Path) -> None:
+    """Issue 47 item 2: arms stored before role and engine were columns get them by the rule the runner applied:
+    the launch's own where it names them, else one base per engine in run order, the engine told by the binary
+    for launches older than their "engine" key. Control: a launch that names both keeps them."""
+    path = tmp_path / "old.db"
+    old = create_engine(f"sqlite:///{path}")
+    migrate(old, MIGRATIONS[:9])
+    vllm = ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    launches = [("base", {"argv": vllm}),
+                ("mtp1", {"argv": vllm, "speculative_config": {"method": "mtp", "num_speculative_tokens": 1}}),
+                ("base#2", {"argv": vllm, "copy_of": "base"}),
+                ("llama.cpp:base", {"argv": ["/x/bin/llama-server", "--model", "m.gguf"]}),
+                ("other", {"argv": vllm, "role": "variant", "engine": "sglang"})]
+    with old.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO sessions (id, started_at, status, host, machine, observatory_version, command, options, suite)"
+            " VALUES (1, CURRENT_TIMESTAMP, 'complete', 'h', '{}', '0.0.1', '[]', '{}', 'default')"))
+        for pos, (name, launch) in enumerate(launches):
+            conn.execute(text("INSERT INTO arms (session_id, position, name, status, launch, counters, validity, figures)"
+                              " VALUES (1, :pos, :name, 'ok', :launch, '{}', '[]', '{}')"),
+                         {"pos": pos, "name": name, "launch": json.dumps(launch)})
+    old.dispose()
+    engine = open_engine(str(path))
+    assert "m011_arm_role_engine" in applied(engine)
+    with engine.connect() as conn:
+        got = [tuple(r) for r in conn.execute(text("SELECT name, role, engine FROM arms ORDER BY position"))]
+    assert got == [("base", "base", "vllm"), ("mtp1", "spec", "vllm"), ("base#2", "aa_copy", "vllm"),
+                   ("llama.cpp:base", "base", "llama.cpp"), ("other", "variant", "sglang")]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import verdict_exit
 from stub_server import StubServer
 from test_faults_survived import _suite
 
@@ -25,7 +26,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> str:
     with StubServer("ok") as s, StubServer("ok") as t:
         r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url},mtp1={t.url}", "--suite", _suite(tmp),
                                      "--db", str(path), "--no-diffs", "--quiet"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == verdict_exit(path), r.output
     return str(path)
 
 

@@ -18,7 +18,8 @@ def test_wheel_carries_the_data(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("observatory/_bundled/gates/token_diff.py", "observatory/_bundled/probes/default.toml",
                    "observatory/_bundled/templates/report.html", "observatory/default_model/config.json",
-                   "observatory/default_model/model.safetensors", "observatory/faults/__init__.py"):
+                   "observatory/default_model/model.safetensors", "observatory/faults/__init__.py",
+                   "observatory/model/known_builtin.toml"):  # the built-in known-findings ledger (docs/known.md)
         assert needed in names, needed
     licenses = [n for n in names if ".dist-info/" in n and n.rsplit("/", 1)[-1] == "LICENSE"]
     assert licenses and b"Apache License" in zipfile.ZipFile(wheel).read(licenses[0])  # issue 30.8

@@ -11,7 +11,7 @@ from test_faults_survived import _suite
 from test_resume_plan import _compare, _interrupt_arm
 
 from observatory.cli import cli
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.engines.settings import EngineSettings
 from observatory.engines.vllm import engine_args
 from observatory.judge.figures import launch_differences, validity

@@ -164,7 +164,7 @@ max_tokens = 16
 @requires_engine
 def test_the_plugin_runs_in_a_real_session_and_reaches_show_json(plugin_env: dict[str, str], tmp_path: Path) -> None:
     """A URL arm of real vLLM read through the plugin's adapter, its channel run, its gate judged."""
-    from observatory.engines.arms import parse_arms
+    from observatory.engines.arm_engines import parse_arms
     from observatory.engines.settings import EngineSettings
     from observatory.model.paths import DEFAULT_MODEL_DIR
     from observatory.session.launch import launch

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.faults.repairs import ENGINE_BUGS, ENV_VAR, REPAIRS
 from observatory.model.errors import ArmError
 from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR, PROBES_DIR

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from observatory.client.answer import MAX_TOKEN_ID, parse_token_id
-from observatory.engines.arms import load_arms_file
+from observatory.engines.arm_engines import load_arms_file
 from observatory.engines.metrics import SpecCounters, parse_spec_counters
 from observatory.model.errors import ArmError, ObservatoryError, ProbeFileError
 from observatory.model.gates import Output, default_registry

@@ -173,5 +173,5 @@ def test_read_model_imports_nothing_and_its_readers_import_it() -> None:
     graph = _graph()
     assert graph["observatory.model.read_model"] == {"observatory.model.vocabulary"}  # plain constants only
     readers = ("report.data", "judge.verdict", "report.html", "report.junit", "report.openmetrics", "report.terminal",
-               "judge.summaries", "report.history", "report.jsonout", "commands.selftest")
+               "judge.summaries", "report.trends", "report.jsonout", "session.fault_selftest")
     assert [r for r in readers if "observatory.model.read_model" not in graph[f"observatory.{r}"]] == []

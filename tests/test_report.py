@@ -358,10 +358,11 @@ def test_cross_session_speedups_take_the_other_sessions_base_of_the_same_engine(
     b = build(store, make_session(store, spec_rate=60.0))
     assert len(cross_speedups(a, b)) == 4
     llama = {**b.arms[0].launch, "engine": "llama.cpp"}
-    b2 = views.arm(b, 0, launch=llama)  # b's only base now runs llama.cpp: a's vLLM arms have no base there
+    b2 = views.arm(b, 0, launch=llama, engine="llama.cpp")  # b's only base runs llama.cpp: no base for a's vLLM arms
     got = cross_speedups(a, b2)
     assert [(r["arm_session"], r["base_session"]) for r in got] == [(b.session.id, a.session.id)] * 2
-    b3 = views.arm(b2, 3, launch={**b.arms[3].launch, "engine": "llama.cpp"})  # a llama.cpp spec arm in b
+    b3 = views.arm(b2, 3, launch={**b.arms[3].launch, "engine": "llama.cpp"},
+                   engine="llama.cpp")  # a llama.cpp spec arm in b
     assert not any(r["arm"] == b.arms[3].name for r in cross_speedups(a, b3))  # a has no llama.cpp base
 
 

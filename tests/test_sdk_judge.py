@@ -1,7 +1,7 @@
 """The openai SDK as a conformance judge (issue 28 item 7): its reading of answers, and channel ``sdk``'s verdicts.
 
 Pure Python: hand-made chunks read by the SDK's real types and stream helper
-(`observatory.client.sdk`), the client against a STUB server
+(`observatory.client.openai_sdk`), the client against a STUB server
 (tests/stub_answers.py: a conformant answer), the fault's transform, and the
 channel's judge on stored rows. The real engine, with the fault on a spec
 arm, is tests/test_engine_channel_sdk.py.
@@ -18,7 +18,7 @@ from stub_answers import AnswerStub, fixed
 from observatory.channels import get
 from observatory.channels.sdk import judge
 from observatory.channels.view import ChannelView
-from observatory.client import sdk
+from observatory.client import openai_sdk as sdk
 from observatory.client.send import EngineClient
 from observatory.faults.field_sdk import wrong_object
 from observatory.model.gates import default_registry

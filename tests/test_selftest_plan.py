@@ -13,7 +13,13 @@ from click.testing import CliRunner
 
 from observatory.channels import resolve
 from observatory.commands import selftest as st
-from observatory.commands.selftest import (
+from observatory.engines.arm_engines import parse_arms
+from observatory.faults import FAULTS as KNOWN
+from observatory.faults.repairs import CPU_REPAIRS
+from observatory.model.errors import ObservatoryError
+from observatory.model.read_model import Reason
+from observatory.session import fault_selftest as fs
+from observatory.session.fault_selftest import (
     GATE_FAULTS,
     ISSUE_ITEMS,
     Catcher,
@@ -24,11 +30,6 @@ from observatory.commands.selftest import (
     resolve_repairs,
     selftest_arms,
 )
-from observatory.engines.arms import parse_arms
-from observatory.faults import FAULTS as KNOWN
-from observatory.faults.repairs import CPU_REPAIRS
-from observatory.model.errors import ObservatoryError
-from observatory.model.read_model import Reason
 
 ISSUE_28 = {"spec_penalty_skip": ("28.1", Catcher("channel", "params")),
             "spec_bad_words_skip": ("28.1", Catcher("channel", "params")),
@@ -49,8 +50,8 @@ def test_nightly_plan_names_each_issue_28_fault_with_its_item_and_catcher() -> N
     plan = fault_plan("nightly", None)
     for fault, (item, catcher) in ISSUE_28.items():
         assert plan[fault] == catcher and ISSUE_ITEMS[fault] == item, fault
-    assert all(f in KNOWN or f == st.LOSSY for f in plan) and all(f in ISSUE_ITEMS for f in plan)  # every row has its item
-    assert not (set(GATE_FAULTS) | {st.LOSSY}) & set(fault_plan("quick", None))  # the quick selftest is as it was
+    assert all(f in KNOWN or f == fs.LOSSY for f in plan) and all(f in ISSUE_ITEMS for f in plan)  # every row has its item
+    assert not (set(GATE_FAULTS) | {fs.LOSSY}) & set(fault_plan("quick", None))  # the quick selftest is as it was
     deep = fault_plan("deep", None)
     for fault, (item, catcher) in ISSUE_28_DEEP.items():
         assert deep[fault] == catcher and ISSUE_ITEMS[fault] == item, fault
@@ -60,16 +61,16 @@ def test_nightly_plan_names_each_issue_28_fault_with_its_item_and_catcher() -> N
 def test_the_lossy_control_is_the_spec_arm_with_synthetic_acceptance() -> None:
     """Issue 28 item 6's negative control: the arm of the session's --speculative-config, vLLM's synthetic
     acceptance on the spec arm's own K, repaired like the fault arms."""
-    arms = selftest_arms("mtp2", ("ghost", st.LOSSY), ("cpu_expand",))
+    arms = selftest_arms("mtp2", ("ghost", fs.LOSSY), ("cpu_expand",))
     assert arms[-1] == "spec+repair=cpu_expand" and arms[-2] == "mtp2+repair=cpu_expand+fault=ghost"
-    config = st.lossy_config("mtp2")
+    config = fs.lossy_config("mtp2")
     assert config == {"method": "mtp", "num_speculative_tokens": 2, "rejection_sample_method": "synthetic",
                       "synthetic_acceptance_length": 2.0}
     import json
     lossy = parse_arms(",".join(arms), speculative_config=json.dumps(config))[-1]
     assert lossy.speculative_config == config and lossy.env.get("OBSERVATORY_REPAIR") == "cpu_expand"
     with pytest.raises(ObservatoryError, match="speculating preset"):
-        st.lossy_config("base")
+        fs.lossy_config("base")
 
 
 def test_arms_repaired_with_the_shipped_arm_beside_them() -> None:
@@ -111,7 +112,7 @@ def test_what_counts_as_caught() -> None:
     named = {**_found(status="failed"), "validity": ["INVALID", "LOSSY"]}
     assert is_caught(lossy, named), "named from its launch, whether or not the engine ran it"
     assert not is_caught(lossy, {**_found(), "validity": ["LOW_N"]}) and not is_caught(lossy, None)
-    row = fault_rows({st.LOSSY: lossy}, {"faults": {st.LOSSY: named}, "clean": None})[0]
+    row = fault_rows({fs.LOSSY: lossy}, {"faults": {fs.LOSSY: named}, "clean": None})[0]
     assert row["caught"] and row["outcome"] == "CAUGHT (the arm failed)" and "validity LOSSY" in row["caught_by"]
     rows = fault_rows({"usage_overcount": gate}, {"faults": {"usage_overcount": _found({"answer_usage": 1})},
                                                   "clean": None})
@@ -179,7 +180,7 @@ def test_the_command_prints_the_item_of_each_fault_and_the_shipped_arms_bugs(mon
     monkeypatch.setattr(st, "run_compare", run)
     monkeypatch.setattr(st, "build", lambda store, sid: None)
     monkeypatch.setattr(st, "selftest_findings", lambda data: findings)
-    monkeypatch.setattr(st, "gpu_count", lambda: 0)
+    monkeypatch.setattr(fs, "gpu_count", lambda: 0)
     monkeypatch.setenv("COLUMNS", "240")  # one line per printed row
     r = CliRunner().invoke(st.selftest, ["--profile", "nightly", "--faults", "seed_ignored,sdk_object"],
                            catch_exceptions=False)
@@ -195,10 +196,8 @@ def test_the_command_prints_the_item_of_each_fault_and_the_shipped_arms_bugs(mon
 def test_every_fault_name_is_whole_in_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine test (and a reader) finds each fault by name: the table never wraps or cuts it, at the
     80 columns CliRunner and a default terminal give (the issue-item column once wrapped 'accept_all')."""
-    from observatory.commands import selftest as st
-
     findings = {"faults": {f: {"arm": f"mtp1+fault={f}", "status": "ok", "drafts": 79, "channels": [],
-                               "caught_by": {"token_diff": 3, "expect": 2, "degeneracy": 1}} for f in st.FAULTS},
+                               "caught_by": {"token_diff": 3, "expect": 2, "degeneracy": 1}} for f in fs.FAULTS},
                 "aa": {"arm": "base#2", "clean": True, "failures": []},
                 "clean": {"arm": "mtp1", "status": "ok", "clean": True, "failures": [], "repairs": [],
                           "draft_tokens": 79, "rejected": 12},
@@ -209,7 +208,7 @@ def test_every_fault_name_is_whole_in_an_80_column_terminal(monkeypatch: pytest.
     monkeypatch.setenv("COLUMNS", "80")
     r = CliRunner().invoke(st.selftest, [], catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    for fault in st.FAULTS:
+    for fault in fs.FAULTS:
         assert fault in r.output, (fault, r.output)
 
 
@@ -218,7 +217,7 @@ def test_list_prints_the_plan_and_launches_nothing(monkeypatch: pytest.MonkeyPat
         raise AssertionError("--list launched a session")
 
     monkeypatch.setattr(st, "run_compare", run)
-    monkeypatch.setattr(st, "gpu_count", lambda: 0)
+    monkeypatch.setattr(fs, "gpu_count", lambda: 0)
     monkeypatch.setenv("COLUMNS", "240")
     r = CliRunner().invoke(st.selftest, ["--profile", "nightly", "--list"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
@@ -226,7 +225,7 @@ def test_list_prints_the_plan_and_launches_nothing(monkeypatch: pytest.MonkeyPat
     suffix = "".join(f"+repair={r}" for r in repairs)
     for fault, (item, catcher) in ISSUE_28.items():
         line = next(x for x in r.output.splitlines() if f" {fault} " in x)
-        arm = f"spec{suffix}" if fault == st.LOSSY else f"mtp1{suffix}+fault={fault}"
+        arm = f"spec{suffix}" if fault == fs.LOSSY else f"mtp1{suffix}+fault={fault}"
         assert item in line and str(catcher) in line and arm in line
     assert f"controls: base, base, mtp1, mtp1{suffix} (repairs: {', '.join(repairs)})" in r.output
     depth = next(x for x in r.output.splitlines() if " depth_only " in x)

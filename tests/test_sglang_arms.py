@@ -14,7 +14,7 @@ import pytest
 
 from observatory.client.answer import Response, take_whole
 from observatory.client.send import request_params, timed_params
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import parse_arms
 from observatory.engines.server import engine_argv
 from observatory.engines.settings import EngineSettings
 from observatory.engines.sglang import ARGS_ENV, SGLangAdapter

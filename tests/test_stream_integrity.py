@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from semantics_store import result, session
 
-from observatory.judge.session import judge_session, stream_text_mismatch, stream_text_unmeasurable
+from observatory.judge.apply_gates import judge_session, stream_text_mismatch, stream_text_unmeasurable
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
 

@@ -11,8 +11,8 @@ from test_report import make_session
 from observatory.commands.evaluate import evaluate
 from observatory.judge.verdict import session_verdict
 from observatory.report.data import build
-from observatory.report.history import load_points, session_points
 from observatory.report.summarize import ensure_summaries
+from observatory.report.trends import load_points, session_points
 from observatory.store.db import SummaryRow
 from observatory.store.session_store import Store
 
@@ -80,7 +80,7 @@ def test_the_terminal_table_shows_the_latest_points_and_says_where_the_rest_are(
 
     from rich.console import Console
 
-    from observatory.report import history
+    from observatory.report import trends as history
 
     make_session(store)
     points = load_points(store) * 60  # 240 points

@@ -15,7 +15,7 @@ from observatory.engines.knobs import apply_change, candidate_values, knobs_for,
 from observatory.engines.settings import EngineSettings
 from observatory.engines.vllm import engine_args
 from observatory.faults import parse_faults
-from observatory.faults.conditions import step_faults, tracks_ghost
+from observatory.faults.knob_conditions import step_faults, tracks_ghost
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.vocabulary import FAIL, INVALID, PASS

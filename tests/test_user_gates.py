@@ -8,13 +8,17 @@ written here as a user would, against the public plugin API only
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from stub_answers import AnswerStub, fixed
 from test_verdict_policy import SUITE
 
 from observatory.cli import cli
+from observatory.model.gates import Output, registry_for
+from observatory.model.probes import Probe
 
 USER_GATES = '''
 from observatory.model.gates import FAIL, PASS, WARN, GateResult, gate
@@ -76,3 +80,39 @@ def test_broken_gate_file_is_a_setup_error(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text("def broken(:\n")
     r = CliRunner().invoke(cli, ["gates", "list", "--gates-dir", str(tmp_path)])
     assert r.exit_code == 3 and "bad.py failed to load: SyntaxError" in r.output
+
+
+OLD_LAYOUT_GATE = '''
+from observatory.gates import FAIL, PASS, GateResult, gate
+
+
+@gate("old_no_fox", "The output must not mention a fox.", kind="result")
+def old_no_fox(output, probe):
+    return GateResult(FAIL if "fox" in output.text else PASS, "fox" if "fox" in output.text else "no fox")
+'''
+
+
+def test_a_gate_file_on_the_old_import_path_runs_with_a_warning(tmp_path: Path) -> None:
+    """Issue 47 item 7: ``from observatory.gates import gate`` (the layout before issue 26) keeps working for one
+    release, with a DeprecationWarning naming the file's line and the new path (docs/plugins.md). Control: the
+    documented path warns nothing."""
+    gates_dir = tmp_path / "old_gates"
+    gates_dir.mkdir()
+    (gates_dir / "old.py").write_text(OLD_LAYOUT_GATE)
+    with pytest.warns(DeprecationWarning, match=r"observatory\.gates is deprecated: import from "
+                                                r"observatory\.model\.gates") as caught:
+        listed = CliRunner().invoke(cli, ["gates", "list", "--gates-dir", str(gates_dir)], catch_exceptions=False)
+    assert listed.exit_code == 0 and "old_no_fox" in listed.output
+    assert {Path(w.filename).name for w in caught if w.category is DeprecationWarning} == {"old.py"}
+    gate = registry_for([str(gates_dir)]).get("old_no_fox")
+    probe = Probe("p", "prose_en", prompt="x", max_tokens=4)
+    assert gate.check(Output(text="a fox"), probe).verdict == "FAIL"
+    assert gate.check(Output(text="a dog"), probe).verdict == "PASS"
+    new_dir = tmp_path / "new_gates"
+    new_dir.mkdir()
+    (new_dir / "new.py").write_text(OLD_LAYOUT_GATE.replace("observatory.gates", "observatory.model.gates")
+                                    .replace("old_no_fox", "new_no_fox"))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert "new_no_fox" in registry_for([str(new_dir)])
+    assert not [w for w in seen if w.category is DeprecationWarning]

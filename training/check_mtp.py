@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from observatory.judge.session import result_gates
+from observatory.judge.apply_gates import result_gates
 from observatory.model.gates import FAIL, Output, default_registry
 from observatory.model.probes import Probe, load_probe_file, resolve_suite
 from training.build_tokenizer import DEFAULT_OUT

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from observatory.judge.session import full_sequence, results_by_mode
+from observatory.judge.apply_gates import full_sequence, results_by_mode
 from observatory.model.probes import Probe
 from observatory.model.read_model import to_plain
 from observatory.report.data import build

@@ -22,15 +22,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observatory.channels.view import ChannelView
 from observatory.model.errors import ObservatoryError
+from observatory.model.plugins import CHANNELS, discover
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
-    from observatory.channels.view import ChannelView
     from observatory.model.gates import GateRegistry
-    from observatory.store.db import ArmRow, VerdictRow
+    from observatory.store.stored import StoredArm, Verdict
 
 PROFILES = ("quick", "nightly", "deep")
 CHANNEL_PROFILES = ("nightly", "deep")  # the profile a channel joins (deep runs nightly's too)
@@ -45,7 +46,7 @@ class Channel:
     catches: str  # one line: the class of field bug it exists for
     plan: Callable[[list[Probe]], list[Probe]]  # its own probes, made from the suite's
     measure: Callable[[LiveArm, list[Probe]], None]  # send them to one live arm, store the results
-    judge: Callable[[ChannelView], list[VerdictRow]]  # its verdicts for every arm, from the store
+    judge: Callable[[ChannelView], list[Verdict]]  # its verdicts for every arm, from the store
     options: dict[str, Any] = field(default_factory=dict)  # documented knobs (for the report)
     faults: tuple[str, ...] = ()  # the plugin faults it must catch (observatory.faults): selftest's controls
     profile: str = "nightly"  # the smallest profile that runs it: "nightly", or "deep" (too costly for the nightly)
@@ -62,8 +63,6 @@ def channels() -> dict[str, Channel]:
     """Every channel, by name, in profile order: the built-ins, then installed ones (``observatory.channels``
     entry points, `observatory.model.plugins`), which the nightly profile runs too."""
     if not _REGISTRY:
-        from observatory.model.plugins import CHANNELS, discover
-
         for plugin in discover(CHANNELS):
             ch = plugin.load()
             if not isinstance(ch, Channel):
@@ -133,9 +132,7 @@ def plan_probes(names: Sequence[str], suite: list[Probe]) -> dict[str, list[Prob
     return out
 
 
-def judge_channel(store: Store, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
-                  probes: dict[int, Probe], registry: GateRegistry) -> list[VerdictRow]:
+def judge_channel(store: Store, session_id: int, name: str, arms: Sequence[StoredArm], roles: dict[str, str],
+                  probes: dict[int, Probe], registry: GateRegistry) -> list[Verdict]:
     """The verdicts of channel NAME over one engine's ARMS: what the judge is given for the channels."""
-    from observatory.channels.view import ChannelView
-
     return get(name).judge(ChannelView(store, session_id, name, arms, roles, probes, registry))

@@ -30,16 +30,19 @@ does not report, is "not measurable". Cost: 3 requests per arm.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
 from observatory.channels import Channel
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
 from observatory.engines.metrics import SpecCounters, impossible
+from observatory.judge.figures import acceptance
 from observatory.judge.perf_gates import stream_tau_check
 from observatory.judge.speed import stream_tau
 from observatory.model.probes import Probe
-from observatory.store.db import ArmRow, VerdictRow
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "counters"
 REQUESTS = 3
@@ -49,8 +52,6 @@ SETTLE_READS = 20
 
 def plan(suite: list[Probe]) -> list[Probe]:
     """REQUESTS suite probes without tools, one per category, as this channel's own."""
-    from dataclasses import replace
-
     picked: list[Probe] = []
     for p in suite:
         if not p.tools and not p.channel and p.category not in {q.category for q in picked}:
@@ -59,7 +60,7 @@ def plan(suite: list[Probe]) -> list[Probe]:
             for p in picked[:REQUESTS]]
 
 
-def settled(run: Any) -> SpecCounters:
+def settled(run: LiveArm) -> SpecCounters:
     """The counters once two reads SETTLE_S apart agree (the engine records a step's stats after it streams it)."""
     prev: SpecCounters = run.counters()
     for _ in range(SETTLE_READS):
@@ -71,8 +72,9 @@ def settled(run: Any) -> SpecCounters:
     return prev
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Each probe streamed alone, the counters read (settled) just before and after it."""
+    assert run.client is not None  # a channel measures a live arm
     for i, p in enumerate(probes):
         before = settled(run)
         resp = run.client.run(p, stream=True)
@@ -81,7 +83,7 @@ def measure(run: Any, probes: list[Probe]) -> None:
         run.check_alive(resp)
 
 
-def _k(arm: ArmRow) -> int | None:
+def _k(arm: StoredArm) -> int | None:
     spec = (arm.launch or {}).get("speculative_config")
     k = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
     return k if isinstance(k, int) and k > 0 else None
@@ -107,14 +109,14 @@ def breaches(c: SpecCounters, k: int | None, tokens: int | None = None) -> list[
     return out
 
 
-def _tokens(r: Any) -> int | None:
+def _tokens(r: StoredResult) -> int | None:
     n = (r.usage or {}).get("completion_tokens")
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Per spec arm: counter invariants over every stored delta, and the stream's tau against the counters'."""
-    rows: list[VerdictRow] = []
+    rows: list[Verdict] = []
     for arm in view.arms:
         k = _k(arm)
         if k is None or arm.status != "ok":
@@ -122,7 +124,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
         table: list[dict[str, Any]] = []
         bad: list[str] = []
         per_request = [(f"{NAME} {view.probe(r).meta.get('of', '')}", r) for r in view.results(arm) if r.ok]
-        per_request += [(f"stream {r.probe_id}", r) for r in view.store.results(arm.id, "stream") if r.ok]
+        per_request += [(f"stream {r.probe_id}", r) for r in view.stored(arm, "stream") if r.ok]
         reported = 0
         total = SpecCounters()
         for label, r in per_request:
@@ -138,7 +140,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
             table.append({"read": label, "drafts": c.drafts, "draft_tokens": c.draft_tokens, "accepted": c.accepted,
                           "per_position": str(c.accepted_per_pos)[:80], "tokens": _tokens(r),
                           "result": "; ".join(found)[:80] or "ok"})
-        for m in view.store.measurements(arm.id):
+        for m in view.measurements(arm):
             c = SpecCounters.from_dict(m.counters_delta)
             if c.drafts is None or c.accepted is None:
                 continue
@@ -163,10 +165,8 @@ def judge(view: ChannelView) -> list[VerdictRow]:
     return rows
 
 
-def _stream_tau_row(view: ChannelView, arm: ArmRow, total: SpecCounters) -> VerdictRow:
+def _stream_tau_row(view: ChannelView, arm: StoredArm, total: SpecCounters) -> Verdict:
     """This channel's fresh requests: tokens per streamed chunk against the counters' tau (perf_gates' check)."""
-    from observatory.judge.figures import acceptance
-
     mine = [r for r in view.results(arm) if r.ok]
     k = _k(arm)
     tau = acceptance(total, k)["tau"] if mine else None

@@ -29,11 +29,12 @@ from dataclasses import replace
 from typing import Any
 
 from observatory.channels import Channel
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import continuations
 from observatory.channels.view import ChannelView
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "finish"
 PROBES_PER_SUITE = 3
@@ -93,7 +94,7 @@ def request(probe: Probe, params: dict[str, Any]) -> Probe:
     return replace(probe, max_tokens=max_tokens, sampling={**probe.sampling, **params})
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """On one live arm: each probe's ``eos`` request, then the others made from its output."""
     assert run.client is not None
     by_of: dict[str, dict[str, Probe]] = {}
@@ -114,22 +115,22 @@ def measure(run: Any, probes: list[Probe]) -> None:
             run.check_alive(resp)
 
 
-def _by_name(view: ChannelView, arm: ArmRow) -> dict[str, ResultRow]:
+def _by_name(view: ChannelView, arm: StoredArm) -> dict[str, StoredResult]:
     return {view.probe(r).name: r for r in view.results(arm) if r.ok}
 
 
-def _params(got: dict[str, ResultRow], probe: Probe) -> dict[str, Any] | None:
+def _params(got: dict[str, StoredResult], probe: Probe) -> dict[str, Any] | None:
     ref = got.get(f"{NAME}:{probe.meta['of']}:eos")
     if ref is None:
         return None
     return derive(list(ref.token_ids or []), list(ref.token_texts or []), probe.meta["variant"])
 
 
-def _same(a: ResultRow, b: ResultRow) -> bool:
+def _same(a: StoredResult, b: StoredResult) -> bool:
     return (a.finish_reason, list(a.token_ids or []), a.text or "") == (b.finish_reason, list(b.token_ids or []), b.text or "")
 
 
-def _eos_differs(mine: dict[str, ResultRow], ref: dict[str, ResultRow], probe: Probe) -> bool:
+def _eos_differs(mine: dict[str, StoredResult], ref: dict[str, StoredResult], probe: Probe) -> bool:
     """Whether this arm's ``eos`` output of PROBE's suite probe differs from base's in ids (a stop-string
     request keeps its own leak check). That output is the suite probe as it is, so the difference is the
     suite's token diff's to judge, with base's margins (a bf16 near-tie there read as a finish FAIL on
@@ -138,7 +139,7 @@ def _eos_differs(mine: dict[str, ResultRow], ref: dict[str, ResultRow], probe: P
     return a is not None and b is not None and _diff_at(a, b) is not None
 
 
-def _leak(r: ResultRow, params: dict[str, Any] | None) -> str | None:
+def _leak(r: StoredResult, params: dict[str, Any] | None) -> str | None:
     """A stop string found in the text of a stop-string request (it must end the text, unseen)."""
     for s in (params or {}).get("stop") or []:
         if s in (r.text or ""):
@@ -146,7 +147,7 @@ def _leak(r: ResultRow, params: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _diff_at(a: ResultRow, b: ResultRow) -> int | None:
+def _diff_at(a: StoredResult, b: StoredResult) -> int | None:
     """Index of the first differing token id (the shorter length when one is a prefix); None when equal."""
     ia, ib = list(a.token_ids or []), list(b.token_ids or [])
     if ia == ib:
@@ -154,7 +155,7 @@ def _diff_at(a: ResultRow, b: ResultRow) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(ia, ib)) if x != y), min(len(ia), len(ib)))
 
 
-def _first_diff(a: ResultRow, b: ResultRow) -> str:
+def _first_diff(a: StoredResult, b: StoredResult) -> str:
     if a.finish_reason != b.finish_reason:
         return f"finish_reason {a.finish_reason} vs base's {b.finish_reason}"
     at = _diff_at(a, b)
@@ -163,14 +164,14 @@ def _first_diff(a: ResultRow, b: ResultRow) -> str:
     return "same ids, different text"
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Per arm judged against base: every request's finish_reason, ids and text against base's."""
     base = view.base
     if base is None:
         return []
     ref = _by_name(view, base)
     copies = [_by_name(view, a) for a in view.arms if view.role(a) == AA_COPY]
-    rows: list[VerdictRow] = []
+    rows: list[Verdict] = []
     for arm in view.arms:
         if arm.id == base.id or arm.status != "ok":
             continue

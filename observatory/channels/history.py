@@ -6,7 +6,7 @@ channel takes the earlier sessions in the same database with the same model,
 arm name, engine version and suite (the stored per-arm summaries,
 `observatory.judge.summaries`; only trusted arms; the last `NIGHTS`), keeps
 out the nights this channel flagged (WARN or FAIL) and those whose session
-verdict was FAIL or INVALID (`observatory.store.summaries.earlier_trusted`),
+verdict was FAIL or INVALID (`observatory.store.summary_rows.earlier_trusted`),
 so that one bad night never joins the baseline (issue 29 item 6), and flags:
 
 - ``drop``: alpha, tau, S or S_step below the earlier nights' median by more than
@@ -38,11 +38,14 @@ import statistics
 from typing import Any
 
 from observatory.channels import Channel
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
+from observatory.judge.apply_gates import to_output
+from observatory.judge.figures import compute_figures
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash, summary_model
 from observatory.model.probes import Probe
-from observatory.store.db import ArmRow, VerdictRow
-from observatory.store.summaries import earlier_trusted
+from observatory.store.stored import StoredArm, Verdict
+from observatory.store.summary_rows import earlier_trusted
 
 NAME = "history"
 NIGHTS = 7
@@ -72,14 +75,12 @@ def plan(suite: list[Probe]) -> list[Probe]:
     return []
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Nothing to send."""
 
 
 def degeneracy_score(view: ChannelView, session_id: int, arm_id: int) -> float | None:
     """The mean character 3-gram score of an arm's scored streamed outputs (probes that name degeneracy)."""
-    from observatory.judge.session import to_output
-
     if "degeneracy" not in view.registry:
         return None
     gate = view.registry.get("degeneracy")
@@ -95,7 +96,7 @@ def degeneracy_score(view: ChannelView, session_id: int, arm_id: int) -> float |
     return statistics.fmean(scores) if scores else None
 
 
-def _earlier(view: ChannelView, arm: ArmRow, model: str | None,
+def _earlier(view: ChannelView, arm: StoredArm, model: str | None,
              suite: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(baseline, kept out): the last NIGHTS trusted, unflagged summaries of earlier sessions with this model,
     arm, engine version and suite, and the newer nights kept out of it.
@@ -155,17 +156,15 @@ def step_floor(median: float, fig: dict[str, Any]) -> float:
     return max(STEP_FLOOR, own, float(step_half or 0.0)) * abs(median)
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Per spec arm: this session's alpha, tau, S and degeneracy against the earlier nights."""
-    from observatory.judge.figures import compute_figures
-
     session = view.store.session(view.session_id)
     fail_on = dict((session.options or {}).get("fail_on") or {})
     limit = fail_on.get(FAIL_KEY)
     suite = suite_hash(p.content_hash for p in view.store.probes(view.session_id)
                        if not (p.definition or {}).get("channel"))
     figures: dict[int, dict[str, Any]] | None = None
-    rows: list[VerdictRow] = []
+    rows: list[Verdict] = []
     for arm in view.arms:
         if not (arm.launch or {}).get("speculative_config") or arm.status != "ok":
             continue
@@ -235,7 +234,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
     return rows
 
 
-def _more_repetitive(view: ChannelView, arm: ArmRow, earlier: list[dict[str, Any]],
+def _more_repetitive(view: ChannelView, arm: StoredArm, earlier: list[dict[str, Any]],
                      table: list[dict[str, Any]]) -> bool:
     """Whether this session's output scores lower (more repetitive) than the earlier nights', beyond their noise."""
     now = degeneracy_score(view, view.session_id, arm.id)

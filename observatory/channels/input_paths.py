@@ -33,7 +33,7 @@ from observatory.client.send import EngineClient
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import SKIP
-from observatory.store.db import ArmRow, VerdictRow
+from observatory.store.stored import StoredArm, Verdict
 
 NAME = "input_paths"
 REQUESTS = 6
@@ -102,7 +102,7 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
         run.check_alive(resp)
 
 
-def keyed_paths(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
+def keyed_paths(view: ChannelView, arm: StoredArm) -> dict[tuple[Any, ...], Keyed]:
     """The arm's answers by (probe, path)."""
     names = {v: k for k, v in PATH_INDEX.items()}
     out = {}
@@ -126,7 +126,7 @@ def path_noise(reference: str) -> Any:
     return noise
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Every answer against base's text answer of the same probe; "not measurable" where base's server rendered
     no prompt as token ids (its engine's tokenize)."""
     base = view.base

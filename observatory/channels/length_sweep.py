@@ -35,11 +35,12 @@ import dataclasses
 from typing import Any
 
 from observatory.channels import Channel
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, judge_against_base
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
 from observatory.model.probes import Probe
-from observatory.store.db import ArmRow, VerdictRow
+from observatory.store.stored import StoredArm, Verdict
 
 NAME = "length_sweep"
 BLOCKS = 2  # KV-cache blocks the range spans
@@ -66,8 +67,9 @@ def padded_ids(question: list[int], filler: list[int], length: int) -> list[int]
     return ids[len(ids) - length:]
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Each length once, in order, to one live arm; the prompt built from the server's own token ids."""
+    assert run.client is not None  # a channel measures a live arm
     client = run.client
     question, filler = client.tokenize(QUESTION), client.tokenize(FILLER)
     for i, probe in enumerate(probes):
@@ -84,7 +86,7 @@ def measure(run: Any, probes: list[Probe]) -> None:
             return  # the engine reports no ids for a completion (NotReported): the other lengths would not either
 
 
-def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
+def _keyed(view: ChannelView, arm: StoredArm) -> dict[tuple[Any, ...], Keyed]:
     out = {}
     for r in view.results(arm):
         n = int(view.probe(r).meta["length"])
@@ -93,7 +95,7 @@ def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
     return out
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Each length diffed against base's at the same length (A/A copies give the noise)."""
     return judge_against_base(view, _keyed, lambda key: key, what="prompt lengths")
 

@@ -2,8 +2,8 @@
 
 Field bugs (docs/channels.md, "lifecycle"): a drafter left broken after
 sleep/wake or a weight reload, a prefix cache that serves stale blocks after
-a reset. Each cycle is an operation the engine exposes (vLLM's dev-mode
-endpoints, ``VLLM_SERVER_DEV_MODE=1``):
+a reset. Each cycle is an operation the engine exposes (its dev-mode
+endpoints, turned on by its adapter's ``dev_mode_env``):
 
 ``reset_prefix_cache``  ``POST /reset_prefix_cache``;
 ``sleep_wake``          ``POST /sleep?level=1``, ``GET /is_sleeping``, ``POST /wake_up``;
@@ -42,7 +42,8 @@ from typing import Any
 import httpx
 
 from observatory.channels import Channel
-from observatory.channels.conditions import (
+from observatory.channels.counters import settled
+from observatory.channels.engine_conditions import (
     Z_DROP,
     acceptance,
     facts,
@@ -51,21 +52,21 @@ from observatory.channels.conditions import (
     not_exercised,
     request_rate,
     sibling_problem,
-    z_two_proportions,
 )
-from observatory.channels.counters import settled
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import same_tokens
+from observatory.channels.soak import z_two_proportions
 from observatory.channels.view import ChannelView
+from observatory.client.send import EngineClient
 from observatory.model.probes import Probe
 from observatory.model.roles import SPECULATING
 from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "lifecycle"
 PART = 4  # suite probes sent around each cycle
 MAX_TOKENS = 32
 BEFORE = (0, 1)  # the repeats before any cycle
-DEV_MODE = {"VLLM_SERVER_DEV_MODE": "1"}
 OP_TIMEOUT_S = 120.0
 
 
@@ -77,12 +78,12 @@ class Op:
     run: Callable[[Any], str]
 
 
-def _post(client: Any, path: str, body: dict[str, Any] | None = None) -> tuple[int, str]:
+def _post(client: EngineClient, path: str, body: dict[str, Any] | None = None) -> tuple[int, str]:
     r = client.fetch(path, OP_TIMEOUT_S, body if body is not None else {})
     return r.status_code, r.text[:300]
 
 
-def _get(client: Any, path: str) -> tuple[int, str]:
+def _get(client: EngineClient, path: str) -> tuple[int, str]:
     r = client.fetch(path, OP_TIMEOUT_S)
     return r.status_code, r.text[:300]
 
@@ -97,7 +98,7 @@ def _outcome(steps: list[tuple[str, int, str]]) -> str:
     return "exercised"
 
 
-def _reset_prefix_cache(client: Any) -> str:
+def _reset_prefix_cache(client: EngineClient) -> str:
     status, text = _post(client, "/reset_prefix_cache")
     out = _outcome([("POST /reset_prefix_cache", status, text)])
     if out == "exercised" and '"success":false' in text.replace(" ", ""):
@@ -105,7 +106,7 @@ def _reset_prefix_cache(client: Any) -> str:
     return out
 
 
-def _sleep_wake(client: Any) -> str:
+def _sleep_wake(client: EngineClient) -> str:
     steps = [("POST /sleep?level=1", *_post(client, "/sleep?level=1"))]
     if steps[-1][1] == 200:
         steps.append(("GET /is_sleeping", *_get(client, "/is_sleeping")))
@@ -116,14 +117,14 @@ def _sleep_wake(client: Any) -> str:
     return _outcome(steps)
 
 
-def _pause_resume(client: Any) -> str:
+def _pause_resume(client: EngineClient) -> str:
     steps = [("POST /pause?mode=wait", *_post(client, "/pause?mode=wait"))]
     if steps[-1][1] == 200:
         steps.append(("POST /resume", *_post(client, "/resume")))
     return _outcome(steps)
 
 
-def _reload_weights(client: Any) -> str:
+def _reload_weights(client: EngineClient) -> str:
     status, text = _post(client, "/collective_rpc", {"method": "reload_weights"})
     return _outcome([("POST /collective_rpc reload_weights", status, text)])
 
@@ -147,15 +148,16 @@ def plan(suite: list[Probe]) -> list[Probe]:
             for i, p in enumerate(picked)]
 
 
-def has_dev_endpoints(client: Any) -> bool:
-    """Whether the server exposes vLLM's dev-mode endpoints (``GET /is_sleeping`` answers 200)."""
+def has_dev_endpoints(client: EngineClient) -> bool:
+    """Whether the server exposes the dev-mode endpoints (``GET /is_sleeping`` answers 200)."""
     try:
         return bool(client.fetch("/is_sleeping", 10.0).status_code == 200)
     except httpx.HTTPError:
         return False
 
 
-def _send(run: Any, probes: list[Probe], repeat: int) -> None:
+def _send(run: LiveArm, probes: list[Probe], repeat: int) -> None:
+    assert run.client is not None  # a channel measures a live arm
     for probe in probes:
         before = run.counters()
         resp = run.client.run(probe, stream=True)
@@ -164,7 +166,7 @@ def _send(run: Any, probes: list[Probe], repeat: int) -> None:
         run.check_alive(resp)
 
 
-def cycle(run: Any, probes: list[Probe], where: str) -> None:
+def cycle(run: LiveArm, probes: list[Probe], where: str) -> None:
     """The part twice, then each operation and the part again; what each operation did is noted."""
     ops: dict[str, str] = {}
     run.note(NAME, where=where, ops=ops)
@@ -184,16 +186,17 @@ def cycle(run: Any, probes: list[Probe], where: str) -> None:
         _send(run, probes, len(BEFORE) + j)
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """The cycles on the arm's own server where it exposes them, else on a second engine in dev mode."""
+    assert run.client is not None  # a channel measures a live arm
     if not probes:
         return
     if has_dev_endpoints(run.client):
         cycle(run, probes, "the arm's own engine")
         return
-    with run.sibling(NAME, env=DEV_MODE) as twin:
+    with run.sibling(NAME, env=dict(run.client.adapter.dev_mode_env)) as twin:
         if twin is not None:
-            if not has_dev_endpoints(twin.client):
+            if twin.client is None or not has_dev_endpoints(twin.client):
                 twin.note(NAME, where="a second engine in dev mode", ops={op.name: "not exposed: GET /is_sleeping "
                                                                        "did not answer" for op in OPS})
                 return
@@ -201,14 +204,14 @@ def measure(run: Any, probes: list[Probe]) -> None:
 
 
 # -- judging ----------------------------------------------------------------
-def _by_repeat(view: ChannelView, arm: ArmRow) -> dict[int, dict[str, ResultRow]]:
-    out: dict[int, dict[str, ResultRow]] = {}
+def _by_repeat(view: ChannelView, arm: StoredArm) -> dict[int, dict[str, StoredResult]]:
+    out: dict[int, dict[str, StoredResult]] = {}
     for r in view.results(arm):
         out.setdefault(r.repeat, {})[view.probe(r).name] = r
     return out
 
 
-def _exercised(arm: ArmRow) -> tuple[list[tuple[int, str]], dict[str, str], str | None]:
+def _exercised(arm: StoredArm) -> tuple[list[tuple[int, str]], dict[str, str], str | None]:
     """([(repeat, op)] exercised, {op: why not} for the others, why nothing ran at all or None)."""
     f = facts(arm, NAME)
     problem = sibling_problem(arm, NAME)
@@ -225,7 +228,7 @@ def _exercised(arm: ArmRow) -> tuple[list[tuple[int, str]], dict[str, str], str 
     return done, skipped, None
 
 
-def _outputs(view: ChannelView, arm: ArmRow, base_changed: frozenset[tuple[str, str]] = frozenset()) -> VerdictRow:
+def _outputs(view: ChannelView, arm: StoredArm, base_changed: frozenset[tuple[str, str]] = frozenset()) -> Verdict:
     """ARM's outputs after each cycle against its own before it. BASE_CHANGED: the (op, probe) pairs whose
     output changed after the cycle on base as well: there the engine's cycle changes what any arm answers
     (a FAIL of base's, docs/engines.md), so another arm's change is WARN, not attributable to it."""
@@ -267,7 +270,7 @@ def _outputs(view: ChannelView, arm: ArmRow, base_changed: frozenset[tuple[str, 
                         + (f"; not exercised: {', '.join(skipped)}" if skipped else ""), details)
 
 
-def _first_difference(a: ResultRow | None, b: ResultRow) -> int | None:
+def _first_difference(a: StoredResult | None, b: StoredResult) -> int | None:
     if a is None:
         return None
     x, y = list(a.token_ids or []), list(b.token_ids or [])
@@ -277,7 +280,7 @@ def _first_difference(a: ResultRow | None, b: ResultRow) -> int | None:
     return None if len(x) == len(y) else min(len(x), len(y))
 
 
-def _pooled(results: dict[str, ResultRow]) -> tuple[int, int] | None:
+def _pooled(results: dict[str, StoredResult]) -> tuple[int, int] | None:
     got = [acceptance(r) for r in results.values()]
     known = [g for g in got if g is not None]
     if not known:
@@ -285,7 +288,7 @@ def _pooled(results: dict[str, ResultRow]) -> tuple[int, int] | None:
     return sum(a for a, _ in known), sum(d for _, d in known)
 
 
-def _acceptance(view: ChannelView, arm: ArmRow) -> VerdictRow:
+def _acceptance(view: ChannelView, arm: StoredArm) -> Verdict:
     done, skipped, none = _exercised(arm)
     if none:
         return not_exercised(view, arm, none, {"not_exercised": skipped}, part="acceptance")
@@ -323,12 +326,12 @@ def _acceptance(view: ChannelView, arm: ArmRow) -> VerdictRow:
                         details, part="acceptance")
 
 
-def _move(r: ResultRow, before: ResultRow | None) -> float | None:
+def _move(r: StoredResult, before: StoredResult | None) -> float | None:
     """ln(R's tok/s / BEFORE's), None where either is not measurable."""
     return None if before is None else log_ratio(request_rate(r), request_rate(before))
 
 
-def _speed(view: ChannelView, arm: ArmRow) -> VerdictRow:
+def _speed(view: ChannelView, arm: StoredArm) -> Verdict:
     done, skipped, none = _exercised(arm)
     if none:
         return not_exercised(view, arm, none, {"not_exercised": skipped}, part="speed")
@@ -358,7 +361,7 @@ def _speed(view: ChannelView, arm: ArmRow) -> VerdictRow:
                         part="speed")
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Per arm: outputs equal across every cycle, speed back; speculating arms: acceptance back. A change base
     shows after the same cycle FAILs base (the engine's) and is WARN on the other arms."""
     out = []

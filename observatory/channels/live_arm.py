@@ -16,7 +16,7 @@ from observatory.client.send import EngineClient
 from observatory.engines.metrics import SpecCounters
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
-from observatory.store.db import ResultRow
+from observatory.store.stored import StoredResult
 
 
 class StepReporter(Protocol):
@@ -41,7 +41,7 @@ class LiveArm(Protocol):
     def counters(self) -> SpecCounters: ...
 
     def store_result(self, probe: Probe, resp: Response, mode: str, delta: SpecCounters | None = None,
-                     repeat: int = 0, concurrency: int = 1, keep_top: bool = True) -> ResultRow: ...
+                     repeat: int = 0, concurrency: int = 1, keep_top: bool = True) -> StoredResult: ...
 
     def sibling(self, why: str, engine_args: Sequence[str] = (),
                 env: Mapping[str, str] | None = None) -> AbstractContextManager[LiveArm | None]:

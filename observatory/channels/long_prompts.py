@@ -37,9 +37,10 @@ import statistics
 from typing import Any
 
 from observatory.channels import Channel
-from observatory.channels.conditions import Z_DROP, acceptance, decode_rate, median, not_exercised
 from observatory.channels.counters import settled
+from observatory.channels.engine_conditions import Z_DROP, acceptance, decode_rate, median, not_exercised
 from observatory.channels.length_sweep import padded_ids
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, judge_against_base
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
@@ -47,7 +48,7 @@ from observatory.engines.server_facts import served_facts
 from observatory.model.probes import Probe
 from observatory.model.roles import SPECULATING
 from observatory.model.vocabulary import PASS, SKIP, WARN
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "long_prompts"
 BUCKETS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 1.0)  # fractions of the longest prompt the arm takes
@@ -88,8 +89,9 @@ def length_of(fraction: float, max_model_len: int) -> int:
     return max(1, int(fraction * longest_prompt(max_model_len)))
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Every (bucket, sample) once per repeat, in order, one at a time, with its counter delta."""
+    assert run.client is not None  # a channel measures a live arm
     client = run.client
     limit = served_facts(client).get("max_model_len")
     filler = client.tokenize(FILLER)
@@ -130,9 +132,9 @@ class Bucket:
         return statistics.fmean(self.rates) if self.rates else None
 
 
-def buckets(view: ChannelView, arm: ArmRow) -> list[Bucket]:
+def buckets(view: ChannelView, arm: StoredArm) -> list[Bucket]:
     """The arm's figures per bucket, in bucket order."""
-    by: dict[int, dict[int, list[ResultRow]]] = {}
+    by: dict[int, dict[int, list[StoredResult]]] = {}
     for r in view.results(arm):
         m = view.probe(r).meta
         by.setdefault(int(m["bucket"]), {}).setdefault(int(m["sample"]), []).append(r)
@@ -193,7 +195,7 @@ def drops(bs: list[Bucket]) -> tuple[list[dict[str, Any]], float | None]:
     return rows, sd
 
 
-def _acceptance(view: ChannelView, arm: ArmRow) -> VerdictRow:
+def _acceptance(view: ChannelView, arm: StoredArm) -> Verdict:
     bs = buckets(view, arm)
     rows, sd = drops(bs)
     details = {"table": rows, "pooled_sd": None if sd is None else round(sd, 4), "z_threshold": Z_DROP,
@@ -213,7 +215,7 @@ def _acceptance(view: ChannelView, arm: ArmRow) -> VerdictRow:
                         f"({longest['acceptance']}; the short prompts' {rows[0]['acceptance']} and up)", details)
 
 
-def _speed(view: ChannelView, arm: ArmRow) -> VerdictRow:
+def _speed(view: ChannelView, arm: StoredArm) -> Verdict:
     rows, _ = drops(buckets(view, arm))
     table = [{k: r.get(k) for k in ("bucket", "prompt_tokens", "decode_tok_s", "ttft_ms")} for r in rows]
     if not any(r["decode_tok_s"] for r in table):
@@ -222,7 +224,7 @@ def _speed(view: ChannelView, arm: ArmRow) -> VerdictRow:
                         {"table": table}, part="speed")
 
 
-def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
+def _keyed(view: ChannelView, arm: StoredArm) -> dict[tuple[Any, ...], Keyed]:
     out = {}
     for r in view.results(arm):
         m = view.probe(r).meta
@@ -232,7 +234,7 @@ def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
     return out
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Outputs against base's; speculating arms' acceptance by length; speed reported."""
     out = judge_against_base(view, _keyed, lambda key: key, what="long prompts", part="outputs")
     for arm in view.arms:

@@ -10,9 +10,10 @@ On each arm: every request alone on the arm's own engine (the reference,
 arm launched with a KV cache of ``ceil(CONTEXT / block) + 1`` blocks and
 ``--max-model-len CONTEXT`` (`LiveArm.sibling`): room for one request at its
 longest, while the four together need about twice that, so the scheduler
-must preempt. An arm whose own engine reports that few blocks already
-(``vllm:cache_config_info``'s ``num_gpu_blocks``) is pressured on itself. The engine's own counter (``vllm:num_preemptions_total``) is
-read before and after the batch; an arm whose engine did not preempt is "not
+must preempt. An arm whose own engine reports that few blocks already (the
+``num_gpu_blocks`` of its adapter's ``kv_cache_info``) is pressured on
+itself. The engine's own preemption counter (its adapter's ``preemptions``)
+is read before and after the batch; an arm whose engine did not preempt is "not
 exercised", never PASS. Every output is diffed against base's answer to the
 same request sent alone (token_diff's near-tie rule); where base's own
 pressured output differs from its alone output, or an A/A copy differs, a
@@ -27,15 +28,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from observatory.channels import Channel
-from observatory.channels.conditions import facts, metrics_text, not_exercised, sibling_problem
+from observatory.channels.engine_conditions import facts, metrics_text, not_exercised, sibling_problem
 from observatory.channels.length_sweep import padded_ids
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, differs_alone, judge_against_base
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
-from observatory.engines.metrics import parse_preemptions, read_info
+from observatory.client.send import EngineClient
+from observatory.engines.adapter import adapter_for
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import PASS
-from observatory.store.db import ArmRow, VerdictRow
+from observatory.store.stored import StoredArm, Verdict
 
 NAME = "memory_pressure"
 CONTEXT = 1024  # the second engine's --max-model-len (the bundled model's own)
@@ -64,17 +67,19 @@ def budget_blocks(block_size: int) -> int:
     return math.ceil(CONTEXT / block_size) + 1
 
 
-def _cache_fact(run: Any, name: str) -> int | None:
-    """One integer label of the server's ``vllm:cache_config_info`` (block_size, num_gpu_blocks), or None."""
+def _cache_fact(run: LiveArm, name: str) -> int | None:
+    """One integer label of the KV cache's settings the server publishes (block_size, num_gpu_blocks: its adapter's
+    ``kv_cache_info``), or None."""
+    assert run.client is not None  # a channel measures a live arm
     text = metrics_text(run.client)
-    labels = read_info(text, "vllm:cache_config_info") if text else None
+    labels = run.client.adapter.kv_cache_info(text) if text else None
     try:
         return int((labels or {}).get(name))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
 
 
-def _sent(client: Any, probe: Probe) -> Probe | None:
+def _sent(client: EngineClient, probe: Probe) -> Probe | None:
     """PROBE with its prompt as exactly PROMPT_TOKENS ids of the server's own tokenizer; None if it cannot say."""
     question, filler = client.tokenize(QUESTION), client.tokenize(str(probe.meta["filler"]))
     if not question or not filler:
@@ -82,13 +87,15 @@ def _sent(client: Any, probe: Probe) -> Probe | None:
     return dataclasses.replace(probe, prompt=padded_ids(question, filler, int(probe.meta["length"])))
 
 
-def _preemptions(run: Any) -> int | None:
+def _preemptions(run: LiveArm) -> int | None:
+    assert run.client is not None  # a channel measures a live arm
     text = metrics_text(run.client)
-    return parse_preemptions(text) if text else None
+    return run.client.adapter.preemptions(text) if text else None
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Each request alone on the arm's engine, then all at once on a second engine with a small KV cache."""
+    assert run.client is not None  # a channel measures a live arm
     sent = [_sent(run.client, p) for p in probes]
     for i, (probe, s) in enumerate(zip(probes, sent)):
         run.reporter.step(run.arm, f"{NAME} alone", i, len(probes))
@@ -116,14 +123,16 @@ def measure(run: Any, probes: list[Probe]) -> None:
             pressure(twin, probes, sent)
 
 
-def pressure(run: Any, probes: list[Probe], sent: list[Probe | None]) -> None:
+def pressure(run: LiveArm, probes: list[Probe], sent: list[Probe | None]) -> None:
     """All requests at once on RUN's engine, its preemption counter read around them (noted)."""
+    client = run.client
+    assert client is not None  # a channel measures a live arm
     run.reporter.step(run.arm, f"{NAME} under pressure", 0, 1)
     served = _cache_fact(run, "num_gpu_blocks")
     before = _preemptions(run)
     ready = [(p, s) for p, s in zip(probes, sent) if s is not None]
     with ThreadPoolExecutor(max_workers=len(ready) or 1) as ex:
-        resps = list(ex.map(lambda ps: run.client.run(ps[1], stream=False), ready))
+        resps = list(ex.map(lambda ps: client.run(ps[1], stream=False), ready))
     after = _preemptions(run)
     for (probe, _), resp in zip(ready, resps):
         run.store_result(probe, resp, NAME, concurrency=len(ready))
@@ -132,7 +141,7 @@ def pressure(run: Any, probes: list[Probe], sent: list[Probe | None]) -> None:
         run.check_alive(resp)
 
 
-def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
+def _keyed(view: ChannelView, arm: StoredArm) -> dict[tuple[Any, ...], Keyed]:
     out = {}
     for r in view.results(arm):
         p = view.probe(r)
@@ -147,7 +156,7 @@ def _base_noise(ref: dict[tuple[Any, ...], Keyed]) -> dict[tuple[Any, ...], str]
     return differs_alone(ref, ALONE, PRESSURE, "base differs alone and under memory pressure")
 
 
-def exercised(arm: ArmRow) -> str | None:
+def exercised(arm: StoredArm) -> str | None:
     """Why ARM's engine was not put under pressure (no preemption seen), or None when it preempted."""
     problem = sibling_problem(arm, NAME)
     if problem:
@@ -157,13 +166,14 @@ def exercised(arm: ArmRow) -> str | None:
         return "the pressured batch did not run"
     n = f.get("preemptions")
     if n is None:
-        return "the engine reports no preemption counter (vllm:num_preemptions_total)"
+        metric = adapter_for(arm.engine).preemptions_metric
+        return f"the engine reports no preemption counter{f' ({metric})' if metric else ''}"
     if n <= 0:
         return f"the engine did not preempt ({n} preemptions, {f.get('served_blocks')} KV-cache blocks)"
     return None
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Each output, alone or pressured, against the same request alone on base; PASS only where the arm's
     engine preempted."""
     rows = judge_against_base(view, _keyed, lambda key: (key[0], ALONE), _base_noise, what="requests")

@@ -37,10 +37,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from observatory.channels import Channel
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, differs_alone, judge_against_base
 from observatory.channels.view import ChannelView
 from observatory.model.probes import Probe
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "mixed_batch"
 BATCH = 8
@@ -66,8 +67,9 @@ def plan(suite: list[Probe]) -> list[Probe]:
     return out
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Every request alone, then all at once, to one live arm."""
+    assert run.client is not None  # a channel measures a live arm
     client = run.client
     for i, probe in enumerate(probes):
         run.reporter.step(run.arm, f"{NAME} alone", i, len(probes))
@@ -88,14 +90,14 @@ def measure(run: Any, probes: list[Probe]) -> None:
             return
 
 
-def _how(r: ResultRow) -> str:
+def _how(r: StoredResult) -> str:
     """How a result was sent: alone, or in the batch (its round after the first: "batch 2")."""
     if r.concurrency == 1:
         return ALONE
     return BATCHED if not r.repeat else f"{BATCHED} {r.repeat + 1}"
 
 
-def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
+def _keyed(view: ChannelView, arm: StoredArm) -> dict[tuple[Any, ...], Keyed]:
     out = {}
     for r in view.results(arm):
         p = view.probe(r)
@@ -114,7 +116,7 @@ def _base_noise(ref: dict[tuple[Any, ...], Keyed]) -> dict[tuple[Any, ...], str]
     return out
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Each output, alone or batched, against the same request alone on base."""
     return judge_against_base(view, _keyed, lambda key: (key[0], ALONE), _base_noise, what="requests")
 

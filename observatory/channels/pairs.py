@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from observatory.channels.view import ChannelView
+from observatory.judge.apply_gates import to_output, tokens_complete
 from observatory.judge.rates import OPPORTUNITIES, opportunities
 from observatory.model.errors import NOT_REPORTED
 from observatory.model.numerics import NEAR_TIE_NATS
 from observatory.model.roles import AA_COPY, BASE
 from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP, TOKEN_DIFF, UNJUDGED, WARN
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 PREVIEW = 80  # characters of each output shown in a table row
 CONTINUATION = 12  # tokens shown per side from the first divergence in a table row
@@ -46,16 +47,16 @@ class Keyed:
 
     key: tuple[Any, ...]
     label: dict[str, Any]  # flat and short: what the table shows for this request
-    result: ResultRow
+    result: StoredResult
 
 
 # (view, arm) -> its requests by key
-KeyFn = Callable[[ChannelView, ArmRow], dict[tuple[Any, ...], Keyed]]
+KeyFn = Callable[[ChannelView, StoredArm], dict[tuple[Any, ...], Keyed]]
 # base's requests -> {key: why base is not steady there} (a key of any arm, or a reference key)
 NoiseFn = Callable[[dict[tuple[Any, ...], Keyed]], dict[tuple[Any, ...], str]]
 
 
-def same_tokens(a: ResultRow | None, b: ResultRow | None) -> bool:
+def same_tokens(a: StoredResult | None, b: StoredResult | None) -> bool:
     """Whether two results both answered with the same generated token ids."""
     return a is not None and b is not None and a.ok and b.ok and list(a.token_ids) == list(b.token_ids)
 
@@ -71,21 +72,21 @@ def differs_alone(ref: dict[tuple[Any, ...], Keyed], alone: str, other: str, why
     return out
 
 
-def preview(r: ResultRow | None) -> str:
+def preview(r: StoredResult | None) -> str:
     """The first 80 characters of a result's text (the template escapes it)."""
     if r is None:
         return ""
     return (r.text or "")[:PREVIEW] if r.ok else f"error: {(r.error or '')[:PREVIEW - 7]}"
 
 
-def continuations(r: ResultRow, ref: ResultRow, at: int | None) -> dict[str, Any]:
+def continuations(r: StoredResult, ref: StoredResult, at: int | None) -> dict[str, Any]:
     """Both sides from token AT (the first divergence) on: per-token texts and ids, base's and here's.
 
     A row's text from the start would show two identical texts whenever the outputs agree in text
     but not in ids (tokens past a stop string, docs/channels.md section finish); from the
     divergence, the side that ended shows an empty list and the other what it added.
     """
-    def side(x: ResultRow) -> tuple[list[Any], list[int]]:
+    def side(x: StoredResult) -> tuple[list[Any], list[int]]:
         ids = list(x.token_ids or [])[at or 0:][:CONTINUATION]
         texts = list(x.token_texts or [])
         shown = texts[at or 0:][:CONTINUATION] if len(texts) == len(x.token_ids or []) else ids
@@ -95,18 +96,14 @@ def continuations(r: ResultRow, ref: ResultRow, at: int | None) -> dict[str, Any
     return {"from_token": at, "base": base, "base_ids": base_ids, "here": here, "here_ids": here_ids}
 
 
-def diff(view: ChannelView, cand: ResultRow, ref: ResultRow) -> tuple[str, dict[str, Any]]:
+def diff(view: ChannelView, cand: StoredResult, ref: StoredResult) -> tuple[str, dict[str, Any]]:
     """(verdict, details) of CAND against REF by the token_diff gate (REF's top-k logprobs give the margin)."""
-    from observatory.judge.session import to_output  # judge imports the channels: keep this import lazy
-
     res = view.registry.get(TOKEN_DIFF).check(to_output(cand), to_output(ref), view.probe(cand))
     return res.verdict, dict(res.details)
 
 
-def _withheld(r: ResultRow, where: str) -> str | None:
+def _withheld(r: StoredResult, where: str) -> str | None:
     """Why R cannot be diffed token by token (fewer ids than its usage count: withheld), or None."""
-    from observatory.judge.session import tokens_complete  # judge imports the channels: keep this import lazy
-
     if tokens_complete(r):
         return None
     said = (r.usage or {}).get("completion_tokens")
@@ -114,7 +111,7 @@ def _withheld(r: ResultRow, where: str) -> str | None:
             "came back (the engine's stream held them back)")
 
 
-def _row(view: ChannelView, k: Keyed, ref: ResultRow | None, noise: str | None) -> dict[str, Any]:
+def _row(view: ChannelView, k: Keyed, ref: StoredResult | None, noise: str | None) -> dict[str, Any]:
     r = k.result
     row: dict[str, Any] = {**k.label}
     if ref is None or not ref.ok:
@@ -148,7 +145,7 @@ def _row(view: ChannelView, k: Keyed, ref: ResultRow | None, noise: str | None) 
 
 def judge_against_base(view: ChannelView, keyed: KeyFn, ref_key: Callable[[tuple[Any, ...]], tuple[Any, ...]],
                        base_noise: NoiseFn | None = None, what: str = "requests",
-                       part: str | None = None) -> list[VerdictRow]:
+                       part: str | None = None) -> list[Verdict]:
     """Every arm's verdict: each keyed request diffed against base's request at REF_KEY(key)."""
     base = view.base
     if base is None:
@@ -177,8 +174,8 @@ def judge_against_base(view: ChannelView, keyed: KeyFn, ref_key: Callable[[tuple
     return out
 
 
-def _base_verdict(view: ChannelView, base: ArmRow, ref: dict[tuple[Any, ...], Keyed],
-                  noisy: dict[tuple[Any, ...], str], what: str, part: str | None) -> VerdictRow:
+def _base_verdict(view: ChannelView, base: StoredArm, ref: dict[tuple[Any, ...], Keyed],
+                  noisy: dict[tuple[Any, ...], str], what: str, part: str | None) -> Verdict:
     failed = [k for k in ref.values() if not k.result.ok]
     table = [{**k.label, "verdict": "NOT_MEASURABLE", "kind": "failed on base", "here": preview(k.result)}
              for k in failed]
@@ -197,8 +194,8 @@ def _base_verdict(view: ChannelView, base: ArmRow, ref: dict[tuple[Any, ...], Ke
                         "(divergences there are not attributable)", details, part=part)
 
 
-def _arm_verdict(view: ChannelView, arm: ArmRow, rows: list[dict[str, Any]], what: str,
-                 part: str | None) -> VerdictRow:
+def _arm_verdict(view: ChannelView, arm: StoredArm, rows: list[dict[str, Any]], what: str,
+                 part: str | None) -> Verdict:
     judged = [r for r in rows if r["verdict"] != "NOT_MEASURABLE"]
     fails = [r for r in judged if r["verdict"] == FAIL]
     warns = [r for r in judged if r["verdict"] == WARN]

@@ -67,7 +67,7 @@ from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
-    from observatory.store.db import ArmRow, ResultRow, VerdictRow
+    from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "params"
 PROMPT = "Count from 1 to 12."
@@ -320,7 +320,7 @@ def derive(kind: str, label: str, ids: list[int], texts: list[str], finish: str 
 
 
 def request_of(probe: Probe, ref: Any) -> dict[str, Any] | None:
-    """What PROBE sends given the arm's reference result REF (Response or ResultRow); None: not sent."""
+    """What PROBE sends given the arm's reference result REF (Response or StoredResult); None: not sent."""
     params = dict(probe.sampling)
     kind = probe.meta.get("derive")
     if kind:
@@ -430,7 +430,7 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
 
 # -- judge -------------------------------------------------------------------------
 
-def validity(probe: Probe, params: dict[str, Any], r: ResultRow) -> list[str]:
+def validity(probe: Probe, params: dict[str, Any], r: StoredResult) -> list[str]:
     """What the answer R breaks of PROBE's parameters, whatever the arm (empty: nothing)."""
     ids = list(r.token_ids or [])
     text = r.text or ""
@@ -490,7 +490,7 @@ def validity(probe: Probe, params: dict[str, Any], r: ResultRow) -> list[str]:
     return bad
 
 
-def _calls(r: ResultRow) -> list[tuple[Any, Any]]:
+def _calls(r: StoredResult) -> list[tuple[Any, Any]]:
     """Tool calls as data: (name, parsed arguments)."""
     out = []
     for c in r.tool_calls or []:
@@ -504,7 +504,7 @@ def _calls(r: ResultRow) -> list[tuple[Any, Any]]:
     return out
 
 
-def same_output(a: ResultRow, b: ResultRow) -> str | None:
+def same_output(a: StoredResult, b: StoredResult) -> str | None:
     """Why two greedy answers differ (None: they are the same): ids, finish, text, calls, choices."""
     if list(a.token_ids or []) != list(b.token_ids or []):
         ia, ib = list(a.token_ids or []), list(b.token_ids or [])
@@ -523,12 +523,12 @@ def same_output(a: ResultRow, b: ResultRow) -> str | None:
 class _Arm:
     """One arm's stored answers of this channel."""
 
-    schema: ResultRow | None = None
-    ref: ResultRow | None = None
-    cases: dict[str, list[ResultRow]] = field(default_factory=dict)  # probe name -> results by repeat
+    schema: StoredResult | None = None
+    ref: StoredResult | None = None
+    cases: dict[str, list[StoredResult]] = field(default_factory=dict)  # probe name -> results by repeat
 
 
-def _collect(view: ChannelView, arm: ArmRow) -> _Arm:
+def _collect(view: ChannelView, arm: StoredArm) -> _Arm:
     out = _Arm()
     for r in view.results(arm):
         p = view.probe(r)
@@ -544,11 +544,11 @@ def _collect(view: ChannelView, arm: ArmRow) -> _Arm:
     return out
 
 
-def _refused(r: ResultRow) -> bool:
+def _refused(r: StoredResult) -> bool:
     return not r.ok and (r.error or "").startswith("HTTP 4")
 
 
-def _sent(r: ResultRow) -> dict[str, Any]:
+def _sent(r: StoredResult) -> dict[str, Any]:
     s = (r.usage or {}).get("params_sent")
     return dict(s) if isinstance(s, dict) else {}
 
@@ -563,7 +563,7 @@ class _Finding:
     kind: str | None = None
 
 
-def _self_checks(probe: Probe, rs: list[ResultRow], ref: ResultRow | None) -> list[str]:
+def _self_checks(probe: Probe, rs: list[StoredResult], ref: StoredResult | None) -> list[str]:
     """What must hold on one arm alone: validity, seeded repeats equal, a collapsed filter equal to greedy."""
     ok = [r for r in rs if r.ok]
     bad = [f"{m}" for r in ok[:1] for m in validity(probe, _sent(r), r)]
@@ -578,7 +578,7 @@ def _self_checks(probe: Probe, rs: list[ResultRow], ref: ResultRow | None) -> li
     return bad
 
 
-def _untouched_tie(view: ChannelView, probe: Probe, here: ResultRow, base: ResultRow) -> str | None:
+def _untouched_tie(view: ChannelView, probe: Probe, here: StoredResult, base: StoredResult) -> str | None:
     """Why a divergence under a seen-token penalty is a plausible near-tie, or None.
 
     vLLM returns raw logprobs, so under a penalty base's margin at a divergence
@@ -609,7 +609,7 @@ def _untouched_tie(view: ChannelView, probe: Probe, here: ResultRow, base: Resul
             f"margin between them {abs(margin):.3f} <= {bound} nats, token_diff's rule)")
 
 
-def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: ArmRow, is_base: bool,
+def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: StoredArm, is_base: bool,
                 aa: list[_Arm]) -> _Finding:
     """One case on one arm."""
     name = probe.name
@@ -673,7 +673,7 @@ def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: Ar
     return _Finding("FAIL", why, name)
 
 
-def _schema_row(view: ChannelView, arm: ArmRow, got: _Arm) -> VerdictRow:
+def _schema_row(view: ChannelView, arm: StoredArm, got: _Arm) -> Verdict:
     r = got.schema
     version = arm.engine_version or "unknown version"
     if r is None:
@@ -697,7 +697,7 @@ def _schema_row(view: ChannelView, arm: ArmRow, got: _Arm) -> VerdictRow:
                          "not_exercised": missing, "held_back": dict(NOT_SENT)}, part="schema")
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Per arm: the schema read, the reference, and one verdict per parameter."""
     base_row = view.base
     if base_row is None:
@@ -709,7 +709,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
     for p in view.probes.values():
         if p.meta.get("role") == "case":
             by_param.setdefault(str(p.meta["param"]), []).append(p)
-    out: list[VerdictRow] = []
+    out: list[Verdict] = []
     for arm in view.arms:
         is_base = arm.id == base_row.id
         if not is_base and view.role(arm) not in JUDGED_AGAINST_BASE:

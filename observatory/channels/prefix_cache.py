@@ -48,21 +48,21 @@ import statistics
 from typing import Any
 
 from observatory.channels import Channel
-from observatory.channels.conditions import Z_DROP, acceptance, facts, metrics_text, z_two_proportions
 from observatory.channels.counters import settled
+from observatory.channels.engine_conditions import Z_DROP, acceptance, facts, metrics_text
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
+from observatory.channels.soak import z_two_proportions
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
 from observatory.engines.adapter import adapter_for
-from observatory.engines.metrics import parse_total
 from observatory.engines.server_facts import served_facts
 from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE, SPECULATING
 from observatory.model.vocabulary import FAIL, INVALID, NOTE, PASS, SKIP, UNJUDGED, WARN
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "prefix_cache"
 MAX_TOKENS = 6
@@ -109,7 +109,7 @@ def block_size(served: dict[str, Any]) -> tuple[int, bool]:
     return (n, True) if n > 0 else (DEFAULT_BLOCK, False)
 
 
-def cached_in_answer(r: ResultRow | Response) -> int | None:
+def cached_in_answer(r: StoredResult | Response) -> int | None:
     """The cached prompt tokens the answer reports (``usage.prompt_tokens_details.cached_tokens``), or None."""
     details = (r.usage or {}).get("prompt_tokens_details")
     n = details.get("cached_tokens") if isinstance(details, dict) else None
@@ -117,9 +117,10 @@ def cached_in_answer(r: ResultRow | Response) -> int | None:
 
 
 def _hits(run: LiveArm) -> int | None:
-    """The engine's prefix-cache hit counter (tokens), None when it exposes none."""
+    """The engine's prefix-cache hit counter (tokens, its adapter's `prefix_cache_hits`), None when it has none."""
+    assert run.client is not None
     text = metrics_text(run.client)
-    return parse_total(text, "prefix_cache_hits") if text else None
+    return run.client.adapter.prefix_cache_hits(text) if text else None
 
 
 def measure(run: LiveArm, probes: list[Probe]) -> None:
@@ -172,23 +173,23 @@ class Length:
     """One length's two requests on one arm."""
 
     length: int
-    cold: ResultRow | None
-    warm: ResultRow | None
+    cold: StoredResult | None
+    warm: StoredResult | None
     cold_cached: int | None
     warm_cached: int | None
 
 
-def by_length(view: ChannelView, arm: ArmRow) -> dict[int, Length]:
+def by_length(view: ChannelView, arm: StoredArm) -> dict[int, Length]:
     """The arm's requests by prompt length (the length the arm noted for each sweep position)."""
     f = facts(arm, NAME)
     todo = f.get("lengths") or []
     metrics = f.get("cached_from_metrics") or {}
-    got: dict[int, dict[int, ResultRow]] = {}
+    got: dict[int, dict[int, StoredResult]] = {}
     for r in view.results(arm):
         i = int(view.probe(r).meta["index"])
         if i < len(todo):
             got.setdefault(int(todo[i]), {})[r.repeat] = r
-    def cached(r: ResultRow | None, key: str) -> int | None:
+    def cached(r: StoredResult | None, key: str) -> int | None:
         if r is None or not r.ok:
             return None
         v = cached_in_answer(r)
@@ -199,12 +200,11 @@ def by_length(view: ChannelView, arm: ArmRow) -> dict[int, Length]:
                       cached(rs.get(1), f"{n}/{ROUNDS[1]}")) for n, rs in sorted(got.items())}
 
 
-def allowance(arm: ArmRow) -> tuple[int, str]:
+def allowance(arm: StoredArm) -> tuple[int, str]:
     """(blocks the arm's engine recomputes of a matched prefix by design, why), from its adapter."""
-    launch = arm.launch or {}
-    spec = launch.get("speculative_config")
+    spec = (arm.launch or {}).get("speculative_config")
     try:
-        adapter = adapter_for(str(launch.get("engine") or DEFAULT_ENGINE))
+        adapter = adapter_for(str(arm.engine or DEFAULT_ENGINE))
     except ObservatoryError:  # an engine this install does not know: no allowance
         return 0, ""
     fn = getattr(adapter, "spec_cache_blocks_recomputed", None)
@@ -223,7 +223,7 @@ def _ttft(ls: dict[int, Length], phase: str) -> list[float]:
             and x.ttft_ms is not None]
 
 
-def _cache_verdict(view: ChannelView, arm: ArmRow, base: dict[int, Length], block: int) -> VerdictRow:
+def _cache_verdict(view: ChannelView, arm: StoredArm, base: dict[int, Length], block: int) -> Verdict:
     mine = by_length(view, arm)
     allowed, why = allowance(arm)
     rows: list[dict[str, Any]] = []
@@ -275,7 +275,7 @@ def _cache_verdict(view: ChannelView, arm: ArmRow, base: dict[int, Length], bloc
     return view.verdict(arm, PASS, f"the same cached tokens as base at all {len(rows)} lengths", details)
 
 
-def _base_verdict(view: ChannelView, base_arm: ArmRow, base: dict[int, Length], block: int) -> VerdictRow:
+def _base_verdict(view: ChannelView, base_arm: StoredArm, base: dict[int, Length], block: int) -> Verdict:
     failed = sum(1 for ln in base.values() for r in (ln.cold, ln.warm) if r is None or not r.ok)
     hits = [ln for ln in base.values() if ln.warm_cached]
     cold_hits = [ln.length for ln in base.values() if ln.cold_cached]
@@ -297,7 +297,7 @@ def _base_verdict(view: ChannelView, base_arm: ArmRow, base: dict[int, Length], 
                         f"{note}", details)
 
 
-def _acceptance(view: ChannelView, arm: ArmRow) -> VerdictRow:
+def _acceptance(view: ChannelView, arm: StoredArm) -> Verdict:
     cold, warm = [0, 0], [0, 0]
     for ln in by_length(view, arm).values():
         if ln.cold is None or ln.warm is None or not same_tokens(ln.cold, ln.warm):
@@ -321,7 +321,7 @@ def _acceptance(view: ChannelView, arm: ArmRow) -> VerdictRow:
     return view.verdict(arm, PASS, f"acceptance warm {rw:.3f}, cold {rc:.3f}", details, part="acceptance")
 
 
-def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
+def _keyed(view: ChannelView, arm: StoredArm) -> dict[tuple[Any, ...], Keyed]:
     out = {}
     for n, ln in by_length(view, arm).items():
         for rnd, r in enumerate((ln.cold, ln.warm)):
@@ -336,7 +336,7 @@ def _base_noise(ref: dict[tuple[Any, ...], Keyed]) -> dict[tuple[Any, ...], str]
             if rnd == 1 and (n, 0) in ref and not same_tokens(k.result, ref[(n, 0)].result)}
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Cached tokens against base's, outputs against base's cold answer, acceptance warm vs cold, TTFT."""
     out = judge_against_base(view, _keyed, lambda key: (key[0], 0), _base_noise, what="requests", part="outputs")
     base_arm = view.base

@@ -36,7 +36,7 @@ import dataclasses
 from typing import Any
 
 from observatory.channels import Channel
-from observatory.channels.conditions import facts
+from observatory.channels.engine_conditions import facts
 from observatory.channels.input_paths import (
     EMBEDS,
     IDS,
@@ -48,7 +48,7 @@ from observatory.channels.input_paths import (
     rendered_ids,
 )
 from observatory.channels.live_arm import LiveArm
-from observatory.channels.pairs import judge_against_base
+from observatory.channels.pairs import Keyed, judge_against_base
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
 from observatory.client.embeds import embedding_rows
@@ -57,7 +57,7 @@ from observatory.model.errors import NOT_REPORTED, ObservatoryError
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, BASE
 from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
-from observatory.store.db import ArmRow, VerdictRow
+from observatory.store.stored import StoredArm, Verdict
 
 NAME = "prompt_embeds"
 REQUESTS = 3
@@ -120,12 +120,12 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
             twin.check_alive(resp)
 
 
-def _sibling(arm: ArmRow) -> dict[str, Any]:
+def _sibling(arm: StoredArm) -> dict[str, Any]:
     got = facts(arm, NAME).get("sibling")
     return dict(got) if isinstance(got, dict) else {}
 
 
-def _engine_verdict(view: ChannelView, arm: ArmRow, base_ended: bool) -> VerdictRow:
+def _engine_verdict(view: ChannelView, arm: StoredArm, base_ended: bool) -> Verdict:
     sib = _sibling(arm)
     if not sib:
         return view.verdict(arm, SKIP, "not measurable: no engine with prompt embeddings on ran "
@@ -136,10 +136,8 @@ def _engine_verdict(view: ChannelView, arm: ArmRow, base_ended: bool) -> Verdict
     if not sib.get("ended"):
         return view.verdict(arm, PASS, "the engine with prompt embeddings on served every request", sib,
                             part="engine")
-    errors = [str(e) for e in sib.get("engine_errors") or []]
-    cause = next((e for e in errors if not e.startswith(("EngineDeadError", "AssertionError"))),
-                 str(sib.get("ended")))
-    bug = known_bug(errors)
+    cause = str(sib.get("cause") or sib.get("ended"))  # the engine log's first ERROR exception, where it logged one
+    bug = known_bug([cause])
     known = (f"; known engine bug of {bug.engine} (repair: +repair={bug.repair}; {bug.reproduction})"
              if bug is not None else "")
     what = f"the engine died under the prompt_embeds requests: {cause}{known}"
@@ -151,11 +149,20 @@ def _engine_verdict(view: ChannelView, arm: ArmRow, base_ended: bool) -> Verdict
     return view.verdict(arm, FAIL, f"{what}; base's engine served them", sib, part="engine")
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def _answered(view: ChannelView, arm: StoredArm) -> dict[tuple[Any, ...], Keyed]:
+    """The arm's answers by (probe, path), less the request its second engine died under (the engine verdict
+    judges the death: one finding, one verdict)."""
+    keyed = keyed_paths(view, arm)
+    if _sibling(arm).get("ended"):
+        keyed = {k: v for k, v in keyed.items() if v.result.ok}
+    return keyed
+
+
+def judge(view: ChannelView) -> list[Verdict]:
     """Answers against base's ids answers; each arm's engine with embeddings on: did it survive them."""
     copies = [a for a in view.arms if view.role(a) == AA_COPY and not view.results(a)]
     judged = dataclasses.replace(view, arms=[a for a in view.arms if a not in copies])
-    out = judge_against_base(judged, keyed_paths, lambda key: (key[0], IDS), path_noise(IDS),
+    out = judge_against_base(judged, _answered, lambda key: (key[0], IDS), path_noise(IDS),
                              what="answers (token ids and embeddings)")
     out += [view.verdict(a, SKIP, "not sent on an A/A copy: base's own ids and embeddings answers are the control")
             for a in copies]

@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
 from observatory.engines.adapter import adapter_for
-from observatory.engines.launches import engine_of
 from observatory.judge.stats import MeanShift, chi2_two_sample, holm, mean_shift
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
@@ -59,7 +58,7 @@ from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
-    from observatory.store.db import ArmRow, ResultRow, VerdictRow
+    from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "sampling"
 SAMPLES = 128  # draws per probe per arm (5 x 128 x 6 tokens: about 40 s per arm on the tiny CPU model)
@@ -134,7 +133,7 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
             return
 
 
-def _draws(results: list[ResultRow], pos: int) -> list[Hashable]:
+def _draws(results: list[StoredResult], pos: int) -> list[Hashable]:
     """The token at POS of every result (END past its end)."""
     return [r.token_ids[pos] if pos < len(r.token_ids or []) else END for r in results]
 
@@ -146,7 +145,7 @@ def _top(draws: list[Hashable]) -> str:
     return f"{tok} ({n}/{len(draws)})"
 
 
-def compare(base: dict[str, list[ResultRow]], arm: dict[str, list[ResultRow]], positions: int,
+def compare(base: dict[str, list[StoredResult]], arm: dict[str, list[StoredResult]], positions: int,
             alpha: float = ALPHA, lik: Likelihood | None = None) -> tuple[list[PositionResult], Likelihood | None]:
     """Every (probe, position) of ARM's draws against BASE's, and LIK's test if it has one, Holm-corrected
     at ALPHA together."""
@@ -165,9 +164,9 @@ def compare(base: dict[str, list[ResultRow]], arm: dict[str, list[ResultRow]], p
             for (name, pos, t, a, b), rej in zip(rows, rejected)], lik
 
 
-def _by_probe(view: ChannelView, arm: ArmRow) -> tuple[dict[str, list[ResultRow]], int, int, set[int]]:
+def _by_probe(view: ChannelView, arm: StoredArm) -> tuple[dict[str, list[StoredResult]], int, int, set[int]]:
     """OK results by probe name; how many draws were planned and came back; the seeds sent."""
-    out: dict[str, list[ResultRow]] = {}
+    out: dict[str, list[StoredResult]] = {}
     seeds: set[int] = set()
     sent = 0
     for r in view.results(arm):
@@ -192,7 +191,7 @@ class Likelihood:
     rejected: bool = False
 
 
-def _mean_logprobs(by_probe: dict[str, list[ResultRow]]) -> dict[str, list[float]]:
+def _mean_logprobs(by_probe: dict[str, list[StoredResult]]) -> dict[str, list[float]]:
     """Each draw's mean logprob of its sampled tokens, by probe (draws without a finite logprob per token left out)."""
     out: dict[str, list[float]] = {}
     for name, rows in by_probe.items():
@@ -206,13 +205,13 @@ def _mean_logprobs(by_probe: dict[str, list[ResultRow]]) -> dict[str, list[float
     return out
 
 
-def _drafted_logprobs(arm: ArmRow) -> bool:
+def _drafted_logprobs(arm: StoredArm) -> bool:
     """Whether ARM's engine reports logprobs for tokens it accepted from a draft (its adapter's word)."""
     spec = (arm.launch or {}).get("speculative_config") is not None
-    return not spec or adapter_for(engine_of(arm.launch)).streams_drafted_ids
+    return not spec or adapter_for(arm.engine).streams_drafted_ids
 
 
-def likelihood(base: dict[str, list[float]], arm: dict[str, list[float]], arm_row: ArmRow,
+def likelihood(base: dict[str, list[float]], arm: dict[str, list[float]], arm_row: StoredArm,
                planned: int) -> Likelihood:
     """The likelihood test of one arm's draws against base's (MIN_OK of the planned draws needed a side)."""
     if not _drafted_logprobs(arm_row):
@@ -263,13 +262,13 @@ def _likelihood_details(lik: Likelihood | None) -> dict[str, Any]:
                            "delta_per_probe": [round(d, 4) for d in lik.shift.deltas]}}
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Each arm's sampled token distributions against base's; A/A differences make a FAIL a WARN."""
     base = view.base
     if base is None:
         return []
     base_by, planned, got, base_seeds = _by_probe(view, base)
-    out: list[VerdictRow] = []
+    out: list[Verdict] = []
     if not planned:
         return out
     if got < MIN_OK * planned:
@@ -277,7 +276,7 @@ def judge(view: ChannelView) -> list[VerdictRow]:
                              "no reference distribution")]
     positions = max(p.max_tokens for p in view.probes.values())
     base_lp = _mean_logprobs(base_by)
-    judged: dict[int, tuple[ArmRow, list[PositionResult] | None, str]] = {}
+    judged: dict[int, tuple[StoredArm, list[PositionResult] | None, str]] = {}
     liks: dict[int, Likelihood | None] = {}
     for arm in view.arms:
         if arm.id == base.id or view.role(arm) not in JUDGED_AGAINST_BASE:

@@ -4,7 +4,7 @@ Real applications read these servers through the ``openai`` package. Every
 correctness-pass answer an arm gave (the suite's warm-up, streamed,
 non-streamed and batch requests and every other channel's requests; never a
 timed pass) was read a second time, when it arrived, by the SDK's own types
-and stream helper (`observatory.client.sdk`; the verdict is stored with the
+and stream helper (`observatory.client.openai_sdk`; the verdict is stored with the
 result). This channel sends nothing of its own; it judges those stored
 verdicts:
 
@@ -34,10 +34,12 @@ from __future__ import annotations
 from typing import Any
 
 from observatory.channels import Channel
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
+from observatory.client.openai_sdk import calls_of
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, BASE
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "sdk"
 # At most this many problems listed per verdict (the counts cover them all).
@@ -50,14 +52,12 @@ def plan(suite: list[Probe]) -> list[Probe]:
     return []
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Nothing to send (the client read every correctness-pass answer with the SDK as it came)."""
 
 
-def sdk_reading(r: ResultRow) -> dict[str, Any]:
+def sdk_reading(r: StoredResult) -> dict[str, Any]:
     """What the SDK read in a stored answer: the lean reader's fields, overridden where the SDK differed."""
-    from observatory.client.sdk import calls_of
-
     lean = {"content": (r.content if r.content is not None else r.text) or None,
             "tool_calls": calls_of(r.tool_calls), "finish_reason": r.finish_reason}
     lean.update((r.sdk or {}).get("differs") or {})
@@ -75,7 +75,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 120 else text[:120] + "..."
 
 
-def problems(results: list[ResultRow]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def problems(results: list[StoredResult]) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Each SDK rejection or disagreement with the lean reader among RESULTS (timed passes left out), and counts."""
     found: list[dict[str, Any]] = []
     counts = {"answers": 0, "streamed": 0, "whole": 0, "not_read": 0}
@@ -97,7 +97,7 @@ def problems(results: list[ResultRow]) -> tuple[list[dict[str, Any]], dict[str, 
     return found, counts
 
 
-def stream_mismatches(results: list[ResultRow], suite: set[int]) -> tuple[list[dict[str, Any]], int, int]:
+def stream_mismatches(results: list[StoredResult], suite: set[int]) -> tuple[list[dict[str, Any]], int, int]:
     """Streamed suite answers whose SDK accumulation is not the SDK's reading of the same probe's whole answer.
 
     Returns (mismatches, pairs compared, streamed answers without a whole answer to compare with).
@@ -123,19 +123,19 @@ def stream_mismatches(results: list[ResultRow], suite: set[int]) -> tuple[list[d
 
 
 def _key(p: dict[str, Any]) -> tuple[int, str, str]:
-    r: ResultRow = p["result"]
+    r: StoredResult = p["result"]
     return r.probe_id, r.mode, p["kind"]
 
 
-def _verdict(view: ChannelView, arm: ArmRow, part: str | None, found: list[dict[str, Any]],
+def _verdict(view: ChannelView, arm: StoredArm, part: str | None, found: list[dict[str, Any]],
              base_keys: set[tuple[int, str, str]] | None, names: dict[int, str], details: dict[str, Any],
-             clean: str, unexercised: str | None) -> VerdictRow:
+             clean: str, unexercised: str | None) -> Verdict:
     role = view.role(arm)
     against_base = role not in (BASE, AA_COPY) and base_keys is not None
     table: list[dict[str, Any]] = []
     fails = 0
     for p in found:
-        r: ResultRow = p["result"]
+        r: StoredResult = p["result"]
         as_base = base_keys is not None and _key(p) in base_keys
         fails += not (against_base and as_base)
         if len(table) < MAX_LISTED:
@@ -157,12 +157,12 @@ def _verdict(view: ChannelView, arm: ArmRow, part: str | None, found: list[dict[
                                      "to this arm)", details, part=part)
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Per arm: the SDK's rejections and readings (``sdk``), and each stream against its whole answer (``sdk:stream``)."""
     probe_rows = view.store.probes(view.session_id)
     names = {p.id: p.name for p in probe_rows}
     suite = {p.id for p in probe_rows if not (p.definition or {}).get("channel")}
-    per_arm = {a.id: [r for r in view.store.results(a.id) if r.mode != "timed"] for a in view.arms}
+    per_arm = {a.id: [r for r in view.stored(a) if r.mode != "timed"] for a in view.arms}
     base = view.base
     base_parse: set[tuple[int, str, str]] | None = None
     base_stream: set[tuple[int, str, str]] | None = None

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
     from observatory.client.send import EngineClient
-    from observatory.store.db import ArmRow, ResultRow, VerdictRow
+    from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "seeds"
 TEMPERATURE = 0.8
@@ -110,9 +110,9 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
             return
 
 
-def _outputs(view: ChannelView, arm: ArmRow, kind: str) -> dict[str, list[ResultRow]]:
+def _outputs(view: ChannelView, arm: StoredArm, kind: str) -> dict[str, list[StoredResult]]:
     """probe name -> ARM's results of that kind, in repeat order."""
-    out: dict[str, list[ResultRow]] = {}
+    out: dict[str, list[StoredResult]] = {}
     for r in view.results(arm):
         p = view.probe(r)
         if p.meta.get("kind", REPEAT) == kind:
@@ -120,7 +120,7 @@ def _outputs(view: ChannelView, arm: ArmRow, kind: str) -> dict[str, list[Result
     return {k: sorted(v, key=lambda r: r.repeat) for k, v in out.items()}
 
 
-def _failed(results: dict[str, list[ResultRow]]) -> str | None:
+def _failed(results: dict[str, list[StoredResult]]) -> str | None:
     for name, rs in results.items():
         for r in rs:
             if not r.ok:
@@ -128,7 +128,7 @@ def _failed(results: dict[str, list[ResultRow]]) -> str | None:
     return None
 
 
-def reproduces(rs: list[ResultRow]) -> tuple[bool, int]:
+def reproduces(rs: list[StoredResult]) -> tuple[bool, int]:
     """Whether every copy has the first's token ids, and where the first differing copy parts from it."""
     first = rs[0].token_ids or []
     for r in rs[1:]:
@@ -138,7 +138,7 @@ def reproduces(rs: list[ResultRow]) -> tuple[bool, int]:
     return True, -1
 
 
-def distinct(rs: list[ResultRow]) -> int:
+def distinct(rs: list[StoredResult]) -> int:
     """How many different token sequences the choices hold."""
     return len({tuple(r.token_ids or []) for r in rs})
 
@@ -146,8 +146,8 @@ def distinct(rs: list[ResultRow]) -> int:
 NOT_MEASURED = "not measured: the arm answered none of these requests (it stopped before this phase)"
 
 
-def _judge_reproduce(view: ChannelView, base: ArmRow, arms: list[ArmRow]) -> list[VerdictRow]:
-    out: list[VerdictRow] = []
+def _judge_reproduce(view: ChannelView, base: StoredArm, arms: list[StoredArm]) -> list[Verdict]:
+    out: list[Verdict] = []
     base_res = _outputs(view, base, REPEAT)
     if not base_res:
         return out
@@ -188,8 +188,8 @@ def _judge_reproduce(view: ChannelView, base: ArmRow, arms: list[ArmRow]) -> lis
     return out
 
 
-def _judge_n(view: ChannelView, base: ArmRow, arms: list[ArmRow]) -> list[VerdictRow]:
-    out: list[VerdictRow] = []
+def _judge_n(view: ChannelView, base: StoredArm, arms: list[StoredArm]) -> list[Verdict]:
+    out: list[Verdict] = []
     base_res = _outputs(view, base, MANY)
     if not base_res:
         return out
@@ -222,7 +222,7 @@ def _judge_n(view: ChannelView, base: ArmRow, arms: list[ArmRow]) -> list[Verdic
     return out
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """``seeds:reproduce`` and ``seeds:n`` for every arm (base included)."""
     base = view.base
     if base is None:

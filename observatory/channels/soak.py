@@ -34,12 +34,13 @@ import math
 from typing import Any
 
 from observatory.channels import Channel
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
 from observatory.channels.view import ChannelView
 from observatory.model.gates import PASS, SKIP, WARN
 from observatory.model.probes import Probe
 from observatory.model.roles import SPECULATING
-from observatory.store.db import ArmRow, VerdictRow
+from observatory.store.stored import StoredArm, Verdict
 
 NAME = "soak"
 MAX_TOKENS = 16
@@ -76,8 +77,9 @@ def plan(suite: list[Probe]) -> list[Probe]:
     return out
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
     """The sequence in order to one live arm, each request with its own counter delta."""
+    assert run.client is not None  # a channel measures a live arm
     for i, probe in enumerate(probes):
         run.reporter.step(run.arm, NAME, i, len(probes))
         before = run.counters()
@@ -89,7 +91,7 @@ def measure(run: Any, probes: list[Probe]) -> None:
             return
 
 
-def _keyed(view: ChannelView, arm: ArmRow) -> dict[tuple[Any, ...], Keyed]:
+def _keyed(view: ChannelView, arm: StoredArm) -> dict[tuple[Any, ...], Keyed]:
     by_key = {}
     for r in view.results(arm):
         m = view.probe(r).meta
@@ -123,7 +125,7 @@ def z_two_proportions(x1: int, n1: int, x2: int, n2: int) -> float | None:
     return (x2 / n2 - x1 / n1) / math.sqrt(var)
 
 
-def acceptance_trend(view: ChannelView, arm: ArmRow) -> VerdictRow:
+def acceptance_trend(view: ChannelView, arm: StoredArm) -> Verdict:
     """Acceptance by occurrence against the first occurrence of the same probe (same output only)."""
     keyed = _keyed(view, arm)
     rows, flagged, unmeasured = [], [], 0
@@ -161,7 +163,7 @@ def acceptance_trend(view: ChannelView, arm: ArmRow) -> VerdictRow:
                         part="acceptance")
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Each request against base's same occurrence; speculating arms' acceptance by occurrence."""
     rows = judge_against_base(view, _keyed, lambda key: key, _base_noise, what="requests of the sequence")
     rows += [acceptance_trend(view, a) for a in view.arms if view.role(a) in SPECULATING]

@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
     from observatory.channels.view import ChannelView
     from observatory.client.send import EngineClient
-    from observatory.store.db import ArmRow, ResultRow, VerdictRow
+    from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "teacher"
 REQUESTS = 3  # suite probes scored per arm
@@ -149,7 +149,7 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
             return
 
 
-def emitted_logprobs(r: ResultRow) -> list[float | None]:
+def emitted_logprobs(r: StoredResult) -> list[float | None]:
     """The logprob of each emitted token of R, read from its top-k row (None where the row lacks it)."""
     out: list[float | None] = []
     for i, tid in enumerate(r.token_ids or []):
@@ -158,9 +158,9 @@ def emitted_logprobs(r: ResultRow) -> list[float | None]:
     return out
 
 
-def _pairs(view: ChannelView, arm: ArmRow) -> dict[str, tuple[ResultRow | None, ResultRow | None]]:
+def _pairs(view: ChannelView, arm: StoredArm) -> dict[str, tuple[StoredResult | None, StoredResult | None]]:
     """probe name -> (decode, teacher-forced) results of ARM."""
-    out: dict[str, list[ResultRow | None]] = {}
+    out: dict[str, list[StoredResult | None]] = {}
     for r in view.results(arm):
         slot = out.setdefault(view.probe(r).name, [None, None])
         if r.repeat in (DECODE, FORCED):
@@ -181,7 +181,7 @@ def largest_gap(a: list[float | None], b: list[float | None]) -> tuple[float, in
     return worst, at, over
 
 
-def score_arm(view: ChannelView, arm: ArmRow, base_pairs: dict[str, tuple[ResultRow | None, ResultRow | None]] | None,
+def score_arm(view: ChannelView, arm: StoredArm, base_pairs: dict[str, tuple[StoredResult | None, StoredResult | None]] | None,
               ) -> tuple[list[dict[str, Any]], int, int, str | None]:
     """ARM's table rows, its positions beyond TOLERANCE, the positions compared, and why it is not measurable."""
     rows: list[dict[str, Any]] = []
@@ -216,12 +216,12 @@ def score_arm(view: ChannelView, arm: ArmRow, base_pairs: dict[str, tuple[Result
     return rows, over_total, compared, why
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     """Each arm's returned logprobs against the target's teacher-forced scores; base's own gap calibrates."""
     base = view.base
     if base is None or not view.probes:
         return []
-    out: list[VerdictRow] = []
+    out: list[Verdict] = []
     base_rows, base_over, base_n, base_why = score_arm(view, base, None)
     details = {"table": base_rows, "tolerance": TOLERANCE}
     if base_why is not None or not base_n:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observatory.engines.adapter import ids_in_choices_hint
 from observatory.model.errors import ObservatoryError
 from observatory.model.logprobs import checked_logprob
 from observatory.model.logprobs import shown as _shown
@@ -62,7 +63,7 @@ class Response:
     error_kind: str | None = None
     # fields of the answer that were out of range (the answer is malformed: see `finish`)
     bad_fields: list[str] = field(default_factory=list)
-    # the openai SDK's verdict on this answer (`observatory.client.sdk`); None: not read by it (timed pass,
+    # the openai SDK's verdict on this answer (`observatory.client.openai_sdk`); None: not read by it (timed pass,
     # no answer)
     sdk: dict[str, Any] | None = None
     # the engine's own speculative counters for this request, from the answer itself (where its adapter,
@@ -163,8 +164,6 @@ MAX_TOKEN_ID = 2**31 - 1
 
 def ids_hint() -> str:
     """Which --engine reads an answer whose logprobs carry no ids (the engines whose adapters read them elsewhere)."""
-    from observatory.engines.adapter import ids_in_choices_hint
-
     return ids_in_choices_hint()
 
 
@@ -235,9 +234,71 @@ def read_stream(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], c
                 take: Take | None = None) -> None:
     """Fill OUT from a streamed answer's (ms, event) pairs: chat or text completion, timed or correctness pass.
 
-    TAKE reads each chunk's token ids (default `take_logprobs`: from its logprobs entries).
+    One loop for both kinds; only what a chunk's choice carries is the kind's own (a chat delta's content,
+    reasoning and tool calls by index; a completion's text), branched inline: the loop runs per streamed chunk,
+    and its CPU is part of what a timed pass measures. TAKE reads each chunk's token ids (default
+    `take_logprobs`: from its logprobs entries).
     """
-    (_read_chat if chat else _read_completion)(out, stream, timed, take or take_logprobs)
+    take = take or take_logprobs
+    texts: list[str] = []  # the content's (chat) or the text's (completion) pieces
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for ms, obj in stream:
+        if obj.get("usage"):
+            out.usage = obj["usage"]
+        choices = obj.get("choices")
+        if not choices:
+            continue
+        choice = choices[0]
+        _note_first(out, ms)
+        if chat:
+            carried = _take_delta(choice.get("delta") or {}, texts, reasoning, calls)
+        else:
+            text = choice.get("text") or ""
+            texts.append(text)
+            carried = bool(text)
+        if timed:
+            if carried:
+                _note_chunk(out, ms, None)
+        else:
+            n = take(out, choice, chat)
+            if n:
+                _note_chunk(out, ms, n)
+        if choice.get("finish_reason"):
+            out.finish_reason = choice["finish_reason"]
+            out.stop_reason = choice.get("stop_reason")
+    if not chat:
+        out.text = "".join(texts)
+        out.content = out.text
+        return
+    out.content = "".join(texts) if texts or not calls else None
+    out.text = out.content or ""
+    out.reasoning = "".join(reasoning) or None
+    if calls:
+        out.tool_calls = [calls[i] for i in sorted(calls)]
+
+
+def _take_delta(delta: Mapping[str, Any], content: list[str], reasoning: list[str],
+                calls: dict[int, dict[str, Any]]) -> bool:
+    """One chat chunk's delta into CONTENT, REASONING and CALLS (by index); whether it carried any of them."""
+    carried = False
+    if delta.get("content"):
+        content.append(delta["content"])
+        carried = True
+    think = delta.get("reasoning_content") or delta.get("reasoning")
+    if think:
+        reasoning.append(think)
+        carried = True
+    for tc in delta.get("tool_calls") or ():
+        carried = True
+        slot = calls.setdefault(tc.get("index", 0),
+                                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        if tc.get("id"):
+            slot["id"] = tc["id"]
+        fn = tc.get("function") or {}
+        slot["function"]["name"] += fn.get("name") or ""
+        slot["function"]["arguments"] += fn.get("arguments") or ""
+    return carried
 
 
 def take_logprobs(out: Response, choice: Mapping[str, Any], chat: bool) -> int:
@@ -282,80 +343,6 @@ def _note_first(out: Response, ms: float) -> None:
     """
     if out.ttft_ms is None:
         out.ttft_ms = ms
-
-
-def _read_chat(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], timed: bool, take: Take) -> None:
-    content: list[str] = []
-    reasoning: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    for ms, obj in stream:
-        if obj.get("usage"):
-            out.usage = obj["usage"]
-        choices = obj.get("choices")
-        if not choices:
-            continue
-        choice = choices[0]
-        _note_first(out, ms)
-        delta = choice.get("delta") or {}
-        carried = False
-        if delta.get("content"):
-            content.append(delta["content"])
-            carried = True
-        think = delta.get("reasoning_content") or delta.get("reasoning")
-        if think:
-            reasoning.append(think)
-            carried = True
-        for tc in delta.get("tool_calls") or ():
-            carried = True
-            slot = calls.setdefault(tc.get("index", 0),
-                                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-            if tc.get("id"):
-                slot["id"] = tc["id"]
-            fn = tc.get("function") or {}
-            slot["function"]["name"] += fn.get("name") or ""
-            slot["function"]["arguments"] += fn.get("arguments") or ""
-        if timed:
-            if carried:
-                _note_chunk(out, ms, None)
-        else:
-            n = take(out, choice, True)
-            if n:
-                _note_chunk(out, ms, n)
-        if choice.get("finish_reason"):
-            out.finish_reason = choice["finish_reason"]
-            out.stop_reason = choice.get("stop_reason")
-    out.content = "".join(content) if content or not calls else None
-    out.text = out.content or ""
-    out.reasoning = "".join(reasoning) or None
-    if calls:
-        out.tool_calls = [calls[i] for i in sorted(calls)]
-
-
-def _read_completion(out: Response, stream: Iterable[tuple[float, dict[str, Any]]], timed: bool,
-                     take: Take) -> None:
-    parts: list[str] = []
-    for ms, obj in stream:
-        if obj.get("usage"):
-            out.usage = obj["usage"]
-        choices = obj.get("choices")
-        if not choices:
-            continue
-        choice = choices[0]
-        _note_first(out, ms)
-        text = choice.get("text") or ""
-        parts.append(text)
-        if timed:
-            if text:
-                _note_chunk(out, ms, None)
-        else:
-            n = take(out, choice, False)
-            if n:
-                _note_chunk(out, ms, n)
-        if choice.get("finish_reason"):
-            out.finish_reason = choice["finish_reason"]
-            out.stop_reason = choice.get("stop_reason")
-    out.text = "".join(parts)
-    out.content = out.text
 
 
 def item_token_id(item: dict[str, Any]) -> int:

@@ -17,7 +17,7 @@ kinds of request:
   holds ``completion_tokens`` and ``chunks`` entries are ``[ms, None]``.
 
 A correctness pass's answer is read a second time by the openai SDK's own
-types and stream helper once its duration is stamped (`observatory.client.sdk`,
+types and stream helper once its duration is stamped (`observatory.client.openai_sdk`,
 ``Response.sdk``); a timed pass's never is.
 
 The answer is read into a `Response` by `observatory.client.answer`. Both are
@@ -39,9 +39,11 @@ from typing import Any
 import httpx
 import msgspec
 
+from observatory.client import openai_sdk
 from observatory.client.answer import Response, Take, finish, read_stream, take_logprobs, take_whole
 from observatory.client.sse import MalformedStream, ServerError, decode_json, events
 from observatory.client.wire import BodyTooLarge, DeadlineExceeded, Pool, WireError
+from observatory.engines.adapter import adapter_for, counters_from_chunks, version_from
 from observatory.engines.metrics import MAX_METRICS_BYTES, CounterWatch, SpecCounters, not_reported
 from observatory.engines.server_facts import fact_text
 from observatory.model.arms import DEFAULT_ENGINE
@@ -85,8 +87,6 @@ def request_params(probe: Probe, engine: str = DEFAULT_ENGINE) -> dict[str, Any]
             if key in extra:
                 params["extra_body"][key] = extra.pop(key)
         params.update(extra)
-    from observatory.engines.adapter import adapter_for
-
     return adapter_for(engine).request_params(params, probe.kind == "chat")
 
 
@@ -172,8 +172,6 @@ class EngineClient:
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 300.0,
                  engine: str = DEFAULT_ENGINE):
-        from observatory.engines.adapter import adapter_for
-
         self.adapter = adapter_for(engine)
         # where a correctness pass's ids are: logprobs entries, or choices[].token_ids (the adapter says)
         self.take: Take = self.adapter.take_ids if self.adapter.ids_in_choices else take_logprobs
@@ -235,8 +233,6 @@ class EngineClient:
 
     def version(self) -> str | None:
         """The engine's version (vLLM: GET /version; see observatory.engines.adapter for others)."""
-        from observatory.engines.adapter import version_from
-
         try:
             r = self.fetch(self.adapter.version_path(), 10.0)
             if r.status_code == 200:
@@ -281,8 +277,6 @@ class EngineClient:
 
     def _request_counters(self, kept: list[Any]) -> SpecCounters | None:
         """The request's own counters in its answer (KEPT: the whole answer, or every chunk); None if none."""
-        from observatory.engines.adapter import counters_from_chunks
-
         try:
             found = counters_from_chunks(self.adapter, [o for o in kept if isinstance(o, dict)])
         except ObservatoryError:
@@ -479,11 +473,10 @@ def _keeping(stream: Any, seen: list[Any]) -> Any:
 
 
 def sdk_verdict(kept: list[Any], stream: bool, chat: bool, out: Response) -> dict[str, Any] | None:
-    """The openai SDK's verdict on one answer (`observatory.client.sdk`): None where the SDK is not installed."""
-    from observatory.client import sdk
-
+    """The openai SDK's verdict on one answer (`observatory.client.openai_sdk`): None where the SDK is not installed."""
     t0 = time.perf_counter()
-    lean = sdk.lean_reading(out.content, out.text, out.tool_calls, out.finish_reason, chat)
-    verdict = sdk.judge_stream(kept, chat, lean) if stream else sdk.judge_whole(kept[0], chat, lean)
+    lean = openai_sdk.lean_reading(out.content, out.text, out.tool_calls, out.finish_reason, chat)
+    verdict = (openai_sdk.judge_stream(kept, chat, lean) if stream
+               else openai_sdk.judge_whole(kept[0], chat, lean))
     verdict["ms"] = round((time.perf_counter() - t0) * 1000.0, 2)  # the SDK's reading's own cost
     return verdict

@@ -13,7 +13,8 @@ from click.core import ParameterSource
 
 from observatory.channels import PROFILES
 from observatory.commands import INTERRUPTED_EXIT
-from observatory.engines.arms import listed_engines
+from observatory.commands.known_cmd import known_options, ledger_for
+from observatory.engines.arm_engines import listed_engines
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.gates import registry_for
@@ -109,6 +110,7 @@ def compare_options(f: Callable[..., Any] | None = None, *,
         click.option("--quiet", is_flag=True, help="No progress output."),
         click.option("--gates-dir", "gates_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="A folder of your own gate files (*.py), run beside the built-in gates; repeatable."),
+        *known_options(),
     ]
     for o in reversed(opts):
         probe = o(lambda: None)
@@ -155,6 +157,7 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     """
     quiet = kw.pop("quiet")
     db = kw.pop("db")
+    known_kw: dict[str, Any] = {k: kw.pop(k) for k in ("known_files", "no_builtin_known") if k in kw}
     api_key = kw.pop("api_key", None)
     remember(api_key)  # masked wherever it would be stored or shown (issue 19 item 5)
     store: Store | None = None
@@ -167,6 +170,8 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     else:
         plan = SessionPlan.from_options(kw)
     registry_for(list(plan.gates_dirs))  # a bad gate file is a setup error, found before anything launches
+    kept = store.known(resume) if store is not None and resume else None
+    ledger = ledger_for({**known_kw, "arms_file": plan.arms_file}, kept, resume)  # a bad ledger: exit 3, now
     opts = plan_compare(plan, api_key=api_key, command=redact_argv(sys.argv), finished=finished)
     for note in opts.notes:  # the suite read, the records it dropped (escaped, masked): before anything runs
         click.echo(printable(redact_text(note)), err=True)
@@ -196,6 +201,9 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     options = dict(store.session(session_id).options or {})
     guarded(store, session_id, lambda: store.update(  # a resumed legacy plan is stored typed
         SessionRow, session_id, options={**options, "fail_on": parse_fail_on(plan.fail_on), "plan": opts.plan.to_stored()}))
+    # and the known-findings ledger stored with it (no file needed; the entries about these arms' engines)
+    guarded(store, session_id, lambda: store.set_known(
+        session_id, ledger.for_engines({a.engine for a in opts.arms}).to_stored()))
     try:
         stored = True
         try:
@@ -212,6 +220,9 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
             if stored:  # the judge runs after the runner, however the run ended
                 guarded(store, session_id, lambda: judge(session_id))
     except (Interrupted, KeyboardInterrupt):
+        if store.session(session_id).status == "complete":  # cut while judging: its verdicts may be partial
+            guarded(store, session_id, lambda: store.finish_session(
+                session_id, "interrupted", "interrupted while judging: `observatory judge` judges it whole"))
         click.echo(f"Interrupted: servers stopped; session {session_id} stored as interrupted.", err=True)
         return store, session_id, True
     return store, session_id, False

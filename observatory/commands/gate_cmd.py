@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from observatory.commands.compare import compare_options, metrics_out_option, run_compare
+from observatory.judge.reasons import known_summary, verdict_lines
 from observatory.judge.verdict import EXIT
 from observatory.report.data import build
 from observatory.report.html import render_session
@@ -43,7 +44,7 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, metrics
         outputs["json"] = OutputFile(Path(json_file), "--json") if json_file else None
         outputs["metrics"] = OutputFile(Path(metrics_out), "--metrics-out") if metrics_out else None
 
-    store, session_id, interrupted = run_compare(kw, before_run=check_outputs)
+    store, session_id, _ = run_compare(kw, before_run=check_outputs)
     report, junit, json_out = outputs["report"], outputs["junit"], outputs["json"]
     with store:  # closed here, not at interpreter exit: SQLite folds its -wal file back into the database
         data = build(store, session_id)
@@ -55,17 +56,21 @@ def gate(report_dir: str, junit_file: str | None, json_file: str | None, metrics
     if outputs["metrics"] is not None:
         outputs["metrics"].write_text(openmetrics_text(data))
     print_summary(data)
-    verdict, reasons = data.verdict.verdict, data.verdict.texts()
-    if interrupted and verdict != "INVALID":
-        verdict, reasons = "INVALID", ["the session was interrupted", *reasons]
+    # One verdict in every output: `decide`'s, which the report, JUnit, the JSON and the metrics above rendered
+    # (an interrupted session is stored so: INVALID "session interrupted", unless something FAILed).
+    verdict = data.verdict.verdict
     click.echo(f"gate: {verdict}", err=True)
-    for r in reasons[:20]:
-        click.echo(f"  - {r}", err=True)
-    if len(reasons) > 20:
-        click.echo(f"  ... and {len(reasons) - 20} more (see the report)", err=True)
+    lines = verdict_lines(data.verdict)
+    for line in lines[:20]:
+        click.echo(f"  - {line}", err=True)
+    if len(lines) > 20:
+        click.echo(f"  ... and {len(lines) - 20} more (see the report)", err=True)
+    known = known_summary(data.verdict)
+    if known:
+        click.echo(f"  {known} (see the report)", err=True)
     click.echo(f"report: {index}", err=True)
     paths = {"report": str(index)}
     paths.update({k: str(o.path) for k, o in (("junit", junit), ("json", json_out), ("metrics", outputs["metrics"]))
                   if o is not None})
-    print_closing(data, paths, interrupted=interrupted and data.verdict.verdict != "INVALID")
+    print_closing(data, paths)
     return EXIT[verdict]

@@ -10,16 +10,16 @@ from observatory.commands.sessions import db_option
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE
 from observatory.model.errors import ObservatoryError
 from observatory.report.data import build
-from observatory.report.history import (
+from observatory.report.html import render_cross, render_session
+from observatory.report.jsonout import to_json
+from observatory.report.outputs import ReportDir
+from observatory.report.trends import (
     find_alerts,
     history_json,
     load_points,
     print_history,
     render_history,
 )
-from observatory.report.html import render_cross, render_session
-from observatory.report.jsonout import to_json
-from observatory.report.outputs import ReportDir
 from observatory.store.session_store import Store
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
-from observatory.model.gates import registry_for
+from observatory.commands.known_cmd import ledger_for, with_known_options
+from observatory.judge.apply_gates import remember_gates_dirs
+from observatory.judge.reasons import verdict_lines
+from observatory.model.vocabulary import KNOWN, NOTE
 from observatory.report.data import build
 from observatory.report.jsonout import to_json
 from observatory.report.terminal import print_summary
@@ -85,26 +87,33 @@ def show(session_id: int | None, db: str | None, as_json: bool) -> None:
 @db_option
 @click.option("--gates-dir", "gates_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Also run the gate files (*.py) of this folder; remembered for the session. Repeatable.")
-def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...]) -> None:
+@with_known_options
+def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...], known_files: tuple[str, ...],
+          no_builtin_known: bool) -> None:
     """Re-judge a stored session with the current gates and recompute its figures.
+
+    The known-findings ledger stored with the session is applied again; --known or --no-builtin-known replace
+    it (a session stored without one gets the ledger a new session would: ./observatory-known.toml if present
+    and the built-ins), and the new one is stored.
 
     \b
     observatory judge 12
     observatory judge 12 --gates-dir my_gates/
+    observatory judge 12 --known observatory-known.toml
     """
     from observatory.commands.evaluate import evaluate  # here: it pulls in numpy, which reading commands never need
 
+    given = {"known_files": known_files, "no_builtin_known": no_builtin_known}
+    ledger = ledger_for(given) if known_files or no_builtin_known else None  # a bad ledger: exit 3, first
     store = Store(db, create=False, write=True)
     s = store.session(session_id)
+    stored = store.known(s.id)
+    ledger = ledger or ledger_for(given, stored, s.id)
     if gates_dirs:
-        options = dict(s.options or {})
-        plan = dict(options.get("plan") or {})
-        known = list(plan.get("gates_dirs") or [])
-        plan["gates_dirs"] = known + [d for d in (str(Path(x).resolve()) for x in gates_dirs) if d not in known]
-        registry_for(plan["gates_dirs"])
-        options["plan"] = plan
-        store.update(SessionRow, s.id, options=options)
+        remember_gates_dirs(store, s.id, gates_dirs)
     before = build(store, s.id).verdict
+    if stored != ledger.to_stored():
+        store.set_known(s.id, ledger.to_stored())
     n = evaluate(store, s.id)
     after = build(store, s.id).verdict
     click.echo(f"session {s.id}: {n} verdicts; figures recomputed")
@@ -115,3 +124,5 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...]) -
         click.echo(f"  + {' '.join(text.split())[:300]}")
     for text in [t for t in old if t not in new]:
         click.echo(f"  - {' '.join(text.split())[:300]}")
+    for line in verdict_lines(after, (KNOWN, NOTE)):
+        click.echo(f"  {' '.join(line.split())[:300]}")

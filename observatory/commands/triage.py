@@ -11,6 +11,7 @@ import click
 from observatory.commands import INTERRUPTED_EXIT
 from observatory.session.runner import Interrupted
 from observatory.store.session_store import Store
+from observatory.triage import bundle
 from observatory.triage.experiment import Progress, run_triage
 from observatory.triage.search import DEFAULT_MAX_RUNS
 from observatory.triage.source import find_target
@@ -51,8 +52,6 @@ def triage(session_id: int | None, arm: str | None, probes: tuple[str, ...], kno
     observatory triage 12 --bundle repro/ --json
     observatory triage 12 --resume
     """
-    from observatory.triage import bundle
-
     store = Store(db, create=False)
     target = find_target(store, session_id, arm, list(probes) or None)
     try:

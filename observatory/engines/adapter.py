@@ -1,15 +1,15 @@
 """One engine as the observatory sees it: the `EngineAdapter` protocol, `Dialect` (its defaults) and the registry.
 
 An adapter says how an engine is launched (`server_argv`, `check_installed`, `max_port`, `runs_in_images`,
-readiness at `health_path`), what it is (`version_path`, `version_key`, `binary`, its presets `arm_presets` /
-`arm_preset`), what it counts (`counters_from_metrics`, `counters_from_response`:
-`observatory.engines.spec_counters`), how its answers carry ids and logprobs (`ids_in_choices`, `streams_*`,
-`request_params`, `take_ids`) and how it tokenizes (`tokenize`, `text_ids`, `ids_text`); which knobs triage may
-turn (`triage_knobs`). Each engine's adapter lives in that engine's own module (`observatory.engines.vllm`,
-`observatory.engines.sglang`, `observatory.engines.llamacpp`), registered by name in `BUILTIN` and
-pyproject.toml's ``observatory.engines`` entry points; an installed package registers its own the same way
-(docs/plugins.md). Every module outside engines/ asks `adapter_for` instead of naming an engine, and so does the
-launch (`observatory.engines.server`).
+`takes_faults`, `takes_parsers`, `host_env`, readiness at `health_path`, dev mode: `dev_mode_env`), what it is
+(`version_path`, `version_key`, `binary`, its presets `arm_presets` / `arm_preset`), what it counts
+(`counters_from_metrics`, `counters_from_response`: `observatory.engines.spec_counters`; `kv_cache_info`,
+`preemptions`), how its answers carry ids and logprobs (`ids_in_choices`, `streams_*`, `request_params`, `take_ids`)
+and how it tokenizes (`tokenize`, `text_ids`, `ids_text`); which knobs triage may turn (`triage_knobs`). Each
+engine's adapter lives in that engine's own module (`observatory.engines.vllm`, `observatory.engines.sglang`,
+`observatory.engines.llamacpp`), registered by name in `BUILTIN` and pyproject.toml's ``observatory.engines`` entry
+points; an installed package registers its own the same way (docs/plugins.md). Every module outside engines/ asks
+`adapter_for` instead of naming an engine, and so does the launch (`observatory.engines.server`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from observatory.engines.spec_counters import EngineCounters
+from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.errors import ObservatoryError
 from observatory.model.plugins import ENGINES, Plugin, discover
 from observatory.model.probes import Probe
@@ -73,6 +74,13 @@ class EngineAdapter(Protocol):
     logs_cuda_graphs: bool = True
     preflight_logprobs: bool = True
     runs_in_images: bool = True
+    # optional (`Dialect`: none, False; `observatory.engines.vllm` says vLLM's): whether its arms take an injected
+    # fault (+fault=) and the session's tool and reasoning parser flags; the environment that turns on its dev-mode
+    # endpoints (the lifecycle channel's sleep, wake, reset and reload), and its preemption counter's name
+    takes_faults: bool = False
+    takes_parsers: bool = False
+    dev_mode_env: Mapping[str, str] = {}
+    preemptions_metric: str = ""
     # optional, `Dialect` gives vLLM's: the presets of ``ENGINE:NAME`` arms as an error lists them (None: the
     # engine's arms are the default presets, ENGINE:NAME is NAME; see `arm_preset`), the OBSERVATORY_*
     # variables its arms read (name, what it does: `observatory --help` lists them)
@@ -135,6 +143,19 @@ class EngineAdapter(Protocol):
     def counters_from_response(self, body: Mapping[str, Any]) -> EngineCounters | None:
         """Per-request counters from a response body or final stream chunk; None if absent."""
 
+    def host_env(self, n_gpus: int) -> dict[str, str]:
+        """Optional (`Dialect`: none): the environment its arms need on a host with N_GPUS GPUs."""
+
+    def kv_cache_info(self, text: str) -> dict[str, str] | None:
+        """Optional (`Dialect`: None): the KV cache's settings in /metrics text (``block_size``,
+        ``num_gpu_blocks``), None where the engine publishes none."""
+
+    def preemptions(self, text: str) -> int | None:
+        """Optional (`Dialect`: None): its preemption counter's total in /metrics text, None if absent."""
+
+    def prefix_cache_hits(self, text: str) -> int | None:
+        """Optional (`Dialect`: None): its prefix-cache hit counter (tokens) in /metrics text, None if absent."""
+
 
 Post = Callable[[str, dict[str, Any]], Any]  # POST a JSON body to a URL, return the decoded answer
 
@@ -162,6 +183,14 @@ class Dialect:
     preflight_logprobs = True
     # its arms may run in a serving image (ARM@IMAGE, --image: observatory.engines.images)
     runs_in_images = True
+    # its arms may take a fault of the plugin its engine process loads (+fault=: observatory.faults) and the
+    # session's --tool-parser / --reasoning-parser flags (observatory.engines.settings.arm_parsers): vLLM's do
+    takes_faults = False
+    takes_parsers = False
+    # the environment that exposes its dev-mode endpoints (the lifecycle channel launches a second engine with it
+    # where the arm's own does not expose them), and its preemption counter as a message names it: none
+    dev_mode_env: Mapping[str, str] = {}
+    preemptions_metric = ""
     # its ENGINE:NAME arms' presets, listed (None: ENGINE:NAME is the default presets' NAME), and its env vars
     arm_presets: str | None = None
     env_vars: tuple[tuple[str, str], ...] = ()
@@ -187,6 +216,22 @@ class Dialect:
     def spec_cache_blocks_recomputed(self, spec: Mapping[str, Any]) -> tuple[int, str]:
         """No prefix-cache block recomputed by design."""
         return 0, ""
+
+    def host_env(self, n_gpus: int) -> dict[str, str]:
+        """Nothing beyond the arm's own environment."""
+        return {}
+
+    def kv_cache_info(self, text: str) -> dict[str, str] | None:
+        """Not published."""
+        return None
+
+    def preemptions(self, text: str) -> int | None:
+        """Not counted."""
+        return None
+
+    def prefix_cache_hits(self, text: str) -> int | None:
+        """Not counted."""
+        return None
 
     def check_installed(self, python: str, env: Mapping[str, str]) -> None:
         """Raise ObservatoryError unless an arm of this engine can be launched with PYTHON in ENV (its overrides)."""
@@ -272,8 +317,10 @@ def adapters() -> dict[str, Callable[[], EngineAdapter]]:
     return {p.name.lower(): p.load() for p in plugins()}
 
 
-def adapter_for(name: str) -> EngineAdapter:
-    """The adapter for engine NAME (case-insensitive)."""
+def adapter_for(name: str | None) -> EngineAdapter:
+    """The adapter for engine NAME (case-insensitive; None: the default engine's, as for a stored arm read before
+    its engine was)."""
+    name = DEFAULT_ENGINE if name is None else name
     known = adapters()
     cls = known.get(name.strip().lower())
     if cls is None:

@@ -13,11 +13,13 @@ not applicable, with the reason, never silently skipped.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from observatory.engines.adapter import adapter_for
-from observatory.engines.arms import engine_adapters
+from observatory.engines.arm_engines import engine_adapters
 from observatory.engines.settings import EngineSettings
 from observatory.model.arms import Arm
 from observatory.model.errors import ObservatoryError
@@ -90,9 +92,6 @@ def current_value(knob: Knob, arm: Arm, settings: EngineSettings) -> Any:
 
 def model_dtype(model: str) -> str | None:
     """The dtype a local model folder declares (config.json torch_dtype), None when not readable."""
-    import json
-    from pathlib import Path
-
     try:
         value = json.loads((Path(model) / "config.json").read_text()).get("torch_dtype")
     except (OSError, ValueError, AttributeError):

@@ -30,12 +30,14 @@ import hashlib
 import os
 import re
 import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from observatory.engines.adapter import OwnServer, Post
 from observatory.engines.metrics import SPEC_FAMILIES, counters_from, read_counters
+from observatory.engines.settings import speculative_config_for
 from observatory.engines.spec_counters import EngineCounters, build_counters, engine_counters, first_count, json_object
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
     from observatory.engines.settings import EngineSettings
     from observatory.model.arms import Arm
 
-# The environment variables llama.cpp arms read (`observatory --help` lists them: observatory.engines.arms)
+# The environment variables llama.cpp arms read (`observatory --help` lists them: observatory.engines.arm_engines)
 ENV_VARS = {
     "OBSERVATORY_LLAMA_SERVER": "llama-server binary for llama.cpp arms (default: scripts/build-llama.sh's)",
     "OBSERVATORY_LLAMA_CACHE": "where scripts/build-llama.sh builds llama.cpp (default: ~/.cache/observatory)",
@@ -143,8 +145,6 @@ def gguf_for(model: str, layers: int | None = None) -> Path:
 
 
 def _export(out: Path, layers: int | None, model_dir: Path) -> None:
-    import sys
-
     gguf_py = cache_root() / "src" / "gguf-py"
     try:
         import gguf  # noqa: F401
@@ -153,7 +153,7 @@ def _export(out: Path, layers: int | None, model_dir: Path) -> None:
             raise ObservatoryError(f"cannot convert the model to GGUF: gguf-py is neither installed nor at {gguf_py}; "
                                    "run `bash scripts/build-llama.sh`") from None
         sys.path.insert(0, str(gguf_py))
-    from observatory.engines.llamacpp_gguf import export
+    from observatory.engines.llamacpp_gguf import export  # here: after gguf-py is on sys.path (and numpy)
 
     try:
         export(out, layers, model_dir)
@@ -194,8 +194,6 @@ def server_argv(arm: Arm, settings: EngineSettings, port: int) -> list[str]:
     The session's --engine-arg flags are vLLM's and are not passed; an arm's
     own engine_args (arms file) are.
     """
-    from observatory.engines.settings import speculative_config_for
-
     model = gguf_for(settings.model)
     argv = [str(require_binary()), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--seed", str(settings.seed), "--ctx-size", str(settings.max_model_len or DEFAULT_CTX),

@@ -23,7 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from observatory.engines.argv_flags import flag_pairs
 from observatory.engines.images import split_docker_argv
+from observatory.model.arms import DEFAULT_ENGINE
 
 __all__ = ["LOSSY_KNOBS", "REPORTED_ARGS", "LossyKnob", "lossy_settings"]
 
@@ -60,7 +62,7 @@ def _set(value: Any) -> bool:
 @dataclass(frozen=True)
 class LossyKnob:
     """One engine setting that loosens verification, and when it does."""
-    engine: str  # as `observatory.engines.launches.engine_of` names it
+    engine: str  # as a stored arm's ``engine`` names it
     how: str  # "flag", "env" or "spec" (a key of the speculative config)
     name: str  # the flag (with its dashes), the variable, or the key
     lossy: Callable[[Any], bool]  # the value (a string from argv or env) -> lossy?
@@ -110,35 +112,28 @@ def _argv_settings(argv: list[str]) -> tuple[dict[str, str], dict[str, str], dic
             env[k] = v
     flags: dict[str, str] = {}
     spec: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        if tok.startswith("--"):
-            key, eq, val = tok.partition("=")
-            if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
-                val = args[i + 1]
-                i += 1
-            elif not eq:
-                val = "true"
-            norm = key.replace("_", "-")
-            if norm in ("--speculative-config", "-sc"):
-                try:
-                    parsed = json.loads(val)
-                except ValueError:
-                    parsed = None
-                if isinstance(parsed, dict):
-                    spec.update(parsed)
-            elif norm.startswith("--speculative-config."):  # vLLM's dotted form
-                spec[key.split(".", 1)[1]] = val
-            else:
-                flags[norm] = val
-        i += 1
+    for key, given in flag_pairs(args):  # the one argv reader (observatory.engines.argv_flags)
+        val = "true" if given is None else given
+        norm = key.replace("_", "-")
+        if norm in ("--speculative-config", "-sc"):
+            try:
+                parsed = json.loads(val)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                spec.update(parsed)
+        elif norm.startswith("--speculative-config."):  # vLLM's dotted form
+            spec[key.split(".", 1)[1]] = val
+        else:
+            flags[norm] = val
     return flags, env, spec
 
 
-def lossy_settings(engine: str, launch: Mapping[str, Any]) -> list[str]:
+def lossy_settings(engine: str | None, launch: Mapping[str, Any]) -> list[str]:
     """Each setting of LAUNCH that makes ENGINE's speculation lossy, described: its argv, env and
-    speculative_config, and the arguments its server reported (``served.server_args``, URL arms)."""
+    speculative_config, and the arguments its server reported (``served.server_args``, URL arms). ENGINE None: the
+    default engine (as `observatory.engines.adapter.adapter_for` reads it)."""
+    engine = DEFAULT_ENGINE if engine is None else engine
     flags, env, spec = _argv_settings(list(launch.get("argv") or []))
     env.update({str(k): str(v) for k, v in (launch.get("env") or {}).items()})
     reported = (launch.get("served") or {}).get("server_args") or {}

@@ -13,6 +13,7 @@ and nothing here names an engine.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -191,6 +192,28 @@ class EngineProcess:
             return ""
         tail = "\n".join(data.splitlines()[-lines:])
         return tail[-max_chars:]
+
+
+    def fatal_error(self, max_bytes: int = 4 * 1024 * 1024) -> str | None:
+        """The first exception an engine logged at ERROR level (its cause of death, where it died of one), e.g.
+        "RuntimeError: index -13999504 is out of bounds for dimension 1 with size 4096"; None where none is
+        logged. Read from the last MAX_BYTES of the log; what the process printed as it exited (leaked
+        semaphores, nanobind reference counts) is never the cause."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - max_bytes))
+                data = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return None
+        for line in data.splitlines():
+            if " ERROR " in line and (m := _EXCEPTION.search(line)):
+                return m.group(0)[:500]
+        return None
+
+
+# an exception as a log line names it: "RuntimeError: ...", "torch.OutOfMemoryError: ..."
+_EXCEPTION = re.compile(r"\b[\w.]*(?:Error|Exception): .+$")
 
 
 def _signal_group(pgid: int, sig: int) -> None:

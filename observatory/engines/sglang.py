@@ -35,7 +35,7 @@ answer without them is malformed, and stored as what the engine does not report 
 ``/metrics`` counts verify steps only; its answers' meta_info carry every counter per request
 (`observatory.session.measure` reads them where /metrics lacks the accepted tokens). On the
 H200 its EAGLE arm in bf16 answered its first request one way and every later one the other
-(examples/h200-engines/README.md): the timed-pass check of `observatory.judge.session` names
+(examples/h200-engines/README.md): the timed-pass check of `observatory.judge.apply_gates` names
 such a difference, as it does vLLM's bf16 near-ties.
 
 Flags, read from SGLang 0.5.14's ``srt/server_args.py`` and served on the H200
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 
 ARGS_ENV = "OBSERVATORY_SGLANG_ARGS"
 MODULE = "sglang.launch_server"
-# The environment variables SGLang arms read (`observatory --help` lists them: observatory.engines.arms)
+# The environment variables SGLang arms read (`observatory --help` lists them: observatory.engines.arm_engines)
 ENV_VARS = {ARGS_ENV: "flags every launched SGLang arm gets (e.g. --attention-backend triton)"}
 # SGLang's arms, ``sglang:NAME``, as the error for an unknown one lists them
 PRESETS = "sglang:base, sglang:mtpK (MTP through SGLang's EAGLE)"

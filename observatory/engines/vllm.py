@@ -24,7 +24,7 @@ from typing import Any
 from observatory.engines import containers
 from observatory.engines.adapter import Dialect
 from observatory.engines.knobs import Knob
-from observatory.engines.metrics import parse_generated, parse_spec_counters
+from observatory.engines.metrics import parse_generated, parse_preemptions, parse_spec_counters, parse_total, read_info
 from observatory.engines.settings import EngineSettings, arm_parsers, speculative_config_for
 from observatory.engines.spec_counters import (
     EngineCounters,
@@ -81,6 +81,30 @@ class VLLMAdapter(Dialect):
     name = "vllm"
     version_key = "version"
     triage_knobs = KNOBS
+    takes_faults = True  # the faults plugin is one of vLLM's general plugins (observatory.faults)
+    takes_parsers = True  # --tool-call-parser, --reasoning-parser
+    # the dev-mode endpoints: /sleep, /wake_up, /reset_prefix_cache, /pause, /collective_rpc (reload_weights)
+    dev_mode_env: Mapping[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
+    preemptions_metric = "vllm:num_preemptions_total"
+
+    def host_env(self, n_gpus: int) -> dict[str, str]:
+        """The CPU build reserves its KV cache from VLLM_CPU_KVCACHE_SPACE: 1 GiB on a host without GPUs (ample
+        for the tiny default) unless this process's environment sets it."""
+        if n_gpus == 0 and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            return {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB
+        return {}
+
+    def kv_cache_info(self, text: str) -> dict[str, str] | None:
+        """The labels of ``vllm:cache_config_info`` (block_size, num_gpu_blocks, ...), None where absent."""
+        return read_info(text, "vllm:cache_config_info")
+
+    def preemptions(self, text: str) -> int | None:
+        """``vllm:num_preemptions_total`` summed over its labels; None where absent or not a usable count."""
+        return parse_preemptions(text)
+
+    def prefix_cache_hits(self, text: str) -> int | None:
+        """``vllm:prefix_cache_hits_total`` (prompt tokens served from the prefix cache); None where absent."""
+        return parse_total(text, "prefix_cache_hits")
 
     def server_argv(self, arm: Arm, settings: EngineSettings, port: int, image: str | None = None,
                     env: dict[str, str] | None = None, gpus: list[int] | None = None, container: str | None = None,

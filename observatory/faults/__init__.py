@@ -93,7 +93,7 @@ FAULTS: dict[str, str] = {
     "accept_all": "draft tokens accepted without verification (drafts + bonus emitted)",
     "ghost": "last token of a step emitted again at the start of the next spec step",
     "drop_bonus": "bonus token of a fully accepted spec step dropped from the stream",
-    # knob-conditional (observatory.faults.conditions): ghost under one engine setting only
+    # knob-conditional (observatory.faults.knob_conditions): ghost under one engine setting only
     "ghost_k2": "ghost, only when num_speculative_tokens >= 2",
     "ghost_prefix": "ghost, only when prefix caching is on",
     "ghost_batch": "ghost, only in a step that schedules more than one request",

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from observatory.faults.field_semantics import noise_like
+
 CPU_WORKER = "vllm.v1.worker.cpu_worker"
 CPU_RUNNER = "vllm.v1.worker.cpu_model_runner"
 DECAY_FROM = 256  # prompt tokens kept clean
@@ -74,8 +76,6 @@ def _noise_rows(drafts: Any, rows: list[bool], vocab: int, generator: Any) -> An
     """DRAFTS with the rows marked in ROWS replaced by random ids (a tensor, or a list of lists)."""
     import torch
 
-    from observatory.faults.field_semantics import noise_like
-
     if not any(rows):
         return drafts
     noisy = noise_like(drafts, vocab, generator)
@@ -111,8 +111,6 @@ def _patch_cpu_runner(module: ModuleType, faults: frozenset[str]) -> None:
         drafts = orig(self, *args, **kwargs)
         vocab = int(self.model_config.get_vocab_size())
         if "wake_broken_drafter" in faults and getattr(self, _WOKEN, False):
-            from observatory.faults.field_semantics import noise_like
-
             return noise_like(drafts, vocab, gen)
         if "length_decay" in faults:
             lengths = _prompt_lengths(self)

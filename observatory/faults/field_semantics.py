@@ -37,6 +37,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from observatory.faults.field_answers import patch_output_processor
 from observatory.faults.names import fraction_var
 
 DETOKENIZER = "vllm.v1.engine.detokenizer"
@@ -89,8 +90,6 @@ def cut_last_text(text: str, last_text: str) -> str:
 
 def _patch_output_processor(module: ModuleType, faults: frozenset[str]) -> None:
     if "usage_overcount" in faults:  # observatory.faults.field_answers: the same module, one patch per module
-        from observatory.faults.field_answers import patch_output_processor
-
         patch_output_processor(module)
     if "stream_drop" not in faults:
         return

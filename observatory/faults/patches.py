@@ -96,7 +96,6 @@ from types import ModuleType
 from typing import Any
 
 from observatory.faults import (
-    conditions,
     field_answers,
     field_conditions,
     field_edges,
@@ -108,6 +107,7 @@ from observatory.faults import (
     field_semantics,
     field_speed,
     field_state,
+    knob_conditions,
     transforms,
 )
 
@@ -220,7 +220,7 @@ def rewrite_step_outputs(
     """Apply ``ghost`` / ``drop_bonus`` to one step's client outputs, in place.
 
     TRACK_GHOST keeps each request's last token even in steps where ``ghost``
-    is not in force (a conditional ghost, `observatory.faults.conditions`).
+    is not in force (a conditional ghost, `observatory.faults.knob_conditions`).
     """
     spec_tokens = getattr(scheduler_output, "scheduled_spec_decode_tokens", None) or {}
     sampled = getattr(model_runner_output, "sampled_token_ids", None) or []
@@ -279,9 +279,9 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
     @functools.wraps(orig)
     def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
         result = orig(self, scheduler_output, model_runner_output)
-        now = conditions.step_faults(faults, self, scheduler_output)
+        now = knob_conditions.step_faults(faults, self, scheduler_output)
         rewrite_step_outputs(self, scheduler_output, model_runner_output, result, now,
-                             track_ghost=conditions.tracks_ghost(faults))
+                             track_ghost=knob_conditions.tracks_ghost(faults))
         if faults & field_state.FIELD_FAULTS:
             field_state.rewrite(self, scheduler_output, result, faults & field_state.FIELD_FAULTS)
         return result
@@ -299,7 +299,7 @@ TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], 
     V1_SAMPLER: (frozenset({"accept_all", "biased_accept", "seed_ignored", "logprob_row", *field_params.FAULTS,
                             *field_speed.FAULTS, *field_numerics.FAULTS}), _patch_v1_sampler),
     V2_SAMPLER: (frozenset({"accept_all", *field_speed.FAULTS}), _patch_v2_sampler),
-    SCHEDULER: (frozenset({"ghost", "drop_bonus", *conditions.CONDITIONAL, *field_state.FIELD_FAULTS}),
+    SCHEDULER: (frozenset({"ghost", "drop_bonus", *knob_conditions.CONDITIONAL, *field_state.FIELD_FAULTS}),
                 _patch_scheduler),
     **field_semantics.TARGETS,  # issue 15: stops, streams, drafts, counters
     **field_seeds.TARGETS,  # issue 28: n_seed_shared (the sampler's seed_ignored, logprob_row above)

@@ -190,7 +190,7 @@ def _patch_proposer(module: ModuleType) -> None:
 
 def install(repairs: frozenset[str]) -> None:
     """Apply REPAIRS now, or when vLLM first imports their module."""
-    from observatory.faults.patches import on_import
+    from observatory.faults.patches import on_import  # here: model/arms imports this module; patches needs numpy
 
     if "cpu_expand" in repairs:
         on_import(_SAMPLER, _patch_sampler)

@@ -1,18 +1,16 @@
 """Across engines: the same probes through several engines' base arms, kept apart from every verdict.
 
 Issue 17 item 4. A session whose arms run on more than one engine
-(``--arms vllm:base,vllm:mtp2,ENGINE:base,ENGINE:NAME``: `observatory.engines.arms`) is judged
+(``--arms vllm:base,vllm:mtp2,ENGINE:base,ENGINE:NAME``: `observatory.engines.arm_engines`) is judged
 engine by engine: each engine's spec arms against that engine's own base
-(`observatory.engines.launches`, `observatory.judge.session`, `observatory.judge.figures`). This
+(`observatory.model.roles`, `observatory.judge.apply_gates`, `observatory.judge.figures`). This
 module is everything that crosses engines, and none of it is a verdict:
 
-- **Tokenizer alignment first** (`prompt_ids`, called while each engine's
-  base arm is up): every probe's rendered prompt through the server's own
-  tokenize endpoint, as its adapter asks it (`EngineAdapter.tokenize`). vLLM:
-  ``POST /tokenize`` with the messages and tools (the server applies its chat
-  template, ``add_generation_prompt``), or the completion prompt; another
-  engine may render and tokenize in two requests of its own. Stored in the base arm's launch dict under
-  ``prompt_ids``. Where two engines' ids differ, that probe's cross-engine
+- **Tokenizer alignment first**: every probe's rendered prompt as each
+  engine's base server tokenized it, stored in the base arm's launch facts
+  under ``prompt_ids`` while the arm was up
+  (`observatory.session.prompt_tokens`: the judge reads the store and needs
+  no server). Where two engines' ids differ, that probe's cross-engine
   comparison is "not comparable", with the first differing token.
 - **Base against base** (`compare`): on aligned probes, each base's
   complete token sequence (streamed, else non-streamed) diffed by the
@@ -34,16 +32,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import httpx
-
-from observatory.engines.adapter import adapter_for
-from observatory.engines.launches import engine_of, stored_roles
+from observatory.judge.apply_gates import full_sequence, results_by_mode, to_output
+from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE
 from observatory.model.vocabulary import TOKEN_DIFF
 from observatory.store.session_store import Store
 
-TOKENIZE_TIMEOUT_S = 30.0  # each tokenize call, as a whole
 PROMPT_IDS = "prompt_ids"  # key of the base arm's launch dict
 NOT_COMPARABLE = "not comparable"
 ALIGNED = "aligned"
@@ -51,45 +46,6 @@ NOT_MEASURED = "not measured"
 # speculative_config.method -> the method family compared across engines
 FAMILIES = {"ngram": "n-gram", "ngram-simple": "n-gram", "ngram-mod": "n-gram", "ngram-map-k": "n-gram",
             "draft_model": "draft model", "draft-simple": "draft model", "mtp": "MTP", "draft-mtp": "MTP"}
-
-
-def engines_of(arms: Sequence[Any]) -> list[str]:
-    """The engines of planned arms (`observatory.model.arms.Arm`), in run order of their first arm."""
-    return list(dict.fromkeys(a.engine for a in arms))
-
-
-def _post(http: Any, path: str, body: dict[str, Any]) -> Any:
-    r = http.fetch(path, TOKENIZE_TIMEOUT_S, body)  # bounded as a whole (`EngineClient.fetch`)
-    if r.status_code != 200:
-        raise ValueError(f"POST {path.lstrip('/')} answered {r.status_code}: {r.text[:200]}")
-    return r.json()
-
-
-def _tokenize_one(http: Any, engine: str, model: str, probe: Probe) -> dict[str, Any]:
-    """{"ids", "pieces"} of PROBE's rendered prompt as HTTP's server tokenizes it (its engine's way)."""
-    return adapter_for(engine).tokenize(lambda path, body: _post(http, path, body), "", model, probe)
-
-
-def prompt_ids(base_url: str, engine: str, model: str, probes: Sequence[Probe],
-               api_key: str | None = None) -> dict[str, dict[str, Any]]:
-    """Probe name -> {"ids", "pieces"} of its rendered prompt through the server's tokenize endpoint.
-
-    A probe the server cannot tokenize gets {"error": ...} (its comparison is
-    then "not measured"), never a guess.
-    """
-    from observatory.client.send import EngineClient  # here: report_data imports this module, not the client
-
-    out: dict[str, dict[str, Any]] = {}
-    http = EngineClient(base_url, api_key=api_key, timeout=TOKENIZE_TIMEOUT_S, engine=engine)
-    try:
-        for p in probes:
-            try:
-                out[p.name] = _tokenize_one(http, engine, model, p)
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
-                out[p.name] = {"error": f"{type(e).__name__}: {e}"}
-    finally:
-        http.close()
-    return out
 
 
 @dataclass
@@ -137,7 +93,7 @@ def acceptance_side_by_side(arms: Sequence[Any]) -> list[dict[str, Any]]:
             continue
         acc = (a.figures or {}).get("acceptance") or {}
         groups.setdefault(fam, []).append({
-            "arm": a.name, "engine": engine_of(a.launch), "method": spec.get("method"),
+            "arm": a.name, "engine": a.engine, "method": spec.get("method"),
             "k": spec.get("num_speculative_tokens"), "status": a.status,
             "drafts": acc.get("drafts"), "alpha": acc.get("alpha"), "tau": acc.get("tau")})
     return [{"family": fam, "arms": rows} for fam, rows in groups.items() if len({r["engine"] for r in rows}) > 1]
@@ -145,8 +101,6 @@ def acceptance_side_by_side(arms: Sequence[Any]) -> list[dict[str, Any]]:
 
 def _output_diff(store: Store, ref: Any, other: Any, pid: int, probe: Probe, gate: Any) -> dict[str, Any]:
     """OTHER's base output against REF's (the reference, whose top-k gives margins) on one probe."""
-    from observatory.judge.session import full_sequence, results_by_mode, to_output
-
     mine, theirs = full_sequence(results_by_mode(store, other.id), pid), full_sequence(results_by_mode(store, ref.id), pid)
     if mine is None or theirs is None:
         return {"kind": None, "reason": "not measurable: no complete token sequence on "
@@ -170,12 +124,9 @@ def _output_diff(store: Store, ref: Any, other: Any, pid: int, probe: Probe, gat
 
 def compare(store: Store, session_id: int) -> dict[str, Any] | None:
     """The session's cross-engine comparison (None when its arms ran on one engine). Never a verdict."""
-    from observatory.model.gates import default_registry
-
     arms = store.arms(session_id)
-    roles = stored_roles([(a.name, a.launch) for a in arms])
-    bases = [a for a in arms if roles[a.name] == BASE]
-    engines = list(dict.fromkeys(engine_of(a.launch) for a in arms))
+    bases = [a for a in arms if a.role == BASE]
+    engines = list(dict.fromkeys(a.engine for a in arms))
     if len(engines) < 2:
         return None
     gate = default_registry().get(TOKEN_DIFF)
@@ -196,7 +147,7 @@ def compare(store: Store, session_id: int) -> dict[str, Any] | None:
         kinds = [r["output"]["kind"] for r in rows if r["output"]]
         pairs.append({
             "reference": ref.name, "other": other.name,
-            "engines": [engine_of(ref.launch), engine_of(other.launch)], "probes": rows,
+            "engines": [ref.engine, other.engine], "probes": rows,
             "summary": {"probes": len(rows),
                         ALIGNED: sum(r["alignment"]["status"] == ALIGNED for r in rows),
                         NOT_COMPARABLE: sum(r["alignment"]["status"] == NOT_COMPARABLE for r in rows),
@@ -205,8 +156,8 @@ def compare(store: Store, session_id: int) -> dict[str, Any] | None:
         })
     return {
         "engines": engines,
-        "bases": {engine_of(a.launch): a.name for a in bases},
-        "missing_bases": [e for e in engines if e not in {engine_of(a.launch) for a in bases}],
+        "bases": {a.engine: a.name for a in bases},
+        "missing_bases": [e for e in engines if e not in {a.engine for a in bases}],
         "pairs": pairs,
         "acceptance": acceptance_side_by_side(arms),
         "note": ("Across engines, for information only: never part of the session verdict or of any "

@@ -45,24 +45,25 @@ import numpy as np
 
 from observatory.client.answer import MALFORMED
 from observatory.engines.adapter import adapter_for
+from observatory.engines.argv_flags import flag_pairs
 from observatory.engines.gpu_clocks import drift
 from observatory.engines.images import image_differences, split_docker_argv
-from observatory.engines.launches import by_engine, engine_of
 from observatory.engines.lossy_knobs import lossy_settings
 from observatory.engines.metrics import SpecCounters, impossible
 from observatory.engines.server_facts import cache_differences, served_differences
 from observatory.judge import bracketed
+from observatory.judge.apply_gates import base_reference
 from observatory.judge.graph_coverage import coverage
 from observatory.judge.paired import paired_vs_base, pairs, sides
 from observatory.judge.perf_gates import not_lossless, performance
 from observatory.judge.precision import precision, spent
-from observatory.judge.session import base_reference
-from observatory.judge.session_parts import cross_session
+from observatory.judge.ran_together import cross_session
 from observatory.judge.speed import speed, stream_tau, ttft_by_level
 from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
 from observatory.model.errors import NOT_REPORTED
+from observatory.model.roles import by_engine
 from observatory.model.vocabulary import BRACKET_BASE, PAIRED_BASE
 from observatory.store.db import ArmRow
 from observatory.store.session_store import Store
@@ -196,7 +197,7 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
     # docker hook (observatory.engines.images): compare the engine's own flags, never
     # docker's options; the images themselves by their rules
     diffs = image_differences(a, b)
-    spec_flags = adapter_for(engine_of(a)).speculation_flags  # the arm's speculation itself, on its engine
+    spec_flags = adapter_for(arm.engine).speculation_flags  # the arm's speculation itself, on its engine
     fa, fb = _flags(split_docker_argv(a.get("argv", []))[2]), _flags(split_docker_argv(b.get("argv", []))[2])
     for k in sorted(set(fa) | set(fb)):
         if k in _IGNORED_FLAGS or (spec_flags and k.startswith(spec_flags)) or fa.get(k) == fb.get(k):
@@ -230,22 +231,8 @@ def _show(v: Any) -> str:
 
 
 def _flags(argv: list[str]) -> dict[str, Any]:
-    """argv -> {flag: value or True}, the program and module ignored."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok.startswith("--"):
-            key, eq, val = tok.partition("=")
-            if eq:
-                out[key] = val
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                out[key] = argv[i + 1]
-                i += 1
-            else:
-                out[key] = True
-        i += 1
-    return out
+    """argv -> {flag: value or True}, the program and module ignored (`observatory.engines.argv_flags`)."""
+    return {key: True if val is None else val for key, val in flag_pairs(argv)}
 
 
 def cudagraph_gap(arm: ArmRow) -> str | None:
@@ -297,7 +284,7 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
     if ran and is_spec and drafts is not None and 0 < drafts < MIN_DRAFTS:
         out.append({"code": "LOW_N", "detail": f"{acc['drafts']} drafts < {MIN_DRAFTS}: acceptance figures are noisy"})
     for gate, (verdict, reason) in arm_verdicts.items():
-        if verdict == "INVALID":  # an invalidating arm gate failed (observatory.judge.session)
+        if verdict == "INVALID":  # an invalidating arm gate failed (observatory.judge.apply_gates)
             out.append({"code": "INVALID", "detail": f"{gate}: {reason}"})
     if base is not None and arm is not base:
         diffs = launch_differences(arm, base)
@@ -341,7 +328,7 @@ def _lossy(arm: ArmRow, launch: dict[str, Any]) -> list[dict[str, str]]:
     """
     out = [{"code": "LOSSY", "detail": "verification loosened by configuration: " + s
             + ": its speed and acceptance are not a lossless result"}
-           for s in lossy_settings(engine_of(launch), launch)]
+           for s in lossy_settings(arm.engine, launch)]
     if launch.get("url"):
         reported = sorted((launch.get("served") or {}).get("server_args") or {})
         flags = ("the flags its server reports checked (" + ", ".join(reported) + "), the other flags"

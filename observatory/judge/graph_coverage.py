@@ -33,7 +33,6 @@ from typing import Any
 
 from observatory.engines.adapter import adapter_for
 from observatory.engines.cuda_graphs import from_argv
-from observatory.engines.launches import engine_of
 from observatory.store.db import ArmRow
 
 COVERED, OUTSIDE, EAGER, NOT_APPLICABLE, UNKNOWN = "covered", "outside", "eager", "not applicable", "unknown"
@@ -55,8 +54,8 @@ def coverage(arm: ArmRow, levels: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {"status": UNKNOWN, "flagged": False, "levels": [], "why": None, "graphs": None}
     if launch.get("url"):
         return {**out, "why": "URL arm: its server's engine log and launch flags are not here"}
-    if not getattr(adapter_for(engine_of(launch)), "logs_cuda_graphs", False):
-        return {**out, "why": f"capture sizes are not read for {engine_of(launch)}"}
+    if not getattr(adapter_for(arm.engine), "logs_cuda_graphs", False):
+        return {**out, "why": f"capture sizes are not read for {arm.engine}"}
     if not launch.get("gpus"):
         return {**out, "status": NOT_APPLICABLE, "why": "CPU engine: no CUDA graphs"}
     graphs = launch.get("cuda_graphs") or from_argv(list(launch.get("argv") or []))

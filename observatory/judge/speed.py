@@ -24,22 +24,23 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from observatory.store.db import ResultRow
+from observatory.store.stored import StoredResult
 
 BURSTY_SHARE = 0.5
 
 
-def usage_tokens(r: ResultRow) -> int | None:
+def usage_tokens(r: StoredResult) -> int | None:
     """The server's completion token count of one result, or None when it reported none."""
     n = (r.usage or {}).get("completion_tokens")
     return int(n) if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
-def tokens_of(r: ResultRow) -> int | None:
+def tokens_of(r: StoredResult) -> int | None:
     """Tokens of one result: usage first, the streamed ids only when the server reported no usage."""
     n = usage_tokens(r)
     if n is not None:
@@ -47,7 +48,7 @@ def tokens_of(r: ResultRow) -> int | None:
     return len(r.token_ids) if r.token_ids else None
 
 
-def _chunks(r: ResultRow) -> list[tuple[float, int | None]]:
+def _chunks(r: StoredResult) -> list[tuple[float, int | None]]:
     out = []
     for c in r.chunks or []:
         if isinstance(c, (list, tuple)) and len(c) == 2 and c[0] is not None:
@@ -55,7 +56,7 @@ def _chunks(r: ResultRow) -> list[tuple[float, int | None]]:
     return out
 
 
-def bunching(results: list[ResultRow], allowed: int | None) -> dict[str, Any] | None:
+def bunching(results: Sequence[StoredResult], allowed: int | None) -> dict[str, Any] | None:
     """Share of tokens that arrived in chunks beyond ALLOWED tokens; None when it cannot be told."""
     if allowed is None:
         return None
@@ -77,7 +78,7 @@ def bunching(results: list[ResultRow], allowed: int | None) -> dict[str, Any] | 
             "bursty": share > BURSTY_SHARE}
 
 
-def token_count_check(results: list[ResultRow]) -> dict[str, Any]:
+def token_count_check(results: Sequence[StoredResult]) -> dict[str, Any]:
     """The streamed ids against usage.completion_tokens, over results that have both."""
     both = [(len(r.token_ids), n) for r in results if r.token_ids and (n := usage_tokens(r)) is not None]
     off = [(i, u) for i, u in both if i != u]
@@ -85,7 +86,7 @@ def token_count_check(results: list[ResultRow]) -> dict[str, Any]:
             "usage": sum(u for _, u in both)}
 
 
-def _itl(results: list[ResultRow]) -> list[float]:
+def _itl(results: Sequence[StoredResult]) -> list[float]:
     """Per-token gaps between chunks.
 
     A chunk of unknown size (a timed request carries no logprobs) is known to
@@ -111,7 +112,7 @@ def _pct(xs: list[float], q: float) -> float | None:
     return float(np.percentile(xs, q)) if xs else None
 
 
-def _decode(results: list[ResultRow]) -> tuple[float, float]:
+def _decode(results: Sequence[StoredResult]) -> tuple[float, float]:
     """(tokens after the first, seconds after the first token), summed (as `vllm bench serve`'s TPOT)."""
     tokens = secs = 0.0
     for r in results:
@@ -124,13 +125,13 @@ def _decode(results: list[ResultRow]) -> tuple[float, float]:
     return tokens, secs
 
 
-def _counted(results: list[ResultRow]) -> list[ResultRow]:
+def _counted(results: Sequence[StoredResult]) -> Sequence[StoredResult]:
     """The results whose every chunk carries its token count."""
     return [r for r in results if _chunks(r) and all(c is not None for _, c in _chunks(r))]
 
 
-def speed(single: list[ResultRow], timed: list[ResultRow] | None = None, measurements: list[Any] | None = None,
-          allowed: int | None = None, streamed: list[ResultRow] | None = None) -> dict[str, Any]:
+def speed(single: Sequence[StoredResult], timed: Sequence[StoredResult] | None = None, measurements: list[Any] | None = None,
+          allowed: int | None = None, streamed: Sequence[StoredResult] | None = None) -> dict[str, Any]:
     """TTFT, ITL, single-stream and decode tok/s (None when bursty), throughput per concurrency.
 
     SINGLE are the concurrency-1 results the single-stream figures come from;
@@ -165,7 +166,7 @@ def speed(single: list[ResultRow], timed: list[ResultRow] | None = None, measure
     }
 
 
-def throughput(timed: list[ResultRow], measurements: list[Any]) -> dict[str, Any]:
+def throughput(timed: Sequence[StoredResult], measurements: list[Any]) -> dict[str, Any]:
     """Aggregate tok/s per concurrency level: the usage tokens of each timed batch over its wall time."""
     tokens: dict[tuple[int, int], int] = defaultdict(int)
     known: dict[tuple[int, int], bool] = defaultdict(lambda: True)
@@ -185,7 +186,7 @@ def throughput(timed: list[ResultRow], measurements: list[Any]) -> dict[str, Any
     return {str(k): {"tok_s": float(np.mean(v)), "repeats": len(v)} for k, v in sorted(by_level.items())}
 
 
-def ttft_by_level(timed: list[ResultRow]) -> dict[str, float | None]:
+def ttft_by_level(timed: Sequence[StoredResult]) -> dict[str, float | None]:
     """Median TTFT (ms) of the timed requests at each concurrency level."""
     by: dict[int, list[float]] = defaultdict(list)
     for r in timed:
@@ -194,7 +195,7 @@ def ttft_by_level(timed: list[ResultRow]) -> dict[str, float | None]:
     return {str(k): _pct(v, 50) for k, v in sorted(by.items())}
 
 
-def stream_tau(results: list[ResultRow]) -> dict[str, Any] | None:
+def stream_tau(results: Sequence[StoredResult]) -> dict[str, Any] | None:
     """Tokens per engine step as the stream shows them (spec arm, one chunk per verify step).
 
     The first chunk (the token prefill produced) and the last (a step a stop

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from observatory.judge.verdict import INVALID_CODES
+from observatory.judge.verdict import INVALID_CODES, decide
 from observatory.model.read_model import SessionView
 
 # A session still running is summarised as the verdict it would have once complete.
@@ -51,8 +51,6 @@ def suite_hash(hashes: Iterable[str]) -> str:
 def session_verdict(data: SessionView, status: str | None = None) -> str:
     """The session verdict of one `report_data.build` view, as the policy states it had the session
     ended with STATUS (default: its own status); the one call of the verdict policy here."""
-    from observatory.judge.verdict import decide
-
     session = data.session if status is None else replace(data.session, status=status)
     return decide(session, data.arms).verdict
 

@@ -24,6 +24,9 @@ JUnit, selftest and ``show --json`` (its top-level ``"verdict"``).
   probe, and every arm is valid.
 
 NOTEs explain without changing the verdict (LOW_N, non-discriminating probes).
+KNOWN reasons are findings a known-findings ledger covers (`observatory.judge.ledger_match`:
+the verdict, performance entry or validity code stored KNOWN, its entry named):
+listed, never counted; an entry that applies but covered nothing is a NOTE.
 """
 
 from __future__ import annotations
@@ -31,11 +34,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from observatory.engines.launches import stored_roles
+from observatory.judge.ledger_match import ledger_notes
 from observatory.model.arms import depth_coverage
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import GateRegistry, default_registry, registry_for
-from observatory.model.read_model import ArmView, Depths, Reason, SessionFacts, SessionVerdict, SessionView
+from observatory.model.read_model import (
+    ArmView,
+    Depths,
+    Reason,
+    SessionFacts,
+    SessionVerdict,
+    SessionView,
+    VerdictView,
+)
 from observatory.model.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
 from observatory.model.vocabulary import (
     EXIT,
@@ -46,6 +57,7 @@ from observatory.model.vocabulary import (
     REASON_LEVELS,
     UNJUDGED,
 )
+from observatory.store.arm_facts import launch_facts
 
 __all__ = ["EXIT", "INVALID_CODES", "LEVELS", "NOT_DISCRIMINATING", "UNJUDGED", "WHY", "Reason", "SessionVerdict",
            "arm_role", "decide", "discriminates", "session_gates", "session_verdict"]
@@ -60,17 +72,23 @@ WHY = {
 
 
 def arm_role(arm: ArmView) -> str:
-    """An arm's role: the read model sets it for every arm (stored at planning, else
-    `observatory.engines.launches.stored_roles` over the session's arms); an ArmView made without one gets the
-    same rule on its own facts, never a rule of its own."""
-    return arm.role or stored_roles([(arm.name, dict(arm.launch))])[arm.name]
+    """An arm's role: the read model sets it for every arm (stored with the session,
+    `observatory.store.arm_facts`); an ArmView made without one gets the same rule on its own facts, never a rule
+    of its own."""
+    return arm.role or launch_facts([(arm.name, dict(arm.launch))])[0][0]
+
+
+def _known(v: VerdictView) -> Any:
+    """The ledger entry a KNOWN verdict carries (`observatory.judge.ledger_match`), else None."""
+    return (v.details or {}).get("known") if v.verdict == KNOWN else None
 
 
 def _validity_reasons(arm: ArmView, add: Any) -> None:
     codes = [v.code for v in arm.validity]
     for v in arm.validity:
-        level = "INVALID" if v.code in INVALID_CODES else "NOTE"
-        add(level, f"arm {arm.name}: {v.code}: {v.detail or ''}".strip(), arm=arm.name, code=v.code)
+        level = KNOWN if v.known else "INVALID" if v.code in INVALID_CODES else "NOTE"
+        add(level, f"arm {arm.name}: {v.code}: {v.detail or ''}".strip(), arm=arm.name, code=v.code,
+            known=v.known)
     if arm.status != "ok" and not any(c in INVALID_CODES for c in codes):
         add("INVALID", f"arm {arm.name}: {arm.status} {arm.reason or ''}".strip(), arm=arm.name,
             code=str(arm.status).upper())
@@ -110,6 +128,10 @@ def discriminates(registry: GateRegistry) -> Callable[[str], bool]:
     return counts
 
 
+# the reason level of a verdict on an arm judged against base (None: a verdict that says nothing to count or list)
+_LEVEL_OF = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID", KNOWN: KNOWN, NOTE: NOTE}
+
+
 def _judged_arm_reasons(arm: ArmView, add: Any,
                         counts: Callable[[str], bool]) -> tuple[int, int, set[str]]:
     """Reasons from the results of an arm judged against base; (judged, discriminating, not-discriminating probes).
@@ -132,22 +154,24 @@ def _judged_arm_reasons(arm: ArmView, add: Any,
         if any(v.verdict == NOT_DISCRIMINATING for v in verdicts.values()):
             not_discr.add(probe)
         for gate, v in verdicts.items():
-            level = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID", NOTE: NOTE}.get(v.verdict)
+            level = _LEVEL_OF.get(v.verdict)
             if level:
                 tag = f"{v.verdict}: " if v.verdict in (UNJUDGED, "INVALID") else ""
-                add(level, f"{name} / {probe}: {gate}: {tag}{v.reason}{aa}", arm=name, probe=probe, gate=gate)
+                add(level, f"{name} / {probe}: {gate}: {tag}{v.reason}{aa}", arm=name, probe=probe, gate=gate,
+                    known=_known(v))
     for gate, v in arm.arm_verdicts.items():
-        if v.verdict in ("FAIL", "WARN"):
-            add(v.verdict, f"{name}: {gate}: {v.reason}", arm=name, gate=gate)
+        if v.verdict in ("FAIL", "WARN", KNOWN, NOTE):
+            add(v.verdict, f"{name}: {gate}: {v.reason}", arm=name, gate=gate, known=_known(v))
     for gate, v in arm.channel_verdicts.items():
-        level = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID", NOTE: NOTE,
-                 KNOWN: KNOWN}.get(v.verdict)
+        level = _LEVEL_OF.get(v.verdict)
         if level:
             tag = f"{v.verdict}: " if level == "INVALID" else ""
-            add(level, f"{name}: channel {gate}: {tag}{v.reason}{aa}", arm=name, gate=gate, code="CHANNEL")
+            add(level, f"{name}: channel {gate}: {tag}{v.reason}{aa}", arm=name, gate=gate, code="CHANNEL",
+                known=_known(v))
     for p in arm.figures.performance or []:
-        if p.get("verdict") in ("FAIL", "WARN"):
-            add(p["verdict"], f"{name}: {p.get('check')}: {p.get('reason')}", arm=name, gate=p.get("check"))
+        if p.get("verdict") in ("FAIL", "WARN", KNOWN):
+            add(p["verdict"], f"{name}: {p.get('check')}: {p.get('reason')}", arm=name, gate=p.get("check"),
+                known=p.get("known"))
     return judged, discriminating, not_discr
 
 
@@ -190,6 +214,9 @@ def decide(session: SessionFacts, arms: Sequence[ArmView]) -> SessionVerdict:
                 if v.verdict in ("INVALID", UNJUDGED):  # the reference itself could not be measured
                     add("INVALID", f"{arm.name}: channel {gate}: {v.reason}", arm=arm.name, gate=gate,
                         code="CHANNEL")
+                elif (v.details or {}).get("verdict_before") in ("INVALID", UNJUDGED) and _known(v):
+                    add(KNOWN, f"{arm.name}: channel {gate}: {v.reason}", arm=arm.name, gate=gate, code="CHANNEL",
+                        known=_known(v))
             continue  # base's own failures make probes non-discriminating, not failures
         j, d, nd = _judged_arm_reasons(arm, add, counts)
         judged, discriminating, not_discr = judged + j, discriminating + d, not_discr | nd
@@ -205,6 +232,7 @@ def decide(session: SessionFacts, arms: Sequence[ArmView]) -> SessionVerdict:
     depths = depths_note(arms)
     if depths:
         add("NOTE", depths, code="DEPTHS")
+    reasons.extend(ledger_notes(session, arms, arm_role))  # known findings not seen tonight, or expired
     levels = {r.level for r in reasons}
     verdict = next((lv for lv in ("FAIL", "INVALID", "WARN") if lv in levels), "PASS")
     ordered = tuple(sorted(reasons, key=lambda r: LEVELS.index(r.level)))

@@ -11,7 +11,7 @@
 - an engine prefix: ``vllm:NAME`` is NAME (vLLM, `DEFAULT_ENGINE`, is the default
   engine); ``ENGINE:NAME`` (or ``ENGINE:NAME=URL``) is one of that engine's own presets
   (`PrefixedEngine`: each engine's adapter in `observatory.engines` declares them,
-  `observatory.engines.arms` passes them in); the prefix stays in the arm's name;
+  `observatory.engines.arm_engines` passes them in); the prefix stays in the arm's name;
 
 optionally followed by ``+fault=NAME`` (launch with an injected fault, see
 `observatory.faults`), ``+repair=NAME`` (launch with a known engine bug repaired in place,
@@ -228,10 +228,22 @@ def arms_file_suite(path: Path | str) -> tuple[str | None, str | None]:
     return suite, data.get("suite_format")
 
 
+def arms_file_known(path: Path | str, data: dict[str, Any] | None = None) -> list[Path]:
+    """The known-findings ledgers an arms file names (top-level ``known``: a path or a list of paths, relative
+    to the arms file; docs/known.md)."""
+    path = Path(path)
+    value = (_read(path) if data is None else data).get("known")
+    items = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) and x.strip() for x in items):
+        raise ArmError(f"{path}: known must be a ledger file's path or a list of paths, got {value!r}")
+    return [path.parent / x for x in items]
+
+
 def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str, Arm]:
     """Named arms from a TOML file, loaded strictly (ENGINES: those an arm may name besides the default)."""
     path = Path(path)
     data = _read(path)
+    arms_file_known(path, data)
     arms: dict[str, Arm] = {}
     for name, raw in (data.get("arms") or {}).items():
         where = f"{path}: arm {name!r}"
@@ -246,13 +258,14 @@ def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str
         engine = raw.get("engine", DEFAULT_ENGINE)
         if engine not in engine_names(engines):
             raise ArmError(f"{where}: engine must be one of {', '.join(engine_names(engines))}, got {engine!r}")
-        if engine != DEFAULT_ENGINE and (fault is not None or image is not None):
+        if ((fault is not None and not _takes(engines, engine, "takes_faults"))
+                or (image is not None and not _takes(engines, engine, "runs_in_images"))):
             raise ArmError(f"{where}: faults and images are vLLM's; a {engine} arm takes neither")
         deployed = raw.get("deployed", False)
         if deployed and spec is None:
             raise ArmError(f"{where}: deployed = true needs a speculative_config (the deployment's)")
         parsers = {k: raw[k] for k in ("tool_parser", "reasoning_parser") if k in raw}
-        if parsers and (engine != DEFAULT_ENGINE or url is not None):
+        if parsers and (url is not None or not _takes(engines, engine, "takes_parsers")):
             raise ArmError(f"{where}: {', '.join(parsers)} is a flag vLLM is launched with; an arm with a url "
                            f"or on {engine} is not launched by vLLM here (start its server with the flag)")
         arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(raw.get("engine_args", [])),
@@ -261,6 +274,13 @@ def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str
     if not arms:
         raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
     return arms
+
+
+def _takes(engines: Engines | None, engine: str, what: str) -> bool:
+    """Whether ENGINE's arms take WHAT (its adapter's ``takes_faults``, ``runs_in_images``, ``takes_parsers``): the
+    default engine, never among ENGINES, takes all three; another engine only what its adapter says it takes."""
+    adapter = (engines or {}).get(engine)
+    return adapter is None or bool(getattr(adapter, what, False))
 
 
 def _check_url(url: Any, where: str) -> str:
@@ -286,7 +306,7 @@ def parse_arms(
     engines: Engines | None = None,
 ) -> list[Arm]:
     """The session's arms, in run order, from the --arms list (ENGINES: those with a prefix of their own,
-    `observatory.engines.arms.parse_arms` passes every registered one)."""
+    `observatory.engines.arm_engines.parse_arms` passes every registered one)."""
     engines = engines or {}
     defined = load_arms_file(arms_file, engines) if arms_file else {}
     custom = parse_speculative_config(speculative_config) if speculative_config else None
@@ -315,9 +335,9 @@ def parse_arms(
 
 def _parse_item(item: str, defined: dict[str, Arm], custom: dict[str, Any] | None, engines: Engines) -> Arm:
     prefix, colon, rest = item.partition(":")
-    if colon and rest and prefix in engines and prefix != DEFAULT_ENGINE:
+    if colon and rest and prefix in engines:  # ENGINES never holds the default engine (`Engines`)
         return _parse_engine_item(engines[prefix], item, rest, defined)
-    if colon and rest and prefix == DEFAULT_ENGINE:  # vllm:NAME is NAME
+    if colon and rest and prefix in engine_names(engines):  # the default engine's own: vllm:NAME is NAME
         item = rest
     m = re.fullmatch(r"([^=+]+)=(https?://\S+)", item)
     if m:

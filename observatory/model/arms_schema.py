@@ -103,6 +103,10 @@ def arms_schema() -> dict[str, Any]:
                       "x-error": "suite must be a probe suite's name or a path (relative to the arms file)"},
             "suite_format": {"enum": list(SUITE_FORMATS),
                              "x-error": f"suite_format must be one of {', '.join(SUITE_FORMATS)}; got {{value!r}}"},
+            "known": {"anyOf": [{"type": "string", "minLength": 1},
+                                {"type": "array", "items": {"type": "string", "minLength": 1}}],
+                      "x-error": "known must be a ledger file's path or a list of paths (relative to the arms "
+                                 "file; docs/known.md)"},
         },
         "additionalProperties": False,
     }

@@ -2,7 +2,8 @@
 
 `schema` walks the frozen dataclasses of `observatory.model.read_model` and
 their type hints, so the schema cannot drift from the code: every field is a
-required property of its object (`to_plain` always writes it), a `SPREAD`
+required property of its object (`to_plain` always writes it) but an
+`OPTIONAL` one (written only when set), a `SPREAD`
 field's keys go into the parent (an arm's figures are optional properties,
 since an arm writes only the figures it has; extra stored keys are allowed
 where a spread field can carry them), and ``Mapping[str, Any]`` parts stay
@@ -68,6 +69,8 @@ def _object(cls: type, defs: dict[str, Any]) -> None:
     open_ended = False
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
+        if f.metadata.get("json") == "omit":  # read by the renderers, never printed
+            continue
         if f.metadata.get("json") == "const":
             props[f.name] = {**_type(hint, defs), "const": f.default}
             required.append(f.name)
@@ -77,6 +80,8 @@ def _object(cls: type, defs: dict[str, Any]) -> None:
                 for key in read_model.FIGURE_KEYS:
                     props[key] = _type(fig_hints[key], defs)
             open_ended = True  # a spread field's own keys are free-form
+        elif f.metadata.get("json") == "optional":
+            props[f.name] = _type(hint, defs)  # written only when set: not required
         else:
             props[f.name] = _type(hint, defs)
             required.append(f.name)

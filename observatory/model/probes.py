@@ -47,6 +47,7 @@ from typing import Any
 import regex
 
 from observatory.model.errors import ProbeFileError
+from observatory.model.gates import default_registry
 from observatory.model.paths import PROBES_DIR
 from observatory.model.probe_schema import CATEGORIES, MAX_PROBES, ORDER, SAMPLING_FIELDS, suite_schema
 from observatory.model.schema_check import Path as SchemaPath
@@ -196,8 +197,6 @@ def _probe(path: Path, raw: dict[str, Any]) -> Probe:
 
 def _check_gate_names(path: Path, where: str, gates: list[str]) -> None:
     """Every listed gate is a registered result gate; a typo names the closest one (issue 13 item 5)."""
-    from observatory.model.gates import default_registry
-
     registry = default_registry()
     usable = sorted(g.name for g in registry if g.kind == "result")
     for name in gates:

@@ -7,7 +7,7 @@ summaries, selftest) reads its attributes, and ``show --json`` /
 documented JSON shape is the shape of these classes, checked by mypy::
 
     {"schema_version": 1,  # SCHEMA_VERSION; JSON Schema: docs/show-json.schema.json
-     "session": {"id", "started_at", "host", "gpu", "status", ...},
+     "session": {"id", "started_at", "host", "gpu", "status", ..., "known"?: [ledger entries]},
      "probes": [{"name", "category", "hash", "prompt", "definition", "params"}],
      "arms": [{"name", "role", "status", "reason", "launch", "engine_version",
                "counters": {"drafts", "draft_tokens", "accepted", "accepted_per_pos"},  # the probe pass's
@@ -16,7 +16,8 @@ documented JSON shape is the shape of these classes, checked by mypy::
                             "verdicts": {GATE: {"verdict", "reason", "details"}}}]}],
      "channels": [{"name", "title", "catches", "probes", "arms": [...]}],
      "verdict": {"verdict": "PASS"|"WARN"|"FAIL"|"INVALID", "why", "exit_code",
-                 "reasons": [{"level", "text", "arm", "probe", "gate", "code"}]},
+                 "reasons": [{"level", "text", "arm", "probe", "gate", "code",
+                              "known"?: {"id", "title", "link", "reproduction"}}]},  # level KNOWN, NOTE too
      "triages": [...as `triage --json` prints them],
      "depths": None | {"planned", "covered", "deployed_k", "deployed_arm", "deployed_measured"},
      "cross_engine": None | {"engines", "bases", "pairs", "acceptance", "note"}}  # observatory.judge.cross_engine
@@ -44,6 +45,10 @@ from observatory.model.vocabulary import EXIT
 SPREAD = {"json": "spread"}
 # field metadata: the field always holds its default (the JSON Schema says so with "const")
 CONST = {"json": "const"}
+# field metadata: the key is written only when the field is not None (an optional property of its object)
+OPTIONAL = {"json": "optional"}
+# field metadata: read by the renderers, never printed (its JSON twin is elsewhere, or it would change the shape)
+NOT_PRINTED = {"json": "omit"}
 
 # The version of the JSON shape (``show --json``'s top-level "schema_version"). Bump it when a key is removed,
 # renamed or changes type, and regenerate docs/show-json.schema.json (observatory.model.json_schema).
@@ -68,6 +73,8 @@ class SessionFacts:
     suite: str | None
     command: list[str] | None
     options: Mapping[str, Any] | None  # free-form: the stored plan and options (fail_on, channels, ...)
+    # the known-findings ledger in effect (docs/known.md: each entry's stored keys), written only when stored
+    known: tuple[Mapping[str, Any], ...] | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass(frozen=True)
@@ -136,10 +143,12 @@ class Counters:
 
 @dataclass(frozen=True)
 class ValidityFlag:
-    """One validity code of an arm (INVALID, CONFOUNDED, LOW_N, ...) and its detail."""
+    """One validity code of an arm (INVALID, CONFOUNDED, LOW_N, ...) and its detail; ``known``: the
+    known-findings entry that covers it (id, title, link, reproduction; issue 46), written only when one does."""
 
     code: str
     detail: str | None
+    known: Mapping[str, Any] | None = field(default=None, metadata=OPTIONAL)
 
 
 FIGURE_KEYS = ("acceptance", "speed", "by_concurrency", "stream_tau", "stream_counter_tau", "vs_base",
@@ -211,6 +220,8 @@ class ArmView:
     channel_verdicts: Mapping[str, VerdictView]
     figures: ArmFigures = field(metadata=SPREAD)
     results: tuple[ResultView, ...]
+    # the engine it ran on, stored with it (its launch facts' "engine" is what show --json prints of it)
+    engine: str | None = field(default=None, metadata=NOT_PRINTED)
 
 
 @dataclass(frozen=True)
@@ -237,7 +248,8 @@ class ChannelSummary:
 
 @dataclass(frozen=True)
 class Reason:
-    """One reason behind a session verdict, with what it is about."""
+    """One reason behind a session verdict, with what it is about; ``known``: for a KNOWN reason (and a note
+    about a known finding), the ledger entry's id, title, link and reproduction, written only then (issue 46)."""
 
     level: str
     text: str
@@ -245,6 +257,7 @@ class Reason:
     probe: str | None = None
     gate: str | None = None
     code: str | None = None
+    known: Mapping[str, Any] | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass(frozen=True)
@@ -311,14 +324,19 @@ def to_plain(value: Any) -> Any:
 
     The one serialisation of the read model. A field marked `SPREAD` puts its
     own keys into the parent object in its place (an arm's figures, extra
-    counters), so the objects print in the documented shape.
+    counters), so the objects print in the documented shape; one marked
+    `OPTIONAL` is left out while it is None.
     """
     if isinstance(value, ArmFigures):
         return {k: to_plain(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         for f in dataclasses.fields(value):
+            if f.metadata.get("json") == "omit":
+                continue
             v = to_plain(getattr(value, f.name))
+            if f.metadata.get("json") == "optional" and v is None:
+                continue
             if f.metadata.get("json") == "spread":
                 out.update(v)
             else:

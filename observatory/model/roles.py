@@ -15,16 +15,17 @@ for its role instead of re-deriving "which arm is base" from its launch:
   base from an arms file), diffed against base like a spec arm.
 
 The role is assigned when the session is planned (`assign_roles`) and stored
-in each arm's launch dict; `observatory.engines.launches.stored_roles` reads it
-back, and for sessions stored before roles existed applies the same rule
-(`roles_for`) to the stored launch dicts (whose engine only the adapters can
-tell, for the oldest sessions).
+with each arm, with the engine it runs on: columns of its row (and keys of its
+launch facts). Readers take them from the stored arm (`base_of`, `by_engine`,
+any arm with a ``name``, ``role`` and ``engine``: `RoledArm`); arms stored
+before they were columns got them by the same rule (`roles_for`) when their
+database was migrated (`observatory.store.arm_facts`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 BASE = "base"
 AA_COPY = "aa_copy"
@@ -63,3 +64,32 @@ def assign_roles(arms: Sequence[Any]) -> dict[str, str]:
     """Arm name -> role for planned `observatory.model.arms.Arm` objects, in run order."""
     facts = [(a.name, a.speculative_config is not None, bool(a.fault), a.copy_of, a.engine) for a in arms]
     return dict(zip([f[0] for f in facts], roles_for(facts)))
+
+
+class RoledArm(Protocol):
+    """A stored arm as the role lookups read it (`observatory.store.stored.StoredArm` and the read model's
+    ArmView are such)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def role(self) -> str | None: ...
+    @property
+    def engine(self) -> str | None: ...
+
+
+A = TypeVar("A", bound=RoledArm)
+
+
+def base_of(arms: Sequence[A], of: RoledArm | None = None) -> A | None:
+    """The arm of ARMS whose role is base (OF given: the base of OF's engine), or None when there is none: the one
+    lookup of "which arm is base"."""
+    return next((a for a in arms if a.role == BASE and (of is None or a.engine == of.engine)), None)
+
+
+def by_engine(arms: Sequence[A]) -> list[list[A]]:
+    """ARMS grouped by engine, in run order of each group's first arm (one group: one engine)."""
+    groups: dict[str | None, list[A]] = {}
+    for a in arms:
+        groups.setdefault(a.engine, []).append(a)
+    return list(groups.values())

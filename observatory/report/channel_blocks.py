@@ -31,7 +31,7 @@ PASS_ROWS_SHOWN = 40  # PASS rows shown per table; FAIL, WARN and every other ro
 # identifying columns, so both sides are in view without scrolling the table sideways (a 400 px screen)
 EVIDENCE_COLS = ("base", "here", "from_token", "base_ids", "here_ids")
 IDENTIFYING_COLS = 2
-ORDER = ("FAIL", "ERROR", "INVALID", "UNJUDGED", "WARN", "NOT_MEASURABLE", "INFO", "SKIP", "PASS")
+ORDER = ("FAIL", "ERROR", "INVALID", "UNJUDGED", "WARN", "KNOWN", "NOT_MEASURABLE", "INFO", "SKIP", "PASS")
 _PASS_RESULTS = ("equal", "ok", "within noise")
 
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from observatory.channels import get as get_channel
 from observatory.channels import is_channel_gate
-from observatory.engines.launches import stored_roles
 from observatory.judge.cross_engine import compare as cross_engine_compare
 from observatory.judge.verdict import arm_depths, decide
 from observatory.model import vocabulary
@@ -53,12 +52,13 @@ def worst(verdicts: list[str]) -> str | None:
     return vocabulary.worst(v for v in verdicts if v in vocabulary.SEVERITY)
 
 
-def session_facts(s: SessionRow) -> SessionFacts:
-    """Session facts."""
+def session_facts(s: SessionRow, known: list[Any] | None = None) -> SessionFacts:
+    """Session facts (KNOWN: its stored known-findings ledger, if it has one)."""
     return SessionFacts(
         id=s.id, started_at=_iso(s.started_at), finished_at=_iso(s.finished_at), status=s.status, reason=s.reason,
         host=s.host, gpu=s.gpu, machine=s.machine, observatory_version=s.observatory_version, model=s.model,
         image=s.image, suite=s.suite, command=s.command, options=s.options,
+        known=None if known is None else tuple(known),
     )
 
 
@@ -90,8 +90,8 @@ def counters(stored: Mapping[str, Any] | None) -> Counters:
                     extra={k: v for k, v in stored.items() if k not in _COUNTERS})
 
 
-def build_arm(store: Store, a: ArmRow, probes: list[ProbeRow], role: str | None = None) -> ArmView:
-    """One arm with its results in probe order."""
+def build_arm(store: Store, a: ArmRow, probes: list[ProbeRow]) -> ArmView:
+    """One arm with its results in probe order, its role and engine as stored."""
     verdicts: dict[int | None, dict[str, VerdictView]] = {}
     arm_verdicts: dict[str, VerdictView] = {}
     channel_verdicts: dict[str, VerdictView] = {}
@@ -107,15 +107,16 @@ def build_arm(store: Store, a: ArmRow, probes: list[ProbeRow], role: str | None 
     results = tuple(build_result(stream[p.id], p, verdicts.get(p.id, {})) for p in probes if p.id in stream)
     launch = dict(a.launch or {})
     return ArmView(
-        name=a.name, role=role or launch.get("role"), position=a.position, status=a.status, reason=a.reason,
+        name=a.name, role=a.role, position=a.position, status=a.status, reason=a.reason,
         launch=launch, speculative_config=launch.get("speculative_config"),
         is_spec=launch.get("speculative_config") is not None, copy_of=launch.get("copy_of"),
         engine_version=a.engine_version, model=a.model, log_path=a.log_path, log_tail=a.log_tail,
         started_at=_iso(a.started_at), ready_at=_iso(a.ready_at), finished_at=_iso(a.finished_at),
         counters=counters(a.counters),
-        validity=tuple(ValidityFlag(code=str(v.get("code")), detail=v.get("detail")) for v in a.validity or []),
+        validity=tuple(ValidityFlag(code=str(v.get("code")), detail=v.get("detail"), known=v.get("known"))
+                       for v in a.validity or []),
         arm_verdicts=arm_verdicts, channel_verdicts=channel_verdicts, figures=ArmFigures.from_stored(a.figures),
-        results=results,
+        results=results, engine=a.engine,
     )
 
 
@@ -155,9 +156,8 @@ def build(store: Store, session_id: int | None = None) -> SessionView:
     s = store.session(session_id)
     probes = [p for p in store.probes(s.id) if not (p.definition or {}).get("channel")]
     rows = store.arms(s.id)
-    roles = stored_roles([(a.name, a.launch) for a in rows])
-    arms = tuple(build_arm(store, a, probes, roles[a.name]) for a in rows)
-    facts = session_facts(s)
+    arms = tuple(build_arm(store, a, probes) for a in rows)
+    facts = session_facts(s, store.known(s.id))
     return SessionView(
         session=facts,
         probes=tuple(ProbeView(name=p.name, category=p.category, hash=p.content_hash,

@@ -33,16 +33,16 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from observatory.engines.images import arm_image
-from observatory.engines.launches import engine_of
 from observatory.judge.graph_coverage import words as graph_words
+from observatory.judge.reasons import group_reasons
 from observatory.judge.steady_state import words as steady_words
 from observatory.judge.verdict import INVALID_CODES, arm_role
 from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
-from observatory.model.vocabulary import TOKEN_DIFF
+from observatory.model.vocabulary import REASON_LEVELS, TOKEN_DIFF
 from observatory.report import charts
-from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank
+from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank, row_level
 from observatory.report.token_spans import tokens_html, visible
 
 # gate -> (reference label, compared label (None: the arm's name), what is compared)
@@ -262,19 +262,30 @@ def evidence_href(data: SessionView, reason: Reason,
     return f"#arm-{ai}"
 
 
+def _entry_shown(known: Any) -> dict[str, Any] | None:
+    """A known-findings entry as the banner shows it: its link only where it is an http(s) URL (the stored
+    details are data: never a javascript: link)."""
+    if not isinstance(known, Mapping):
+        return None
+    link = known.get("link")
+    ok = isinstance(link, str) and link.startswith(("https://", "http://"))
+    return {"id": known.get("id"), "link": link if ok else None, "reproduction": known.get("reproduction")}
+
+
 def overall(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    """The verdict banner: the session verdict of `observatory.judge.verdict.decide`, each reason linked to its evidence.
+    """The verdict banner: the session verdict of `observatory.judge.verdict.decide`, its reasons one line per
+    cause (`observatory.judge.reasons`), each linked to its evidence.
 
     The report renders the one verdict policy, so the banner, the gate's exit
     status, JUnit and ``show --json`` never disagree. Reasons are listed FAIL,
-    INVALID, WARN, NOTE, each with a link (`evidence_href`) where it has one.
+    INVALID, WARN, then apart the KNOWN findings (with their ledger entry's link)
+    and the NOTEs, each with a link (`evidence_href`) where it has one.
     """
     v = data.verdict
     diffs = diffs_by_result(data) if diffs is None else diffs
-    reasons = [{"level": r.level, "text": r.text, "href": evidence_href(data, r, diffs)} for r in v.reasons]
-    reasons.sort(key=lambda x: ("FAIL", "INVALID", "WARN").index(x["level"])
-                 if x["level"] in ("FAIL", "INVALID", "WARN") else 3)
-    counts = {lv: sum(x["level"] == lv for x in reasons) for lv in ("FAIL", "INVALID", "WARN", "NOTE")}
+    reasons = [{"level": g.level, "text": g.text, "count": g.count, "known": _entry_shown(g.known),
+                "href": evidence_href(data, g.first, diffs)} for g in group_reasons(v.reasons)]
+    counts = {lv: sum(r.level == lv for r in v.reasons) for lv in REASON_LEVELS}
     return {"verdict": v.verdict, "why": v.why, "reasons": reasons, "counts": counts}
 
 
@@ -385,8 +396,6 @@ def acceptance_chart(data: SessionView, spec: Sequence[Mapping[str, Any]]) -> Ma
 
 def strips(views: Sequence[Mapping[str, Any]]) -> None:
     """Give each length-sweep block a strip of its rows' levels in length order (`charts.strip`), in place."""
-    from observatory.report.channel_blocks import row_level
-
     for ch in views:
         if ch["name"] != "length_sweep":
             continue
@@ -440,7 +449,7 @@ def token_rows(r: ResultView) -> list[dict[str, Any]]:
 
 def _base(data: SessionView, engine: str | None = None) -> ArmView | None:
     """DATA's base arm (ENGINE given: the base of that engine, observatory.model.roles)."""
-    return next((a for a in data.arms if arm_role(a) == "base" and engine in (None, engine_of(a.launch))), None)
+    return next((a for a in data.arms if arm_role(a) == "base" and engine in (None, a.engine)), None)
 
 
 def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
@@ -452,7 +461,7 @@ def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:
         for arm in spec_s.arms:
             if not arm.is_spec or not arm.figures.speed:
                 continue
-            base = _base(base_s, engine_of(arm.launch))  # an arm over the other session's base of its engine
+            base = _base(base_s, arm.engine)  # an arm over the other session's base of its engine
             base_speed = base.figures.speed if base is not None else None
             if base is None or not base_speed:
                 continue
@@ -483,7 +492,7 @@ def arm_differences(a: SessionView, b: SessionView) -> list[str]:
         other = theirs.get(arm.name)
         if other is None:
             continue
-        pairs = [("engine", engine_of(arm.launch), engine_of(other.launch)),
+        pairs = [("engine", arm.engine, other.engine),
                  ("speculative config", json.dumps(arm.speculative_config, sort_keys=True),
                   json.dumps(other.speculative_config, sort_keys=True)),
                  ("dtype", _flag_value((arm.launch or {}).get("argv") or [], "--dtype"),

@@ -9,22 +9,27 @@ where longer; a request's duration; a channel's requests' summed durations on
 the arm; the arm's timed traffic for its performance checks; the session's start to finish);
 a case with no timing of its own has no ``time``. FAIL is a ``failure``,
 INVALID and UNJUDGED an ``error``, SKIP and NOT_DISCRIMINATING ``skipped``;
-a WARN fails nothing but is visible: a ``warnings`` property (their count)
-and a ``WARN:`` line each in the case's ``system-out``.
+KNOWN (a finding a known-findings ledger covers, docs/known.md) is ``skipped``
+with the entry and the finding as its message; a WARN fails nothing but is
+visible: a ``warnings`` property (their count) and a ``WARN:`` line each in
+the case's ``system-out``. The session case lists the verdict's reasons one
+line per cause (`observatory.judge.reasons`), known findings and notes apart.
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from observatory.judge.reasons import group_reasons, known_summary
 from observatory.judge.verdict import INVALID_CODES, arm_role
 from observatory.model.read_model import ArmView, SessionView
 from observatory.model.roles import JUDGED_AGAINST_BASE
+from observatory.model.vocabulary import COUNTED_LEVELS, KNOWN, NOTE, WARN
 
 # Characters XML 1.0 cannot carry at all (model output may hold any of them).
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -83,6 +88,20 @@ def _warn(case: ET.Element, lines: Iterable[str], extra: str | None = None) -> b
     return bool(lines)
 
 
+def known_message(known: Any, what: str) -> str:
+    """A KNOWN case's ``skipped`` message: the ledger entry (id, title, link or reproduction) and the finding."""
+    k = known if isinstance(known, Mapping) else {}
+    where = k.get("link") or k.get("reproduction") or "no link"
+    return _clean(f"KNOWN {k.get('id')}: {k.get('title')} ({where}): {what}", 500)
+
+
+def _skip_known(case: ET.Element, found: list[tuple[Any, str]]) -> bool:
+    """Mark CASE skipped for its known findings FOUND ((entry, what) pairs); True if there are any."""
+    if found:
+        ET.SubElement(case, "skipped", message="; ".join(known_message(k, w) for k, w in found)[:1000])
+    return bool(found)
+
+
 def junit_xml(data: SessionView) -> str:
     """The session as a JUnit XML document (text is escaped by ElementTree)."""
     s = data.session
@@ -108,12 +127,15 @@ def junit_xml(data: SessionView) -> str:
     for arm in data.arms:
         counts["tests"] += 1
         case = _case(suite, f"arm.{arm.name}", "validity", _arm_seconds(arm))
-        bad = [v for v in arm.validity if v.code in INVALID_CODES]
-        if bad or arm.status != "ok":
+        bad = [v for v in arm.validity if v.code in INVALID_CODES and not v.known]
+        known_codes = [(v.known, f"{v.code}: {v.detail}") for v in arm.validity if v.known]
+        if bad or (arm.status != "ok" and not known_codes):
             counts["errors"] += 1
             msg = "; ".join(f"{v.code}: {v.detail}" for v in bad) or f"{arm.status}: {arm.reason}"
             err = ET.SubElement(case, "error", message=_clean(msg, 500), type="INVALID")
             err.text = _clean((arm.log_tail or msg)[-4000:], 4000)
+        elif _skip_known(case, known_codes):
+            counts["skipped"] += 1
         if arm_role(arm) not in JUDGED_AGAINST_BASE:
             continue
         for r in arm.results:
@@ -135,6 +157,9 @@ def junit_xml(data: SessionView) -> str:
                 f = ET.SubElement(case, "failure", message=_clean("; ".join(f"{g}: {v.reason}" for g, v in failed.items()), 500),
                                   type="FAIL")
                 f.text = _clean(r.text, 4000)
+            elif _skip_known(case, [((v.details or {}).get("known"), f"{g}: {v.reason}")
+                                    for g, v in verdicts.items() if v.verdict == KNOWN]):
+                counts["skipped"] += 1
             elif verdicts and all(v.verdict in ("NOT_DISCRIMINATING", "SKIP") for v in verdicts.values()):
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message="not discriminating: the base arm fails this probe too")
@@ -149,6 +174,9 @@ def junit_xml(data: SessionView) -> str:
             elif verdict == "SKIP":
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=reason)
+            elif verdict == KNOWN:
+                counts["skipped"] += 1
+                _skip_known(case, [(p.get("known"), f"{p.get('check')}: {reason}")])
             elif verdict == "INVALID":  # figures of a lossy configuration (validity LOSSY)
                 counts["errors"] += 1
                 ET.SubElement(case, "error", type="INVALID", message=reason)
@@ -169,18 +197,26 @@ def junit_xml(data: SessionView) -> str:
             elif not a.verdicts:
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=_clean(f"no verdict: arm {a.status}", 200))
+            elif _skip_known(case, [((v.details or {}).get("known"), f"{g}: {v.reason}")
+                                    for g, v in a.verdicts.items() if v.verdict == KNOWN]):
+                counts["skipped"] += 1
             _warn(case, [f"{g}: {v.reason}" for g, v in a.verdicts.items() if v.verdict == "WARN"])
     # The session verdict itself, from the one policy (the gate's exit code says the same).
     verdict = data.verdict
     counts["tests"] += 1
     case = _case(suite, "session", "verdict", session_s)
+    apart = "\n".join(g.line() for g in group_reasons(verdict.reasons, (KNOWN, NOTE)))
     if verdict.verdict in ("FAIL", "INVALID"):
         counts["failures" if verdict.verdict == "FAIL" else "errors"] += 1
         el = ET.SubElement(case, "failure" if verdict.verdict == "FAIL" else "error", type=verdict.verdict,
                            message=_clean(f"{verdict.verdict}: {verdict.why}", 500))
-        el.text = _clean("\n".join(verdict.texts()), 8000)
+        el.text = _clean("\n".join(g.line() for g in group_reasons(verdict.reasons, COUNTED_LEVELS)), 8000)
+        if apart:
+            ET.SubElement(case, "system-out").text = _clean(apart, 4000)
     else:
-        _warn(case, verdict.texts(("WARN",)), f"{verdict.verdict}: {verdict.why}")
+        known = known_summary(verdict)
+        _warn(case, [g.text for g in group_reasons(verdict.reasons, (WARN,))],
+              "\n".join(x for x in (f"{verdict.verdict}: {verdict.why}", known, apart) if x))
     for k, v in counts.items():
         suite.set(k, str(v))
     return ET.tostring(root, encoding="unicode", xml_declaration=True)

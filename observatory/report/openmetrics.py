@@ -16,7 +16,10 @@ measured has no sample (never a 0):
   reasons about the arm, as a code (``VERDICT_CODE``: 0 PASS, 1 WARN,
   2 INVALID, 3 FAIL);
 - ``observatory_session_verdict`` (labels ``model``, ``session``): the session
-  verdict, same codes.
+  verdict, same codes;
+- ``observatory_known_findings`` (labels ``model``, ``arm``, ``known``): how many
+  of the session verdict's reasons about the arm a known-findings ledger's
+  entry ``known`` covers (docs/known.md): shown, never counted in the verdict.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from observatory.judge.summaries import arm_summaries
 from observatory.model.read_model import SessionView
-from observatory.model.vocabulary import FAIL, INVALID, PASS, WARN, worst
+from observatory.model.vocabulary import FAIL, INVALID, KNOWN, PASS, WARN, worst
 
 VERDICT_CODE = {PASS: 0, WARN: 1, INVALID: 2, FAIL: 3}
 
@@ -52,6 +55,16 @@ def arm_verdicts(data: SessionView) -> dict[str, str]:
         if r.arm is not None:
             levels.setdefault(r.arm, set()).add(r.level)
     return {a.name: worst(lv for lv in levels.get(a.name, set()) if lv in VERDICT_CODE) or PASS for a in data.arms}
+
+
+def known_counts(data: SessionView) -> dict[tuple[str, str], int]:
+    """(arm, entry id) -> how many KNOWN reasons of the session verdict that entry covers on that arm."""
+    out: dict[tuple[str, str], int] = {}
+    for r in data.verdict.reasons:
+        if r.level == KNOWN and r.arm is not None:
+            key = (r.arm, str((r.known or {}).get("id")))
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 class _SessionCollector(Collector):
@@ -84,6 +97,11 @@ class _SessionCollector(Collector):
                                     "Session verdict: 0 PASS, 1 WARN, 2 INVALID, 3 FAIL", labels=["model", "session"])
         session.add_metric([model, str(data.session.id)], VERDICT_CODE[data.verdict.verdict])
         yield session
+        known = GaugeMetricFamily("observatory_known_findings", "Findings a known-findings ledger entry covers "
+                                  "(KNOWN: shown, never counted)", labels=["model", "arm", "known"])
+        for (arm, entry), n in known_counts(data).items():
+            known.add_metric([model, arm, entry], n)
+        yield known
 
 
 def openmetrics_text(data: SessionView) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from observatory.judge.summaries import ASSUMED_WHILE_RUNNING, arm_summaries, session_verdict
 from observatory.report.data import build
 from observatory.store.session_store import Store
-from observatory.store.summaries import replace_summaries, stale_sessions, summary_rows
+from observatory.store.summary_rows import replace_summaries, stale_sessions, summary_rows
 
 
 def write_summaries(store: Store, session_id: int) -> int:

@@ -18,17 +18,19 @@ from rich.table import Table
 from rich.text import Text
 
 from observatory.judge.precision import short_phrase, step_phrase
+from observatory.judge.reasons import known_summary, split
 from observatory.judge.verdict import arm_role
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
 from observatory.model.read_model import ArmView, SessionView
 from observatory.model.roles import BASE, JUDGED_AGAINST_BASE
-from observatory.model.vocabulary import TOKEN_DIFF
+from observatory.model.vocabulary import TOKEN_DIFF, rank
 
 STYLE = {
     "PASS": "green", "WARN": "yellow", "FAIL": "bold red", "NOT_DISCRIMINATING": "magenta",
     "INVALID": "bold magenta", "SKIP": "dim", "ok": "green", "failed": "bold red", "crashed": "bold red",
     "hung": "bold red", "interrupted": "yellow", "pending": "dim", "UNJUDGED": "bold magenta",
+    "KNOWN": "cyan", "NOTE": "dim",
 }
 SHORT = {"NOT_DISCRIMINATING": "NOT_DISCR"}
 # An arm's counters (observatory.model.read_model.Counters) are its streamed probe pass's; alpha and tau count
@@ -135,15 +137,31 @@ def arm_headline(a: ArmView) -> str:
                    f" · S {s_text}")
 
 
+def print_reasons(data: SessionView, console: Console, limit: int, width: int, notes: bool = True) -> None:
+    """The verdict's reasons, one line per cause (`observatory.judge.reasons`): what counts (at most LIMIT lines
+    of at most WIDTH characters), then apart, never counted, the known findings and (NOTES) the notes, else
+    how many notes there are."""
+    counted, known, noted = split(data.verdict)
+    shown = [("", counted), ("known findings (a ledger covers them: shown, not counted)", known)]
+    if notes:
+        shown.append(("notes (not counted)", noted))
+    for title, groups in shown:
+        if groups and title:
+            console.print(Text(f"  {title}:", style="dim"))
+        for g in groups[:limit]:
+            console.print(Text(f"  {g.line()}"[:width], style=STYLE.get(g.level, "")))
+        if len(groups) > limit:
+            console.print(Text(f"  ... and {len(groups) - limit} more (see the report)", style="dim"))
+    if noted and not notes:
+        console.print(Text(f"  notes (not counted): {sum(g.count for g in noted)} (`observatory show` lists them)",
+                           style="dim"))
+
+
 def print_verdict(data: SessionView, console: Console) -> None:
-    """The session verdict, its first reasons, and each judged arm's headline."""
+    """The session verdict, its reasons by cause, and each judged arm's headline."""
     v = data.verdict
     console.print(Text(f"Verdict: {v.verdict}", style=STYLE.get(v.verdict, "bold")), Text(f" — {cut(v.why)}"))
-    shown = [r for r in v.reasons if r.level != "NOTE"]
-    for r in shown[:10]:
-        console.print(Text(f"  {r.level}: {r.text}"[:300], style=STYLE.get(r.level, "")))
-    if len(shown) > 10:
-        console.print(Text(f"  ... and {len(shown) - 10} more (see the report)", style="dim"))
+    print_reasons(data, console, 10, 300)
     for a in data.arms:
         if arm_role(a) in JUDGED_AGAINST_BASE:
             console.print(Text(f"  {a.name}:", style="cyan"), Text(arm_headline(a)))
@@ -211,8 +229,7 @@ def print_channels(data: SessionView, console: Console) -> None:
             if not vs:
                 table.add_row(Text(ch.name), Text(a.arm), Text("-", style="dim"), Text(f"no verdict ({a.status})"))
                 continue
-            order = ["FAIL", "INVALID", "UNJUDGED", "WARN", "PASS"]
-            gate, v = min(vs.items(), key=lambda kv: order.index(kv[1].verdict) if kv[1].verdict in order else 9)
+            gate, v = min(vs.items(), key=lambda kv: rank(kv[1].verdict))
             table.add_row(Text(ch.name), Text(a.arm), verdict_text(v.verdict),
                           Text(f"{gate}: {v.reason or ''}"[:160]))
     console.print(table)
@@ -224,21 +241,16 @@ def _rate_ttft(a: ArmView) -> tuple[str, str]:
     return _num(rate, "{:.1f}"), _num(ttft, "{:.0f} ms")
 
 
-def print_closing(data: SessionView, paths: dict[str, str], console: Console | None = None,
-                  interrupted: bool = False) -> None:
-    """The run's last words: the session verdict and why, each judged arm's headline with its tok/s and
-    TTFT against base's, and where the report, JSON and other outputs went (PATHS: label -> path).
-    INTERRUPTED: the run was cut short, so the verdict is INVALID whatever the stored arms say (the gate's)."""
+def print_closing(data: SessionView, paths: dict[str, str], console: Console | None = None) -> None:
+    """The run's last words: the session verdict and why, its reasons by cause (what counts, then the known
+    findings and notes apart), each judged arm's headline with its tok/s and TTFT against base's, where the
+    report, JSON and other outputs went (PATHS: label -> path), and last the verdict line. The verdict is
+    `decide`'s, as every output states it (an interrupted session is INVALID unless something FAILed)."""
     console = console or Console()
     v = data.verdict
-    verdict, why = ("INVALID", "the session was interrupted") if interrupted else (v.verdict, v.why)
-    console.rule(Text(f"Session {data.session.id}: {verdict}", style=STYLE.get(verdict, "bold")))
-    console.print(Text(f"why: {why}"))
-    shown = [r for r in v.reasons if r.level != "NOTE"]
-    for r in shown[:3]:
-        console.print(Text(f"  {r.level}: {r.text}"[:200], style=STYLE.get(r.level, "")))
-    if len(shown) > 3:
-        console.print(Text(f"  ... and {len(shown) - 3} more", style="dim"))
+    console.rule(Text(f"Session {data.session.id}: {v.verdict}", style=STYLE.get(v.verdict, "bold")))
+    console.print(Text(f"why: {v.why}"))
+    print_reasons(data, console, 3, 200, notes=False)
     base = next((a for a in data.arms if arm_role(a) == BASE), None)
     b_rate, b_ttft = _rate_ttft(base) if base else ("no base arm", "no base arm")
     for a in data.arms:
@@ -252,3 +264,7 @@ def print_closing(data: SessionView, paths: dict[str, str], console: Console | N
                            + precise))
     for label, path in paths.items():
         console.print(Text(f"{label}: {path}"), soft_wrap=True)  # a path stays one line, to copy
+    known = known_summary(v)
+    line = Text(f"verdict: {v.verdict}", style=STYLE.get(v.verdict, "bold"))
+    line.append(f"; {known}" if known else "")
+    console.print(line, soft_wrap=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 
 from observatory.client.send import EngineClient
+from observatory.engines.adapter import adapter_for
 from observatory.engines.server import (
     EngineProcess,
     EngineStartError,
@@ -78,8 +79,6 @@ def launch(arm: Arm, settings: EngineSettings, gpus: list[int] | None, log_path:
     "port_in_use") is retried, ATTEMPTS launches in all. The engine is
     stopped here on any failure, Ctrl-C included.
     """
-    from observatory.engines.adapter import adapter_for
-
     highest = int(getattr(adapter_for(arm.engine), "max_port", 65535))
     for attempt in range(1, attempts + 1):
         port = free_port(highest)

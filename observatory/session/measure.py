@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observatory.channels import get as get_channel
 from observatory.channels.live_arm import StepReporter
 from observatory.client.answer import MAX_COUNT, Response
 from observatory.client.batch import timed_batch
@@ -194,8 +194,7 @@ class ArmRun:
         try:
             yield twin
         except ArmCrashed as e:
-            self.note(why, sibling={**facts, "ended": f"{e.status}: {e.reason}",
-                                    "engine_errors": crash_lines(eng.proc.log_tail(400, 64 * 1024))})
+            self.note(why, sibling={**facts, "ended": f"{e.status}: {e.reason}", "cause": eng.proc.fatal_error()})
         finally:
             eng.stop()
 
@@ -209,10 +208,9 @@ class ArmRun:
         restarts = launch.setdefault("restarts", [])
         if self.relauncher is None or len(restarts) >= MAX_RESTARTS:
             return False
-        tail = (self.proc.log_tail(400, 64 * 1024) or "") if self.proc is not None else ""
         entry: dict[str, Any] = {"where": where, "status": died.status, "reason": died.reason[:2000],
-                                 "log_tail": tail[-2000:] if self.proc is not None else None,
-                                 "engine_errors": crash_lines(tail)}
+                                 "cause": self.proc.fatal_error() if self.proc is not None else None,
+                                 "log_tail": (self.proc.log_tail() or "")[-2000:] if self.proc is not None else None}
         if self.proc is not None:
             self.proc.stop()
         if self.client is not None:
@@ -278,12 +276,10 @@ class ArmRun:
 
     def run_channels(self) -> None:
         """Each field channel's requests (observatory.channels), channel after channel."""
-        from observatory.channels import get  # the channel modules import this one
-
         for i, name in enumerate(self.channels):
             self.reporter.step(self.arm, f"channel {name}", i, len(self.channels))
             try:
-                get(name).measure(self, self.channel_probes.get(name, []))
+                get_channel(name).measure(self, self.channel_probes.get(name, []))
             except ArmCrashed as e:
                 if not self.restart(f"channel {name}", e):
                     raise
@@ -423,24 +419,6 @@ class ArmRun:
                         partner.check_alive(resp)
                     except ArmCrashed as e:  # base's end, not this arm's: its later pairs are left unpaired
                         partner.status, partner.reason = e.status, f"{e.reason} (while timed beside {self.arm.name})"
-
-
-_ERROR_LINE = re.compile(r"\b([A-Z][A-Za-z]*(?:Error|Exception)): (.+)")
-
-
-def crash_lines(log_tail: str, at_most: int = 4) -> list[str]:
-    """The last AT_MOST distinct ``SomeError: message`` lines of an engine log's tail, in log order, each cut
-    to 300 characters: the crash is at the log's end (a warm-up's logged errors come earlier)."""
-    out: list[str] = []
-    for line in reversed(log_tail.splitlines()):
-        m = _ERROR_LINE.search(line)
-        if m:
-            text = f"{m.group(1)}: {m.group(2).strip()}"[:300]
-            if text not in out:
-                out.append(text)
-        if len(out) >= at_most:
-            break
-    return out[::-1]
 
 
 def stream_is_reference(resp: Response) -> bool:

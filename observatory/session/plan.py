@@ -23,12 +23,12 @@ from urllib.parse import urlsplit
 from observatory.channels import engine_features, plan_probes
 from observatory.channels import resolve as resolve_channels
 from observatory.engines.adapter import adapter_for
-from observatory.engines.arms import parse_arms
+from observatory.engines.arm_engines import arm_engine, check_session_engine, host_env, parse_arms
 from observatory.engines.gpus import NO_MULTICAST_ENV, gpu_count, plan_waves
 from observatory.engines.images import require_image
 from observatory.engines.settings import EngineSettings
 from observatory.judge.perf_gates import parse_fail_on
-from observatory.model.arms import DEFAULT_ENGINE, NO_PARSER, Arm, check_parser
+from observatory.model.arms import NO_PARSER, Arm, check_parser
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR
 from observatory.model.probes import Probe, resolve_suite
@@ -135,11 +135,7 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     if plan.aa_copy and (plan.profile or "quick") in ("nightly", "deep"):
         arm_list = with_aa_copies(arm_list)
     adapter_for(plan.engine)  # validates the name
-    if plan.engine.lower() != DEFAULT_ENGINE and any(a.url is None for a in arm_list):
-        raise ObservatoryError(
-            f"--engine {plan.engine}: the observatory launches only vLLM; give every arm a URL "
-            "(NAME=http://...) of a server you started."
-        )
+    check_session_engine(plan.engine, arm_list)
     embedded: EmbeddedModel | None = None
     if plan.model is None and all(a.url for a in arm_list):
         model_name = "(served by the URL arms)"
@@ -172,8 +168,7 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         health_timeout_s=plan.health_timeout, image=plan.image, features=engine_features(channel_names),
     )
     n_gpus = gpu_count()
-    if n_gpus == 0 and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-        settings.env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; ample for the tiny default
+    settings.env.update(host_env([arm_engine(a, plan.engine) for a in arm_list], n_gpus))
     if n_gpus:
         settings.env.update(NO_MULTICAST_ENV)
     if plan.timing not in TIMINGS:

@@ -38,6 +38,7 @@ import httpx
 
 from observatory.client.send import TOP_LOGPROBS, EngineClient, RequestFailed, request_body, request_params
 from observatory.client.sse import MalformedStream, decode_json
+from observatory.engines.adapter import adapter_for
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ArmError
 from observatory.model.probes import Probe
@@ -52,8 +53,6 @@ NO_LOGPROBS = "answers without logprobs although asked"
 
 def _preflighted(engine: str) -> bool:
     """Whether URL arms of ENGINE get the one-token logprobs request (its adapter's ``preflight_logprobs``)."""
-    from observatory.engines.adapter import adapter_for
-
     return bool(getattr(adapter_for(engine), "preflight_logprobs", False))
 
 

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from observatory import __version__
 from observatory.client.send import EngineClient, request_params
 from observatory.engines.adapter import adapter_for
+from observatory.engines.arm_engines import arm_engine
 from observatory.engines.cuda_graphs import from_log_file
 from observatory.engines.gpus import plan_waves
 from observatory.engines.images import inspect_image
@@ -38,7 +39,7 @@ from observatory.engines.server import (
 )
 from observatory.engines.server_facts import host_facts, served_facts
 from observatory.engines.settings import speculative_config_for
-from observatory.judge.cross_engine import PROMPT_IDS, engines_of, prompt_ids
+from observatory.judge.cross_engine import PROMPT_IDS
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
@@ -47,6 +48,7 @@ from observatory.session.launch import RunningEngine, launch
 from observatory.session.measure import ArmCrashed, ArmRun
 from observatory.session.options import CompareOptions
 from observatory.session.plan import BASE_BESIDE
+from observatory.session.prompt_tokens import engines_of, prompt_ids
 from observatory.store import lease
 from observatory.store.clock import utcnow
 from observatory.store.db import ArmRow, ProbeRow, SessionRow
@@ -115,7 +117,7 @@ class Runner:
     def engine_of(self, arm: Arm) -> str:
         """The engine ARM runs on: its own (an ``ENGINE:NAME`` arm's), else the session's --engine (what its URL
         serves)."""
-        return arm.engine if arm.engine != DEFAULT_ENGINE else self.opts.plan.engine
+        return arm_engine(arm, self.opts.plan.engine)
 
     # -- session --------------------------------------------------------
     def create_session(self) -> int:
@@ -325,8 +327,8 @@ class Runner:
             "engine": self.engine_of(arm),
             "deployed": arm.deployed,
         }
-        values = dict(session_id=session_id, position=pos, name=arm.name, status="starting",
-                      launch=facts, started_at=utcnow(), reason=None, log_tail=None)
+        values = dict(session_id=session_id, position=pos, name=arm.name, status="starting", role=facts["role"],
+                      engine=facts["engine"], launch=facts, started_at=utcnow(), reason=None, log_tail=None)
         if row is None:
             row = self.store.add(ArmRow(**values))
         else:
@@ -363,7 +365,7 @@ class Runner:
             if r.proc is not None and r.gpus and getattr(adapter_for(self.engine_of(arm)), "logs_cuda_graphs", False):
                 # the CUDA graphs it captured, from its log's config line (observatory.judge.graph_coverage)
                 r.extra["launch"]["cuda_graphs"] = from_log_file(r.proc.log_path)
-            if r.extra["launch"]["role"] == BASE and len(engines_of(self.opts.arms)) > 1:  # observatory.judge.cross_engine
+            if r.extra["launch"]["role"] == BASE and len(engines_of(self.opts.arms)) > 1:  # session/prompt_tokens.py
                 r.extra["launch"][PROMPT_IDS] = prompt_ids(r.client.base_url, r.extra["launch"]["engine"],
                                                            r.client.model(), self.opts.probes, self.opts.api_key)
             self.store.update(ArmRow, r.arm_id, status="running", ready_at=utcnow(), launch=dict(r.extra["launch"]),

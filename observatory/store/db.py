@@ -35,8 +35,10 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from observatory.model.errors import ObservatoryError
+from observatory.store import storage_failure
 from observatory.store.clock import utcnow
 from observatory.store.compressed import CompressedJSON, CompressedText, compact_json
+from observatory.store.migrations import _migrations_table, migrate
 from observatory.store.packed import PackedChunks, PackedLogprobs
 
 DEFAULT_DB = "runs.db"
@@ -89,6 +91,10 @@ class ArmRow(Base):
     launch: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     engine_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
     model: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # the arm's role (observatory.model.roles) and the engine it ran on, written with the session (m010 filled
+    # older rows; `observatory.store.arm_facts` fills a row written without them when it is read)
+    role: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    engine: Mapped[str | None] = mapped_column(String(64), nullable=True)
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     log_tail: Mapped[str | None] = mapped_column(CompressedText, nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
@@ -158,7 +164,7 @@ class ResultRow(Base):
     # spec counters moved by this request: {"drafts", "draft_tokens", "accepted", "accepted_per_pos"}
     counters_delta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     concurrency: Mapped[int] = mapped_column(Integer, default=1)
-    # the openai SDK's verdict on this answer (observatory.client.sdk): {"sdk": version, "error", "differs",
+    # the openai SDK's verdict on this answer (observatory.client.openai_sdk): {"sdk": version, "error", "differs",
     # "events", "ms"}; None: not read by it (a timed pass, no answer, or stored before the SDK judged answers)
     sdk: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
@@ -333,8 +339,6 @@ def open_engine(db: str | None = None, create: bool = True, write: bool = False)
     be written (read-only file, URI mode=ro, read-only role) is an error now,
     before anything runs.
     """
-    from observatory.store.migrations import migrate
-
     url = database_url(db)
     engine = _engine_for(url)
     if engine.dialect.name == "sqlite":
@@ -342,8 +346,6 @@ def open_engine(db: str | None = None, create: bool = True, write: bool = False)
         if path and path != ":memory:" and not path.startswith("file:"):
             _check_sqlite_path(path, create)
         event.listen(engine, "connect", _sqlite_pragmas)
-    from observatory.store import storage_failure
-
     @storage_failure.retry_locked
     def ready() -> None:  # a database locked by another writer is retried (observatory.store.storage_failure)
         migrate(engine)
@@ -373,8 +375,6 @@ def _db_problem(e: DBAPIError) -> str:
 
 def _check_writable(engine: Engine) -> None:
     """Write one row and roll it back: a read-only database fails here, not mid-session."""
-    from observatory.store.migrations import _migrations_table
-
     with engine.connect() as conn:
         with conn.begin() as tx:
             conn.execute(_migrations_table.insert().values(name="__observatory_write_check__", applied_at=utcnow()))
@@ -384,6 +384,19 @@ def _check_writable(engine: Engine) -> None:
 def session_factory(engine: Engine) -> sessionmaker:  # type: ignore[type-arg]
     """ORM sessions that keep loaded attributes after commit."""
     return sessionmaker(engine, expire_on_commit=False)
+
+
+class KnownLedgerRow(Base):
+    """The known-findings ledger in effect for one session: its entries as loaded (docs/known.md), so the
+    judge re-applies it with no file present. Its own row, written once: the session's row stays small (a
+    full database must still let it be marked interrupted)."""
+
+    __tablename__ = "known_ledgers"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id"), unique=True)
+    # [{"id", "title", "link", "engine", "versions", "checks", ...}, ...]: observatory.model.ledger's stored form
+    entries: Mapped[list[Any]] = mapped_column(CompressedJSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class TriageRow(Base):

@@ -9,8 +9,10 @@ observatory and is refused.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -32,6 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from observatory.model.errors import ObservatoryError
+from observatory.store.arm_facts import launch_facts
 from observatory.store.clock import utcnow
 
 Migration = Callable[[Connection], None]
@@ -257,9 +260,42 @@ def m009_summary_s_step(conn: Connection) -> None:
     conn.execute(text('ALTER TABLE summaries ADD COLUMN "S_step" FLOAT'))  # quoted: PostgreSQL folds bare names to lower case
 
 
+def m010_known_ledgers(conn: Connection) -> None:
+    """The known-findings ledger in effect per session (issue 46 item 1; observatory.model.ledger)."""
+    md = MetaData()
+    Table("sessions", md, _id())  # for the foreign key only; not created here
+    Table(
+        "known_ledgers",
+        md,
+        _id(),
+        Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False, unique=True),
+        Column("entries", JSON, nullable=False),
+        Column("created_at", DateTime, nullable=False),
+    )
+    md.tables["known_ledgers"].create(conn)
+
+
+def m011_arm_role_engine(conn: Connection) -> None:
+    """Each arm's role and engine as columns (issue 47 item 2), filled for the arms stored before by the rule the
+    runner applied (`observatory.store.arm_facts.launch_facts`: the launch's own, else derived in run order)."""
+    conn.execute(text("ALTER TABLE arms ADD COLUMN role VARCHAR(32)"))
+    conn.execute(text("ALTER TABLE arms ADD COLUMN engine VARCHAR(64)"))
+    sessions: dict[int, list[tuple[int, str, dict[str, Any] | None]]] = {}
+    for arm_id, session_id, name, launch in conn.execute(
+            text("SELECT id, session_id, name, launch FROM arms ORDER BY session_id, position, id")):
+        sessions.setdefault(session_id, []).append((arm_id, name, json.loads(launch) if isinstance(launch, str)
+                                                    else launch))
+    for arms in sessions.values():
+        for (arm_id, _, _), (role, engine) in zip(arms, launch_facts([(name, launch) for _, name, launch in arms])):
+            conn.execute(text("UPDATE arms SET role = :role, engine = :engine WHERE id = :id"),
+                         {"role": role, "engine": engine, "id": arm_id})
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial, m002_result_text_raw, m003_session_lease, m004_reasoning_and_summaries, m005_triage,
     m006_result_logprobs_stop_reason, m007_result_sdk, m008_warm_measurement_gpu, m009_summary_s_step,
+    m010_known_ledgers,
+    m011_arm_role_engine,
 ]
 
 _TRACKING = MetaData()

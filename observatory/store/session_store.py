@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -19,9 +19,11 @@ from sqlalchemy.orm import Session
 from observatory.model.errors import ObservatoryError
 from observatory.model.redact import redact, redact_pieces, redact_text
 from observatory.store import lease
+from observatory.store.arm_facts import launch_facts
 from observatory.store.clock import utcnow
 from observatory.store.db import (
     ArmRow,
+    KnownLedgerRow,
     MeasurementRow,
     ProbeRow,
     ResultRow,
@@ -148,12 +150,37 @@ class Store:
                 setattr(obj, k, clean(columns[k], v))
 
     @retry_locked
+    def update_many(self, cls: type, changes: Mapping[int, Mapping[str, Any]]) -> None:
+        """Set each row's values (row id -> values) in one transaction, as `update` sets one row's."""
+        with self.tx() as s:
+            for row_id, values in changes.items():
+                obj = s.get(cls, row_id)
+                if obj is None:  # pragma: no cover
+                    raise ObservatoryError(f"{cls.__name__} {row_id} vanished from the database")
+                columns = cls.__table__.columns
+                for k, v in values.items():
+                    setattr(obj, k, clean(columns[k], v))
+
+    @retry_locked
     def replace_verdicts(self, session_id: int, rows: list[VerdictRow]) -> None:
         """Atomically swap a session's verdicts for ROWS (judging is idempotent)."""
         with self.tx() as s:
             arm_ids = select(ArmRow.id).where(ArmRow.session_id == session_id)
             s.execute(delete(VerdictRow).where(VerdictRow.arm_id.in_(arm_ids)))
             s.add_all([_clean_row(r) for r in rows])
+
+    @retry_locked
+    def set_known(self, session_id: int, entries: list[Any]) -> None:
+        """Store ENTRIES as the known-findings ledger in effect for SESSION_ID (replacing any)."""
+        with self.tx() as s:
+            s.execute(delete(KnownLedgerRow).where(KnownLedgerRow.session_id == session_id))
+            s.add(KnownLedgerRow(session_id=session_id, entries=entries))
+
+    def known(self, session_id: int) -> list[Any] | None:
+        """The known-findings ledger stored with SESSION_ID (its entries), or None when it has none."""
+        with self._sessions() as s:
+            row = s.scalars(select(KnownLedgerRow).where(KnownLedgerRow.session_id == session_id)).first()
+            return None if row is None else list(row.entries or [])
 
     @retry_locked
     def clear_arm(self, arm_id: int) -> None:
@@ -229,9 +256,13 @@ class Store:
             return [_shown(r) for r in s.scalars(select(SessionRow).order_by(SessionRow.id.desc()).limit(limit))]
 
     def arms(self, session_id: int) -> list[ArmRow]:
-        """A session's arms in run order."""
+        """A session's arms in run order, each with its role and engine (`observatory.store.arm_facts`)."""
         with self._sessions() as s:
-            return list(s.scalars(select(ArmRow).where(ArmRow.session_id == session_id).order_by(ArmRow.position)))
+            rows = list(s.scalars(select(ArmRow).where(ArmRow.session_id == session_id).order_by(ArmRow.position)))
+        if any(r.role is None or r.engine is None for r in rows):  # a row written without them (by hand)
+            for r, (role, engine) in zip(rows, launch_facts([(r.name, r.launch) for r in rows])):
+                r.role, r.engine = r.role or role, r.engine or engine
+        return rows
 
     def probes(self, session_id: int) -> list[ProbeRow]:
         """A session's probes in suite order."""

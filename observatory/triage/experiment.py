@@ -19,16 +19,18 @@ from typing import Any
 
 from observatory.client.answer import Response
 from observatory.client.send import EngineClient
-from observatory.engines.knobs import apply_change
+from observatory.engines.knobs import apply_change, candidate_values, knobs_for, not_applicable, platform_of
 from observatory.engines.server import EngineStartError
-from observatory.judge.session import to_output
+from observatory.judge.apply_gates import to_output
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, PASS, WARN, Output
 from observatory.model.vocabulary import INVALID, worst
+from observatory.session.depths import deployed_depth
 from observatory.session.launch import launch
 from observatory.session.runner import Interrupted, install_sigterm, restore_sigterm
 from observatory.store.db import TriageRow
 from observatory.store.session_store import Store
+from observatory.triage import store as triage_store
 from observatory.triage.search import TriageRun, knob_names, narrow
 from observatory.triage.source import Target
 
@@ -110,9 +112,6 @@ class EngineCheck:
 
 def plan_changes(target: Target, only: list[str] | None = None) -> tuple[list[tuple[str, Any]], dict[str, str]]:
     """(the single changes to try, in order; {knob: why not} for the knobs that cannot be tried here)."""
-    from observatory.engines.knobs import candidate_values, knobs_for, not_applicable, platform_of
-    from observatory.session.depths import deployed_depth
-
     knobs = knobs_for(target.engine)
     if only:
         unknown = sorted(set(only) - {k.name for k in knobs})
@@ -149,8 +148,6 @@ def run_triage(store: Store, target: Target, log_dir: Path, max_runs: int, knobs
     interrupted and re-raises; ``resume=True`` continues the latest unfinished
     triage of the arm, reusing its runs.
     """
-    from observatory.triage import store as triage_store
-
     say = progress or Progress()
     singles, skipped = plan_changes(target, knobs)
     failures = [{"probe": f.probe, "channel": f.channel, "verdict": f.verdict,

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from observatory.model.errors import ObservatoryError
 from observatory.model.vocabulary import INVALID, PASS
 from observatory.triage.delta import OutOfRuns, ddmin
 
@@ -124,8 +125,6 @@ def narrow(check: Callable[[dict[str, Any]], TriageRun], singles: list[tuple[str
            on_run: Callable[[TriageRun, int, int], None] | None = None) -> TriageOutcome:
     """The triage plan (module docstring) over SINGLES, the (knob, value) changes to try, in order."""
     if max_runs < 1:
-        from observatory.model.errors import ObservatoryError
-
         raise ObservatoryError("--max-runs must be at least 1 (the reproduction run).")
     out = TriageOutcome(not_tried=[{"knob": k, "why": why} for k, why in (not_applicable or {}).items()])
     runner = _Runner(check, max_runs, done, on_run)

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observatory.engines.images import arm_image
-from observatory.engines.launches import engine_of
 from observatory.engines.settings import EngineSettings
-from observatory.judge.session import base_reference, full_sequence, results_by_mode, session_registry, to_output
+from observatory.judge.apply_gates import base_reference, full_sequence, results_by_mode, session_registry, to_output
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, WARN, Gate
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import TOKEN_DIFF
+from observatory.store.arm_facts import launch_engine
 from observatory.store.db import ArmRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
 
@@ -109,7 +109,7 @@ def rebuild_arm(row: ArmRow) -> Arm:
                or (launch.get("env") or {}).get("OBSERVATORY_FAULT"),
                # the engine it ran on (an arm relaunched on another engine would be another experiment),
                # and the image named on the arm itself (the session's own comes back with its settings)
-               engine=engine_of(launch),
+               engine=row.engine or launch_engine(launch),
                image=str(image["ref"]) if image and image.get("asked") and image.get("ref") else None)
 
 

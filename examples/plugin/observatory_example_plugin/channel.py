@@ -7,13 +7,12 @@ second time (state left behind by the first) fails it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from observatory.channels import Channel
+from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import FAIL, PASS
-from observatory.store.db import VerdictRow
+from observatory.store.stored import Verdict
 
 NAME = "example_repeat"
 TIMES = 2
@@ -27,7 +26,8 @@ def plan(suite: list[Probe]) -> list[Probe]:
                   max_tokens=p.max_tokens, tools=p.tools, tool_choice=p.tool_choice, channel=NAME)]
 
 
-def measure(run: Any, probes: list[Probe]) -> None:
+def measure(run: LiveArm, probes: list[Probe]) -> None:
+    assert run.client is not None  # a channel measures a live arm
     for probe in probes:
         for i in range(TIMES):
             resp = run.client.run(probe, stream=True)
@@ -37,7 +37,7 @@ def measure(run: Any, probes: list[Probe]) -> None:
                 return
 
 
-def judge(view: ChannelView) -> list[VerdictRow]:
+def judge(view: ChannelView) -> list[Verdict]:
     base = view.base
     ref = [r.token_ids for r in view.results(base)] if base is not None else []
     rows = []

@@ -37,12 +37,12 @@ Verdicts the judge itself assigns (docs/design.md section 2):
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from observatory.engines.adapter import adapter_for
-from observatory.engines.launches import base_arm, by_engine, engine_of, stored_roles
-from observatory.faults.repairs import known_bug
 from observatory.judge import rates
 from observatory.judge.rates import near_tie_opportunities
 from observatory.model.errors import ObservatoryError
@@ -60,15 +60,16 @@ from observatory.model.gates import (
 )
 from observatory.model.numerics import served_dtype, served_platform
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, FAULT, SPEC
+from observatory.model.roles import AA_COPY, FAULT, SPEC, base_of, by_engine
 from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, NOTE, TOKEN_DIFF, UNJUDGED
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.db import ArmRow, ResultRow, SessionRow, VerdictRow
 from observatory.store.session_store import Store
+from observatory.store.stored import StoredArm, StoredResult, Verdict, verdict_row
 
 SELF_PAIRS = {"nonstream": "nonstream", "batch": "batch"}
 
 
-def to_output(r: ResultRow) -> Output:
+def to_output(r: StoredResult) -> Output:
     """A stored result as gates see it."""
     return Output(
         text=_judged_part(r.text) or "",
@@ -87,14 +88,14 @@ def to_output(r: ResultRow) -> Output:
     )
 
 
-def _generated(r: ResultRow) -> int | None:
+def _generated(r: StoredResult) -> int | None:
     """How far the engine's generated-token counter moved around R (stored with its counter delta)."""
     delta = getattr(r, "counters_delta", None)
     n = delta.get("generated") if isinstance(delta, dict) else None
     return n if type(n) is int and n >= 0 else None
 
 
-def logprob_spread(a: ResultRow, b: ResultRow) -> float | None:
+def logprob_spread(a: StoredResult, b: StoredResult) -> float | None:
     """The largest |logprob difference| between two answers with identical token ids: the emitted tokens'
     logprobs and every top-k entry both list; None when the ids differ or neither has logprobs."""
     if not a.token_ids or list(a.token_ids) != list(b.token_ids or []):
@@ -113,7 +114,7 @@ def _judged_part(text: str | None) -> str | None:
 
 def base_reference(arms: list[ArmRow], of: ArmRow | None = None) -> ArmRow | None:
     """The arm every other arm is diffed against: the one whose role is base (of OF's engine, OF given)."""
-    return base_arm(arms, of)
+    return base_of(arms, of)
 
 
 def _row(arm: ArmRow, gate: Gate, res: GateResult, result: ResultRow | None, probe_id: int | None,
@@ -179,7 +180,7 @@ def result_gates(registry: GateRegistry, probe: Probe) -> list[Gate]:
     return named + rest
 
 
-def tokens_complete(r: ResultRow) -> bool:
+def tokens_complete(r: StoredResult) -> bool:
     """Whether a result carries every generated token id (its usage count agrees).
 
     Some engines withhold the logprobs of streamed chunks their tool parser
@@ -211,7 +212,7 @@ def _arguments(raw: Any) -> Any:
         return raw
 
 
-def comparable_text(r: ResultRow) -> str:
+def comparable_text(r: StoredResult) -> str:
     """What a result says, as one string: reasoning, content and tool calls (name and arguments as data).
 
     Beside tool calls, the content is compared stripped: a parser may leave a
@@ -223,7 +224,7 @@ def comparable_text(r: ResultRow) -> str:
     return json.dumps([r.reasoning or "", text, calls], sort_keys=True, ensure_ascii=False)
 
 
-def text_divergence(mine: ResultRow, ref: ResultRow, ref_label: str) -> GateResult:
+def text_divergence(mine: StoredResult, ref: StoredResult, ref_label: str) -> GateResult:
     """Compare two results by text where token ids cannot be diffed."""
     a, b = comparable_text(mine), comparable_text(ref)
     why = ("no complete token-id sequence on " + ", ".join(
@@ -245,13 +246,13 @@ class _Judge:
                  channels: ChannelJudge | None = None):
         self.store, self.registry, self.channels = store, registry, channels
         self.arms = arms  # one engine's arms: each engine's are judged against their own base
-        self.roles = stored_roles([(a.name, a.launch) for a in self.arms])
+        self.roles = {a.name: a.role for a in self.arms if a.role is not None}
         self.session_id = session_id
         self.all_probes = {p.id: Probe.from_dict(p.definition) for p in store.probes(session_id)}
         # the suite's probes; field channels judge their own (channel_rows)
         self.probes = {pid: p for pid, p in self.all_probes.items() if not p.channel}
         self.by_arm = {a.id: results_by_mode(store, a.id) for a in self.arms}
-        self.base = base_arm(self.arms, roles=self.roles)
+        self.base = base_of(self.arms)
         self.base_failed: set[tuple[int, str]] = set()
         self.rows: list[VerdictRow] = []
         self.aa_spread = self.aa_logprob_spread()
@@ -332,19 +333,13 @@ class _Judge:
         flight beside it), INVALID on base (the reference itself died); one row per death, naming where."""
         for i, r in enumerate((arm.launch or {}).get("restarts") or []):
             where, why = r.get("where"), r.get("reason")
-            errors = [str(e) for e in r.get("engine_errors") or []]
-            cause = next((e for e in errors if not e.startswith(("EngineDeadError", "AssertionError"))), None)
-            if cause:  # the engine log's own word for it, and the known bug that error names (with its repair)
-                bug = known_bug(errors)
-                why = f"{why}; the engine: {cause}" + (f"; known engine bug of {bug.engine}, repair +repair="
-                                                       f"{bug.repair} ({bug.reproduction})" if bug else "")
             back = "restarted" if r.get("restarted") else f"not restarted ({r.get('why_not')})"
             is_base = arm is self.base
             self.rows.append(VerdictRow(
                 arm_id=arm.id, result_id=None, probe_id=None, gate=f"engine_restart:{i + 1}", gate_version="judge",
                 verdict=INVALID if is_base else FAIL,
-                reason=(f"the engine {r.get('status')} during {where} ({why}); {back}, the later phases ran on a "
-                        f"fresh engine{': the reference itself died' if is_base else ''}"),
+                reason=(f"the engine {r.get('status')} during {where} ({r.get('cause') or why}); {back}, the later "
+                        f"phases ran on a fresh engine{': the reference itself died' if is_base else ''}"),
                 details={**r, "assigned_by": "judge"}))
 
     # -- numerics-driven events as rates against controls (observatory.judge.rates) ------------------------
@@ -357,7 +352,7 @@ class _Judge:
     def platform(self, arm: ArmRow) -> dict[str, Any]:
         """What makes two arm-nights' rates comparable: engine and version, platform, dtype, GPU."""
         gpu = self.store.session(self.session_id).gpu
-        return {"engine": engine_of(arm.launch), "version": arm.engine_version,
+        return {"engine": arm.engine, "version": arm.engine_version,
                 "platform": self.served_platform or "cpu", "dtype": self.served_dtype, "gpu": gpu}
 
     def rate_rows(self) -> None:
@@ -408,8 +403,8 @@ class _Judge:
         for name in names:
             probes = {pid: p for pid, p in self.all_probes.items() if p.channel == name}
             assert self.channels is not None
-            self.rows.extend(self.channels(self.store, self.session_id, name, self.arms, self.roles, probes,
-                                           self.registry))
+            self.rows.extend(verdict_row(v) for v in self.channels(self.store, self.session_id, name, self.arms,
+                                                                   self.roles, probes, self.registry))
 
     def stream_token_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:
         """WARN where a stream carried fewer token ids than the engine says it generated.
@@ -419,7 +414,7 @@ class _Judge:
         non-streamed response carries every id.
         """
         modes = self.by_arm[arm.id]
-        dialect = adapter_for(engine_of(arm.launch))
+        dialect = adapter_for(arm.engine)
         withheld = not dialect.streams_drafted_ids and (arm.launch or {}).get("speculative_config") is not None
         for pid, r in stream.items():
             if not r.ok or tokens_complete(r) or pid not in self.probes:
@@ -444,12 +439,12 @@ class _Judge:
 
     def withholds_ids(self, arm: ArmRow) -> bool:
         """Whether ARM's streams withhold drafted ids by design (its adapter's ``streams_drafted_ids``)."""
-        dialect = adapter_for(engine_of(arm.launch))
+        dialect = adapter_for(arm.engine)
         return not dialect.streams_drafted_ids and (arm.launch or {}).get("speculative_config") is not None
 
     def streams_end_token(self, arm: ArmRow) -> bool:
         """Whether ARM's engine streams the end token's entry (its adapter's ``streams_end_token``, default True)."""
-        return bool(getattr(adapter_for(engine_of(arm.launch)), "streams_end_token", True))
+        return bool(getattr(adapter_for(arm.engine), "streams_end_token", True))
 
     def output_of(self, arm: ArmRow, r: ResultRow) -> Output:
         """R as a gate reads it, with what ARM's engine does not report (`Output.streams_every_id` and kin)."""
@@ -728,7 +723,7 @@ class _Judge:
                 "diff's WARN) and landed on another probe's answer; base answers these prompts differently")
 
 
-def stream_text_unmeasurable(r: ResultRow) -> str | None:
+def stream_text_unmeasurable(r: StoredResult) -> str | None:
     """Why a streamed result's text cannot be checked against its ids' texts (None: it can)."""
     texts = r.token_texts or []
     if not tokens_complete(r) or len(texts) != len(r.token_ids or []):
@@ -742,7 +737,7 @@ def stream_text_unmeasurable(r: ResultRow) -> str | None:
     return None
 
 
-def stream_text_mismatch(r: ResultRow) -> int | None:
+def stream_text_mismatch(r: StoredResult) -> int | None:
     """Where the streamed text departs from its ids' texts joined, or None where they agree.
 
     A stop on EOS or a stop token id keeps that token among the ids (vLLM:
@@ -760,7 +755,7 @@ def stream_text_mismatch(r: ResultRow) -> int | None:
 OWN_PASSES = {"stream": "streamed", "nonstream": "non-streamed", "batch": "batch"}
 
 
-def _same_output(r: ResultRow, ref: ResultRow) -> bool:
+def _same_output(r: StoredResult, ref: StoredResult) -> bool:
     if tokens_complete(r) and tokens_complete(ref):
         return list(r.token_ids or []) == list(ref.token_ids or [])
     return comparable_text(r) == comparable_text(ref)
@@ -772,11 +767,24 @@ def session_registry(store: Store, session_id: int) -> GateRegistry:
     return registry_for((options.get("plan") or {}).get("gates_dirs") or ())
 
 
+def remember_gates_dirs(store: Store, session_id: int, gates_dirs: Sequence[str]) -> None:
+    """Add GATES_DIRS (folders of gate files, as absolute paths) to those the session is judged with, after
+    checking their gates load (a broken gate file is a setup error, stored nowhere)."""
+    s = store.session(session_id)
+    options = dict(s.options or {})
+    plan = dict(options.get("plan") or {})
+    known = list(plan.get("gates_dirs") or [])
+    plan["gates_dirs"] = known + [d for d in (str(Path(x).resolve()) for x in gates_dirs) if d not in known]
+    registry_for(plan["gates_dirs"])
+    options["plan"] = plan
+    store.update(SessionRow, session_id, options=options)
+
+
 class ChannelJudge(Protocol):
     """The verdicts of one field channel over one engine's arms (`observatory.channels.judge_channel`)."""
 
-    def __call__(self, store: Store, session_id: int, name: str, arms: list[ArmRow], roles: dict[str, str],
-                 probes: dict[int, Probe], registry: GateRegistry) -> list[VerdictRow]: ...
+    def __call__(self, store: Store, session_id: int, name: str, arms: Sequence[StoredArm], roles: dict[str, str],
+                 probes: dict[int, Probe], registry: GateRegistry) -> Sequence[Verdict]: ...
 
 
 def judge_session(store: Store, session_id: int, registry: GateRegistry | None = None,

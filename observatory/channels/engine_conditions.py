@@ -17,20 +17,21 @@ from typing import Any
 import httpx
 
 from observatory.channels.view import ChannelView
+from observatory.client.send import EngineClient
 from observatory.model.vocabulary import SKIP
-from observatory.store.db import ArmRow, ResultRow, VerdictRow
+from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NOT_EXERCISED = "not exercised"
 Z_DROP = 3.29  # two-sided p < 0.001 for one comparison (soak's rule, docs/channels.md section soak)
 
 
-def facts(arm: ArmRow, channel: str) -> dict[str, Any]:
+def facts(arm: StoredArm, channel: str) -> dict[str, Any]:
     """What CHANNEL noted on ARM while it ran (`LiveArm.note`), {} if nothing."""
     got = ((arm.launch or {}).get("channel_facts") or {}).get(channel)
     return dict(got) if isinstance(got, dict) else {}
 
 
-def sibling_problem(arm: ArmRow, channel: str) -> str | None:
+def sibling_problem(arm: StoredArm, channel: str) -> str | None:
     """Why CHANNEL's second engine of ARM did not run (not launched, or died), or None."""
     sib = facts(arm, channel).get("sibling")
     if not isinstance(sib, dict):
@@ -42,13 +43,13 @@ def sibling_problem(arm: ArmRow, channel: str) -> str | None:
     return None
 
 
-def not_exercised(view: ChannelView, arm: ArmRow, why: str, details: dict[str, Any] | None = None,
-                  part: str | None = None) -> VerdictRow:
+def not_exercised(view: ChannelView, arm: StoredArm, why: str, details: dict[str, Any] | None = None,
+                  part: str | None = None) -> Verdict:
     """The verdict of a condition the engine never reached: SKIP, its reason starting "not exercised"."""
     return view.verdict(arm, SKIP, f"{NOT_EXERCISED}: {why}", details, part=part)
 
 
-def metrics_text(client: Any, timeout_s: float = 30.0) -> str | None:
+def metrics_text(client: EngineClient, timeout_s: float = 30.0) -> str | None:
     """The server's /metrics text, or None when it does not answer one."""
     try:
         r = client.fetch("/metrics", timeout_s)
@@ -57,7 +58,7 @@ def metrics_text(client: Any, timeout_s: float = 30.0) -> str | None:
     return r.text if r.status_code == 200 else None
 
 
-def acceptance(r: ResultRow) -> tuple[int, int] | None:
+def acceptance(r: StoredResult) -> tuple[int, int] | None:
     """(accepted, drafted) draft tokens of one request's counter delta; None when not reported or no drafts."""
     cd = r.counters_delta or {}
     acc, drafted = cd.get("accepted"), cd.get("draft_tokens")
@@ -66,7 +67,7 @@ def acceptance(r: ResultRow) -> tuple[int, int] | None:
     return acc, drafted
 
 
-def decode_rate(r: ResultRow) -> float | None:
+def decode_rate(r: StoredResult) -> float | None:
     """Tokens per second after the first token (the decode phase), or None when not measurable."""
     n = len(r.token_ids or [])
     if not r.ok or n < 2 or r.duration_ms is None or r.ttft_ms is None or r.duration_ms <= r.ttft_ms:
@@ -74,7 +75,7 @@ def decode_rate(r: ResultRow) -> float | None:
     return (n - 1) / ((r.duration_ms - r.ttft_ms) / 1000.0)
 
 
-def request_rate(r: ResultRow) -> float | None:
+def request_rate(r: StoredResult) -> float | None:
     """Generated tokens per second over the whole request (first token included), or None.
 
     Steadier than `decode_rate` on short answers: a stream whose tokens arrive in a few chunks
@@ -84,13 +85,6 @@ def request_rate(r: ResultRow) -> float | None:
     if not r.ok or n < 1 or r.duration_ms is None or r.duration_ms <= 0:
         return None
     return n / (r.duration_ms / 1000.0)
-
-
-def z_two_proportions(x1: int, n1: int, x2: int, n2: int) -> float | None:
-    """The pooled two-proportion z of x2/n2 against x1/n1 (soak's), None when not defined."""
-    from observatory.channels.soak import z_two_proportions as z
-
-    return z(x1, n1, x2, n2)
 
 
 def log_ratio(a: float | None, b: float | None) -> float | None:

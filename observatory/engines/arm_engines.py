@@ -2,7 +2,9 @@
 which engines have arms of their own (``ENGINE:NAME``, `EngineAdapter.arm_presets`) and what they are.
 
 `parse_arms` and `load_arms_file` are the model's, given `arm_engines`; `env_vars` collects the OBSERVATORY_*
-variables the engines' arms read, for `observatory --help`.
+variables the engines' arms read, for `observatory --help`. Which engine a planned arm runs on (`arm_engine`), what
+--engine may name (`check_session_engine`) and what the session's engines need from the host (`host_env`) are
+answered here, so nothing above engines/ compares an engine with the default one.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from observatory.engines.adapter import EngineAdapter, adapters, plugins
+from observatory.engines.adapter import EngineAdapter, adapter_for, adapters, plugins
 from observatory.model import arms as model_arms
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
@@ -35,6 +37,30 @@ def arm_engines() -> dict[str, EngineAdapter]:
 def engine_names() -> tuple[str, ...]:
     """The engines an arm may run on: the default one, then those with presets of their own."""
     return model_arms.engine_names(arm_engines())
+
+
+def arm_engine(arm: Arm, session_engine: str) -> str:
+    """The engine ARM runs on: its own (an ``ENGINE:NAME`` arm's), else the session's --engine SESSION_ENGINE (what
+    an unprefixed URL arm's server is; the default engine launches the unprefixed arms, `check_session_engine`)."""
+    return arm.engine if arm.engine != DEFAULT_ENGINE else session_engine
+
+
+def check_session_engine(session_engine: str, arms: list[Arm]) -> None:
+    """--engine names what the unprefixed URL arms serve: an unprefixed arm the observatory launches runs on the
+    default engine, so any other --engine needs every arm to have a URL (ObservatoryError otherwise)."""
+    if session_engine.lower() != DEFAULT_ENGINE and any(a.url is None for a in arms):
+        raise ObservatoryError(
+            f"--engine {session_engine}: the observatory launches only vLLM; give every arm a URL "
+            "(NAME=http://...) of a server you started."
+        )
+
+
+def host_env(engines: list[str], n_gpus: int) -> dict[str, str]:
+    """The environment the arms of ENGINES need on a host with N_GPUS GPUs (each adapter's ``host_env``)."""
+    env: dict[str, str] = {}
+    for name in dict.fromkeys(engines):
+        env.update(adapter_for(name).host_env(n_gpus))
+    return env
 
 
 def parse_arms(spec: str, arms_file: Path | str | None = None, speculative_config: str | None = None) -> list[Arm]:
