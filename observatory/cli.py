@@ -29,6 +29,7 @@ from observatory.model.redact import redact_text
 
 # An unexpected exception exits INTERNAL_ERROR: nothing measured can be trusted, never a traceback.
 from observatory.model.vocabulary import INTERNAL_ERROR, SETUP_ERROR
+from observatory.report.verbosity import NORMAL, set_verbosity
 from observatory.store import storage_failure
 
 # name -> (module, attribute): each command is imported when it is looked up.
@@ -49,6 +50,50 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class QuietPipe:
+    """A standard stream that goes quiet once its reader has gone (a closed pipe: `observatory sessions | head -1`).
+
+    The command goes on and ends with its own status (a gate's verdict stays its exit code, under `pipefail`
+    too); what it would still have printed is dropped: the stream's descriptor is pointed at /dev/null, so
+    nothing fails at exit either. Everything else is the wrapped stream's.
+    """
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: Any) -> int:
+        """Write TEXT, or drop it once the reader has gone."""
+        if self._gone:
+            return len(text)
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._go_quiet()
+            return len(text)
+
+    def flush(self) -> None:
+        """Flush, unless the reader has gone."""
+        if self._gone:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._go_quiet()
+
+    def _go_quiet(self) -> None:
+        self._gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass  # a stream without a descriptor (a test's buffer): dropping the text is enough
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 class ObservatoryGroup(click.Group):
     """A group that reports ObservatoryError and usage errors as one line and exits 3.
 
@@ -61,6 +106,11 @@ class ObservatoryGroup(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """Run without click's standalone handling so exit codes stay ours."""
         kwargs["standalone_mode"] = False
+        set_verbosity(NORMAL)  # each command line starts at the default (-q / -v set it while parsing)
+        for name in ("stdout", "stderr"):  # `observatory sessions | head -1`: a closed pipe ends nothing
+            stream = getattr(sys, name)
+            if stream is not None and not isinstance(stream, QuietPipe):
+                setattr(sys, name, QuietPipe(stream))
         try:
             rv = super().main(*args, **kwargs)
         except click.exceptions.Abort:
@@ -137,11 +187,23 @@ def _write_traceback(e: BaseException) -> str:
 
 def _one_line(e: BaseException | str) -> str:
     """An error message as one line, credentials masked."""
-    return redact_text(" ".join(str(e).split()))
+    # control characters (a terminal escape in a server's answer quoted by an error) become '?'
+    return redact_text("".join(c if c.isprintable() else "?" for c in " ".join(str(e).split())))
+
+
+def _verbosity(level: int) -> Any:
+    def callback(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if value:
+            set_verbosity(level)
+    return callback
 
 
 @click.group(cls=ObservatoryGroup, epilog=env_epilog())
 @click.version_option(__version__, prog_name="observatory")
+@click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_verbosity(-1),
+              help="Print verdicts and reasons only, no tables (also after each command).")
+@click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_verbosity(1),
+              help="Print every reason and note (also after each command).")
 def cli() -> None:
     """Correctness-and-regression observatory for speculative decoding.
 
@@ -149,6 +211,9 @@ def cli() -> None:
     observatory compare --arms base,mtp1,mtp2
     observatory show --json
     observatory report --out report/
+
+    Output that is not a terminal (a pipe, a CI log) is laid out 240 columns
+    wide, so no figure wraps; COLUMNS sets another width.
     """
 
 

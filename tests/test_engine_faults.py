@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from child_signals import sigint_default
 from click.testing import CliRunner
-from conftest import passed_but_for_speed, requires_engine
+from conftest import passed_but_for_speed, requires_engine, verdict_exit
 from sqlalchemy import select
 
 from observatory.cli import cli
@@ -102,7 +102,8 @@ def test_port_taken_then_engine_killed_mid_probe(tmp_path: Path, monkeypatch: py
     finally:
         blocker.close()
     t.join(timeout=5)
-    assert passed_but_for_speed(r.exit_code, db), r.output
+    # base crashed mid-run: nothing can be judged against it, so the session is INVALID and compare exits 2
+    assert r.exit_code == verdict_exit(db) == 2, r.output
     assert offered[0] == taken and len(offered) >= 3  # base retried, then mtp1
     data = _show(db)
     base, mtp1 = data["arms"]

@@ -103,7 +103,7 @@ def test_builtin_ledger_reads_the_nightly_engine_bug_known_everywhere(tiny: Path
     report = tmp_path / "report"
     assert _invoke("report", "--db", str(tiny), "--out", str(report)).exit_code == 0
     page = (report / "index.html").read_text()
-    assert "Known findings (a ledger covers them: shown, not counted)" in page
+    assert "known findings, covered by the ledger: shown, not counted" in page
     assert 'href="https://github.com/vllm-project/vllm/pull/47616"' in page
     # re-judged with nothing given: the stored ledger again, no file needed
     again = _invoke("judge", "--db", str(tiny))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import passed_but_for_speed, requires_engine
+from conftest import requires_engine, verdict_exit
 
 from observatory.cli import cli
 from observatory.client.send import EngineClient
@@ -60,7 +60,11 @@ def test_triage_names_k_for_a_k2_only_fault_and_its_bundle_reproduces(tmp_path: 
     r = CliRunner().invoke(cli, ["compare", "--arms", "base,mtp2g", "--arms-file", str(tmp_path / "arms.toml"),
                                  "--suite", str(tmp_path / "one.toml"), "--no-diffs", "--db", db, "--log-dir", logs,
                                  "--engine-arg=--enforce-eager", "--quiet"], catch_exceptions=False)
-    assert passed_but_for_speed(r.exit_code, db), r.output
+    # the ghost token FAILs the arm (compare exits 1 on it, issue 46 item 4); triage starts from that failure
+    assert r.exit_code == verdict_exit(db) == 1, r.output
+    shown = json.loads(CliRunner().invoke(cli, ["show", "--db", db, "--json"], catch_exceptions=False).output)
+    fails = {(x["arm"], x["gate"]) for x in shown["verdict"]["reasons"] if x["level"] == "FAIL"}
+    assert ("mtp2g", "token_diff") in fails, fails
     r = CliRunner().invoke(cli, ["triage", "--db", db, "--log-dir", logs, "--knob", "num_speculative_tokens",
                                  "--bundle", str(tmp_path / "bundle"), "--json"], catch_exceptions=False)
     assert r.exit_code == 0, r.output

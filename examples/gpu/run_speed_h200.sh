@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Speed on a GPU-bound model with real acceptance (issue 27 item 5, issue 29 item 5), one H200, vLLM 0.26.0
-# for CUDA (the trimmed bundle, examples/h200/README.md). The field model embedded in a 7B-class dense
+# for CUDA (the trimmed bundle, examples/h200/README.md); an H100 too, sized from the card found. The field model embedded in a 7B-class dense
 # layout (training/scale_up.py: the same logits, every step reading 13+ GiB of bf16 weights), production
 # defaults (bf16, CUDA graphs, prefix caching). Four servers side by side, 0.2 of the GPU's memory each:
 # base, mtp1, mtp2 and mtp2 with the hidden fault slow_step (OBSERVATORY_FAULT; every spec step 5% slower).
@@ -37,8 +37,8 @@ start() {  # name port [K [fault]]; the server runs in the background ($!)
   local name=$1 port=$2 k=${3:-} fault=${4:-}
   local argv=(python3 -m vllm.entrypoints.openai.api_server --model "$model" --host 127.0.0.1 --port "$port"
               --seed 0 --max-logprobs 20 --dtype bfloat16 --enable-auto-tool-choice
-              --tool-call-parser hermes --attention-backend TRITON_ATTN --gpu-memory-utilization 0.2
-              --kv-cache-memory-bytes 8589934592)
+              --tool-call-parser hermes --attention-backend TRITON_ATTN --gpu-memory-utilization "$util"
+              --kv-cache-memory-bytes "$kv")
   [ -n "$k" ] && argv+=(--speculative-config "$(spec "$k")")
   # side by side: each server its own compile caches (kept in .devcache across warm calls)
   env VLLM_CACHE_ROOT="$cache/vc-$name" TRITON_CACHE_DIR="$cache/tc-$name" TORCHINDUCTOR_CACHE_DIR="$cache/ic-$name" \
@@ -58,7 +58,12 @@ wait_for() {  # until LOG has PATTERN; a server that exited stops the run (its l
 # vLLM sizes its KV cache from the GPU's free memory during its profiling run: a server profiling while
 # another loads its weights counts them as its own (base at -19.04 GiB, then mtp1 at -9.68 GiB when started
 # after base, 2026-12-03). So each server's KV cache is given (--kv-cache-memory-bytes, 8 GiB: 65,536 tokens
-# of this layout), which skips that profiling; memory only, the same kernels and graphs.
+# of this layout on the H200), which skips that profiling; memory only, the same kernels and graphs. Sized from
+# the card found (device_env.sh): four servers of 13.5 GiB of weights and 8 GiB of KV cache each do not fit an
+# H100's 80 GB, where each gets what 80% of the card leaves (1 GiB: 8,192 tokens, still far above a
+# probe's length).
+kv=$(kv_bytes 4 14); util=$(mem_util 4)
+echo "each server: KV cache $kv bytes, --gpu-memory-utilization $util" | tee -a "$out/timings.txt"
 start base 8200; pid[base]=$!
 start mtp1 8201 1; pid[mtp1]=$!; start mtp2 8202 2; pid[mtp2]=$!; start slow 8203 2 slow_step; pid[slow]=$!
 for name in base mtp1 mtp2 slow; do wait_for "$name" "Application startup complete"; done

@@ -13,8 +13,10 @@ Every other call the observatory makes to an engine (/health, /version,
 /metrics, /v1/models, /tokenize, /detokenize) goes through `Pool.request` too:
 httpx's timeout is per read, so a server dripping one byte every 3 s held
 those forever (issue 32). Requests go straight to the arm's host:
-HTTP(S)_PROXY settings are not applied (serving engines are reached directly,
-as vllm bench does).
+HTTP_PROXY, HTTPS_PROXY and NO_PROXY are not applied, on purpose (`vllm bench
+serve` does apply them): the timed passes measure the engine, and a proxy's
+own latency and any buffering of the event stream (tokens delivered in
+bunches) would be timed as the engine's (docs/usage.md, "Proxies").
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -10,28 +11,31 @@ from typing import Any, cast
 
 import click
 from click.core import ParameterSource
+from sqlalchemy.engine import make_url
 
 from observatory.channels import PROFILES
 from observatory.commands import INTERRUPTED_EXIT
+from observatory.commands.ci_options import exit_code_of, metrics_out_option, summary_md_option
 from observatory.commands.known_cmd import known_options, ledger_for
 from observatory.engines.arm_engines import listed_engines
 from observatory.judge.perf_gates import parse_fail_on
 from observatory.model.arms import DEFAULT_ENGINE
+from observatory.model.errors import ObservatoryError
 from observatory.model.gates import registry_for
 from observatory.model.read_model import SessionView
 from observatory.model.redact import redact_text, remember, remember_engine, remember_url
 from observatory.model.suites import FORMATS
 from observatory.model.suites.records import printable
 from observatory.model.vocabulary import EXIT
+from observatory.report.ci_files import CiFiles
+from observatory.report.console import VERBOSE, set_verbosity
 from observatory.report.data import build
-from observatory.report.openmetrics import openmetrics_text
-from observatory.report.outputs import OutputFile
 from observatory.report.terminal import RichReporter, print_closing, print_summary
 from observatory.session.options import SessionPlan
-from observatory.session.plan import TIMINGS, plan_compare
+from observatory.session.plan import TIMINGS, embedded_model, plan_compare
 from observatory.session.preflight import check_serves
 from observatory.session.runner import RESUMED_STATUSES, Interrupted, Reporter, Runner
-from observatory.store.db import SessionRow
+from observatory.store.db import SessionRow, database_url
 from observatory.store.session_store import Store
 from observatory.store.storage_failure import StorageFailed, guarded
 
@@ -41,6 +45,11 @@ def positive_seconds(ctx: click.Context, param: click.Parameter, value: float) -
     if not math.isfinite(value) or value <= 0:
         raise click.BadParameter(f"{value:g} is not a positive number of seconds; give e.g. 300.", ctx, param)
     return value
+
+
+def _verbose(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        set_verbosity(VERBOSE)
 
 
 def compare_options(f: Callable[..., Any] | None = None, *,
@@ -107,7 +116,10 @@ def compare_options(f: Callable[..., Any] | None = None, *,
                      help=f"Engine of URL arms: {listed_engines()} (what /metrics and the version mean)."),
         click.option("--fail-on", help="Performance thresholds that FAIL (else breaches WARN), e.g. "
                      "'speedup<1.0,ttft_ratio>3,acceptance<0.5'."),
-        click.option("--quiet", is_flag=True, help="No progress output."),
+        click.option("-q", "--quiet", is_flag=True,
+                     help="No progress output (`observatory -q COMMAND` also leaves out the tables)."),
+        click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_verbose,
+                     help="Print every reason of the verdict, not the first ones."),
         click.option("--gates-dir", "gates_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="A folder of your own gate files (*.py), run beside the built-in gates; repeatable."),
         *known_options(),
@@ -121,10 +133,6 @@ def compare_options(f: Callable[..., Any] | None = None, *,
 
 
 INVALID_EXIT = 2
-metrics_out_option = click.option(
-    "--metrics-out", type=click.Path(dir_okay=False),
-    help="Write alpha, tau, S (with its interval), tok/s, TTFT and verdicts as OpenMetrics text here.")
-
 def redact_argv(argv: list[str]) -> list[str]:
     """The command line as stored: the value of --api-key replaced (issue 7: keys are never stored)."""
     out: list[str] = []
@@ -181,6 +189,8 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
         remember_engine(arm.engine_args, arm.env)  # --api-key VALUE, HF_TOKEN=... (issue 32 item 1)
     if before_run is not None:
         before_run()
+    if store is None:  # issue 50 item 7: a database that cannot be written is refused before any request is sent
+        store = writable_if_present(db)
     check_serves(opts.arms, api_key, opts.plan.engine)  # a URL arm's missing serving flag, named (exit 3)
     if store is None:
         store = Store(db, write=True)
@@ -228,6 +238,21 @@ def run_compare(kw: dict[str, Any], resume: int | None = None,
     return store, session_id, False
 
 
+def writable_if_present(db: str | None) -> Store | None:
+    """The database opened for writing when it exists (a read-only one is a setup error here, before any request
+    reaches a server); None for a SQLite file still to be made, once its directory is found writable (it is
+    made after the last check, so a run refused by one leaves no database behind)."""
+    url = database_url(db)
+    path = make_url(url).database if url.startswith("sqlite") else None
+    if path is None or path == ":memory:" or path.startswith("file:") or Path(path).exists():
+        return Store(db, write=True)
+    parent = Path(path).parent
+    if parent.is_dir() and not os.access(parent, os.W_OK):
+        raise ObservatoryError(f"--db {path}: the directory {parent} is not writable, so the database cannot be "
+                               "made there. Choose another --db.")
+    return None
+
+
 class RedactingReporter:
     """A reporter whose text arguments are redacted before they are printed (URLs, keys)."""
 
@@ -250,7 +275,8 @@ def produced_results(data: SessionView) -> bool:
               help="Run the arms an interrupted SESSION is missing, from its stored plan "
                    "(a flag that differs from that plan is refused).")
 @metrics_out_option
-def compare(resume: int | None, metrics_out: str | None, **kw: Any) -> None:
+@summary_md_option
+def compare(resume: int | None, metrics_out: str | None, summary_md: str | None, **kw: Any) -> None:
     """Run arms one after another in one session and judge every output; exit as `gate` does: 0 PASS or WARN,
     1 FAIL, 2 INVALID, 3 setup error, 4 internal error, 5 storage failure (130 interrupted).
 
@@ -262,25 +288,31 @@ def compare(resume: int | None, metrics_out: str | None, **kw: Any) -> None:
     observatory compare --resume 7
     observatory compare --arms base,base,mtp2 --fail-on 'speedup<1.0,ttft_ratio>3,acceptance<0.5'
     """
-    metrics = OutputFile(Path(metrics_out), "--metrics-out") if metrics_out else None  # checked before any arm
     db = str(kw.get("db") or "")
     db = "" if not db else " --db URL" if "://" in db else f" --db {db}"  # for the closing block; a URL may hold a password
     ctx = click.get_current_context()
     typed = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     given = {p.name: (p.opts[0], kw[p.name]) for p in ctx.command.params
              if p.name in kw and ctx.get_parameter_source(p.name) in typed}
-    store, session_id, interrupted = run_compare(kw, resume, given=given)
+    model = kw.get("model") or str(embedded_model(kw.get("profile")).path)
+    try:
+        ci = CiFiles.checked(metrics=metrics_out, summary=summary_md)  # checked before any arm
+        store, session_id, interrupted = run_compare(kw, resume, given=given)
+    except BaseException as e:
+        code = exit_code_of(e)
+        if code != 0:  # issue 50 item 3: CI reads its files on every exit
+            CiFiles.best_effort(None, metrics_out, None, summary_md).write_failure(
+                code, str(e) if code == 3 else f"{type(e).__name__}: {e}", model)
+        raise
     with store:  # closed here, not at interpreter exit: SQLite folds its -wal file back into the database
-        if interrupted:
-            sys.exit(INTERRUPTED_EXIT)
         data = build(store, session_id)
+    if interrupted:
+        ci.write_session(data, INTERRUPTED_EXIT)  # what was stored, with the exit status CI sees
+        sys.exit(INTERRUPTED_EXIT)
     print_summary(data)
-    if metrics is not None:
-        metrics.write_text(openmetrics_text(data))
+    ci.write_session(data, EXIT[data.verdict.verdict] if produced_results(data) else INVALID_EXIT)
     paths = {"report": f"not written: observatory report {session_id}{db} --out report/",
-             "json": f"not written: observatory show {session_id}{db} --json"}
-    if metrics is not None:
-        paths["metrics"] = str(metrics.path)
+             "json": f"not written: observatory show {session_id}{db} --json", **ci.paths()}
     print_closing(data, paths)
     if not produced_results(data):
         # Issue 19 item 10: every arm failed, so nothing was measured (exit 2, an invalid measurement).

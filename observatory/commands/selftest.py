@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from observatory.commands import INTERRUPTED_EXIT
 from observatory.commands.compare import compare_options, run_compare
+from observatory.report.console import make_console
 from observatory.report.data import build
 from observatory.session.fault_selftest import (
     DEFAULT_ARM,
@@ -58,7 +58,7 @@ def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: boo
             table.add_column(col)
         for fault, arm in plan.fault_arms():
             table.add_row(fault, ISSUE_ITEMS.get(fault, "-"), str(plan.expected[fault]), Text(arm))
-        Console().print(table)
+        make_console().print(table)
         click.echo(f"controls: {', '.join(plan.controls)} (repairs: {', '.join(plan.repairs) or 'none'})")
         return 0
     store, session_id, interrupted = run_compare(kw)
@@ -66,7 +66,7 @@ def selftest(spec_arm: str, fault_names: str | None, repair: str, list_only: boo
         return INTERRUPTED_EXIT
     findings = selftest_findings(build(store, session_id))
     rows = fault_rows(plan.expected, findings)
-    console = Console()
+    console = make_console()
     table = Table(title=f"selftest (session {session_id})")
     # the fault's name is never wrapped or cut (a reader, and the engine test, look each one up); the
     # other columns fold in a narrow terminal rather than lose text to an ellipsis

@@ -7,10 +7,12 @@ from typing import Any
 
 import click
 
+from observatory.commands.ci_options import verbosity_options
 from observatory.commands.known_cmd import ledger_for, with_known_options
 from observatory.judge.apply_gates import remember_gates_dirs
 from observatory.judge.reasons import verdict_lines
 from observatory.model.vocabulary import KNOWN, NOTE
+from observatory.report.console import printable
 from observatory.report.data import build
 from observatory.report.jsonout import to_json
 from observatory.report.terminal import print_summary
@@ -32,6 +34,7 @@ def _verdict(store: Store, s: SessionRow) -> str:
 
 
 @click.command(name="sessions")
+@verbosity_options
 @db_option
 @click.option("--limit", default=50, show_default=True, help="How many sessions to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of the table.")
@@ -65,6 +68,7 @@ def _one_line(v: object) -> str:
 
 
 @click.command(name="show")
+@verbosity_options
 @click.argument("session_id", type=int, required=False)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
@@ -83,6 +87,7 @@ def show(session_id: int | None, db: str | None, as_json: bool) -> None:
 
 
 @click.command(name="judge")
+@verbosity_options
 @click.argument("session_id", type=int, required=False)
 @db_option
 @click.option("--gates-dir", "gates_dirs", multiple=True, type=click.Path(file_okay=False),
@@ -121,8 +126,8 @@ def judge(session_id: int | None, db: str | None, gates_dirs: tuple[str, ...], k
                else f"verdict: {after.verdict} (unchanged)")
     old, new = before.texts(), after.texts()
     for text in [t for t in new if t not in old]:
-        click.echo(f"  + {' '.join(text.split())[:300]}")
+        click.echo(f"  + {printable(' '.join(text.split())[:300])}")
     for text in [t for t in old if t not in new]:
-        click.echo(f"  - {' '.join(text.split())[:300]}")
+        click.echo(f"  - {printable(' '.join(text.split())[:300])}")
     for line in verdict_lines(after, (KNOWN, NOTE)):
-        click.echo(f"  {' '.join(line.split())[:300]}")
+        click.echo(f"  {printable(' '.join(line.split())[:300])}")

@@ -54,6 +54,7 @@ from observatory.engines.server_facts import cache_differences, served_differenc
 from observatory.judge import bracketed
 from observatory.judge.apply_gates import base_reference
 from observatory.judge.graph_coverage import coverage
+from observatory.judge.latency import latency
 from observatory.judge.paired import paired_vs_base, pairs, sides
 from observatory.judge.perf_gates import not_lossless, performance
 from observatory.judge.precision import precision, spent
@@ -402,6 +403,8 @@ def _arm_figures(store: Store, a: ArmRow, probes: dict[int, Any], singles: dict[
     if singles is not None:
         singles[a.id] = single
     spd = speed(steady_single or stream, timed, measurements, _allowed_per_chunk(a), streamed=stream)
+    # TTFT, TPOT, ITL, E2EL percentiles per concurrency level, as vllm bench serve reports them (issue 50 item 5)
+    spd["latency"] = latency(timed, _allowed_per_chunk(a), spd.get("bursty"), warm)
     ttft = ttft_by_level(timed)
     at_level = {level: acceptance(v, k) for level, v in sorted(by_level.items())}
     levels = {str(lv): {"alpha": la["alpha"], "tau": la["tau"], "drafts": la["drafts"],

@@ -47,6 +47,7 @@ a parser that differs between base and a spec arm is a launch difference like an
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -395,8 +396,11 @@ def _parse_engine_item(of: PrefixedEngine, item: str, rest: str, defined: dict[s
     else:
         is_preset, config = of.arm_preset(name)
         if not is_preset:
-            raise ArmError(f"Unknown {engine} arm {name!r} in {item!r}. Presets: {of.arm_presets}, K = 1..99; "
-                           f"or an arms-file name with engine = \"{engine}\".")
+            near = did_you_mean(name, [n for n in ("base", "draft1", "draft2", "draft3", "ngram2", "ngram3", "ngram4",
+                                                   "mtp1", "mtp2", "mtp3") if of.arm_preset(n)[0]] + list(defined),
+                                f"{engine}:")
+            raise ArmError(f"Unknown {engine} arm {name!r} in {item!r}{near}. Presets: {of.arm_presets}, "
+                           f"K = 1..99; or an arms-file name with engine = \"{engine}\".")
         arm = Arm(name=name, speculative_config=config, engine=engine)
     arm.name = f"{engine}:{arm.name}"
     if eq:
@@ -422,6 +426,12 @@ def _check_image(image: Any, where: str, url: str | None) -> str:
     return image
 
 
+def did_you_mean(name: str, candidates: list[str], prefix: str = "") -> str:
+    """" (did you mean 'PREFIX+match'?)" for the closest of CANDIDATES to a mistyped NAME (difflib), else ""."""
+    close = difflib.get_close_matches(name.lower(), candidates, n=1, cutoff=0.6)
+    return f" (did you mean {prefix + close[0]!r}?)" if close else ""
+
+
 def _resolve(name: str, defined: dict[str, Arm], custom: dict[str, Any] | None, allow_unknown: bool) -> Arm:
     if name in defined:
         return copy.deepcopy(defined[name])
@@ -435,7 +445,8 @@ def _resolve(name: str, defined: dict[str, Arm], custom: dict[str, Any] | None, 
         # config; treat it as speculating unless it says "base".
         return Arm(name=name, speculative_config={"method": "unknown"})
     hint = "; define it in an arms file (--arms-file)" if not defined else f"; the arms file defines {', '.join(sorted(defined))}"
-    raise ArmError(f"Unknown arm {name!r}. Presets: base, mtpK, ngramK (K = 1..99), spec (with --speculative-config){hint}.")
+    near = did_you_mean(name, ["base", "mtp1", "mtp2", "mtp3", "ngram2", "ngram3", "ngram4", "spec", *defined])
+    raise ArmError(f"Unknown arm {name!r}{near}. Presets: base, mtpK, ngramK (K = 1..99), spec (with --speculative-config){hint}.")
 
 
 def depth_coverage(arms: list[dict[str, Any]]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ ENV_VARS = {
     "OBSERVATORY_IMAGE_TAG": "the tag scripts/build-image.sh builds (default observatory/vllm-cpu:local)",
     "OBSERVATORY_COMPILE_CACHE": "where containerised vLLM arms keep their compile cache (default: ~/.cache/observatory/compile; off: none)",
     "OBSERVATORY_IMAGE_CACHE": "scripts/build-image.sh's wheel cache (default: ~/.cache/observatory/image)",
+    "COLUMNS": "width of terminal output (default: the terminal's; 240 where the output is not a terminal, a CI log)",
 }
 
 

@@ -82,15 +82,15 @@ def bars(values: Sequence[float], labels: Sequence[str], title: str, color: str 
     return _svg(width, height, title, body)
 
 
-def hbars(groups: Sequence[tuple[str, Sequence[float | None]]], series: Sequence[str], title: str,
+def hbars(groups: Sequence[tuple[str, Sequence[float | str | None]]], series: Sequence[str], title: str,
           unit: str = "") -> Markup:
-    """Horizontal bars: one group per label, one bar per series (None: no bar, "—")."""
+    """Horizontal bars: one group per label, one bar per series (None: no bar, "—"; a string: no bar, that text)."""
     label_w, plot_w, bar_h = 110, 330, 13
     group_h = bar_h * len(series) + 10
     top = 36
     height = top + group_h * len(groups) + 8
     width = label_w + plot_w + 70
-    present = [v for _, vs in groups for v in vs if v is not None]
+    present = [float(v) for _, vs in groups for v in vs if v is not None and not isinstance(v, str)]
     vmax = _nice_max(max(present)) if present else 1.0
     body = [_text(4, 13, title, "start", 'font-weight="600"')]
     for j, name in enumerate(series):
@@ -102,8 +102,8 @@ def hbars(groups: Sequence[tuple[str, Sequence[float | None]]], series: Sequence
         body.append(_text(label_w - 6, y0 + group_h / 2, label, "end"))
         for j, v in enumerate(vs):
             y = y0 + j * bar_h
-            if v is None:
-                body.append(_text(label_w + 4, y + bar_h - 3, "—", "start", 'fill="#666"'))
+            if v is None or isinstance(v, str):
+                body.append(_text(label_w + 4, y + bar_h - 3, v or "—", "start", 'fill="#666"'))
                 continue
             w = plot_w * float(v) / vmax
             body.append(f'<rect x="{label_w}" y="{y:.1f}" width="{w:.1f}" height="{bar_h - 2}" '

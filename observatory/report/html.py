@@ -40,8 +40,9 @@ from observatory.judge.verdict import INVALID_CODES, arm_role
 from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
-from observatory.model.vocabulary import REASON_LEVELS, TOKEN_DIFF
-from observatory.report import charts
+from observatory.model.roles import JUDGED_AGAINST_BASE
+from observatory.model.vocabulary import COUNTED_LEVELS, REASON_LEVELS, TOKEN_DIFF
+from observatory.report import charts, speed_view
 from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank, row_level
 from observatory.report.token_spans import tokens_html, visible
 
@@ -137,7 +138,8 @@ def arm_view(a: ArmView) -> dict[str, Any]:
                                  color=charts.PALETTE[2], xlabel="accepted per draft n") if hist else None,
         "ttft_med": _g(spd, "ttft_ms", "median"), "ttft_p90": _g(spd, "ttft_ms", "p90"),
         "itl_med": _g(spd, "itl_ms", "median"), "itl_p90": _g(spd, "itl_ms", "p90"),
-        "single": spd.get("single_stream_tok_s"), "decode": spd.get("decode_tok_s"),
+        "single": spd.get("single_stream_tok_s"), "decode": speed_view.decode_or_why(spd),
+        "latency": speed_view.latency_rows(spd),
         "requests": spd.get("requests"),
         "throughput": {lv: _g(spd, "throughput", lv, "tok_s") for lv in levels},
         "vs": {k: _g(vs, k) for k in ("S", "ci", "r", "c", "pays", "statement", "break_even_alpha",
@@ -147,6 +149,7 @@ def arm_view(a: ArmView) -> dict[str, Any]:
                                       "before", "after", "unbracketed")}
         if isinstance(vs, Mapping) else None,
         "bursty": spd.get("bursty") if _g(spd, "bursty", "bursty") else None,
+        "bursty_timed": speed_view.bursty_level_one(spd),
         "token_source": spd.get("token_source"),
         "by_concurrency": a.figures.by_concurrency or {},
         "stream_tau": a.figures.stream_tau, "stream_counter_tau": a.figures.stream_counter_tau,
@@ -292,6 +295,11 @@ def overall(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]
 def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
     """Probe rows, one cell per arm: worst verdict, 80-character preview, link, stream/batch flags."""
     rows = []
+    # issue 50 item 6: no red cell the verdict does not explain. A cell's FAIL, INVALID or WARN is drawn as a
+    # counted verdict only where a reason of the session verdict names its arm and probe; the reference arm's
+    # own verdicts (base: they make the probe not discriminating) and anything else the verdict leaves out
+    # are drawn muted, saying why they are not counted.
+    explained = {(r.arm, r.probe) for r in data.verdict.reasons if r.level in COUNTED_LEVELS}
     # each arm's first result per probe, indexed once (was a scan per cell)
     by_probe: list[dict[str, ResultView]] = [{} for _ in data.arms]
     for ai, a in enumerate(data.arms):
@@ -313,10 +321,16 @@ def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
                       for g, v in sorted(r.verdicts.items())
                       if ":c" in g and g.split(":c", 1)[1].isdigit() and v.verdict in ("FAIL", "WARN")]
             # r.preview is report_data's: the text, or the tool calls' one-line form when there is no text
-            cells.append({"verdict": r.verdict or ("—" if r.ok else "ERROR"), "preview": r.preview, "ok": r.ok,
+            verdict = r.verdict or ("—" if r.ok else "ERROR")
+            uncounted = None
+            if verdict in COUNTED_LEVELS and (_a.name, p.name) not in explained:
+                uncounted = ("not counted: the reference arm's own verdict (a probe base fails does not "
+                             "discriminate)" if arm_role(_a) not in JUDGED_AGAINST_BASE
+                             else "not counted: no reason of the session verdict names this cell")
+            cells.append({"verdict": verdict, "preview": r.preview, "ok": r.ok,
                           "error": (r.error or "")[:PREVIEW_CHARS], "href": prefix + result_href(ai, pi),
-                          "flags": flags})
-        worst = min((str(c["verdict"]) for c in cells if c), key=rank, default="INFO")
+                          "flags": flags, "uncounted": uncounted})
+        worst = min((str(c["verdict"]) for c in cells if c and not c["uncounted"]), key=rank, default="INFO")
         rows.append({"probe": p, "cells": cells, "worst": worst})
     rows.sort(key=lambda row: rank(row["worst"]))  # failures first, suite order within a level
     return rows
@@ -501,6 +515,23 @@ def arm_differences(a: SessionView, b: SessionView) -> list[str]:
     return out
 
 
+# stored plan keys that change what a session measures or how (observatory.session.options.SessionPlan)
+PLAN_DIFFERENCES = ("parallel_arms", "timing", "gpus_per_arm", "concurrency", "repeat", "profile", "channels",
+                    "dtype", "max_model_len", "seed", "engine_args", "spec_extra", "image", "fail_on", "diffs",
+                    "tool_parser", "reasoning_parser", "aa_copy")
+
+
+def plan_differences(a: SessionView, b: SessionView) -> list[str]:
+    """What the two sessions' stored plans set differently (e.g. ``--parallel-arms`` against sequential arms),
+    each named "plan KEY (A vs B)"; a key one session did not store (an older plan) is not compared."""
+    plans = [dict((d.session.options or {}).get("plan") or {}) for d in (a, b)]
+    out = []
+    for key in PLAN_DIFFERENCES:
+        if key in plans[0] and key in plans[1] and plans[0][key] != plans[1][key]:
+            out.append(f"plan {key} ({json.dumps(plans[0][key])} vs {json.dumps(plans[1][key])})")
+    return out
+
+
 def served_models(data: SessionView) -> list[str]:
     """Every model DATA served: the session's and each arm's (an arm's server may name its own), sorted."""
     names = {data.session.model} | {a.model for a in data.arms}
@@ -524,7 +555,7 @@ def render_cross(a: SessionView, b: SessionView, out: Path | str,
     other_model = models[0] != models[1]
     if other_model and "model" not in differs:
         differs.insert(0, "model")
-    differs += arm_differences(a, b)
+    differs += plan_differences(a, b) + arm_differences(a, b)
     names = list(dict.fromkeys([p.name for p in a.probes] + [p.name for p in b.probes]))
     hashes = [{p.name: p.hash for p in d.probes} for d in (a, b)]
     rows = []

@@ -3,6 +3,8 @@
 Test names are stable from night to night (CI viewers keep per-test history
 by classname and name): ``arm.NAME`` / ``validity``, a probe's name, or
 ``performance.CHECK``; ``channel.NAME`` / the arm; ``session`` / ``verdict``.
+Dots in NAME become ``_`` (``arm.llama_cpp:draft2``): Jenkins reads the last
+dot of a class name as the package separator (`safe_class`).
 A verdict is never part of a name. Times are the stored ones (an arm's
 start to finish, stored to the second, or its requests' summed durations
 where longer; a request's duration; a channel's requests' summed durations on
@@ -68,6 +70,12 @@ def _timed_seconds(arm: ArmView) -> float | None:
     return float(sum(secs)) if secs else None
 
 
+def safe_class(prefix: str, name: str) -> str:
+    """A class name Jenkins reads whole: it takes the last dot as the package separator, so an arm named
+    ``llama.cpp:draft2`` would become package ``arm.llama``, class ``cpp:draft2``; dots in NAME become ``_``."""
+    return f"{prefix}.{name.replace('.', '_')}"
+
+
 def _case(suite: ET.Element, classname: str, name: str, seconds: float | None = None) -> ET.Element:
     case = ET.SubElement(suite, "testcase", classname=_clean(classname, 200), name=_clean(name, 200))
     if seconds is not None:
@@ -126,7 +134,7 @@ def junit_xml(data: SessionView) -> str:
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for arm in data.arms:
         counts["tests"] += 1
-        case = _case(suite, f"arm.{arm.name}", "validity", _arm_seconds(arm))
+        case = _case(suite, safe_class("arm", arm.name), "validity", _arm_seconds(arm))
         bad = [v for v in arm.validity if v.code in INVALID_CODES and not v.known]
         known_codes = [(v.known, f"{v.code}: {v.detail}") for v in arm.validity if v.known]
         if bad or (arm.status != "ok" and not known_codes):
@@ -140,7 +148,7 @@ def junit_xml(data: SessionView) -> str:
             continue
         for r in arm.results:
             counts["tests"] += 1
-            case = _case(suite, f"arm.{arm.name}", r.probe,
+            case = _case(suite, safe_class("arm", arm.name), r.probe,
                          r.duration_ms / 1000.0 if r.duration_ms is not None else None)
             verdicts = dict(r.verdicts)
             failed = {g: v for g, v in verdicts.items() if v.verdict == "FAIL"}
@@ -166,7 +174,7 @@ def junit_xml(data: SessionView) -> str:
             _warn(case, [f"{g}: {v.reason}" for g, v in verdicts.items() if v.verdict == "WARN"], _clean(r.preview, 200))
         for p in arm.figures.performance or []:
             counts["tests"] += 1
-            case = _case(suite, f"arm.{arm.name}", f"performance.{p.get('check')}", _timed_seconds(arm))
+            case = _case(suite, safe_class("arm", arm.name), f"performance.{p.get('check')}", _timed_seconds(arm))
             verdict, reason = p.get("verdict"), _clean(p.get("reason"), 500)
             if verdict == "FAIL":
                 counts["failures"] += 1
@@ -187,7 +195,7 @@ def junit_xml(data: SessionView) -> str:
                     v.verdict in ("INVALID", "UNJUDGED") for v in a.verdicts.values()):
                 continue
             counts["tests"] += 1
-            case = _case(suite, f"channel.{ch.name}", a.arm, a.seconds)
+            case = _case(suite, safe_class("channel", ch.name), a.arm, a.seconds)
             bad_ch = {g: v for g, v in a.verdicts.items() if v.verdict in ("FAIL", "INVALID", "UNJUDGED")}
             if bad_ch:
                 ch_failed = any(v.verdict == "FAIL" for v in bad_ch.values())

@@ -25,6 +25,7 @@ from observatory.model.probes import Probe
 from observatory.model.read_model import ArmView, SessionView
 from observatory.model.roles import BASE, JUDGED_AGAINST_BASE
 from observatory.model.vocabulary import TOKEN_DIFF, rank
+from observatory.report.console import QUIET, VERBOSE, make_console, verbosity
 
 STYLE = {
     "PASS": "green", "WARN": "yellow", "FAIL": "bold red", "NOT_DISCRIMINATING": "magenta",
@@ -51,7 +52,7 @@ class RichReporter:
     """Progress bars for arms and probes."""
 
     def __init__(self, console: Console | None = None):
-        self.console = console or Console(stderr=True)
+        self.console = console or make_console(stderr=True)
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=self.console, transient=False,
@@ -161,7 +162,7 @@ def print_verdict(data: SessionView, console: Console) -> None:
     """The session verdict, its reasons by cause, and each judged arm's headline."""
     v = data.verdict
     console.print(Text(f"Verdict: {v.verdict}", style=STYLE.get(v.verdict, "bold")), Text(f" — {cut(v.why)}"))
-    print_reasons(data, console, 10, 300)
+    print_reasons(data, console, 10_000 if verbosity() >= VERBOSE else 10, 300)
     for a in data.arms:
         if arm_role(a) in JUDGED_AGAINST_BASE:
             console.print(Text(f"  {a.name}:", style="cyan"), Text(arm_headline(a)))
@@ -171,8 +172,12 @@ def print_verdict(data: SessionView, console: Console) -> None:
 
 def print_summary(data: SessionView, console: Console | None = None) -> None:
     """Arms and the probe x arm matrix with 80-character previews."""
-    console = console or Console()
+    console = console or make_console()
     s = data.session
+    if verbosity() <= QUIET:  # -q: the verdict and its reasons, no tables
+        console.print(f"[bold]Session {s.id}[/] {escape(s.status)} · model {escape(cut(s.model))}")
+        print_verdict(data, console)
+        return
     console.print(
         f"[bold]Session {s.id}[/] {escape(s.status)} · {escape(s.host or '')} · "
         f"{escape(cut(s.gpu or 'no GPU'))} · model {escape(cut(s.model))} · started {s.started_at}"
@@ -246,7 +251,7 @@ def print_closing(data: SessionView, paths: dict[str, str], console: Console | N
     findings and notes apart), each judged arm's headline with its tok/s and TTFT against base's, where the
     report, JSON and other outputs went (PATHS: label -> path), and last the verdict line. The verdict is
     `decide`'s, as every output states it (an interrupted session is INVALID unless something FAILed)."""
-    console = console or Console()
+    console = console or make_console()
     v = data.verdict
     console.rule(Text(f"Session {data.session.id}: {v.verdict}", style=STYLE.get(v.verdict, "bold")))
     console.print(Text(f"why: {v.why}"))

@@ -31,7 +31,9 @@ from rich.text import Text
 
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, arm_summaries
 from observatory.model.read_model import SessionView
+from observatory.model.vocabulary import rank
 from observatory.report import charts
+from observatory.report.console import VERBOSE, make_console, verbosity
 from observatory.report.html import environment
 from observatory.report.summarize import read_summaries
 from observatory.store.session_store import Store
@@ -195,30 +197,61 @@ def _verdict_text(counts: dict[str, int]) -> str:
 TABLE_ROWS = 200
 
 
+def _short_verdicts(counts: dict[str, int]) -> str:
+    """Verdict counts in a few characters, worst first: ``4F 1N 8P`` (F FAIL, I INVALID, W WARN, N NOT_DISCRIMINATING,
+    P PASS, S SKIP; other levels by name)."""
+    letters = {"FAIL": "F", "INVALID": "I", "WARN": "W", "NOT_DISCRIMINATING": "N", "PASS": "P", "SKIP": "S"}
+    return " ".join(f"{n}{letters.get(v, ' ' + v)}" for v, n in sorted(counts.items(), key=lambda x: rank(x[0]))) or "—"
+
+
 def print_history(points: list[Point], alerts: list[Alert], console: Console | None = None) -> None:
-    """A rich table of the latest TABLE_ROWS points, then every alert."""
-    console = console or Console()
+    """A table of the latest TABLE_ROWS points (one line each: no figure is ever cut), each point's notes under
+    it, then every alert.
+
+    Fits 80 columns: numbers never wrap or shrink to an ellipsis; the model goes in the title when the
+    points share one; verdict counts are letters (``4F 8P``: the key is printed under the table)."""
+    from rich import box
+
+    console = console or make_console()
     shown = points[-TABLE_ROWS:]
-    title = "History (oldest first)" if len(shown) == len(points) else (
-        f"History (oldest first): the latest {len(shown)} of {len(points)} points; "
-        "all of them with --json or --out DIR")
-    table = Table(title=title)
-    for col in ("session", "started", "model", "arm", "status", "α", "τ", "S [95% CI]", "verdicts", "notes"):
-        table.add_column(col, no_wrap=col in ("session", "started", "α", "τ"))
+    models = {Path(p.model or "—").name for p in shown}
+    one_model = len(models) == 1
+    days = sorted({(p.started_at or "")[:10] for p in shown if p.started_at})
+    title = "History (oldest first" + (f", {days[0]}" + (f" to {days[-1]}" if days[-1] != days[0] else "") + " UTC"
+                                       if days else "") + ")" + (f": model {next(iter(models))}" if one_model else "")
+    if len(shown) != len(points):
+        title += f"; the latest {len(shown)} of {len(points)} points (all of them with --json or --out DIR)"
+    console.print(Text(title, style="italic"), soft_wrap=True)  # one line, however narrow the table
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    cols = ["id", "started", *([] if one_model else ["model"]), "arm", "status", "α", "τ",
+            "S [95% CI]", "verdicts"]
+    for col in cols:
+        table.add_column(col, no_wrap=col != "verdicts", justify="right" if col in ("α", "τ") else "left")
+    notes: list[str] = []
     for p in shown:
         ci = f" [{p.S_ci[0]:.2f}–{p.S_ci[1]:.2f}]" if p.S_ci else ""
-        started = (p.started_at or "—")[:16].replace("T", " ")
-        table.add_row(str(p.session), Text(started), Text(Path(p.model or "—").name), Text(p.arm),
-                      Text(p.status or "—", style="" if p.trusted else "bold magenta"),
-                      _fmt(p.alpha), _fmt(p.tau), Text(_fmt(p.S) + ci), Text(_verdict_text(p.verdicts)),
-                      Text("; ".join(p.notes)))
+        started = (p.started_at or "—")[5:16].replace("T", " ") if p.started_at else "—"  # the year is in the title
+        status = (p.status or "—") if p.trusted or p.status != "ok" else ",".join(dict.fromkeys(p.validity)) or "untrusted"
+        cells: list[str | Text] = [str(p.session), Text(started), *([] if one_model else [Text(Path(p.model or "—").name)]),
+                 Text(p.arm), Text(status, style="" if p.trusted else "bold magenta"),
+                 _fmt(p.alpha), _fmt(p.tau), Text(_fmt(p.S, 2) + ci), Text(_short_verdicts(p.verdicts))]
+        table.add_row(*cells)
+        if p.notes:
+            notes.append(f"  {p.session} {p.arm}: {'; '.join(p.notes)}")
     console.print(table)
+    console.print(Text("verdicts: F FAIL, I INVALID, W WARN, N NOT_DISCRIMINATING, P PASS, S SKIP", style="dim"))
+    if notes:
+        console.print(Text("notes:", style="dim"))
+        for line in notes if verbosity() >= VERBOSE else notes[-20:]:
+            console.print(Text(line, style="dim"), soft_wrap=True)
+        if len(notes) > 20 and verbosity() < VERBOSE:
+            console.print(Text(f"  ... {len(notes) - 20} earlier notes (-v shows them all)", style="dim"))
     if not alerts:
         console.print(Text("No figure moved beyond its tolerance.", style="green"))
     for a in alerts:
         style = "bold red" if a.regression else "green"
         console.print(Text(f"{'REGRESSION' if a.regression else 'moved'} (session {a.session}): {a.message}",
-                           style=style))
+                           style=style), soft_wrap=True)
 
 
 def history_json(points: list[Point], alerts: list[Alert]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ says nothing, or closes, proves nothing and is left to the session.
 
 Anything else (a timeout, a refused key, a malformed answer, a hung server)
 proves no missing flag: the session runs and records it as it always has.
-The whole checklist is in README.md ("Your own model on your own GPU").
+The whole checklist is in docs/usage.md ("Your own model on your own GPU").
 Only URL arms whose adapter says ``preflight_logprobs`` are asked (vLLM's; other engines carry ids
 their own way).
 """
