@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from observatory.channels import resolve
 from observatory.commands import selftest as st
 from observatory.engines.arm_engines import parse_arms
 from observatory.faults import FAULTS as KNOWN
+from observatory.faults.repairs import CPU_REPAIRS
 from observatory.model.errors import ObservatoryError
 from observatory.model.read_model import Reason
 from observatory.session import fault_selftest as fs
@@ -82,7 +84,8 @@ def test_arms_repaired_with_the_shipped_arm_beside_them() -> None:
 
 def test_repairs_auto_is_the_cpu_builds_on_a_host_without_gpus() -> None:
     nightly = ["soak", "sampling", "params", "seeds"]
-    assert resolve_repairs("auto", nightly, n_gpus=0) == ("cpu_expand",)
+    assert resolve_repairs("auto", nightly, n_gpus=0) == ("cpu_expand", "topk_empty")
+    assert resolve_repairs("auto", [*nightly, "prompt_embeds"], n_gpus=0) == CPU_REPAIRS
     assert resolve_repairs("auto", nightly, n_gpus=1) == ()
     assert resolve_repairs("auto", [], n_gpus=0) == ()  # quick: the greedy suite never meets the bug
     assert resolve_repairs("auto", ["soak"], n_gpus=0) == ()
@@ -182,8 +185,8 @@ def test_the_command_prints_the_item_of_each_fault_and_the_shipped_arms_bugs(mon
     r = CliRunner().invoke(st.selftest, ["--profile", "nightly", "--faults", "seed_ignored,sdk_object"],
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    assert seen["arms"] == ("base,base,mtp1,mtp1+repair=cpu_expand,mtp1+repair=cpu_expand+fault=seed_ignored,"
-                            "mtp1+repair=cpu_expand+fault=sdk_object")
+    fixed = "mtp1" + "".join(f"+repair={r}" for r in resolve_repairs("auto", resolve("nightly"), n_gpus=0))
+    assert seen["arms"] == f"base,base,mtp1,{fixed},{fixed}+fault=seed_ignored,{fixed}+fault=sdk_object"
     assert seen["suite"] is None  # nightly: its bundled model's suite (the field suite)
     for text in ("issue item", "28.4", "28.7", "channel seeds", "CAUGHT", "engine bug cpu_expand",
                  "1 FAIL(s) from known engine bugs, 0 unexplained"):
@@ -218,8 +221,12 @@ def test_list_prints_the_plan_and_launches_nothing(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("COLUMNS", "240")
     r = CliRunner().invoke(st.selftest, ["--profile", "nightly", "--list"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
+    repairs = resolve_repairs("auto", resolve("nightly"), n_gpus=0)
+    suffix = "".join(f"+repair={r}" for r in repairs)
     for fault, (item, catcher) in ISSUE_28.items():
         line = next(x for x in r.output.splitlines() if f" {fault} " in x)
-        arm = "spec+repair=cpu_expand" if fault == fs.LOSSY else f"mtp1+repair=cpu_expand+fault={fault}"
+        arm = f"spec{suffix}" if fault == fs.LOSSY else f"mtp1{suffix}+fault={fault}"
         assert item in line and str(catcher) in line and arm in line
-    assert "controls: base, base, mtp1, mtp1+repair=cpu_expand (repairs: cpu_expand)" in r.output
+    assert f"controls: base, base, mtp1, mtp1{suffix} (repairs: {', '.join(repairs)})" in r.output
+    depth = next(x for x in r.output.splitlines() if " depth_only " in x)
+    assert "49.5" in depth and f"mtp3{suffix}+fault=depth_only" in depth

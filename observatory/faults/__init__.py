@@ -68,6 +68,7 @@ from collections.abc import Mapping
 
 from observatory.faults.field_answers import FAULTS as _ANSWERS
 from observatory.faults.field_conditions import FAULTS as _CONDITIONS
+from observatory.faults.field_edges import FAULTS as _EDGES
 from observatory.faults.field_numerics import FAULTS as _NUMERICS
 from observatory.faults.field_params import FAULTS as _PARAMS
 from observatory.faults.field_sdk import FAULTS as _SDK
@@ -112,6 +113,7 @@ FAULTS: dict[str, str] = {
     **_SPEED,  # issue 29 item 5: slow_step (field_speed), caught by channel history
     **_VOLUME,  # issues 48-49: mixed_typo, tools_bad_drafts (channel volume), sampled_no_drafts (speculates)
     **_NUMERICS,  # issue 46 item 2: near_tie_flip (field_numerics), caught by the near-tie rate
+    **_EDGES,  # issue 49: spec_cache_miss (prefix_cache), depth_only (a deployed-k arm), embeds_drafts (field_edges)
 }
 
 # A child of vLLM's logger, so messages use vLLM's handler and format in every

@@ -98,6 +98,7 @@ from typing import Any
 from observatory.faults import (
     field_answers,
     field_conditions,
+    field_edges,
     field_numerics,
     field_params,
     field_sampling,
@@ -311,6 +312,7 @@ TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], 
     **field_answers.TARGETS,  # issue 28 item 2: usage and logprobs wrong, ids right
     **field_sdk.TARGETS,  # issue 28 item 7: a stream only the openai SDK rejects
     **field_conditions.TARGETS,  # issue 28 item 5: the drafter after wake_up, acceptance by prompt length
+    **field_edges.TARGETS,  # issue 49: prefix-cache hits lost by a spec engine at some lengths
 }
 
 

@@ -49,8 +49,8 @@ BUILTIN: dict[str, dict[str, str]] = {
     GATES: {"builtin": "observatory.model.paths:GATES_DIR"},
     CHANNELS: {name: f"observatory.channels.{name}:CHANNEL"
                for name in ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "params", "teacher",
-                            "seeds", "history", "sdk", "volume", "memory_pressure", "long_prompts", "lifecycle",
-                            "speculates")},
+                            "seeds", "prefix_cache", "input_paths", "prompt_embeds", "history", "sdk", "volume",
+                            "memory_pressure", "long_prompts", "lifecycle", "speculates")},
 }
 
 
