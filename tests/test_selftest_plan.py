@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from observatory.channels import resolve
 from observatory.commands import selftest as st
 from observatory.engines.arm_engines import parse_arms
 from observatory.faults import FAULTS as KNOWN
+from observatory.faults.repairs import CPU_REPAIRS
 from observatory.model.errors import ObservatoryError
 from observatory.model.read_model import Reason
 from observatory.session import fault_selftest as fs
@@ -82,7 +84,10 @@ def test_arms_repaired_with_the_shipped_arm_beside_them() -> None:
 
 def test_repairs_auto_is_the_cpu_builds_on_a_host_without_gpus() -> None:
     nightly = ["soak", "sampling", "params", "seeds"]
-    assert resolve_repairs("auto", nightly, n_gpus=0) == ("cpu_expand",)
+    assert resolve_repairs("auto", nightly, n_gpus=0) == ("cpu_expand", "topk_empty")
+    assert resolve_repairs("auto", [*nightly, "stop_bounds"], n_gpus=0) == ("cpu_expand", "topk_empty",
+                                                                            "min_tokens_bonus")
+    assert resolve_repairs("auto", [*nightly, "prompt_embeds", "stop_bounds"], n_gpus=0) == CPU_REPAIRS
     assert resolve_repairs("auto", nightly, n_gpus=1) == ()
     assert resolve_repairs("auto", [], n_gpus=0) == ()  # quick: the greedy suite never meets the bug
     assert resolve_repairs("auto", ["soak"], n_gpus=0) == ()
@@ -90,11 +95,6 @@ def test_repairs_auto_is_the_cpu_builds_on_a_host_without_gpus() -> None:
     assert resolve_repairs("cpu_expand", [], n_gpus=1) == ("cpu_expand",)
     with pytest.raises(ObservatoryError, match="unknown repair"):
         resolve_repairs("nope", [], n_gpus=0)
-
-
-# the nightly's repairs on a CPU host: the float-expand bug (sampling, seeds, params) and min_tokens' bonus row
-# (stop_bounds)
-REPAIRED = "repair=cpu_expand+repair=min_tokens_bonus"
 
 
 def _found(caught_by: dict[str, int] | None = None, channels: list[str] | None = None,
@@ -187,7 +187,7 @@ def test_the_command_prints_the_item_of_each_fault_and_the_shipped_arms_bugs(mon
     r = CliRunner().invoke(st.selftest, ["--profile", "nightly", "--faults", "seed_ignored,sdk_object"],
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    fixed = "mtp1+repair=cpu_expand+repair=min_tokens_bonus"  # the nightly's stop_bounds needs the second repair
+    fixed = "mtp1" + "".join(f"+repair={r}" for r in resolve_repairs("auto", resolve("nightly"), n_gpus=0))
     assert seen["arms"] == f"base,base,mtp1,{fixed},{fixed}+fault=seed_ignored,{fixed}+fault=sdk_object"
     assert seen["suite"] is None  # nightly: its bundled model's suite (the field suite)
     for text in ("issue item", "28.4", "28.7", "channel seeds", "CAUGHT", "engine bug cpu_expand",
@@ -223,9 +223,15 @@ def test_list_prints_the_plan_and_launches_nothing(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("COLUMNS", "240")
     r = CliRunner().invoke(st.selftest, ["--profile", "nightly", "--list"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
+    repairs = resolve_repairs("auto", resolve("nightly"), n_gpus=0)
+    suffix = "".join(f"+repair={r}" for r in repairs)
     for fault, (item, catcher) in ISSUE_28.items():
         line = next(x for x in r.output.splitlines() if f" {fault} " in x)
-        arm = (f"spec+{REPAIRED}" if fault == fs.LOSSY else f"mtp1+{REPAIRED}+fault={fault}")
+        arm = f"spec{suffix}" if fault == fs.LOSSY else f"mtp1{suffix}+fault={fault}"
         assert item in line and str(catcher) in line and arm in line
-    assert (f"controls: base, base, mtp1, mtp1+{REPAIRED}, base+stream_interval=2 (repairs: cpu_expand, "
-            "min_tokens_bonus)") in r.output
+    # the nightly's repairs on a CPU host include min_tokens' bonus row (stop_bounds); stream_fields adds its
+    # chunked-stream control, in chunks of the session's largest k + 1 (depth_only's arm runs mtp3)
+    assert "min_tokens_bonus" in repairs
+    assert f"controls: base, base, mtp1, mtp1{suffix}, base+stream_interval=4 (repairs: {', '.join(repairs)})" in r.output
+    depth = next(x for x in r.output.splitlines() if " depth_only " in x)
+    assert "49.5" in depth and f"mtp3{suffix}+fault=depth_only" in depth

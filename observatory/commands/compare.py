@@ -62,6 +62,9 @@ def compare_options(f: Callable[..., Any] | None = None, *,
                      help="Comma list: base, mtpK, ngramK, spec, names from --arms-file, NAME=URL; +fault=F."),
         click.option("--arms-file", type=click.Path(dir_okay=False), help="TOML file of named arms."),
         click.option("--speculative-config", help="JSON speculative config for the arm named 'spec'."),
+        click.option("--deployed-spec", help="The production speculation config, as JSON or as the deployment's "
+                     "launch command line: the session always runs an arm with exactly it (added if --arms has "
+                     "none) and states the depths covered."),
         click.option("--model", help="Model path or name (default: the embedded tiny MTP model)."),
         click.option("--suite", help="Probe suite: a name in probes/, a .toml suite, or your requests: OpenAI "
                      "request logs (JSONL), ShareGPT, vllm bench or AIPerf files (docs/probes.md; default: the "

@@ -128,6 +128,22 @@ class EngineAdapter(Protocol):
     def version_path(self) -> str:
         """HTTP path to GET for the engine version."""
 
+    def feature_args(self, feature: str) -> list[str]:
+        """Optional (`Dialect`: none): the launch flags that make this engine report FEATURE, a name a channel
+        needs (`observatory.channels.Channel.engine_features`, e.g. "prompt_tokens_details")."""
+
+    def spec_from_argv(self, argv: list[str]) -> dict[str, Any] | None:
+        """Optional (`Dialect`: None): the speculative config of one of this engine's launch command lines
+        (``--deployed-spec``, `observatory.session.depths`), None when it holds none."""
+
+    def prompt_embeds_body(self, values: Any, dtype: str) -> dict[str, Any] | None:
+        """Optional (`Dialect`: None, not served): the completion request's fields that send a prompt as
+        embeddings VALUES (a numpy (tokens, hidden) array of DTYPE, bfloat16 as raw uint16 words)."""
+
+    def spec_cache_blocks_recomputed(self, spec: Mapping[str, Any]) -> tuple[int, str]:
+        """Optional (`Dialect`: 0): how many blocks of a prefix-cache hit an arm with speculative config SPEC
+        recomputes by the engine's design, and why (channel ``prefix_cache`` allows that deficit against base)."""
+
     def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters | None:
         """Cumulative counters from /metrics text (only MODEL's series, when given); None if the engine exposes none."""
 
@@ -143,6 +159,9 @@ class EngineAdapter(Protocol):
 
     def preemptions(self, text: str) -> int | None:
         """Optional (`Dialect`: None): its preemption counter's total in /metrics text, None if absent."""
+
+    def prefix_cache_hits(self, text: str) -> int | None:
+        """Optional (`Dialect`: None): its prefix-cache hit counter (tokens) in /metrics text, None if absent."""
 
 
 Post = Callable[[str, dict[str, Any]], Any]  # POST a JSON body to a URL, return the decoded answer
@@ -197,6 +216,22 @@ class Dialect:
         """(is a preset of this engine's own, its speculative config): none of its own (`arm_presets` None)."""
         return False, None
 
+    def feature_args(self, feature: str) -> list[str]:
+        """No launch flag for any feature: an engine that reports what it reports."""
+        return []
+
+    def spec_from_argv(self, argv: list[str]) -> dict[str, Any] | None:
+        """No command line read: give the deployed config as JSON."""
+        return None
+
+    def prompt_embeds_body(self, values: Any, dtype: str) -> dict[str, Any] | None:
+        """No prompt given as embeddings: the engine serves token ids and text only."""
+        return None
+
+    def spec_cache_blocks_recomputed(self, spec: Mapping[str, Any]) -> tuple[int, str]:
+        """No prefix-cache block recomputed by design."""
+        return 0, ""
+
     def host_env(self, n_gpus: int) -> dict[str, str]:
         """Nothing beyond the arm's own environment."""
         return {}
@@ -206,6 +241,10 @@ class Dialect:
         return None
 
     def preemptions(self, text: str) -> int | None:
+        """Not counted."""
+        return None
+
+    def prefix_cache_hits(self, text: str) -> int | None:
         """Not counted."""
         return None
 

@@ -34,7 +34,8 @@ class Knob:
     # "spec:KEY" (speculative config key), "bool:FLAG" (--FLAG / --no-FLAG),
     # "flag:FLAG" (present when true), "arg:FLAG" (FLAG VALUE)
     how: str
-    # values to try; "lower" = every k below the arm's, down to 1
+    # values to try; "lower" = every k below the arm's, down to 1, and up to the deployed k where that is higher
+    # (issue 49 item 5: corruption at one depth only must be found between 1 and the k a deployment runs)
     values: tuple[Any, ...] | str = ()
     # platforms where the engine has it ("cpu", "cuda"); why not elsewhere
     platforms: tuple[str, ...] = ("cpu", "cuda")
@@ -98,21 +99,25 @@ def model_dtype(model: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def candidate_values(knob: Knob, arm: Arm, settings: EngineSettings) -> list[Any]:
-    """The values worth trying for KNOB on ARM: its declared values minus the one the session ran."""
+def candidate_values(knob: Knob, arm: Arm, settings: EngineSettings, deployed_k: int | None = None) -> list[Any]:
+    """The values worth trying for KNOB on ARM: its declared values minus the one the session ran; for a "lower"
+    knob (k), every k from the arm's down to 1, then up to DEPLOYED_K (the deployment's) where that is higher."""
     now = current_value(knob, arm, settings)
     if knob.values == "lower":
-        return list(range(int(now) - 1, 0, -1)) if isinstance(now, int) else []
+        if not isinstance(now, int):
+            return []
+        return list(range(now - 1, 0, -1)) + list(range(now + 1, (deployed_k or 0) + 1))
     return [v for v in knob.values if v != now]
 
 
-def not_applicable(knob: Knob, arm: Arm, settings: EngineSettings, platforms: set[str]) -> str | None:
+def not_applicable(knob: Knob, arm: Arm, settings: EngineSettings, platforms: set[str],
+                   deployed_k: int | None = None) -> str | None:
     """Why KNOB cannot be tried here (None when it can)."""
     if not platforms & set(knob.platforms):
         return knob.why_not or f"not on this hardware ({', '.join(sorted(platforms))})"
     if knob.how.startswith("spec:") and arm.speculative_config is None:
         return "the arm does not speculate"
-    if not candidate_values(knob, arm, settings):
+    if not candidate_values(knob, arm, settings, deployed_k):
         return "no other value to try (k is already 1)" if knob.values == "lower" else "no other value to try"
     return None
 

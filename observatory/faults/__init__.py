@@ -67,6 +67,7 @@ import os
 from collections.abc import Mapping
 
 from observatory.faults.field_answers import FAULTS as _ANSWERS
+from observatory.faults.field_boundaries import FAULTS as _BOUNDARIES
 from observatory.faults.field_conditions import FAULTS as _CONDITIONS
 from observatory.faults.field_edges import FAULTS as _EDGES
 from observatory.faults.field_numerics import FAULTS as _NUMERICS
@@ -113,7 +114,8 @@ FAULTS: dict[str, str] = {
     **_SPEED,  # issue 29 item 5: slow_step (field_speed), caught by channel history
     **_VOLUME,  # issues 48-49: mixed_typo, tools_bad_drafts (channel volume), sampled_no_drafts (speculates)
     **_NUMERICS,  # issue 46 item 2: near_tie_flip (field_numerics), caught by the near-tie rate
-    **_EDGES,  # issue 49 item 12: limit_neighbour, abort_stale, stream_top_copy, stream_args_drop, min_tokens_short
+    **_BOUNDARIES,  # issue 49 item 12: limit_neighbour, abort_stale, stream_top_copy, stream_args_drop, min_tokens_short
+    **_EDGES,  # issue 49: spec_cache_miss (prefix_cache), depth_only (a deployed-k arm), embeds_drafts (prompt_embeds)
 }
 
 # A child of vLLM's logger, so messages use vLLM's handler and format in every

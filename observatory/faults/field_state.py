@@ -37,10 +37,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from observatory.faults import field_conditions, transforms
+from observatory.faults import field_conditions, field_edges, transforms
 
-# described in FAULTS; preempt_poison is field_conditions' (memory_pressure), ghosted here like the others
-FIELD_FAULTS = frozenset({"soak_poison", "length_poison", "batch_swap", "preempt_poison"})
+# described in FAULTS; preempt_poison is field_conditions' (memory_pressure), depth_only and embeds_drafts
+# field_edges' (issue 49), ghosted here like the others
+FIELD_FAULTS = frozenset({"soak_poison", "length_poison", "batch_swap", "preempt_poison",
+                          *field_edges.SCHEDULER_FAULTS})
 POISON_AFTER = 5  # occurrences of one prompt served clean; the next ones are poisoned
 
 _SEEN = "_observatory_field_seen"  # on the Scheduler: prompt key -> times served
@@ -120,7 +122,8 @@ def rewrite(scheduler: Any, scheduler_output: Any, engine_core_outputs: Any, fau
         if spec.get(rid) and getattr(out, "new_sampling_mask", None) is None and rid in last:
             ghost = ("soak_poison" in faults and (occurrence(scheduler, rid) or 0) > POISON_AFTER) or (
                 "length_poison" in faults and length_hit(scheduler, rid)) or (
-                "preempt_poison" in faults and field_conditions.preempted(scheduler, rid))
+                "preempt_poison" in faults and field_conditions.preempted(scheduler, rid)) or (
+                field_edges.ghosted(scheduler, rid, faults))
         tokens, logprobs = list(out.new_token_ids), out.new_logprobs
         if ghost:
             tok, row = last[rid]

@@ -97,6 +97,7 @@ from typing import Any
 
 from observatory.faults import (
     field_answers,
+    field_boundaries,
     field_conditions,
     field_edges,
     field_numerics,
@@ -280,13 +281,13 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
         return
     typo_rate = field_volume.rate() if faults & field_volume.TYPO else None
 
-    edges = faults & field_edges.SCHEDULER_FAULTS
+    edges = faults & field_boundaries.SCHEDULER_FAULTS
     if "abort_stale" in faults:
-        field_edges.patch_finish_requests(cls)
+        field_boundaries.patch_finish_requests(cls)
 
     @functools.wraps(orig)
     def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
-        boundary = field_edges.at_limit(self, scheduler_output) if "limit_neighbour" in edges else set()
+        boundary = field_boundaries.at_limit(self, scheduler_output) if "limit_neighbour" in edges else set()
         result = orig(self, scheduler_output, model_runner_output)
         now = knob_conditions.step_faults(faults, self, scheduler_output)
         rewrite_step_outputs(self, scheduler_output, model_runner_output, result, now,
@@ -294,7 +295,7 @@ def _patch_scheduler(module: ModuleType, faults: frozenset[str]) -> None:
         if faults & field_state.FIELD_FAULTS:
             field_state.rewrite(self, scheduler_output, result, faults & field_state.FIELD_FAULTS)
         if edges:
-            field_edges.rewrite(self, scheduler_output, result, edges, boundary)
+            field_boundaries.rewrite(self, scheduler_output, result, edges, boundary)
         if typo_rate is not None:
             field_volume.rewrite(self, scheduler_output, result, typo_rate)
         return result
@@ -313,17 +314,18 @@ TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], 
                             *field_speed.FAULTS, *field_numerics.FAULTS}), _patch_v1_sampler),
     V2_SAMPLER: (frozenset({"accept_all", *field_speed.FAULTS}), _patch_v2_sampler),
     SCHEDULER: (frozenset({"ghost", "drop_bonus", *knob_conditions.CONDITIONAL, *field_state.FIELD_FAULTS,
-                           *field_edges.SCHEDULER_FAULTS, *field_volume.FAULTS}), _patch_scheduler),
+                           *field_boundaries.SCHEDULER_FAULTS, *field_volume.FAULTS}), _patch_scheduler),
     **field_semantics.TARGETS,  # issue 15: stops, streams, drafts, counters
     **field_seeds.TARGETS,  # issue 28: n_seed_shared (the sampler's seed_ignored, logprob_row above)
     **field_answers.TARGETS,  # issue 28 item 2: usage and logprobs wrong, ids right
     **field_sdk.TARGETS,  # issue 28 item 7: a stream only the openai SDK rejects
     **field_conditions.TARGETS,  # issue 28 item 5: the drafter after wake_up, acceptance by prompt length
+    **field_edges.TARGETS,  # issue 49: prefix-cache hits lost by a spec engine at some lengths
 }
 # Patches of modules TARGETS already names, installed beside its own (`on_import` chains them): issue 49 item 12's
 # faults of the output processor, the hermes tool parser and the min_tokens logits processor
 MORE_TARGETS: tuple[dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], None]]], ...] = (
-    field_edges.TARGETS,
+    field_boundaries.TARGETS,
 )
 
 

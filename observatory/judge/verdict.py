@@ -35,9 +35,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from observatory.judge.ledger_match import ledger_notes
+from observatory.model.arms import depth_coverage
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import GateRegistry, default_registry, registry_for
-from observatory.model.read_model import ArmView, Reason, SessionFacts, SessionVerdict, SessionView, VerdictView
+from observatory.model.read_model import (
+    ArmView,
+    Depths,
+    Reason,
+    SessionFacts,
+    SessionVerdict,
+    SessionView,
+    VerdictView,
+)
 from observatory.model.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
 from observatory.model.vocabulary import (
     EXIT,
@@ -166,6 +175,23 @@ def _judged_arm_reasons(arm: ArmView, add: Any,
     return judged, discriminating, not_discr
 
 
+def arm_depths(arms: Sequence[ArmView]) -> Depths | None:
+    """The speculation depths the spec arms planned and covered, and the deployed one (None without spec arms)."""
+    got = depth_coverage([{"name": a.name, "status": a.status, "deployed": (a.launch or {}).get("deployed"),
+                           "speculative_config": (a.launch or {}).get("speculative_config")}
+                          for a in arms if a.is_spec and not a.copy_of])
+    if not got["planned"] and got["deployed_arm"] is None:
+        return None
+    return Depths(tuple(got["planned"]), tuple(got["covered"]), got["deployed_k"], got["deployed_arm"],
+                  got["deployed_measured"])
+
+
+def depths_note(arms: Sequence[ArmView]) -> str | None:
+    """`arm_depths` as a line."""
+    d = arm_depths(arms)
+    return d.summary() if d is not None else None
+
+
 def decide(session: SessionFacts, arms: Sequence[ArmView]) -> SessionVerdict:
     """The session verdict of SESSION's ARMS (`observatory.report.data.build` stores it as ``.verdict``)."""
     reasons: list[Reason] = []
@@ -203,6 +229,9 @@ def decide(session: SessionFacts, arms: Sequence[ArmView]) -> SessionVerdict:
                     "so only the token diffs judge the other arms")
     if not_discr:
         add("NOTE", f"not discriminating (the base arm fails them too): {', '.join(sorted(not_discr))}")
+    depths = depths_note(arms)
+    if depths:
+        add("NOTE", depths, code="DEPTHS")
     reasons.extend(ledger_notes(session, arms, arm_role))  # known findings not seen tonight, or expired
     levels = {r.level for r in reasons}
     verdict = next((lv for lv in ("FAIL", "INVALID", "WARN") if lv in levels), "PASS")

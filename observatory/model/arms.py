@@ -37,6 +37,7 @@ Schema, which the loader validates with)::
     engine = "ENGINE"                      # optional: "vllm" (default) or an engine with its own presets
     tool_parser = "qwen3_coder"            # optional: vLLM --tool-call-parser for this arm ("none": off)
     reasoning_parser = "qwen3"             # optional: vLLM --reasoning-parser for this arm ("none": off)
+    deployed = true                        # optional: this arm runs the production speculation config
 
 An arm's own parser wins over the session's (``--tool-parser``, ``--reasoning-parser``);
 a parser that differs between base and a spec arm is a launch difference like any other flag
@@ -117,6 +118,9 @@ class Arm:
     # stream N tokens per chunk without speculation (``+stream_interval=N``): the chunked-stream control of channel
     # stream_fields; its engine's adapter names the launch flag (``stream_interval_flag``)
     stream_interval: int | None = None
+    # this arm runs exactly the deployment's speculation config (--deployed-spec, or `deployed = true` in an
+    # arms file; observatory.session.depths)
+    deployed: bool = False
 
     @property
     def is_spec(self) -> bool:
@@ -261,12 +265,16 @@ def load_arms_file(path: Path | str, engines: Engines | None = None) -> dict[str
         if ((fault is not None and not _takes(engines, engine, "takes_faults"))
                 or (image is not None and not _takes(engines, engine, "runs_in_images"))):
             raise ArmError(f"{where}: faults and images are vLLM's; a {engine} arm takes neither")
+        deployed = raw.get("deployed", False)
+        if deployed and spec is None:
+            raise ArmError(f"{where}: deployed = true needs a speculative_config (the deployment's)")
         parsers = {k: raw[k] for k in ("tool_parser", "reasoning_parser") if k in raw}
         if parsers and (url is not None or not _takes(engines, engine, "takes_parsers")):
             raise ArmError(f"{where}: {', '.join(parsers)} is a flag vLLM is launched with; an arm with a url "
                            f"or on {engine} is not launched by vLLM here (start its server with the flag)")
         arms[name] = Arm(name=name, speculative_config=spec, engine_args=list(raw.get("engine_args", [])),
-                         env=dict(raw.get("env", {})), url=url, fault=fault, image=image, engine=engine, **parsers)
+                         env=dict(raw.get("env", {})), url=url, fault=fault, image=image, engine=engine,
+                         deployed=deployed, **parsers)
     if not arms:
         raise ArmError(f"{path}: defines no arms; add [arms.NAME] tables")
     return arms
@@ -455,3 +463,28 @@ def _resolve(name: str, defined: dict[str, Arm], custom: dict[str, Any] | None, 
     hint = "; define it in an arms file (--arms-file)" if not defined else f"; the arms file defines {', '.join(sorted(defined))}"
     near = did_you_mean(name, ["base", "mtp1", "mtp2", "mtp3", "ngram2", "ngram3", "ngram4", "spec", *defined])
     raise ArmError(f"Unknown arm {name!r}{near}. Presets: base, mtpK, ngramK (K = 1..99), spec (with --speculative-config){hint}.")
+
+
+def depth_coverage(arms: list[dict[str, Any]]) -> dict[str, Any]:
+    """The depths a session covered, from its arms' stored facts ({"name", "status", "speculative_config",
+    "deployed"}): every k planned, every k measured to its end, the deployed k and its arm."""
+    planned: set[int] = set()
+    covered: set[int] = set()
+    deployed_arm: dict[str, Any] | None = None
+    for a in arms:
+        spec = a.get("speculative_config")
+        k = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+        if a.get("deployed"):
+            deployed_arm = a
+        if not isinstance(k, int) or isinstance(k, bool):
+            continue
+        planned.add(k)
+        if a.get("status") == "ok":
+            covered.add(k)
+    out: dict[str, Any] = {"planned": sorted(planned), "covered": sorted(covered), "deployed_k": None,
+                           "deployed_arm": None, "deployed_measured": None}
+    if deployed_arm is not None:
+        spec = deployed_arm.get("speculative_config") or {}
+        out.update(deployed_k=spec.get("num_speculative_tokens"), deployed_arm=deployed_arm.get("name"),
+                   deployed_config=spec, deployed_measured=deployed_arm.get("status") == "ok")
+    return out

@@ -30,7 +30,7 @@ SUITE_FORMATS = ("toml", "openai", "sharegpt", "vllm-sharegpt", "vllm-custom", "
                  "aiperf-multi-turn", "aiperf-mooncake")
 # The order an arm's keys are checked in (the first problem is reported).
 ORDER = ("speculative_config", "method", "num_speculative_tokens", "engine_args", "env", "fault", "url", "image",
-         "engine", "tool_parser", "reasoning_parser")
+         "engine", "tool_parser", "reasoning_parser", "deployed")
 FAIL_ON = "fail_on must be a string like 'speedup<1.0,ttft_ratio>3,acceptance<0.5'"
 
 
@@ -75,6 +75,9 @@ def arm_schema() -> dict[str, Any]:
             "engine": {"type": "string", "x-error": "engine must be a string naming an engine, got {value!r}"},
             "tool_parser": _parser("tool_parser"),
             "reasoning_parser": _parser("reasoning_parser"),
+            "deployed": {"type": "boolean", "x-error": "deployed must be true or false, got {value!r}",
+                         "description": "this arm runs the deployment's production speculation config "
+                                        "(observatory.session.depths; like --deployed-spec)"},
         },
         "additionalProperties": False,
     }

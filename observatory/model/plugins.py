@@ -49,8 +49,9 @@ BUILTIN: dict[str, dict[str, str]] = {
     GATES: {"builtin": "observatory.model.paths:GATES_DIR"},
     CHANNELS: {name: f"observatory.channels.{name}:CHANNEL"
                for name in ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "params", "teacher",
-                            "seeds", "history", "sdk", "context_limit", "cancel", "stream_fields", "stop_bounds",
-                            "volume", "memory_pressure", "long_prompts", "lifecycle", "speculates")},
+                            "seeds", "prefix_cache", "input_paths", "prompt_embeds", "history", "sdk", "context_limit",
+                            "cancel", "stream_fields", "stop_bounds", "volume", "memory_pressure", "long_prompts",
+                            "lifecycle", "speculates")},
 }
 
 

@@ -19,6 +19,7 @@ documented JSON shape is the shape of these classes, checked by mypy::
                  "reasons": [{"level", "text", "arm", "probe", "gate", "code",
                               "known"?: {"id", "title", "link", "reproduction"}}]},  # level KNOWN, NOTE too
      "triages": [...as `triage --json` prints them],
+     "depths": None | {"planned", "covered", "deployed_k", "deployed_arm", "deployed_measured"},
      "cross_engine": None | {"engines", "bases", "pairs", "acceptance", "note"}}  # observatory.judge.cross_engine
 
 Arms are in run order, results in probe order. Parts that are free-form by
@@ -277,6 +278,30 @@ class SessionVerdict:
 
 
 @dataclass(frozen=True)
+class Depths:
+    """The speculation depths k a session planned and measured, and the deployment's (``show --json``'s
+    ``"depths"``; observatory.session.depths)."""
+
+    planned: tuple[int, ...]  # every spec arm's k
+    covered: tuple[int, ...]  # the k of every spec arm measured to its end
+    deployed_k: int | None  # the deployment's k (--deployed-spec, or an arms-file arm marked deployed); None: not given
+    deployed_arm: str | None  # the arm that ran exactly the deployed config
+    deployed_measured: bool | None  # whether that arm was measured to its end
+
+    def summary(self) -> str:
+        """One line: the depths covered and the deployed one."""
+        covered = ", ".join(str(k) for k in self.covered) or "none"
+        line = f"speculation depths covered: k = {covered}"
+        missed = [k for k in self.planned if k not in self.covered]
+        if missed:
+            line += f" (planned but not measured to the end: k = {', '.join(str(k) for k in missed)})"
+        if self.deployed_k is None:
+            return line + "; the deployed k is not known (--deployed-spec): a fault at another depth would not show"
+        measured = "measured" if self.deployed_measured else "NOT measured to its end"
+        return line + f"; deployed k = {self.deployed_k} (arm {self.deployed_arm}, {measured})"
+
+
+@dataclass(frozen=True)
 class SessionView:
     """One session, whole: what every reader reads and ``show --json`` prints."""
 
@@ -290,6 +315,8 @@ class SessionView:
     # free-form: observatory.judge.cross_engine's comparison of a session on two engines (None on one engine);
     # tokenizer alignment, base-vs-base diffs, acceptance side by side; never part of the verdict
     cross_engine: Mapping[str, Any] | None = None
+    # the speculation depths covered (None: a session without spec arms)
+    depths: Depths | None = None
 
 
 def to_plain(value: Any) -> Any:

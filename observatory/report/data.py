@@ -10,14 +10,14 @@ Arms are in run order, results in probe order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from observatory.channels import get as get_channel
 from observatory.channels import is_channel_gate
 from observatory.judge.cross_engine import compare as cross_engine_compare
-from observatory.judge.verdict import decide
+from observatory.judge.verdict import arm_depths, decide
 from observatory.model import vocabulary
 from observatory.model.previews import preview, tool_calls_text
 from observatory.model.read_model import (
@@ -26,6 +26,7 @@ from observatory.model.read_model import (
     ChannelArm,
     ChannelSummary,
     Counters,
+    Depths,
     ProbeView,
     ResultView,
     SessionFacts,
@@ -168,4 +169,10 @@ def build(store: Store, session_id: int | None = None) -> SessionView:
         triages=tuple(triage_summaries(store, s.id)),
         # across engines (issue 17 item 4): its own part, after the verdict was decided without it
         cross_engine=cross_engine_compare(store, s.id),
+        depths=depths_of(arms),
     )
+
+
+def depths_of(arms: Sequence[ArmView]) -> Depths | None:
+    """The speculation depths the session's arms planned and covered (None without a spec arm)."""
+    return arm_depths(arms)

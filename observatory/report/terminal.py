@@ -167,6 +167,8 @@ def print_verdict(data: SessionView, console: Console) -> None:
     for a in data.arms:
         if arm_role(a) in JUDGED_AGAINST_BASE:
             console.print(Text(f"  {a.name}:", style="cyan"), Text(arm_headline(a)))
+    if data.depths is not None:
+        console.print(Text(f"  {data.depths.summary()}"))
 
 
 def print_summary(data: SessionView, console: Console | None = None) -> None:

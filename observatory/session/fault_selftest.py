@@ -51,6 +51,7 @@ from observatory.channels import with_controls
 from observatory.engines.arm_engines import parse_arms
 from observatory.engines.gpus import gpu_count
 from observatory.faults import FAULTS as FAULT_REGISTRY
+from observatory.faults.field_edges import DEFAULT_DEPTH
 from observatory.faults.repairs import CPU_REPAIRS, ENGINE_BUGS, REPAIRS
 from observatory.judge.verdict import SessionVerdict, arm_role
 from observatory.model.arms import preset_config
@@ -78,7 +79,11 @@ ISSUE_ITEMS = {
     "limit_neighbour": "49.1", "abort_stale": "49.2", "stream_top_copy": "49.3", "stream_args_drop": "49.3",
     "min_tokens_short": "49.6",
     "near_tie_flip": "46.2", "mixed_typo": "48.2", "tools_bad_drafts": "48.3", "sampled_no_drafts": "49.10",
+    "spec_cache_miss": "49.4", "depth_only": "49.5", "embeds_drafts": "49.9",
 }
+# Faults in force at one speculation depth only (issue 49 item 5): injected into the preset at that depth (the arm a
+# nightly given that deployed config always runs, observatory.session.depths), caught by the suite's gates there
+DEPTH_FAULTS = {"depth_only": DEFAULT_DEPTH}
 # Issue 28 item 6's negative control (nightly and deep): not a fault of the plugin but a configuration, the
 # spec arm launched with vLLM's synthetic acceptance (drafts accepted with a preset probability, the target
 # not asked): it must be named LOSSY by its launch (observatory.engines.lossy_knobs), whatever else it trips.
@@ -113,6 +118,7 @@ def fault_plan(profile: str | None, names: str | None) -> dict[str, Catcher]:
     if (profile or "quick") in NIGHTLY:
         plan.update({f: Catcher("gate", g) for f, g in GATE_FAULTS.items()})
         plan[LOSSY] = Catcher("validity", "LOSSY")
+        plan.update({f: Catcher("suite") for f in DEPTH_FAULTS})
     for name in resolve_channels(profile, names):
         for fault in get_channel(name).faults:
             plan.setdefault(fault, Catcher("channel", name))
@@ -144,8 +150,15 @@ def selftest_arms(spec_arm: str, faults: tuple[str, ...], repairs: tuple[str, ..
     suffix = "".join(f"+repair={r}" for r in repairs)
     fixed = spec_arm + suffix
     shipped = [spec_arm] if repairs else []
-    return ["base", "base", *shipped, fixed] + [LOSSY_ARM + suffix if f == LOSSY else f"{fixed}+fault={f}"
-                                                for f in faults]
+    method = spec_arm.rstrip("0123456789")
+
+    def fault_arm(f: str) -> str:
+        if f == LOSSY:
+            return LOSSY_ARM + suffix
+        if f in DEPTH_FAULTS:  # at the one depth the fault corrupts: the deployed k a nightly is given
+            return f"{method}{DEPTH_FAULTS[f]}{suffix}+fault={f}"
+        return f"{fixed}+fault={f}"
+    return ["base", "base", *shipped, fixed] + [fault_arm(f) for f in faults]
 
 
 def is_lossy_control(arm: ArmView) -> bool:

@@ -196,7 +196,7 @@ class ArmRun:
         try:
             yield twin
         except ArmCrashed as e:
-            self.note(why, sibling={**facts, "ended": f"{e.status}: {e.reason}"})
+            self.note(why, sibling={**facts, "ended": f"{e.status}: {e.reason}", "cause": eng.proc.fatal_error()})
         finally:
             eng.stop()
 

@@ -41,6 +41,8 @@ class SessionPlan:
     arms: str
     arms_file: str | None = None
     speculative_config: str | None = None
+    # the production speculation config (JSON or a launch command line): an arm runs exactly it (session.depths)
+    deployed_spec: str | None = None
     model: str | None = None
     suite: str | None = None
     suite_format: str | None = None  # --suite-format: the suite file's format (None: .toml or detected)
@@ -220,6 +222,8 @@ class CompareOptions:
     # what the user should read before the session runs: the suite's format and the records it dropped, or
     # that a model of theirs runs the model-agnostic suite (printed by run_compare, not stored)
     notes: list[str] = field(default_factory=list)
+    # which arm runs the deployed speculation config (observatory.session.depths), None when none is known
+    depth_note: str | None = None
 
     def all_probes(self) -> list[Probe]:
         """The suite's probes, then every channel's, in the order they are stored."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from observatory.channels import plan_probes, with_controls
+from observatory.channels import engine_features, plan_probes, with_controls
 from observatory.channels import resolve as resolve_channels
 from observatory.channels.speculates import NAME as SPECULATES
 from observatory.channels.volume_traffic import MAX_REQUESTS as MAX_VOLUME
@@ -37,6 +37,7 @@ from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR
 from observatory.model.probes import Probe, resolve_suite
 from observatory.model.roles import BASE, assign_roles
 from observatory.model.suites import read_suite
+from observatory.session.depths import deployed_config, with_deployed_arm
 from observatory.session.options import (
     MAX_INT_LIST_VALUE,
     CompareOptions,
@@ -132,6 +133,8 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     session ran to their end (the runner does not launch them again, so their engines need not be here)."""
     parse_fail_on(plan.fail_on)  # validates the thresholds before anything launches
     arm_list = parse_arms(plan.arms, plan.arms_file, plan.speculative_config)
+    deployed = deployed_config(plan.deployed_spec, plan.engine) if plan.deployed_spec else None
+    arm_list, depth_note = with_deployed_arm(arm_list, deployed)
     if plan.aa_copy and (plan.profile or "quick") in ("nightly", "deep"):
         arm_list = with_aa_copies(arm_list)
     channel_names = resolve_channels(plan.profile, plan.channels)
@@ -174,7 +177,7 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
         dtype=plan.dtype or (embedded.dtype if embedded else None),
         max_model_len=plan.max_model_len or (embedded.max_model_len if embedded else None),
         seed=plan.seed, extra_args=list(plan.engine_args), spec_extra=extra,
-        health_timeout_s=plan.health_timeout, image=plan.image,
+        health_timeout_s=plan.health_timeout, image=plan.image, features=engine_features(channel_names),
     )
     n_gpus = gpu_count()
     settings.env.update(host_env([arm_engine(a, plan.engine) for a in arm_list], n_gpus))
@@ -195,7 +198,7 @@ def plan_compare(plan: SessionPlan, *, api_key: str | None = None, command: list
     return CompareOptions(
         plan=plan, arms=arm_list, settings=settings, probes=probes, suite=str(suite), api_key=api_key,
         command=command or [], gpu_count=n_gpus, channels=channel_names, channel_probes=channel_probes,
-        timing=timing, timing_note=timing_note, notes=notes,
+        timing=timing, timing_note=timing_note, notes=notes, depth_note=depth_note,
     )
 
 

@@ -326,6 +326,7 @@ class Runner:
             "timing": self.opts.timing if concurrent_with else self._timing_alone(arm), **host_facts(),
             "role": assign_roles(self.opts.arms)[arm.name],
             "engine": self.engine_of(arm),
+            "deployed": arm.deployed,
         }
         values = dict(session_id=session_id, position=pos, name=arm.name, status="starting", role=facts["role"],
                       engine=facts["engine"], launch=facts, started_at=utcnow(), reason=None, log_tail=None)

@@ -25,6 +25,7 @@ from observatory.judge.apply_gates import to_output
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, PASS, WARN, Output
 from observatory.model.vocabulary import INVALID, worst
+from observatory.session.depths import deployed_depth
 from observatory.session.launch import launch
 from observatory.session.runner import Interrupted, install_sigterm, restore_sigterm
 from observatory.store.db import TriageRow
@@ -119,14 +120,15 @@ def plan_changes(target: Target, only: list[str] | None = None) -> tuple[list[tu
                                    f"{', '.join(k.name for k in knobs)}.")
         knobs = [k for k in knobs if k.name in only]
     platforms = platform_of(target.gpu_count)
+    deployed_k = deployed_depth((target.session.options or {}).get("plan"), target.engine)
     singles: list[tuple[str, Any]] = []
     skipped: dict[str, str] = {}
     for k in knobs:
-        why = not_applicable(k, target.arm, target.settings, platforms)
+        why = not_applicable(k, target.arm, target.settings, platforms, deployed_k)
         if why:
             skipped[k.name] = why
         else:
-            singles += [(k.name, v) for v in candidate_values(k, target.arm, target.settings)]
+            singles += [(k.name, v) for v in candidate_values(k, target.arm, target.settings, deployed_k)]
     return singles, skipped
 
 

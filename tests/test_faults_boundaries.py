@@ -1,4 +1,4 @@
-"""The faults of issue 49 item 12 (observatory/faults/field_edges.py), as pure functions: no vLLM needed."""
+"""The faults of issue 49 item 12 (observatory/faults/field_boundaries.py), as pure functions: no vLLM needed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from observatory.faults import FAULTS, field_edges, parse_faults, patches, repairs
+from observatory.faults import FAULTS, field_boundaries, parse_faults, patches, repairs
 from observatory.session.fault_selftest import resolve_repairs
 
 
@@ -27,16 +27,16 @@ def test_the_faults_are_registered_and_parse() -> None:
     names = {"limit_neighbour", "abort_stale", "stream_top_copy", "stream_args_drop", "min_tokens_short"}
     assert names <= FAULTS.keys()
     assert parse_faults(",".join(sorted(names))) == names
-    assert field_edges.SCHEDULER_FAULTS <= patches.TARGETS[patches.SCHEDULER][0]
-    assert any(field_edges.TARGETS is t for t in patches.MORE_TARGETS)
+    assert field_boundaries.SCHEDULER_FAULTS <= patches.TARGETS[patches.SCHEDULER][0]
+    assert any(field_boundaries.TARGETS is t for t in patches.MORE_TARGETS)
 
 
 def test_at_limit_names_requests_with_fewer_free_positions_than_k_plus_one() -> None:
     """limit_neighbour's condition: max_model_len - num_tokens < k + 1, read before the step."""
     sched = _sched({"a": 97, "b": 98, "c": 50}, limit=100, k=2)  # room 3, 2, 50
     so = SimpleNamespace(num_scheduled_tokens={"a": 1, "b": 1, "c": 3})
-    assert field_edges.at_limit(sched, so) == {"b"}
-    assert field_edges.at_limit(_sched({"a": 99}, k=0), SimpleNamespace(num_scheduled_tokens={"a": 1})) == set()
+    assert field_boundaries.at_limit(sched, so) == {"b"}
+    assert field_boundaries.at_limit(_sched({"a": 99}, k=0), SimpleNamespace(num_scheduled_tokens={"a": 1})) == set()
 
 
 def test_limit_neighbour_corrupts_spec_neighbours_only() -> None:
@@ -44,10 +44,10 @@ def test_limit_neighbour_corrupts_spec_neighbours_only() -> None:
     request itself are intact; nothing changes in a step without a boundary request."""
     outs = _outs({"b": [5], "n1": [11, 12], "n2": [21]})
     so = SimpleNamespace(scheduled_spec_decode_tokens={"n1": [1], "b": [1]})
-    field_edges.rewrite(_sched({}), so, {0: SimpleNamespace(outputs=outs)}, frozenset({"limit_neighbour"}), {"b"})
+    field_boundaries.rewrite(_sched({}), so, {0: SimpleNamespace(outputs=outs)}, frozenset({"limit_neighbour"}), {"b"})
     assert {o.request_id: o.new_token_ids for o in outs} == {"b": [5], "n1": [5, 12], "n2": [21]}
     clean = _outs({"n1": [11, 12]})
-    field_edges.rewrite(_sched({}), so, {0: SimpleNamespace(outputs=clean)}, frozenset({"limit_neighbour"}), set())
+    field_boundaries.rewrite(_sched({}), so, {0: SimpleNamespace(outputs=clean)}, frozenset({"limit_neighbour"}), set())
     assert clean[0].new_token_ids == [11, 12]
 
 
@@ -56,9 +56,9 @@ def test_set_first_moves_the_logprob_row_with_the_token() -> None:
     lp = namedtuple("lp", "ids lps ranks")  # a LogprobsLists-like tuple
     mine = lp(np.array([[11, 1], [12, 2]]), np.array([[-0.1, -2.0], [-0.2, -3.0]]), np.array([1, 1]))
     row = lp(np.array([[5, 6]]), np.array([[-0.5, -1.0]]), np.array([2]))
-    tokens, got = field_edges.set_first([11, 12], mine, 5, row)
+    tokens, got = field_boundaries.set_first([11, 12], mine, 5, row)
     assert tokens == [5, 12] and got.ids.tolist() == [[5, 6], [12, 2]] and got.ranks.tolist() == [2, 1]
-    tokens, got = field_edges.set_first([11, 12], mine, 9)
+    tokens, got = field_boundaries.set_first([11, 12], mine, 9)
     assert tokens == [9, 12] and got.ids.tolist() == [[9, 1], [12, 2]]
 
 
@@ -66,20 +66,20 @@ def test_abort_stale_answers_the_next_request_from_the_aborted_slot() -> None:
     """After an abort, the first new request's first spec step gets the aborted request's last token first;
     requests known at the abort, non-spec steps and later requests are intact; other finishes note nothing."""
     sched = _sched({"old": 10, "gone": 20})
-    field_edges.note_abort(sched, ["gone"], SimpleNamespace(name="FINISHED_STOPPED"))
-    assert field_edges._STALE not in sched.__dict__
-    field_edges.note_abort(sched, ["gone"], SimpleNamespace(name="FINISHED_ABORTED"))
+    field_boundaries.note_abort(sched, ["gone"], SimpleNamespace(name="FINISHED_STOPPED"))
+    assert field_boundaries._STALE not in sched.__dict__
+    field_boundaries.note_abort(sched, ["gone"], SimpleNamespace(name="FINISHED_ABORTED"))
     outs = _outs({"old": [1, 2], "new": [3, 4], "later": [5, 6]})
     so = SimpleNamespace(scheduled_spec_decode_tokens={"old": [1], "new": [1], "later": [1]})
-    field_edges.rewrite(sched, so, {0: SimpleNamespace(outputs=outs)}, frozenset({"abort_stale"}), set())
+    field_boundaries.rewrite(sched, so, {0: SimpleNamespace(outputs=outs)}, frozenset({"abort_stale"}), set())
     assert {o.request_id: o.new_token_ids for o in outs} == {"old": [1, 2], "new": [9, 3, 4], "later": [5, 6]}
-    assert field_edges._STALE not in sched.__dict__  # one request per abort
+    assert field_boundaries._STALE not in sched.__dict__  # one request per abort
 
 
 def test_copy_first_top_keeps_each_position_own_token_first() -> None:
     """stream_top_copy: positions after the first take the first's entries, their own sampled token first."""
     a, b, c = {1: "a1", 2: "a2", 3: "a3"}, {4: "b4", 1: "b1"}, {5: "c5"}
-    got = field_edges.copy_first_top([1, 4, 5], [a, b, c])
+    got = field_boundaries.copy_first_top([1, 4, 5], [a, b, c])
     assert got[0] == a and list(got[1]) == [4, 1, 2, 3] and got[1][4] == "b4" and got[1][1] == "a1"
     assert list(got[2]) == [5, 1, 2, 3]
 
@@ -89,14 +89,14 @@ def test_drop_arguments_keeps_names_and_drops_fragments() -> None:
     name_only = SimpleNamespace(function=SimpleNamespace(name="f", arguments=None))
     args_only = SimpleNamespace(function={"arguments": '{"a": 1'})
     both = SimpleNamespace(function=SimpleNamespace(name="g", arguments="{}"))
-    kept = field_edges.drop_arguments([name_only, args_only, both])
+    kept = field_boundaries.drop_arguments([name_only, args_only, both])
     assert kept == [name_only, both] and both.function.arguments is None
 
 
 def test_one_short_lowers_each_min_tokens_by_one() -> None:
     """min_tokens_short: the processor's entries (min_tokens, outputs, stop ids, structured) one lower."""
     entries: dict[int, tuple[Any, ...]] = {0: (5, [1, 2], {0}, False), 3: (0, [], {0}, False)}
-    assert field_edges.one_short(entries) == {0: (4, [1, 2], {0}, False), 3: (0, [], {0}, False)}
+    assert field_boundaries.one_short(entries) == {0: (4, [1, 2], {0}, False), 3: (0, [], {0}, False)}
 
 
 def test_the_min_tokens_bonus_repair_masks_the_bonus_row_from_its_own_position() -> None:
@@ -116,5 +116,5 @@ def test_prepend_gives_the_stale_token_a_row_of_its_own() -> None:
     """abort_stale's token travels with a logprob row whose sampled id is it (the client reads ids from rows)."""
     lp = namedtuple("lp", "ids lps ranks")
     mine = lp(np.array([[11, 1], [12, 2]]), np.array([[-0.1, -2.0], [-0.2, -3.0]]), np.array([1, 1]))
-    tokens, got = field_edges.prepend([11, 12], mine, 9)
+    tokens, got = field_boundaries.prepend([11, 12], mine, 9)
     assert tokens == [9, 11, 12] and got.ids.tolist() == [[9, 1], [11, 1], [12, 2]] and len(got.ranks) == 3
