@@ -73,3 +73,23 @@ def test_a_busy_host_keeps_a_clearly_slower_clean_arm_a_warn() -> None:
     quiet = {**fig, "vs_base": {**fig["vs_base"], "host_foreign_share": BUSY_HOST_SHARE / 5}}
     assert _by_check(performance(quiet, BASE, None, {}))["speedup"]["verdict"] == "FAIL"
     assert _by_check(performance(busy, BASE, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
+
+
+def test_on_cpu_cores_the_floor_fails_a_step_no_verify_can_cost() -> None:
+    """Issue 46 items 3-4 on the CPU engine: decode is compute-bound there, so a clean spec arm is slower than base
+    by design (S 0.51-0.72, one spec step 2.6-3.3 base steps). The loaded night's clean mtp2 (S 0.37 [0.25, 0.53],
+    tau 2.03, k = 2: at least 3.8 base steps a step) WARNs; the four times slower step (S 0.16 [0.14, 0.18]: at
+    least 11 base steps, beyond 2 x (k + 1)) FAILs; the same clean figures served on a GPU FAIL (the control)."""
+    def cpu(S: float, ci: list[float], served: bool = True) -> dict:
+        fig = _bracketed(_fig(S, 100.0, 0.5), ci, 0.01)
+        return {**fig, "vs_base": {**fig["vs_base"], "cpu_served": served, "tau": 2.03, "k": 2}}
+
+    clean = _by_check(performance(cpu(0.37, [0.25, 0.53]), BASE, None, {}))["speedup"]
+    assert clean["verdict"] == "WARN" and "compute-bound" in clean["reason"] and "3.8 base steps" in clean["reason"]
+    slow = _by_check(performance(cpu(0.16, [0.14, 0.18]), BASE, None, {}))["speedup"]
+    assert slow["verdict"] == "FAIL", slow
+    gpu = _by_check(performance(cpu(0.37, [0.25, 0.53], served=False), BASE, None, {}))["speedup"]
+    assert gpu["verdict"] == "FAIL", gpu
+    unknown = {**cpu(0.37, [0.25, 0.53]), "vs_base": {**cpu(0.37, [0.25, 0.53])["vs_base"], "tau": None}}
+    assert _by_check(performance(unknown, BASE, None, {}))["speedup"]["verdict"] == "WARN"
+    assert _by_check(performance(cpu(0.37, [0.25, 0.53]), BASE, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"

@@ -506,6 +506,10 @@ def _group_figures(store: Store, arms: list[ArmRow], group: list[ArmRow], per_ar
             if fig.get("bracketed") is not None:
                 vb = with_brackets(vb, fig["bracketed"], fig["acceptance"].get("tau"), k_int)
             vb["host_foreign_share"] = fig.get("host_foreign_share")  # perf_gates._noise: a busy host's speed
+            # perf_gates.speedup_check: on CPU cores a verify step is compute-bound, S below 1 the platform's
+            vb["cpu_served"] = base is not None and served_platform(base.launch) is None \
+                and not (base.launch or {}).get("url") and not (a.launch or {}).get("url")
+            vb["tau"], vb["k"] = fig["acceptance"].get("tau"), k_int
             if floor and vb["S"] is not None and floor.get("throughput_spread") is not None:
                 vb["within_noise"] = abs(vb["S"] - 1.0) <= floor["throughput_spread"]
             vb["cross_session"] = apart
