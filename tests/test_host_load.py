@@ -77,7 +77,7 @@ def test_a_busy_host_keeps_a_clearly_slower_clean_arm_a_warn() -> None:
 
 def test_on_cpu_cores_the_floor_fails_a_step_no_verify_can_cost() -> None:
     """Issue 46 items 3-4 on the CPU engine: decode is compute-bound there, so a clean spec arm is slower than base
-    by design (S 0.51-0.72, one spec step 2.6-3.3 base steps). The loaded night's clean mtp2 (S 0.37 [0.25, 0.53],
+    by design (S 0.59-0.72, one spec step 2.4-3.4 base steps). The loaded night's clean mtp2 (S 0.37 [0.25, 0.53],
     tau 2.03, k = 2: at least 3.8 base steps a step) WARNs; the four times slower step (S 0.16 [0.14, 0.18]: at
     least 11 base steps, beyond 2 x (k + 1)) FAILs; the same clean figures served on a GPU FAIL (the control)."""
     def cpu(S: float, ci: list[float], served: bool = True) -> dict:

@@ -89,7 +89,7 @@ def _threshold(name: str, fail_on: dict[str, float]) -> tuple[float, str]:
     return DEFAULTS[name], "WARN"
 
 
-# A clean spec step on CPU cores costs about k + 1 base steps (compute-bound: r = 2.6 at k = 1, 3.3 at k = 2 on
+# A clean spec step on CPU cores costs about k + 1 base steps (compute-bound: r = 2.4-2.7 at k = 1, 3.2-3.4 at k = 2 on
 # every clean CPU night, docs/design.md 3.7); twice that is beyond what verifying k + 1 tokens and drafting costs
 STEP_COST_LIMIT = 2.0
 
@@ -207,7 +207,7 @@ def compute_bound(vb: dict[str, Any], upper: float | None) -> str | None:
     """Why a CPU-served arm's S wholly below the floor is not a FAIL, or None where it is one.
 
     On CPU cores decode is compute-bound: a verify step of k + 1 tokens costs about k + 1 base steps, so
-    speculation is slower there by design (clean CPU nights: S 0.51-0.72, one spec step r = tau / S = 2.6-3.3
+    speculation is slower there by design (clean CPU nights: S 0.59-0.72, one spec step r = tau / S = 2.4-3.4
     base steps at k = 1 and 2; docs/design.md 3.3a). What no clean step can cost is more than twice that:
     `STEP_COST_LIMIT` x (k + 1) base steps. A FAIL on a CPU engine needs r beyond it at the noise's upper end
     of S (r >= tau / UPPER): the four times slower step (r about 13 at k = 2) is; a clean arm slowed by a busy
