@@ -104,6 +104,14 @@ def test_confounds_are_listed() -> None:
     assert "--tensor-parallel-size" in launch_differences(tp, base)[0]
     env = _row("mtp1", _argv("mtp1"), {"VLLM_X": "1", "OBSERVATORY_FAULT": "ghost"})
     assert launch_differences(env, base) == ["env VLLM_X: absent on base, '1' here"]
+    # a declared fault's own knob is the fault (the slow step at 3: a FAIL to judge, not a confound); the same
+    # knob on an arm that does not declare that fault, or another fault's knob, is still a difference
+    knob = {"OBSERVATORY_SLOW_STEP_FRACTION": "3"}
+    slow = ArmRow(name="slow2", launch={"argv": _argv("mtp2"), "env": knob, "fault": "slow_step"})
+    assert launch_differences(slow, base) == []
+    other = ArmRow(name="x", launch={"argv": _argv("mtp2"), "env": knob, "fault": "draft_noise"})
+    assert launch_differences(other, base) == ["env OBSERVATORY_SLOW_STEP_FRACTION: absent on base, '3' here"]
+    assert launch_differences(_row("mtp2", _argv("mtp2"), knob), base) != []
 
 
 def test_cudagraph_sizes_without_batch_one() -> None:

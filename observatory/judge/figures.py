@@ -64,6 +64,7 @@ from observatory.judge.speed import speed, stream_tau, ttft_by_level
 from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
 from observatory.judge.verdict import INVALID_CODES
+from observatory.model.env_vars import FAULT_KNOBS
 from observatory.model.errors import NOT_REPORTED
 from observatory.model.numerics import served_platform
 from observatory.model.roles import by_engine
@@ -211,8 +212,9 @@ def launch_differences(arm: ArmRow, base: ArmRow) -> list[str]:
             continue
         diffs.append(f"{k}: {_show(fb.get(k))} on base, {_show(fa.get(k))} here")
     ea, eb = a.get("env", {}), b.get("env", {})
+    declared = set(str(a.get("fault") or "").replace(",", "+").split("+")) - {""}  # its fault's knobs are the fault's
     for k in sorted(set(ea) | set(eb)):
-        if k in _IGNORED_ENV or ea.get(k) == eb.get(k):
+        if k in _IGNORED_ENV or ea.get(k) == eb.get(k) or FAULT_KNOBS.get(k) in declared:
             continue
         diffs.append(f"env {k}: {_show(eb.get(k))} on base, {_show(ea.get(k))} here")
     return diffs

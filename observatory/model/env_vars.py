@@ -7,6 +7,7 @@ listed here or there.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 ENV_VARS = {
@@ -47,3 +48,11 @@ def epilog(engine_vars: Mapping[str, str] | None = None) -> str:
     shown = listed(engine_vars)
     width = max(map(len, shown))
     return "\b\nEnvironment variables:\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in shown.items())
+
+
+# Each fault's own knobs: "the NAME fault" in the description (judge/figures.launch_differences: on an arm that
+# declares that fault, its knob is part of the fault, not a difference from base)
+FAULT_KNOBS: dict[str, str] = {
+    name: m.group(1) for name, what in ENV_VARS.items()
+    if name != "OBSERVATORY_FAULT" and (m := re.search(r"the (\w+) fault\b", what))
+}
