@@ -136,7 +136,7 @@ def _eos_differs(mine: dict[str, StoredResult], ref: dict[str, StoredResult], pr
     suite's token diff's to judge, with base's margins (a bf16 near-tie there read as a finish FAIL on
     ``eos``, ``len-1`` and ``len-2`` on every H200 field night, docs/design.md 3.7)."""
     a, b = mine.get(f"{NAME}:{probe.meta['of']}:eos"), ref.get(f"{NAME}:{probe.meta['of']}:eos")
-    return a is not None and b is not None and _diff_at(a, b) is not None
+    return a is not None and b is not None and diff_at(a, b) is not None
 
 
 def _leak(r: StoredResult, params: dict[str, Any] | None) -> str | None:
@@ -147,7 +147,7 @@ def _leak(r: StoredResult, params: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _diff_at(a: StoredResult, b: StoredResult) -> int | None:
+def diff_at(a: StoredResult, b: StoredResult) -> int | None:
     """Index of the first differing token id (the shorter length when one is a prefix); None when equal."""
     ia, ib = list(a.token_ids or []), list(b.token_ids or [])
     if ia == ib:
@@ -158,7 +158,7 @@ def _diff_at(a: StoredResult, b: StoredResult) -> int | None:
 def _first_diff(a: StoredResult, b: StoredResult) -> str:
     if a.finish_reason != b.finish_reason:
         return f"finish_reason {a.finish_reason} vs base's {b.finish_reason}"
-    at = _diff_at(a, b)
+    at = diff_at(a, b)
     if at is not None:
         return f"token ids differ at {at} ({len(a.token_ids or [])} vs base's {len(b.token_ids or [])} tokens)"
     return "same ids, different text"
@@ -210,7 +210,7 @@ def judge(view: ChannelView) -> list[Verdict]:
                     noisy = any(name in c and not _same(c[name], b) for c in copies)
                     diff = _first_diff(r, b)
                     row["result"] = ("WARN (base's A/A copy differs too): " if noisy else "FAIL: ") + diff
-                    at = _diff_at(r, b)
+                    at = diff_at(r, b)
                     if at is not None:  # same ids: the finish and text columns show the difference
                         row.update(continuations(r, b, at))
                     (warns if noisy else fails).append(f"{name}: {diff}")

@@ -44,6 +44,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
+from observatory.channels.finish import diff_at
 from observatory.channels.pairs import continuations
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, BASE
@@ -236,19 +237,12 @@ def _facts(r: StoredResult) -> tuple[Any, ...]:
             (r.usage or {}).get("completion_tokens"))
 
 
-def _diff_at(a: StoredResult, b: StoredResult) -> int | None:
-    ia, ib = list(a.token_ids or []), list(b.token_ids or [])
-    if ia == ib:
-        return None
-    return next((i for i, (x, y) in enumerate(zip(ia, ib)) if x != y), min(len(ia), len(ib)))
-
-
 def _first_diff(a: StoredResult, b: StoredResult) -> str:
     names = ("finish_reason", "stop_reason", "token ids", "text", "usage.completion_tokens")
     for name, x, y in zip(names, _facts(a), _facts(b)):
         if x != y:
             if name == "token ids":
-                return f"token ids differ at {_diff_at(a, b)} ({len(x)} vs base's {len(y)} tokens)"
+                return f"token ids differ at {diff_at(a, b)} ({len(x)} vs base's {len(y)} tokens)"
             return f"{name} {str(x)[:40]!r} vs base's {str(y)[:40]!r}"
     return "equal"
 
@@ -282,7 +276,7 @@ def _row(probe: Probe, r: StoredResult | None, b: StoredResult | None, p_mine: d
     diff = _first_diff(r, b)
     noisy = any(name in c and _facts(c[name]) != _facts(b) for c in copies)
     row["result"] = ("WARN (base's A/A copy differs too): " if noisy else "FAIL: ") + diff
-    at = _diff_at(r, b)
+    at = diff_at(r, b)
     if at is not None:
         row.update(continuations(r, b, at))
     return row, WARN if noisy else FAIL, f"{name}: {diff}"

@@ -79,10 +79,13 @@ def plan(suite: list[Probe]) -> list[Probe]:
 
 
 def prompt_ids(client: EngineClient, probe: Probe) -> list[int] | None:
-    """PROBE's prompt as the server tokenizes it for generation (chat template applied); None if it cannot say."""
+    """PROBE's prompt as the server tokenizes it for generation (chat template and tools applied); None if it
+    cannot say. The volume replay's teacher forcing reads its prompts here too."""
     body: dict[str, Any] = {"model": client.served_model()}
     if probe.kind == "chat":
         body.update(messages=probe.messages, add_generation_prompt=True)
+        if probe.tools:
+            body["tools"] = probe.tools
     elif isinstance(probe.prompt, list):
         return list(probe.prompt)
     else:

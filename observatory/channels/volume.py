@@ -42,12 +42,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
-
 from observatory.channels import Channel
 from observatory.channels.counters import settled
 from observatory.channels.live_arm import LiveArm
-from observatory.channels.teacher import teacher_forced
+from observatory.channels.teacher import prompt_ids, teacher_forced
 from observatory.channels.view import ChannelView
 from observatory.channels.volume_acceptance import judge_acceptance
 from observatory.channels.volume_checks import (
@@ -66,7 +64,6 @@ from observatory.channels.volume_checks import (
 )
 from observatory.channels.volume_traffic import DEFAULT_REQUESTS, NAME, SEGMENTS, plan, sends
 from observatory.client.answer import Response
-from observatory.client.send import EngineClient
 from observatory.judge.power import seen_probability, statement
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, BASE, JUDGED_AGAINST_BASE
@@ -88,25 +85,6 @@ def _order(probes: list[Probe]) -> list[tuple[int, list[tuple[Probe, int]]]]:
         mine = sorted((p for p in probes if p.meta.get("concurrency") == level), key=lambda p: p.meta["order"])
         out.append((level, [(p, c) for p in mine for c in range(int(p.meta.get("copies", 1)))]))
     return out
-
-
-def prompt_ids(client: EngineClient, probe: Probe) -> list[int] | None:
-    """PROBE's prompt as the server tokenizes it for generation (chat template and tools applied)."""
-    body: dict[str, Any] = {"model": client.served_model()}
-    if probe.kind == "chat":
-        body.update(messages=probe.messages, add_generation_prompt=True)
-        if probe.tools:
-            body["tools"] = probe.tools
-    else:
-        body["prompt"] = probe.prompt or ""
-    try:
-        r = client.fetch("/tokenize", 30.0, body)
-        ids = r.json().get("tokens") if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None
-    if not isinstance(ids, list) or not all(type(i) is int for i in ids):
-        return None
-    return ids
 
 
 def measure(run: LiveArm, probes: list[Probe]) -> None:
