@@ -201,7 +201,7 @@ def test_a_problem_base_has_too_is_not_attributable_on_the_spec_arm_and_fails_ba
     base[2], spec[2] = row(12, 1, "nonstream", rejected), row(22, 2, "nonstream", rejected)
     v = verdicts(base + spec)
     assert v[("base", "sdk")].verdict == "FAIL"
-    assert v[("mtp1", "sdk")].verdict == "WARN" and "not attributable" in v[("mtp1", "sdk")].reason
+    assert v[("mtp1", "sdk")].verdict == "NOTE" and "not attributable" in v[("mtp1", "sdk")].reason  # within base
     # with the whole answer rejected there is nothing to accumulate the stream against
     assert v[("mtp1", "sdk:stream")].verdict == "SKIP"
 
@@ -235,3 +235,22 @@ def test_the_channel_names_its_fault(fault: str) -> None:
     from observatory.faults import FAULTS
 
     assert fault in get("sdk").faults and fault in FAULTS
+
+
+def test_the_aa_copy_sharing_bases_problem_is_a_note_and_its_own_fails() -> None:
+    """A clean CPU nightly: the A/A copy's volume answer read otherwise by the SDK, exactly as base's own was (the
+    engine's, not a copy's): a NOTE, never counted; a problem only the copy has still FAILs (the control)."""
+    arms = [*ARMS, ArmRow(id=3, name="base#2", launch={})]
+    roles = {**ROLES, "base#2": "aa_copy"}
+    differs = {**OK, "differs": {"content": "lo"}}
+
+    def judged(results: list[ResultRow]) -> dict[str, Any]:
+        view = ChannelView(FakeStore(results), 1, "sdk", arms, roles, {}, default_registry())
+        return {v.gate: v for v in judge(view) if v.arm_id == 3}
+
+    base, copy = clean(1, 10), clean(3, 30)
+    base[2], copy[2] = row(12, 1, "nonstream", differs), row(32, 3, "nonstream", differs)
+    shared = judged(base + clean(2, 20) + copy)["sdk"]
+    assert shared.verdict == "NOTE" and "not attributable" in shared.reason, shared.reason
+    only = judged(clean(1, 10) + clean(2, 20) + copy)["sdk"]
+    assert only.verdict == "FAIL", only.reason

@@ -153,7 +153,17 @@ def with_controls(names: Sequence[str], arms: list[Arm], roles: Mapping[str, str
     return out
 
 
+def channels_for(stream_interval: int | None, names: Sequence[str]) -> list[str]:
+    """The channels of NAMES an arm runs: all of them, but a channel's control arm (a base streaming
+    STREAM_INTERVAL tokens a chunk, which `with_controls` adds) only the channels that asked for a control: it is
+    there to be compared with, not judged as a deployment (a nightly's chunked-stream control had run the 2,000
+    requests of the volume replay and every other channel)."""
+    return [n for n in names if not stream_interval or get(n).control_arms is not None]
+
+
 def judge_channel(store: Store, session_id: int, name: str, arms: Sequence[StoredArm], roles: dict[str, str],
                   probes: dict[int, Probe], registry: GateRegistry) -> list[Verdict]:
-    """The verdicts of channel NAME over one engine's ARMS: what the judge is given for the channels."""
-    return get(name).judge(ChannelView(store, session_id, name, arms, roles, probes, registry))
+    """The verdicts of channel NAME over one engine's ARMS (a control arm only for the channels it ran:
+    `channels_for`): what the judge is given for the channels."""
+    mine = [a for a in arms if name in channels_for((a.launch or {}).get("stream_interval"), [name])]
+    return get(name).judge(ChannelView(store, session_id, name, mine, roles, probes, registry))

@@ -38,7 +38,8 @@ from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
 from observatory.client.openai_sdk import calls_of
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, BASE
+from observatory.model.roles import BASE
+from observatory.model.vocabulary import NOTE
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "sdk"
@@ -131,7 +132,7 @@ def _verdict(view: ChannelView, arm: StoredArm, part: str | None, found: list[di
              base_keys: set[tuple[int, str, str]] | None, names: dict[int, str], details: dict[str, Any],
              clean: str, unexercised: str | None) -> Verdict:
     role = view.role(arm)
-    against_base = role not in (BASE, AA_COPY) and base_keys is not None
+    against_base = role != BASE and base_keys is not None  # the A/A copy too: what base shows is the engine's
     table: list[dict[str, Any]] = []
     fails = 0
     for p in found:
@@ -153,8 +154,9 @@ def _verdict(view: ChannelView, arm: StoredArm, part: str | None, found: list[di
            f"{first['kind']}: {first['what']}"
     if fails:
         return view.verdict(arm, "FAIL", f"openai {sdk_version}: {what}", details, part=part)
-    return view.verdict(arm, "WARN", f"openai {sdk_version}: {what} (base has the same problems: not attributable "
-                                     "to this arm)", details, part=part)
+    # every problem is one base shows on the same request: the engine's, within its control (issue 46: a NOTE)
+    return view.verdict(arm, NOTE, f"openai {sdk_version}: {what} (base has the same problems: not attributable "
+                                   "to this arm)", details, part=part)
 
 
 def judge(view: ChannelView) -> list[Verdict]:

@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from observatory import __version__
+from observatory.channels import channels_for
 from observatory.client.send import EngineClient, request_params
 from observatory.engines.adapter import adapter_for
 from observatory.engines.arm_engines import arm_engine
@@ -337,7 +338,8 @@ class Runner:
             self.store.update(ArmRow, row.id, **values)
         o = self.opts
         return ArmRun(arm, int(row.id), self.store, self.probe_ids, o.probes, self.reporter, plan=o.plan, gpus=gpus,
-                      extra={"launch": facts}, channels=list(o.channels), channel_probes=o.channel_probes,
+                      extra={"launch": facts}, channels=channels_for(arm.stream_interval, o.channels),
+                      channel_probes=o.channel_probes,
                       relauncher=None if arm.url else functools.partial(self._relaunch, session_id, gpus))
 
     def _timing_alone(self, arm: Arm) -> str:
