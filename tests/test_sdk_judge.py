@@ -254,3 +254,17 @@ def test_the_aa_copy_sharing_bases_problem_is_a_note_and_its_own_fails() -> None
     assert shared.verdict == "NOTE" and "not attributable" in shared.reason, shared.reason
     only = judged(clean(1, 10) + clean(2, 20) + copy)["sdk"]
     assert only.verdict == "FAIL", only.reason
+
+
+def test_volume_problems_are_a_rate_against_bases_own() -> None:
+    """The volume replay's thousands of answers differ run to run even on base: an arm's SDK problems there are
+    judged as a rate against base's (issue 46 item 2). Within it: a NOTE; far above it: a FAIL (the control)."""
+    differs = {**OK, "differs": {"content": "lo"}}
+
+    def volume(arm: int, first: int, n: int, bad: int) -> list[ResultRow]:
+        return [row(first + i, arm, "volume", differs if i < bad else OK, pid=3 + i) for i in range(n)]
+
+    within = verdicts(clean(1, 10) + volume(1, 100, 200, 2) + clean(2, 20) + volume(2, 400, 200, 3))
+    assert within[("mtp1", "sdk")].verdict == "NOTE" and "within base's rate" in within[("mtp1", "sdk")].reason
+    far = verdicts(clean(1, 10) + volume(1, 100, 200, 0) + clean(2, 20) + volume(2, 400, 200, 30))
+    assert far[("mtp1", "sdk")].verdict == "FAIL", far[("mtp1", "sdk")].reason

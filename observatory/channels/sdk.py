@@ -36,7 +36,9 @@ from typing import Any
 from observatory.channels import Channel
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
+from observatory.channels.volume_traffic import NAME as VOLUME
 from observatory.client.openai_sdk import calls_of
+from observatory.judge.rates import FAIL_P, FAIL_RATIO, WARN_P, conditional_p
 from observatory.model.probes import Probe
 from observatory.model.roles import BASE
 from observatory.model.vocabulary import NOTE
@@ -128,9 +130,16 @@ def _key(p: dict[str, Any]) -> tuple[int, str, str]:
     return r.probe_id, r.mode, p["kind"]
 
 
+def _volume(found: list[dict[str, Any]], results: list[StoredResult]) -> tuple[int, int]:
+    """(problems, answers the SDK read) among the volume replay's answers (`VOLUME` mode)."""
+    return (sum(1 for p in found if p["result"].mode == VOLUME),
+            sum(1 for r in results if r.mode == VOLUME and r.sdk))
+
+
 def _verdict(view: ChannelView, arm: StoredArm, part: str | None, found: list[dict[str, Any]],
              base_keys: set[tuple[int, str, str]] | None, names: dict[int, str], details: dict[str, Any],
-             clean: str, unexercised: str | None) -> Verdict:
+             clean: str, unexercised: str | None,
+             volume: tuple[tuple[int, int], tuple[int, int]] | None = None) -> Verdict:
     role = view.role(arm)
     against_base = role != BASE and base_keys is not None  # the A/A copy too: what base shows is the engine's
     table: list[dict[str, Any]] = []
@@ -152,6 +161,20 @@ def _verdict(view: ChannelView, arm: StoredArm, part: str | None, found: list[di
     first = found[0]
     what = f"{len(found)} answer(s): first {names.get(first['result'].probe_id, '?')} ({first['result'].mode}): " \
            f"{first['kind']}: {first['what']}"
+    unshared_volume = sum(1 for p in found if p["result"].mode == VOLUME
+                          and not (against_base and base_keys is not None and _key(p) in base_keys))
+    if fails and volume is not None and unshared_volume == fails and volume[1][1] > 0:
+        # every unshared problem is in the volume replay, thousands of answers that differ run to run even
+        # on base (no request of it is base's twin): judged as a rate against base's own (issue 46 item 2)
+        (k, n), (k0, n0) = (fails, volume[0][1]), volume[1]
+        p_value = conditional_p(k, n, k0, n0)
+        rate = f"{k} of {n} volume answers against base's {k0} of {n0}; p = {p_value:.2g}"
+        details = {**details, "volume_rate": {"k": k, "n": n, "k0": k0, "n0": n0, "p": p_value}}
+        if p_value >= WARN_P:
+            return view.verdict(arm, NOTE, f"openai {sdk_version}: {what} (within base's rate: {rate})", details,
+                                part=part)
+        level = "FAIL" if p_value < FAIL_P and k / n >= FAIL_RATIO * (k0 + 0.5) / n0 else "WARN"
+        return view.verdict(arm, level, f"openai {sdk_version}: {what} ({rate})", details, part=part)
     if fails:
         return view.verdict(arm, "FAIL", f"openai {sdk_version}: {what}", details, part=part)
     # every problem is one base shows on the same request: the engine's, within its control (issue 46: a NOTE)
@@ -168,8 +191,11 @@ def judge(view: ChannelView) -> list[Verdict]:
     base = view.base
     base_parse: set[tuple[int, str, str]] | None = None
     base_stream: set[tuple[int, str, str]] | None = None
+    base_volume: tuple[int, int] | None = None
     if base is not None:
-        base_parse = {_key(p) for p in problems(per_arm[base.id])[0]}
+        base_found = problems(per_arm[base.id])[0]
+        base_parse = {_key(p) for p in base_found}
+        base_volume = _volume(base_found, per_arm[base.id])
         base_stream = {_key(p) for p in stream_mismatches(per_arm[base.id], suite)[0]}
     rows = []
     for arm in view.arms:
@@ -182,7 +208,8 @@ def judge(view: ChannelView) -> list[Verdict]:
                              f"the openai SDK ({details['sdk']}) accepts all {counts['answers']} answers "
                              f"({counts['streamed']} streamed, {counts['whole']} whole) and reads them as the "
                              "observatory did",
-                             None if counts["answers"] else "no answer was read by the SDK"))
+                             None if counts["answers"] else "no answer was read by the SDK",
+                             None if base_volume is None else (_volume(found, results), base_volume)))
         mism, compared, missing = stream_mismatches(results, suite)
         sdetails = {"compared": compared, "without_whole_answer": missing, "sdk": details["sdk"]}
         rows.append(_verdict(view, arm, "stream", mism, base_stream, names, sdetails,
