@@ -62,12 +62,10 @@ def test_false_alarms_counts_each_gates_alarms_on_the_clean_arms_of_a_night(caps
     t = json.loads(capsys.readouterr().out)
     assert t["sessions"] == ["nightly-tiny.db.gz#1"] and t["skipped"] == []
     assert t["arms"] == {"base": 1, "aa_copy": 1, "spec": 2}
-    assert t["gates"]["finish"] == {"spec": {"FAIL": 2}} and t["gates"]["mixed_batch"] == {"spec": {"FAIL": 2}}
-    assert t["gates"]["stream_tokens"] == {"aa_copy": {"WARN": 3}, "spec": {"WARN": 6}}
-    fa.main([str(db), "--json", "--known-bug", "finish=stop-string ids", "--known-bug", "mixed_batch@mtp2=stop"])
-    t = json.loads(capsys.readouterr().out)
-    assert "finish" not in t["gates"] and t["known"]["finish (stop-string ids)"] == {"spec": 2}
-    assert t["gates"]["mixed_batch"] == {"spec": {"FAIL": 1}} and t["known"]["mixed_batch (stop)"] == {"spec": 1}
+    # the stop-string bug is a built-in ledger entry: KNOWN, not FAIL (issue 46); the withheld stream ids base's
+    # stream withholds too are NOTE
+    assert t["gates"]["finish"] == {"spec": {"KNOWN": 2}} and t["gates"]["mixed_batch"] == {"spec": {"KNOWN": 2}}
+    assert t["gates"]["stream_tokens"] == {"aa_copy": {"NOTE": 3}, "spec": {"NOTE": 6}}
     with pytest.raises(SystemExit):
         fa.main([str(db), "--known-bug", "finish"])  # no WHERE: refused
     # channel gates hold colons (params:include_stop_str_in_output): the arm follows an @

@@ -82,7 +82,8 @@ ARM_LABELS = ["model", "engine", "arm"]
 # every metric name this module can write (the Grafana dashboard's test reads it)
 METRIC_NAMES = (*(f[0] for f in _FIGURES), "observatory_single_stream_tokens_per_second",
                 "observatory_latency_seconds", "observatory_arm_verdict", "observatory_session_verdict",
-                "observatory_exit_code", "observatory_last_run_timestamp_seconds", "observatory_session_id")
+                "observatory_exit_code", "observatory_last_run_timestamp_seconds", "observatory_session_id",
+                "observatory_known_findings")
 
 
 def model_name(model: str | None) -> str:
