@@ -13,30 +13,14 @@ arm whose name says ``+fault=``). An arm whose environment carries a fault's var
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from false_alarms import _cli, _plain  # the same reading of a database (this folder is on sys.path)
+
 ORDER = ("FAIL", "INVALID", "WARN", "KNOWN", "NOTE")
-
-
-def _cli(*args: str) -> Any:
-    out = subprocess.run([sys.executable, "-m", "observatory", *args], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
-
-
-def _plain(db: Path, tmp: Path) -> Path:
-    if db.suffix != ".gz":
-        return db
-    out = tmp / db.stem
-    with gzip.open(db, "rb") as src, out.open("wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return out
 
 
 def levels(db: Path, named: dict[tuple[int, str], str]) -> list[dict[str, Any]]:
