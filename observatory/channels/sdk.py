@@ -143,11 +143,12 @@ def _verdict(view: ChannelView, arm: StoredArm, part: str | None, found: list[di
     role = view.role(arm)
     against_base = role != BASE and base_keys is not None  # the A/A copy too: what base shows is the engine's
     table: list[dict[str, Any]] = []
-    fails = 0
+    fails = unshared_volume = 0  # problems base does not share; those of them in the volume replay
     for p in found:
         r: StoredResult = p["result"]
         as_base = base_keys is not None and _key(p) in base_keys
         fails += not (against_base and as_base)
+        unshared_volume += r.mode == VOLUME and not (against_base and as_base)
         if len(table) < MAX_LISTED:
             table.append({"probe": names.get(r.probe_id, str(r.probe_id)), "request": r.mode, "repeat": r.repeat,
                           "problem": p["kind"], "sdk_says": p["what"],
@@ -161,8 +162,6 @@ def _verdict(view: ChannelView, arm: StoredArm, part: str | None, found: list[di
     first = found[0]
     what = f"{len(found)} answer(s): first {names.get(first['result'].probe_id, '?')} ({first['result'].mode}): " \
            f"{first['kind']}: {first['what']}"
-    unshared_volume = sum(1 for p in found if p["result"].mode == VOLUME
-                          and not (against_base and base_keys is not None and _key(p) in base_keys))
     if fails and volume is not None and unshared_volume == fails and volume[1][1] > 0:
         # every unshared problem is in the volume replay, thousands of answers that differ run to run even
         # on base (no request of it is base's twin): judged as a rate against base's own (issue 46 item 2)
