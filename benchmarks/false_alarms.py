@@ -28,8 +28,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from observatory.model.vocabulary import AA_COPY, BASE, FAIL, INVALID, KNOWN, NOTE, SPEC, WARN
+
 # every level a reason can have (issue 46 item 6): NOTE and KNOWN are shown, never counted in the verdict
-LEVELS = ("NOTE", "KNOWN", "WARN", "FAIL", "INVALID")
+LEVELS = (NOTE, KNOWN, WARN, FAIL, INVALID)
 
 
 def _cli(*args: str) -> Any:
@@ -60,7 +62,7 @@ def not_clean(data: dict[str, Any]) -> str | None:
 
 def _known(reason: dict[str, Any], known: list[tuple[str, str | None, str]]) -> str | None:
     for gate, arm, where in known:
-        if reason.get("gate") == gate and reason["level"] == "FAIL" and arm in (None, reason.get("arm")):
+        if reason.get("gate") == gate and reason["level"] == FAIL and arm in (None, reason.get("arm")):
             return where
     return None
 
@@ -98,7 +100,7 @@ def tally(sessions: list[dict[str, Any]], known: list[tuple[str, str | None, str
 
 
 def markdown(t: dict[str, Any]) -> str:
-    kinds = ("base", "aa_copy", "spec", "session")
+    kinds = (BASE, AA_COPY, SPEC, "session")
     lines = [f"{len(t['sessions'])} clean session(s); arms: "
              + ", ".join(f"{t['arms'].get(k, 0)} {k}" for k in kinds[:3]), "",
              "| gate | " + " | ".join(f"{k} {' / '.join(LEVELS)}" for k in kinds) + " |",

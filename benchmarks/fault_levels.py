@@ -20,7 +20,9 @@ from typing import Any
 
 from false_alarms import _cli, _plain  # the same reading of a database (this folder is on sys.path)
 
-ORDER = ("FAIL", "INVALID", "WARN", "KNOWN", "NOTE")
+from observatory.model.vocabulary import FAIL, INVALID, KNOWN, NOTE, PASS, WARN
+
+ORDER = (FAIL, INVALID, WARN, KNOWN, NOTE)
 
 
 def levels(db: Path, named: dict[tuple[int, str], str]) -> list[dict[str, Any]]:
@@ -33,7 +35,7 @@ def levels(db: Path, named: dict[tuple[int, str], str]) -> list[dict[str, Any]]:
             if not fault:
                 continue
             mine = [r for r in data["verdict"]["reasons"] if r.get("arm") == arm["name"]]
-            worst = next((lv for lv in ORDER if any(r["level"] == lv for r in mine)), "PASS")
+            worst = next((lv for lv in ORDER if any(r["level"] == lv for r in mine)), PASS)
             gates = sorted({str(r.get("gate") or r.get("code") or "validity") for r in mine if r["level"] == worst})
             rows.append({"db": db.name, "session": s, "arm": arm["name"], "fault": fault, "level": worst,
                          "by": gates, "session_verdict": data["verdict"]["verdict"]})

@@ -38,6 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from observatory.model.vocabulary import FAIL, WARN
+
 REPO = Path(__file__).resolve().parent.parent
 SETUP_ERROR = 3  # observatory's exit code for a setup error (README: exit codes)
 MIN_NIGHTS = 3  # observatory.channels.history.MIN_NIGHTS: fewer earlier sessions and the verdict is SKIP
@@ -166,8 +168,8 @@ def count(paths: list[Path]) -> None:
               f"{h.get('verdict', r.get('error', '-'))} |")
     for kind in ("faulted", "clean"):
         got = [r for r in judged if r["kind"] == kind]
-        flagged = [r for r in got if (r.get("history") or {}).get("verdict") in ("WARN", "FAIL")]
-        fails = [r for r in got if (r.get("history") or {}).get("verdict") == "FAIL"]
+        flagged = [r for r in got if (r.get("history") or {}).get("verdict") in (WARN, FAIL)]
+        fails = [r for r in got if (r.get("history") or {}).get("verdict") == FAIL]
         print(f"{kind}: flagged {len(flagged)} of {len(got)} (FAIL {len(fails)})")
     letters = sorted({r.get("fault") for r in judged if r.get("fault") not in (None, "f")})
     for letter in letters:  # several faults in one schedule: each one's count, and what history said

@@ -30,8 +30,9 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from observatory.judge.apply_gates import result_gates
-from observatory.model.gates import FAIL, Output, default_registry
+from observatory.model.gates import Output, default_registry
 from observatory.model.probes import Probe, load_probe_file, resolve_suite
+from observatory.model.vocabulary import FAIL, PASS
 from training.build_tokenizer import DEFAULT_OUT
 from training.corpus import check_held_out, generate
 from training.model import MiMoForCausalLM, load
@@ -182,7 +183,7 @@ def main() -> None:
         rates = "  ".join(
             f"k{k} {c.acceptance[k][1]}/{c.acceptance[k][0]}" for k in range(1, MAX_K + 1)
         )
-        print(f"{'PASS' if c.passed else 'FAIL'}  {c.name:24s} {rates}  {c.text!r}"
+        print(f"{PASS if c.passed else FAIL}  {c.name:24s} {rates}  {c.text!r}"
               + ("" if c.passed else f"  <- {c.reason}"))
     summary = summarize(checks)
     for name, rates in summary.items():

@@ -52,8 +52,7 @@ from observatory.channels.pairs import Keyed, differs_alone, judge_against_base
 from observatory.client.answer import Response
 from observatory.engines.server_facts import served_facts
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, BASE
-from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP, UNJUDGED, WARN
+from observatory.model.vocabulary import AA_COPY, BASE, FAIL, INVALID, PASS, SKIP, UNJUDGED, WARN
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm

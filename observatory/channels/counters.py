@@ -42,6 +42,7 @@ from observatory.judge.figures import acceptance
 from observatory.judge.perf_gates import stream_tau_check
 from observatory.judge.speed import stream_tau
 from observatory.model.probes import Probe
+from observatory.model.vocabulary import FAIL, PASS, SKIP
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "counters"
@@ -153,13 +154,13 @@ def judge(view: ChannelView) -> list[Verdict]:
                           "result": "; ".join(found)[:80] or "ok"})
         details = {"table": table, "k": k}
         if not reported:
-            rows.append(view.verdict(arm, "SKIP", "not measurable: the engine reported no spec counters", details,
+            rows.append(view.verdict(arm, SKIP, "not measurable: the engine reported no spec counters", details,
                                      part="invariants"))
         elif bad:
-            rows.append(view.verdict(arm, "FAIL", f"{len(bad)} counter invariant(s) broken: {bad[0]}", details,
+            rows.append(view.verdict(arm, FAIL, f"{len(bad)} counter invariant(s) broken: {bad[0]}", details,
                                      part="invariants"))
         else:
-            rows.append(view.verdict(arm, "PASS", f"{reported} counter reads keep every invariant", details,
+            rows.append(view.verdict(arm, PASS, f"{reported} counter reads keep every invariant", details,
                                      part="invariants"))
         rows.append(_stream_tau_row(view, arm, total))
     return rows
@@ -173,7 +174,7 @@ def _stream_tau_row(view: ChannelView, arm: StoredArm, total: SpecCounters) -> V
     bursty = any(n is not None and k is not None and n > k + 1 for r in mine for _, n in (r.chunks or []))
     check = stream_tau_check(stream_tau(mine), tau, bursty)
     verdict = check["verdict"]
-    reason = check["reason"] if verdict != "SKIP" else f"not measurable: {check['reason']}"
+    reason = check["reason"] if verdict != SKIP else f"not measurable: {check['reason']}"
     return view.verdict(arm, verdict, reason, {"table": [check]}, part="stream_tau")
 
 

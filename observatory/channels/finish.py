@@ -33,7 +33,7 @@ from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import continuations
 from observatory.channels.view import ChannelView
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY
+from observatory.model.vocabulary import AA_COPY, FAIL, PASS, SKIP, WARN
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "finish"
@@ -222,17 +222,17 @@ def judge(view: ChannelView) -> list[Verdict]:
         if fails and view.role(arm) == AA_COPY:  # base against itself: the noise, never a FAIL
             warns, fails = [f"{f} (A/A copy: the engine's own non-determinism)" for f in fails] + warns, []
         if fails:
-            rows.append(view.verdict(arm, "FAIL", f"{len(fails)} finish request(s) differ from base: {fails[0]}",
+            rows.append(view.verdict(arm, FAIL, f"{len(fails)} finish request(s) differ from base: {fails[0]}",
                                      details))
         elif warns:
-            rows.append(view.verdict(arm, "WARN", f"{len(warns)} finish request(s) not attributable: {warns[0]}",
+            rows.append(view.verdict(arm, WARN, f"{len(warns)} finish request(s) not attributable: {warns[0]}",
                                      details))
         elif not any(row.get("result") == "equal" for row in table):
-            rows.append(view.verdict(arm, "SKIP", f"not measurable: {why_apart}" if apart else
+            rows.append(view.verdict(arm, SKIP, f"not measurable: {why_apart}" if apart else
                                      "not measurable: no finish request answered on both arms", details))
         else:
             n = sum(row.get("result") == "equal" for row in table)
-            rows.append(view.verdict(arm, "PASS", f"{n} finish requests equal base's (finish_reason, ids, text)"
+            rows.append(view.verdict(arm, PASS, f"{n} finish requests equal base's (finish_reason, ids, text)"
                                      + (f"; {why_apart}" if apart else ""), details))
     return rows
 

@@ -44,6 +44,7 @@ from observatory.judge.apply_gates import to_output
 from observatory.judge.figures import compute_figures
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, suite_hash, summary_model
 from observatory.model.probes import Probe
+from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
 from observatory.store.stored import StoredArm, Verdict
 from observatory.store.summary_rows import earlier_trusted
 
@@ -171,7 +172,7 @@ def judge(view: ChannelView) -> list[Verdict]:
         earlier, kept_out = _earlier(view, arm, summary_model(arm.model, session.model), suite)
         out = [{"session_id": x["session_id"], "why": x["kept_out"]} for x in kept_out]
         if len(earlier) < MIN_NIGHTS:
-            rows.append(view.verdict(arm, "SKIP", f"not measurable: {len(earlier)} earlier sessions "
+            rows.append(view.verdict(arm, SKIP, f"not measurable: {len(earlier)} earlier sessions "
                                      f"(same model, arm, engine {arm.engine_version}, suite; {MIN_NIGHTS} needed; "
                                      f"{len(out)} kept out)",
                                      {"earlier_sessions": [x["session_id"] for x in earlier], "kept_out": out}))
@@ -216,19 +217,19 @@ def judge(view: ChannelView) -> list[Verdict]:
         if out:
             made += "; kept out: " + ", ".join(f"{o['session_id']} ({o['why']})" for o in out)
         if not breaches:
-            rows.append(view.verdict(arm, "PASS", f"alpha, tau, S and S_step within the band of {len(earlier)} earlier "
+            rows.append(view.verdict(arm, PASS, f"alpha, tau, S and S_step within the band of {len(earlier)} earlier "
                                      f"sessions ({made})", details))
             continue
         worst = max(breaches, key=lambda b: b[1])
         what = "drop" if worst in drops else "jump with more repetitive output"
         collapse = next((d for d in drops if d[0] in COLLAPSE_FIGURES and d[1] >= COLLAPSE), None)
         if limit is not None and worst[1] > limit:
-            verdict, how = "FAIL", f" > {FAIL_KEY} {limit:g}"
+            verdict, how = FAIL, f" > {FAIL_KEY} {limit:g}"
         elif limit is None and collapse is not None:
             worst, what = collapse, "drop"
-            verdict, how = "FAIL", f" (a collapse: at least {COLLAPSE:.0%})"
+            verdict, how = FAIL, f" (a collapse: at least {COLLAPSE:.0%})"
         else:
-            verdict, how = "WARN", ""
+            verdict, how = WARN, ""
         rows.append(view.verdict(arm, verdict, f"{worst[0]} {what}: {worst[1]:.1%}{how} against the median of "
                                  f"{len(earlier)} earlier sessions, beyond their band ({made})", details))
     return rows

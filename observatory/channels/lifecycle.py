@@ -59,8 +59,7 @@ from observatory.channels.soak import z_two_proportions
 from observatory.channels.view import ChannelView
 from observatory.client.send import EngineClient
 from observatory.model.probes import Probe
-from observatory.model.roles import SPECULATING
-from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
+from observatory.model.vocabulary import FAIL, PASS, SKIP, SPECULATING, WARN
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "lifecycle"

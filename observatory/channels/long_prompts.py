@@ -46,8 +46,7 @@ from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
 from observatory.engines.server_facts import served_facts
 from observatory.model.probes import Probe
-from observatory.model.roles import SPECULATING
-from observatory.model.vocabulary import PASS, SKIP, WARN
+from observatory.model.vocabulary import PASS, SKIP, SPECULATING, WARN
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "long_prompts"

@@ -33,8 +33,18 @@ from observatory.judge.apply_gates import to_output, tokens_complete
 from observatory.judge.rates import OPPORTUNITIES, opportunities
 from observatory.model.errors import NOT_REPORTED
 from observatory.model.numerics import NEAR_TIE_NATS
-from observatory.model.roles import AA_COPY, BASE
-from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP, TOKEN_DIFF, UNJUDGED, WARN
+from observatory.model.vocabulary import (
+    AA_COPY,
+    BASE,
+    FAIL,
+    INVALID,
+    NOT_MEASURABLE,
+    PASS,
+    SKIP,
+    TOKEN_DIFF,
+    UNJUDGED,
+    WARN,
+)
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 PREVIEW = 80  # characters of each output shown in a table row
@@ -115,7 +125,7 @@ def _row(view: ChannelView, k: Keyed, ref: StoredResult | None, noise: str | Non
     r = k.result
     row: dict[str, Any] = {**k.label}
     if ref is None or not ref.ok:
-        row.update(verdict="NOT_MEASURABLE", kind="base did not answer", position=None, margin=None)
+        row.update(verdict=NOT_MEASURABLE, kind="base did not answer", position=None, margin=None)
         return row
     if not r.ok:
         row.update(verdict=FAIL, kind="request failed here, not on base", position=None, margin=None,
@@ -123,7 +133,7 @@ def _row(view: ChannelView, k: Keyed, ref: StoredResult | None, noise: str | Non
         return row
     short = _withheld(r, "here") or _withheld(ref, "on base")
     if short:
-        row.update(verdict="NOT_MEASURABLE", kind=short, position=None, margin=None)
+        row.update(verdict=NOT_MEASURABLE, kind=short, position=None, margin=None)
         return row
     verdict, d = diff(view, r, ref)
     margin = d.get("margin")
@@ -177,7 +187,7 @@ def judge_against_base(view: ChannelView, keyed: KeyFn, ref_key: Callable[[tuple
 def _base_verdict(view: ChannelView, base: StoredArm, ref: dict[tuple[Any, ...], Keyed],
                   noisy: dict[tuple[Any, ...], str], what: str, part: str | None) -> Verdict:
     failed = [k for k in ref.values() if not k.result.ok]
-    table = [{**k.label, "verdict": "NOT_MEASURABLE", "kind": "failed on base", "here": preview(k.result)}
+    table = [{**k.label, "verdict": NOT_MEASURABLE, "kind": "failed on base", "here": preview(k.result)}
              for k in failed]
     table += [{**ref[key].label, "verdict": WARN, "kind": f"base varies: {why}"} for key, why in noisy.items()
               if key in ref]
@@ -196,7 +206,7 @@ def _base_verdict(view: ChannelView, base: StoredArm, ref: dict[tuple[Any, ...],
 
 def _arm_verdict(view: ChannelView, arm: StoredArm, rows: list[dict[str, Any]], what: str,
                  part: str | None) -> Verdict:
-    judged = [r for r in rows if r["verdict"] != "NOT_MEASURABLE"]
+    judged = [r for r in rows if r["verdict"] != NOT_MEASURABLE]
     fails = [r for r in judged if r["verdict"] == FAIL]
     warns = [r for r in judged if r["verdict"] == WARN]
     details = {"requests": len(rows), "judged": len(judged), "fail": len(fails), "warn": len(warns), "table": rows}

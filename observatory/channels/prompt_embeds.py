@@ -55,8 +55,7 @@ from observatory.client.embeds import embedding_rows
 from observatory.faults.repairs import known_bug
 from observatory.model.errors import NOT_REPORTED, ObservatoryError
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, BASE
-from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
+from observatory.model.vocabulary import AA_COPY, BASE, FAIL, PASS, SKIP, WARN
 from observatory.store.stored import StoredArm, Verdict
 
 NAME = "prompt_embeds"

@@ -53,7 +53,7 @@ from observatory.channels import Channel
 from observatory.engines.adapter import adapter_for
 from observatory.judge.stats import MeanShift, chi2_two_sample, holm, mean_shift
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
+from observatory.model.vocabulary import AA_COPY, FAIL, INVALID, JUDGED_AGAINST_BASE, PASS, WARN
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
@@ -272,7 +272,7 @@ def judge(view: ChannelView) -> list[Verdict]:
     if not planned:
         return out
     if got < MIN_OK * planned:
-        return [view.verdict(base, "INVALID", f"base answered {got} of {planned} sampled requests: "
+        return [view.verdict(base, INVALID, f"base answered {got} of {planned} sampled requests: "
                              "no reference distribution")]
     positions = max(p.max_tokens for p in view.probes.values())
     base_lp = _mean_logprobs(base_by)
@@ -306,7 +306,7 @@ def judge(view: ChannelView) -> list[Verdict]:
     m = len(view.probes) * positions
     for arm, res, why in judged.values():
         if res is None:
-            out.append(view.verdict(arm, "INVALID", why))
+            out.append(view.verdict(arm, INVALID, why))
             continue
         lik = liks.get(arm.id)
         bad = differs(arm.id, res)
@@ -316,23 +316,23 @@ def judge(view: ChannelView) -> list[Verdict]:
         if not bad:
             also = (" and in the mean logprob of what was sampled" if lik is not None and lik.shift is not None
                     else f"; likelihood test not measurable ({lik.why})" if lik is not None else "")
-            out.append(view.verdict(arm, "PASS", f"sampled token distributions match base at {m} probe positions"
+            out.append(view.verdict(arm, PASS, f"sampled token distributions match base at {m} probe positions"
                                     f"{also} (chi-square, Holm, family-wise alpha {ALPHA})", details))
             continue
         where = ", ".join(bad[:4]) + (" ..." if len(bad) > 4 else "")
         if view.role(arm) == AA_COPY:
-            out.append(view.verdict(arm, "WARN", f"the A/A copy's sampled distribution differs from base at "
+            out.append(view.verdict(arm, WARN, f"the A/A copy's sampled distribution differs from base at "
                                     f"{where}: base's own sampling varies between launches", details))
         elif aa_differs:
-            out.append(view.verdict(arm, "WARN", f"sampled distribution differs from base at {where}, but so does "
+            out.append(view.verdict(arm, WARN, f"sampled distribution differs from base at {where}, but so does "
                                     f"the A/A copy ({', '.join(aa_differs)}): not attributable", details))
         elif not any(t.rejected for t in res):  # the likelihood test alone: the sampler, or the logprobs it reports
-            out.append(view.verdict(arm, "FAIL", f"the arm's draws differ from base's in {where} (Holm over {tests} "
+            out.append(view.verdict(arm, FAIL, f"the arm's draws differ from base's in {where} (Holm over {tests} "
                                     f"tests at alpha {ALPHA}): speculative sampling is not lossless, or the logprobs "
                                     "it reports are not the target's (answer_fields and teacher judge those)",
                                     details))
         else:
-            out.append(view.verdict(arm, "FAIL", f"sampled token distribution differs from base at {where} "
+            out.append(view.verdict(arm, FAIL, f"sampled token distribution differs from base at {where} "
                                     f"(smallest p {_smallest_p(res, lik):.1g}; Holm over {tests} tests at alpha "
                                     f"{ALPHA}): speculative sampling is not lossless", details))
     return out

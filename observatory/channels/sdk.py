@@ -40,8 +40,7 @@ from observatory.channels.volume_traffic import NAME as VOLUME
 from observatory.client.openai_sdk import calls_of
 from observatory.judge.rates import FAIL_P, FAIL_RATIO, WARN_P, conditional_p
 from observatory.model.probes import Probe
-from observatory.model.roles import BASE
-from observatory.model.vocabulary import NOTE
+from observatory.model.vocabulary import BASE, FAIL, NOTE, PASS, SKIP, WARN
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "sdk"
@@ -157,8 +156,8 @@ def _verdict(view: ChannelView, arm: StoredArm, part: str | None, found: list[di
     sdk_version = details.get("sdk")
     if not found:
         if unexercised:
-            return view.verdict(arm, "SKIP", f"not exercised: {unexercised}", details, part=part)
-        return view.verdict(arm, "PASS", clean, details, part=part)
+            return view.verdict(arm, SKIP, f"not exercised: {unexercised}", details, part=part)
+        return view.verdict(arm, PASS, clean, details, part=part)
     first = found[0]
     what = f"{len(found)} answer(s): first {names.get(first['result'].probe_id, '?')} ({first['result'].mode}): " \
            f"{first['kind']}: {first['what']}"
@@ -172,10 +171,10 @@ def _verdict(view: ChannelView, arm: StoredArm, part: str | None, found: list[di
         if p_value >= WARN_P:
             return view.verdict(arm, NOTE, f"openai {sdk_version}: {what} (within base's rate: {rate})", details,
                                 part=part)
-        level = "FAIL" if p_value < FAIL_P and k / n >= FAIL_RATIO * (k0 + 0.5) / n0 else "WARN"
+        level = FAIL if p_value < FAIL_P and k / n >= FAIL_RATIO * (k0 + 0.5) / n0 else WARN
         return view.verdict(arm, level, f"openai {sdk_version}: {what} ({rate})", details, part=part)
     if fails:
-        return view.verdict(arm, "FAIL", f"openai {sdk_version}: {what}", details, part=part)
+        return view.verdict(arm, FAIL, f"openai {sdk_version}: {what}", details, part=part)
     # every problem is one base shows on the same request: the engine's, within its control (issue 46: a NOTE)
     return view.verdict(arm, NOTE, f"openai {sdk_version}: {what} (base has the same problems: not attributable "
                                    "to this arm)", details, part=part)

@@ -34,7 +34,7 @@ from observatory.channels import Channel
 from observatory.client.answer import Response, finish, take_whole
 from observatory.client.send import REQUEST_FAILURES, request_body, request_params
 from observatory.model.probes import Probe
-from observatory.model.roles import JUDGED_AGAINST_BASE
+from observatory.model.vocabulary import FAIL, INVALID, JUDGED_AGAINST_BASE, PASS, SKIP, WARN
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
@@ -153,7 +153,7 @@ def _judge_reproduce(view: ChannelView, base: StoredArm, arms: list[StoredArm]) 
         return out
     why = _failed(base_res)
     if why is not None:
-        return [view.verdict(base, "INVALID", f"base's seeded requests failed: {why}", part="reproduce")]
+        return [view.verdict(base, INVALID, f"base's seeded requests failed: {why}", part="reproduce")]
     base_ok = {name: reproduces(rs)[0] for name, rs in base_res.items()}
     for arm in [base, *arms]:
         res = base_res if arm is base else _outputs(view, arm, REPEAT)
@@ -169,20 +169,20 @@ def _judge_reproduce(view: ChannelView, base: StoredArm, arms: list[StoredArm]) 
         details = {"table": table, "temperature": TEMPERATURE}
         fail_why = _failed(res) if arm is not base else None
         if not res:  # the arm stopped (or was interrupted) before this phase: nothing to judge, never a PASS
-            out.append(view.verdict(arm, "SKIP", NOT_MEASURED, details, part="reproduce"))
+            out.append(view.verdict(arm, SKIP, NOT_MEASURED, details, part="reproduce"))
         elif fail_why is not None:
-            out.append(view.verdict(arm, "INVALID", f"seeded requests failed: {fail_why}", details, part="reproduce"))
+            out.append(view.verdict(arm, INVALID, f"seeded requests failed: {fail_why}", details, part="reproduce"))
         elif not bad:
-            out.append(view.verdict(arm, "PASS", f"every seeded request gave the same output on each of its copies "
+            out.append(view.verdict(arm, PASS, f"every seeded request gave the same output on each of its copies "
                                     f"({len(res)} prompts, temperature {TEMPERATURE})", details, part="reproduce"))
         elif arm is base:
-            out.append(view.verdict(arm, "FAIL", f"base gives a seeded request different outputs: {', '.join(bad)} "
+            out.append(view.verdict(arm, FAIL, f"base gives a seeded request different outputs: {', '.join(bad)} "
                                     "(the engine's own seeding does not reproduce)", details, part="reproduce"))
         elif any(not base_ok.get(name, False) for name in bad):
-            out.append(view.verdict(arm, "WARN", f"seeded requests do not reproduce ({', '.join(bad)}), nor do "
+            out.append(view.verdict(arm, WARN, f"seeded requests do not reproduce ({', '.join(bad)}), nor do "
                                     "base's: not attributable", details, part="reproduce"))
         else:
-            out.append(view.verdict(arm, "FAIL", f"the same seeded request twice gave different outputs "
+            out.append(view.verdict(arm, FAIL, f"the same seeded request twice gave different outputs "
                                     f"({', '.join(bad)}) where base's reproduce: the seed does not hold under "
                                     "speculation", details, part="reproduce"))
     return out
@@ -195,7 +195,7 @@ def _judge_n(view: ChannelView, base: StoredArm, arms: list[StoredArm]) -> list[
         return out
     why = _failed(base_res)
     if why is not None:
-        return [view.verdict(base, "INVALID", f"base's n > 1 requests failed: {why}", part="n")]
+        return [view.verdict(base, INVALID, f"base's n > 1 requests failed: {why}", part="n")]
     base_distinct = {name: distinct(rs) for name, rs in base_res.items()}
     measurable = [name for name, k in base_distinct.items() if k > 1]
     for arm in [base, *arms]:
@@ -205,19 +205,19 @@ def _judge_n(view: ChannelView, base: StoredArm, arms: list[StoredArm]) -> list[
         details = {"table": table}
         fail_why = _failed(res) if arm is not base else None
         if not res:
-            out.append(view.verdict(arm, "SKIP", NOT_MEASURED, details, part="n"))
+            out.append(view.verdict(arm, SKIP, NOT_MEASURED, details, part="n"))
         elif not measurable:
-            out.append(view.verdict(arm, "SKIP", "not measurable: base's own n choices coincide on every prompt",
+            out.append(view.verdict(arm, SKIP, "not measurable: base's own n choices coincide on every prompt",
                                     details, part="n"))
         elif fail_why is not None:
-            out.append(view.verdict(arm, "INVALID", f"n > 1 requests failed: {fail_why}", details, part="n"))
+            out.append(view.verdict(arm, INVALID, f"n > 1 requests failed: {fail_why}", details, part="n"))
         else:
             same = [name for name in measurable if name in res and distinct(res[name]) < 2]
             if same:
-                out.append(view.verdict(arm, "FAIL", f"the n choices of one request are all the same ({', '.join(same)}) "
+                out.append(view.verdict(arm, FAIL, f"the n choices of one request are all the same ({', '.join(same)}) "
                                         "where base's differ", details, part="n"))
             else:
-                out.append(view.verdict(arm, "PASS", f"the n choices differ from each other as base's do "
+                out.append(view.verdict(arm, PASS, f"the n choices differ from each other as base's do "
                                         f"({len(measurable)} prompts)", details, part="n"))
     return out
 

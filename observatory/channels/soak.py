@@ -37,9 +37,8 @@ from observatory.channels import Channel
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
 from observatory.channels.view import ChannelView
-from observatory.model.gates import PASS, SKIP, WARN
 from observatory.model.probes import Probe
-from observatory.model.roles import SPECULATING
+from observatory.model.vocabulary import PASS, SKIP, SPECULATING, WARN
 from observatory.store.stored import StoredArm, Verdict
 
 NAME = "soak"

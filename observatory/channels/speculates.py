@@ -38,8 +38,7 @@ from observatory.channels.request_classes import ATTRIBUTES, classes, own_counte
 from observatory.channels.view import ChannelView
 from observatory.engines.metrics import SpecCounters
 from observatory.model.probes import Probe
-from observatory.model.roles import SPECULATING
-from observatory.model.vocabulary import FAIL, INVALID, PAIRED_BASE, PASS, SKIP
+from observatory.model.vocabulary import FAIL, INVALID, PAIRED_BASE, PASS, SKIP, SPECULATING
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "speculates"

@@ -47,8 +47,7 @@ from observatory.channels import Channel
 from observatory.channels.finish import diff_at
 from observatory.channels.pairs import continuations
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, BASE
-from observatory.model.vocabulary import FAIL, PASS, SKIP, UNJUDGED, WARN
+from observatory.model.vocabulary import AA_COPY, BASE, FAIL, PASS, SKIP, UNJUDGED, WARN
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm

@@ -42,8 +42,7 @@ from typing import TYPE_CHECKING, Any
 from observatory.channels import Channel
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, BASE
-from observatory.model.vocabulary import FAIL, PASS, SKIP, UNJUDGED, WARN
+from observatory.model.vocabulary import AA_COPY, BASE, FAIL, PASS, SKIP, UNJUDGED, WARN
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm

@@ -48,7 +48,7 @@ import httpx
 from observatory.channels import Channel
 from observatory.client.answer import Response, finish
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, JUDGED_AGAINST_BASE
+from observatory.model.vocabulary import AA_COPY, FAIL, JUDGED_AGAINST_BASE, PASS, SKIP, WARN
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
@@ -228,7 +228,7 @@ def judge(view: ChannelView) -> list[Verdict]:
     base_rows, base_over, base_n, base_why = score_arm(view, base, None)
     details = {"table": base_rows, "tolerance": TOLERANCE}
     if base_why is not None or not base_n:
-        out.append(view.verdict(base, "SKIP", f"not measurable: {base_why or 'no positions compared'}", details))
+        out.append(view.verdict(base, SKIP, f"not measurable: {base_why or 'no positions compared'}", details))
         return out
     noisy = [base.name] if base_over else []
     judged = []
@@ -241,29 +241,29 @@ def judge(view: ChannelView) -> list[Verdict]:
         if view.role(arm) == AA_COPY and over:
             noisy.append(arm.name)
     if base_over:
-        out.append(view.verdict(base, "WARN", f"base's own returned logprobs differ from its teacher-forced ones "
+        out.append(view.verdict(base, WARN, f"base's own returned logprobs differ from its teacher-forced ones "
                                 f"beyond {TOLERANCE} nats at {base_over} of {base_n} positions: the tolerance does "
                                 "not hold on this engine", details))
     else:
-        out.append(view.verdict(base, "PASS", f"returned logprobs match the teacher-forced ones within {TOLERANCE} "
+        out.append(view.verdict(base, PASS, f"returned logprobs match the teacher-forced ones within {TOLERANCE} "
                                 f"nats at {base_n} positions", details))
     for arm, rows, over, n, why in judged:
         d = {"table": rows, "tolerance": TOLERANCE}
         if why is not None or not n:
-            out.append(view.verdict(arm, "SKIP", f"not measurable: {why or 'no positions compared'}", d))
+            out.append(view.verdict(arm, SKIP, f"not measurable: {why or 'no positions compared'}", d))
         elif not over:
-            out.append(view.verdict(arm, "PASS", f"returned logprobs match the target's teacher-forced scores within "
+            out.append(view.verdict(arm, PASS, f"returned logprobs match the target's teacher-forced scores within "
                                     f"{TOLERANCE} nats at {n} positions", d))
         elif view.role(arm) == AA_COPY:
-            out.append(view.verdict(arm, "WARN", f"the A/A copy's returned logprobs differ from the teacher-forced "
+            out.append(view.verdict(arm, WARN, f"the A/A copy's returned logprobs differ from the teacher-forced "
                                     f"ones at {over} positions: not attributable to speculation", d))
         elif noisy:
-            out.append(view.verdict(arm, "WARN", f"returned logprobs differ from the target's teacher-forced scores at "
+            out.append(view.verdict(arm, WARN, f"returned logprobs differ from the target's teacher-forced scores at "
                                     f"{over} positions, but so do {', '.join(noisy)}'s: not attributable", d))
         else:
             worst = max((r["max |decode - forced|"] for r in rows if isinstance(r.get("max |decode - forced|"), float)),
                         default=0.0)
-            out.append(view.verdict(arm, "FAIL", f"returned logprobs differ from the target's teacher-forced scores "
+            out.append(view.verdict(arm, FAIL, f"returned logprobs differ from the target's teacher-forced scores "
                                     f"beyond {TOLERANCE} nats at {over} of {n} positions (largest {worst:.3g}; base "
                                     "within it): the logprobs are not the target's", d))
     return out

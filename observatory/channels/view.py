@@ -9,7 +9,7 @@ from typing import Any
 
 from observatory.model.gates import GateRegistry
 from observatory.model.probes import Probe
-from observatory.model.roles import BASE
+from observatory.model.vocabulary import BASE
 from observatory.store.session_store import Store
 from observatory.store.stored import StoredArm, StoredMeasurement, StoredResult, Verdict
 

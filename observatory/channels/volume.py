@@ -55,7 +55,6 @@ from observatory.channels.volume_checks import (
     TOP_BASE,
     TOP_GREEDY,
     TOP_SAMPLED,
-    UNJUDGED,
     base_divergence,
     greedy_finding,
     near_misses,
@@ -66,8 +65,7 @@ from observatory.channels.volume_traffic import DEFAULT_REQUESTS, NAME, SEGMENTS
 from observatory.client.answer import Response
 from observatory.judge.power import seen_probability, statement
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, BASE, JUDGED_AGAINST_BASE
-from observatory.model.vocabulary import FAIL, NOTE, PASS, SKIP, WARN
+from observatory.model.vocabulary import AA_COPY, BASE, FAIL, JUDGED_AGAINST_BASE, NOTE, PASS, SKIP, UNJUDGED, WARN
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 FORCE_WORKERS = 8  # teacher-forced prefills in flight

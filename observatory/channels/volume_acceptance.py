@@ -50,8 +50,7 @@ from observatory.channels.request_classes import ATTRIBUTES, classes, own_counte
 from observatory.channels.view import ChannelView
 from observatory.engines.metrics import SpecCounters
 from observatory.judge.summaries import suite_hash, summary_model
-from observatory.model.roles import SPECULATING
-from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
+from observatory.model.vocabulary import FAIL, PASS, SKIP, SPECULATING, WARN
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 from observatory.store.summary_rows import earlier_trusted
 

@@ -10,8 +10,7 @@ import click
 from observatory.commands.ci_options import exit_code_of, metrics_out_option, summary_md_option
 from observatory.commands.compare import compare_options, run_compare
 from observatory.judge.reasons import known_summary, verdict_lines
-from observatory.judge.verdict import EXIT
-from observatory.model.vocabulary import SETUP_ERROR
+from observatory.model.vocabulary import EXIT, SETUP_ERROR
 from observatory.report.ci_files import CiFiles
 from observatory.report.console import printable
 from observatory.report.data import build

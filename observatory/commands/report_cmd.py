@@ -9,8 +9,8 @@ import click
 from observatory.commands.ci_options import metrics_out_option, summary_md_option, verbosity_options
 from observatory.commands.sessions import db_option
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE
-from observatory.judge.verdict import EXIT
 from observatory.model.errors import ObservatoryError
+from observatory.model.vocabulary import EXIT
 from observatory.report.ci_files import CiFiles
 from observatory.report.data import build
 from observatory.report.html import render_cross, render_session

@@ -27,7 +27,7 @@ QUERY = "index,clocks.sm,clocks.mem,utilization.gpu,temperature.gpu,power.draw"
 FIELDS = ("index", "sm_mhz", "mem_mhz", "util_pct", "temp_c", "power_w")
 INTERVAL_S = 0.5
 SM_TOLERANCE = 0.02
-NOT_MEASURABLE = "not measurable"
+NOT_MEASURABLE_WHY = "not measurable"
 
 
 def read_once(gpus: list[int], timeout_s: float = 5.0) -> list[list[float | None]] | str:
@@ -104,7 +104,7 @@ class ClockSampler:
     def record(self) -> dict[str, Any]:
         """What the measurement row stores: the samples, or "not measurable" and why."""
         if not self.samples:
-            return {"measurable": False, "why": f"{NOT_MEASURABLE}: {self.why or 'no sample taken'}"}
+            return {"measurable": False, "why": f"{NOT_MEASURABLE_WHY}: {self.why or 'no sample taken'}"}
         return {"measurable": True, "gpus": self.gpus, "fields": ["t_s", *FIELDS], "samples": self.samples}
 
 
@@ -112,7 +112,7 @@ def drift(record: dict[str, Any] | None) -> dict[str, Any]:
     """Per-block summary of a `ClockSampler.record`: each metric's min/median/max over busy samples, whether the
     SM clock moved beyond SM_TOLERANCE; ``measurable`` False (with why) where nothing was read."""
     if not record or not record.get("measurable"):
-        return {"measurable": False, "why": (record or {}).get("why") or f"{NOT_MEASURABLE}: not recorded "
+        return {"measurable": False, "why": (record or {}).get("why") or f"{NOT_MEASURABLE_WHY}: not recorded "
                 "(a session from before this version)"}
     samples = [s for s in record.get("samples") or [] if isinstance(s, list) and len(s) == len(FIELDS) + 1]
     busy = [s for s in samples if (s[4] or 0) > 0]

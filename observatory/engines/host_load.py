@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from observatory.engines.gpu_clocks import NOT_MEASURABLE
+from observatory.engines.gpu_clocks import NOT_MEASURABLE_WHY
 
 __all__ = ["BUSY_HOST_SHARE", "HostLoad", "busy_share"]
 
@@ -112,7 +112,7 @@ class HostLoad:
         """What the measurement row stores (beside the GPU clocks): the shares, or "not measurable" and why."""
         if self._record is not None:
             return self._record
-        return {"measurable": False, "why": f"{NOT_MEASURABLE}: {self.why or 'not read'}"}
+        return {"measurable": False, "why": f"{NOT_MEASURABLE_WHY}: {self.why or 'not read'}"}
 
 
 def busy_share(records: list[dict[str, Any] | None]) -> float | None:

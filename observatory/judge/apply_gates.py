@@ -44,24 +44,26 @@ from typing import Any, Protocol
 
 from observatory.engines.adapter import adapter_for
 from observatory.judge import rates
-from observatory.judge.rates import near_tie_opportunities
+from observatory.judge.rates import KIND_AA, KIND_SPEC, near_tie_opportunities
 from observatory.model.errors import ObservatoryError
-from observatory.model.gates import (
-    FAIL,
-    MAX_JUDGED_CHARS,
-    NOT_JUDGED,
-    PASS,
-    WARN,
-    Gate,
-    GateRegistry,
-    GateResult,
-    Output,
-    registry_for,
-)
+from observatory.model.gates import MAX_JUDGED_CHARS, NOT_JUDGED, Gate, GateRegistry, GateResult, Output, registry_for
 from observatory.model.numerics import served_dtype, served_platform
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, FAULT, SPEC, base_of, by_engine
-from observatory.model.vocabulary import INVALID, NOT_DISCRIMINATING, NOTE, TOKEN_DIFF, UNJUDGED
+from observatory.model.roles import base_of, by_engine
+from observatory.model.vocabulary import (
+    AA_COPY,
+    FAIL,
+    FAULT,
+    INVALID,
+    NOT_DISCRIMINATING,
+    NOTE,
+    PASS,
+    SKIP,
+    SPEC,
+    TOKEN_DIFF,
+    UNJUDGED,
+    WARN,
+)
 from observatory.store.db import ArmRow, ResultRow, SessionRow, VerdictRow
 from observatory.store.session_store import Store
 from observatory.store.stored import StoredArm, StoredResult, Verdict, verdict_row
@@ -347,7 +349,7 @@ class _Judge:
         """The kind of arm whose history and platform rates are ARM's controls: spec arms (fault arms judged
         against clean spec arms' rates), A/A copies; None for base and variants (no rate judged)."""
         role = self.roles.get(arm.name)
-        return {SPEC: "spec", FAULT: "spec", AA_COPY: "aa"}.get(role or "")
+        return {SPEC: KIND_SPEC, FAULT: KIND_SPEC, AA_COPY: KIND_AA}.get(role or "")
 
     def platform(self, arm: ArmRow) -> dict[str, Any]:
         """What makes two arm-nights' rates comparable: engine and version, platform, dtype, GPU."""
@@ -423,7 +425,7 @@ class _Judge:
             of = f"{got} of {said if said is not None else 'an unknown number of'} token ids"
             ref = self.by_arm[self.base.id].get("stream", {}).get(pid) if self.base is not None else None
             if withheld and full_sequence(modes, pid) is not None:
-                verdict, reason = "SKIP", f"not measurable: the stream carried {of}; {dialect.stream_ids_note}"
+                verdict, reason = SKIP, f"not measurable: the stream carried {of}; {dialect.stream_ids_note}"
             elif arm is not self.base and ref is not None and ref.ok and not tokens_complete(ref):
                 # base's own stream of this probe withheld ids too: the engine's (its parser), not this arm's
                 verdict, reason = NOTE, (f"the stream carried {of}; base's stream of this probe withheld ids too "
@@ -593,7 +595,7 @@ class _Judge:
             at = None if why_not else stream_text_mismatch(r)
             details: dict[str, Any] = {"assigned_by": "judge"}
             if why_not:
-                verdict, reason = "SKIP", f"not measurable: {why_not}"
+                verdict, reason = SKIP, f"not measurable: {why_not}"
             elif at is None:
                 verdict, reason = PASS, "the streamed deltas equal the streamed ids detokenised"
             else:

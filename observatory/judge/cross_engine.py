@@ -35,8 +35,7 @@ from typing import Any
 from observatory.judge.apply_gates import full_sequence, results_by_mode, to_output
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
-from observatory.model.roles import BASE
-from observatory.model.vocabulary import TOKEN_DIFF
+from observatory.model.vocabulary import BASE, TOKEN_DIFF
 from observatory.store.session_store import Store
 
 PROMPT_IDS = "prompt_ids"  # key of the base arm's launch dict

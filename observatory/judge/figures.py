@@ -63,12 +63,11 @@ from observatory.judge.ran_together import cross_session
 from observatory.judge.speed import speed, stream_tau, ttft_by_level
 from observatory.judge.steady_state import excluded_keys, steady_state
 from observatory.judge.step_time import step_speedup
-from observatory.judge.verdict import INVALID_CODES
 from observatory.model.env_vars import FAULT_KNOBS
 from observatory.model.errors import NOT_REPORTED
 from observatory.model.numerics import served_platform
 from observatory.model.roles import by_engine
-from observatory.model.vocabulary import BRACKET_BASE, PAIRED_BASE
+from observatory.model.vocabulary import BRACKET_BASE, INVALID, INVALID_CODES, PAIRED_BASE
 from observatory.store.db import ArmRow
 from observatory.store.session_store import Store
 
@@ -272,29 +271,29 @@ def validity(arm: ArmRow, base: ArmRow | None, acc: dict[str, Any], arm_verdicts
     if arm.status in ("crashed", "hung"):
         out.append({"code": arm.status.upper(), "detail": arm.reason or ""})
     elif arm.status in ("failed", "interrupted"):
-        out.append({"code": "INVALID", "detail": f"arm {arm.status}: {arm.reason or ''}"})
+        out.append({"code": INVALID, "detail": f"arm {arm.status}: {arm.reason or ''}"})
     is_spec = launch.get("speculative_config") is not None
     ran = arm.status == "ok"
     drafts = acc["drafts"]
     if malformed:
-        out.append({"code": "INVALID", "detail": f"{malformed['answers']} malformed answer(s) from the server, "
+        out.append({"code": INVALID, "detail": f"{malformed['answers']} malformed answer(s) from the server, "
                     f"e.g. {malformed['first']}"})
     if ran and acc.get("problem"):
-        out.append({"code": "INVALID", "detail": f"engine counters unusable: {acc['problem']}"})
+        out.append({"code": INVALID, "detail": f"engine counters unusable: {acc['problem']}"})
     elif ran and is_spec and drafts is None:
-        out.append({"code": "INVALID",
+        out.append({"code": INVALID,
                     "detail": "speculation not provable: the engine does not report draft counters"})
     elif ran and is_spec and not drafts:
-        out.append({"code": "INVALID", "detail": "speculation inactive: the draft counters did not move"})
+        out.append({"code": INVALID, "detail": "speculation inactive: the draft counters did not move"})
     if is_spec:
         out += _lossy(arm, launch)
     if ran and not is_spec and drafts:
-        out.append({"code": "INVALID", "detail": f"a non-speculating arm moved the draft counters ({drafts} drafts)"})
+        out.append({"code": INVALID, "detail": f"a non-speculating arm moved the draft counters ({drafts} drafts)"})
     if ran and is_spec and drafts is not None and 0 < drafts < MIN_DRAFTS:
         out.append({"code": "LOW_N", "detail": f"{acc['drafts']} drafts < {MIN_DRAFTS}: acceptance figures are noisy"})
     for gate, (verdict, reason) in arm_verdicts.items():
-        if verdict == "INVALID":  # an invalidating arm gate failed (observatory.judge.apply_gates)
-            out.append({"code": "INVALID", "detail": f"{gate}: {reason}"})
+        if verdict == INVALID:  # an invalidating arm gate failed (observatory.judge.apply_gates)
+            out.append({"code": INVALID, "detail": f"{gate}: {reason}"})
     if base is not None and arm is not base:
         diffs = launch_differences(arm, base)
         if diffs:

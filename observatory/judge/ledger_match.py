@@ -54,8 +54,7 @@ from observatory.model.ledger import (
 )
 from observatory.model.numerics import served_dtype
 from observatory.model.read_model import ArmView, Reason, SessionFacts
-from observatory.model.roles import FAULT
-from observatory.model.vocabulary import INVALID, INVALID_CODES, KNOWN, NOTE
+from observatory.model.vocabulary import FAULT, INVALID, INVALID_CODES, KNOWN, NOTE
 from observatory.store.db import ArmRow, VerdictRow
 from observatory.store.session_store import Store
 

@@ -41,6 +41,7 @@ from observatory.engines.host_load import BUSY_HOST_SHARE
 from observatory.judge.precision import detectable_words
 from observatory.judge.stats import binom_upper
 from observatory.model.errors import ObservatoryError
+from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP, WARN
 
 # Defaults when the user set no threshold: breaches WARN.
 DEFAULTS = {"speedup": 1.0, "ttft_ratio": 2.0, "acceptance": 0.2}
@@ -85,8 +86,8 @@ def _entry(check: str, verdict: str, reason: str, value: float | None, threshold
 def _threshold(name: str, fail_on: dict[str, float]) -> tuple[float, str]:
     """(threshold, verdict of a breach): the user's with FAIL, else the default with WARN."""
     if name in fail_on:
-        return fail_on[name], "FAIL"
-    return DEFAULTS[name], "WARN"
+        return fail_on[name], FAIL
+    return DEFAULTS[name], WARN
 
 
 # A clean spec step on CPU cores costs about k + 1 base steps (compute-bound: r = 2.4-2.7 at k = 1, 3.2-3.4 at k = 2 on
@@ -175,14 +176,14 @@ def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_
     shown = fail_on.get("speedup", DEFAULTS["speedup"])  # the entry's threshold: the user's, else 1
     S = (vb or {}).get("S")
     if vb is None:
-        return _entry("speedup", "SKIP", "no base arm in this session: S not measurable", None, shown)
+        return _entry("speedup", SKIP, "no base arm in this session: S not measurable", None, shown)
     if S is None:
-        return _entry("speedup", "SKIP", "S not measurable (no single-stream rate on this arm or base)", None, shown)
+        return _entry("speedup", SKIP, "S not measurable (no single-stream rate on this arm or base)", None, shown)
     if S >= warn_below:
-        return _entry("speedup", "PASS", f"S = {S:.2f} >= {warn_below:.2f}", S, shown)
+        return _entry("speedup", PASS, f"S = {S:.2f} >= {warn_below:.2f}", S, shown)
     drift = vb.get("drift") if vb.get("design") == "bracketed" else None
     if drift is not None and abs(drift) > abs(1.0 - S):
-        return _entry("speedup", "SKIP", f"not measurable: the host drifted by {abs(drift):.0%} across this arm's "
+        return _entry("speedup", SKIP, f"not measurable: the host drifted by {abs(drift):.0%} across this arm's "
                       f"timing (base's rate before against after it), more than the effect (S = {S:.2f})", S, shown)
     upper, noise, unmeasured = _noise(vb, floor)
     if S < thr and (upper < thr if upper is not None else "speedup" in fail_on):
@@ -193,12 +194,12 @@ def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_
                        or (None if bound is not None and bound < thr else f"the noise's upper end {words}")
                        or compute_bound(vb, bound))
         if not why_not:
-            return _entry("speedup", "FAIL", f"S = {S:.2f} < {thr:.2f} beyond the noise ({noise}): clearly slower "
+            return _entry("speedup", FAIL, f"S = {S:.2f} < {thr:.2f} beyond the noise ({noise}): clearly slower "
                           "than base", S, thr)
         noise = f"{noise}; not a FAIL: {why_not}"  # the default floor does not FAIL what the timing cannot back
     if upper is None or upper < warn_below:
-        return _entry("speedup", "WARN", f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, shown)
-    return _entry("speedup", "PASS", f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise}); "
+        return _entry("speedup", WARN, f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, shown)
+    return _entry("speedup", PASS, f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise}); "
                   f"{detectable_words(vb, None if vb.get('design') in ('paired', 'bracketed') else (floor or {}).get('throughput_spread'))}",
                   S, shown)
 
@@ -236,7 +237,7 @@ def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: di
     for took 4.42 s against 0.44 s (docs/design.md section 1)."""
     thr, bad = _threshold("ttft_ratio", fail_on)
     if base_spd is None:
-        return _entry("ttft_ratio", "SKIP", "no base arm in this session", None, thr)
+        return _entry("ttft_ratio", SKIP, "no base arm in this session", None, thr)
     a, b = (spd.get("ttft_ms") or {}).get("median"), (base_spd.get("ttft_ms") or {}).get("median")
     around = (vb or {}).get("ttft_ms") if (vb or {}).get("design") == "bracketed" else None
     beside = [x for x in ((around or {}).get("before"), (around or {}).get("after")) if x]
@@ -246,15 +247,15 @@ def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: di
     else:
         where = "base"
     if a is None or not b:
-        return _entry("ttft_ratio", "SKIP", "TTFT not measured on this arm or base", None, thr)
+        return _entry("ttft_ratio", SKIP, "TTFT not measured on this arm or base", None, thr)
     ratio = a / b
     text = f"TTFT {a:.0f} ms vs {b:.0f} ms on {where}: {ratio:.2f}x"
     if ratio > thr and (a - b) <= CLIENT_COST_S * 1000 and "ttft_ratio" not in fail_on:
-        return _entry("ttft_ratio", "PASS", f"{text} > {thr:g}x, but {a - b:.0f} ms apart: within the client's own "
+        return _entry("ttft_ratio", PASS, f"{text} > {thr:g}x, but {a - b:.0f} ms apart: within the client's own "
                       f"cost of a request (up to {CLIENT_COST_S * 1000:.0f} ms)", ratio, thr)
     if ratio > thr:
         return _entry("ttft_ratio", bad, f"{text} > {thr:g}x", ratio, thr)
-    return _entry("ttft_ratio", "PASS", f"{text} <= {thr:g}x", ratio, thr)
+    return _entry("ttft_ratio", PASS, f"{text} <= {thr:g}x", ratio, thr)
 
 
 def _dead(acc: dict[str, Any]) -> float | None:
@@ -284,52 +285,52 @@ def acceptance_check(acc: dict[str, Any], by_level: dict[str, Any], fail_on: dic
     seen = [("the arm", acc)] + [(f"concurrency {k}", v or {}) for k, v in by_level.items()]
     known = [(w, a.get("alpha"), a) for w, a in seen if a.get("alpha") is not None]
     if not known:
-        return _entry("acceptance_floor", "SKIP", "acceptance not reported by the engine counters", None, thr)
+        return _entry("acceptance_floor", SKIP, "acceptance not reported by the engine counters", None, thr)
     dead = [(w, a, ub) for w, a, full in known if (ub := _dead(full)) is not None]
     if dead and untrusted:  # an arm whose figures cannot be trusted (INVALID, CONFOUNDED, ...): a WARN, as the speed floor
         where, low, ub = min(dead, key=lambda d: d[2])
-        return _entry("acceptance_floor", "WARN", f"acceptance {low:.1%} at {where} < {DEAD_DRAFTER_ALPHA:.0%}: a dead "
+        return _entry("acceptance_floor", WARN, f"acceptance {low:.1%} at {where} < {DEAD_DRAFTER_ALPHA:.0%}: a dead "
                       f"drafter, not a FAIL: arm {untrusted}: its figures cannot back one", low, DEAD_DRAFTER_ALPHA)
     if dead:
         where, low, ub = min(dead, key=lambda d: d[2])
-        return _entry("acceptance_floor", "FAIL", f"acceptance {low:.1%} at {where} (at most {ub:.1%} at 99.9% "
+        return _entry("acceptance_floor", FAIL, f"acceptance {low:.1%} at {where} (at most {ub:.1%} at 99.9% "
                       f"confidence) < {DEAD_DRAFTER_ALPHA:.0%}: the drafter is dead, speculation costs a verify step "
                       "and gives nothing back", low, DEAD_DRAFTER_ALPHA)
     where, low, _ = min(known, key=lambda p: p[1])
     if low < thr:
         return _entry("acceptance_floor", bad, f"acceptance {low:.1%} at {where} < floor {thr:.0%}", low, thr)
-    return _entry("acceptance_floor", "PASS", f"lowest acceptance {low:.1%} ({where}) >= floor {thr:.0%}", low, thr)
+    return _entry("acceptance_floor", PASS, f"lowest acceptance {low:.1%} ({where}) >= floor {thr:.0%}", low, thr)
 
 
 def stream_tau_check(st: dict[str, Any] | None, counter_tau: float | None, bursty: bool) -> dict[str, Any]:
     """Tokens per streamed chunk against tau from the counters; WARN beyond noise."""
     if bursty:
-        return _entry("stream_tau", "SKIP", "stream bursty: chunks do not follow engine steps", None, None)
+        return _entry("stream_tau", SKIP, "stream bursty: chunks do not follow engine steps", None, None)
     if st is None:
-        return _entry("stream_tau", "SKIP", "not measurable: no streamed result has per-chunk token counts that "
+        return _entry("stream_tau", SKIP, "not measurable: no streamed result has per-chunk token counts that "
                       "cover all its tokens (the engine withheld ids, or sent none)", None, None)
     if counter_tau is None:
-        return _entry("stream_tau", "SKIP", "tau not reported by the counters", st["tau"], None)
+        return _entry("stream_tau", SKIP, "tau not reported by the counters", st["tau"], None)
     tol = STREAM_TAU_SIGMAS * st["se"] + STREAM_TAU_REL * counter_tau
     gap = abs(st["tau"] - counter_tau)
     text = (f"stream tau {st['tau']:.2f} ({st['chunks']} chunks) vs counter tau {counter_tau:.2f}: "
             f"differ by {gap:.2f}")
     if gap > tol:
-        return _entry("stream_tau", "WARN", f"{text} > noise {tol:.2f}: the counters may lie or count other requests",
+        return _entry("stream_tau", WARN, f"{text} > noise {tol:.2f}: the counters may lie or count other requests",
                       st["tau"], counter_tau)
-    return _entry("stream_tau", "PASS", f"{text} <= noise {tol:.2f}", st["tau"], counter_tau)
+    return _entry("stream_tau", PASS, f"{text} <= noise {tol:.2f}", st["tau"], counter_tau)
 
 
 def token_count_check(tc: dict[str, Any]) -> dict[str, Any]:
     """Streamed ids against usage.completion_tokens."""
     if not tc.get("requests"):
-        return _entry("token_count", "SKIP", "no request has both streamed ids and usage", None, None)
+        return _entry("token_count", SKIP, "no request has both streamed ids and usage", None, None)
     if tc["disagree"]:
-        return _entry("token_count", "WARN",
+        return _entry("token_count", WARN,
                       f"streamed ids ({tc['ids']}) disagree with usage.completion_tokens ({tc['usage']}) in "
                       f"{tc['disagree']} of {tc['requests']} requests: figures use usage", float(tc["ids"]),
                       float(tc["usage"]))
-    return _entry("token_count", "PASS", f"ids match usage in all {tc['requests']} requests",
+    return _entry("token_count", PASS, f"ids match usage in all {tc['requests']} requests",
                   float(tc["ids"]), float(tc["usage"]))
 
 
@@ -344,13 +345,13 @@ def steady_check(fig: dict[str, Any], base_fig: dict[str, Any] | None) -> dict[s
     judged = [(who, st) for who, st in sides if st.get("measurable")]
     if not judged:
         why = "; ".join(f"{who}: {st.get('why')}" for who, st in sides) or "no timed single-stream requests"
-        return _entry("steady_state", "SKIP", f"not measurable ({why})", None, None)
+        return _entry("steady_state", SKIP, f"not measurable ({why})", None, None)
     unsettled = [f"{who}: {st.get('why')}" for who, st in judged if not st.get("reached")]
     if unsettled:
-        return _entry("steady_state", "WARN", "steady state not reached, speed not trustworthy: "
+        return _entry("steady_state", WARN, "steady state not reached, speed not trustworthy: "
                       + "; ".join(unsettled), None, None)
     left = [f"{who} {st['warmup']} of {st['requests']}" for who, st in judged if st.get("warmup")]
-    return _entry("steady_state", "PASS", ("warm-up requests left out of S: " + ", ".join(left)) if left
+    return _entry("steady_state", PASS, ("warm-up requests left out of S: " + ", ".join(left)) if left
                   else "no warm-up in the timed requests", float(sum(int(st.get("warmup") or 0) for _, st in judged)),
                   None)
 
@@ -362,16 +363,16 @@ def clocks_check(fig: dict[str, Any], base_fig: dict[str, Any] | None) -> dict[s
     read = [(who, gc) for who, gc in sides if gc.get("measurable")]
     if not read:
         whys = list(dict.fromkeys(str(gc.get("why") or "").removeprefix("not measurable: ") for _, gc in sides))
-        return _entry("gpu_clocks", "SKIP", "not measurable: " + ("; ".join(whys) or "not recorded"), None, None)
+        return _entry("gpu_clocks", SKIP, "not measurable: " + ("; ".join(whys) or "not recorded"), None, None)
     moved = [f"{who} c={b['concurrency']} repeat {b['repeat']}: SM clock range {b['sm_range']:.1%} "
              f"({b['sm_mhz']['min']:.0f}-{b['sm_mhz']['max']:.0f} MHz)"
              for who, gc in read for b in gc.get("blocks") or [] if b.get("moved")]
     worst = max((float(b.get("sm_range") or 0.0) for _, gc in read for b in gc.get("blocks") or []), default=0.0)
     tol = next((b.get("tolerance") for _, gc in read for b in gc.get("blocks") or [] if b.get("tolerance")), None)
     if moved:
-        return _entry("gpu_clocks", "WARN", "GPU clocks moved during timed blocks, speed not trustworthy: "
+        return _entry("gpu_clocks", WARN, "GPU clocks moved during timed blocks, speed not trustworthy: "
                       + "; ".join(moved), worst, tol)
-    return _entry("gpu_clocks", "PASS", f"SM clocks steady in every timed block read (widest range {worst:.1%})",
+    return _entry("gpu_clocks", PASS, f"SM clocks steady in every timed block read (widest range {worst:.1%})",
                   worst, tol)
 
 
@@ -381,13 +382,13 @@ def graphs_check(fig: dict[str, Any], base_fig: dict[str, Any] | None) -> dict[s
     sides = [(who, cg) for who, cg in _sides(fig, base_fig, "cuda_graphs") if cg]
     flagged = [f"{who}: {cg.get('why')}" for who, cg in sides if cg.get("flagged")]
     if flagged:
-        return _entry("cuda_graphs", "WARN", "timed on the eager path, not the deployment's CUDA graphs: "
+        return _entry("cuda_graphs", WARN, "timed on the eager path, not the deployment's CUDA graphs: "
                       + "; ".join(flagged), None, None)
     if sides and all(cg.get("status") == "covered" for _, cg in sides):
-        return _entry("cuda_graphs", "PASS", "every timed step within the captured CUDA graphs", None, None)
+        return _entry("cuda_graphs", PASS, "every timed step within the captured CUDA graphs", None, None)
     why = "; ".join(f"{who}: {cg.get('status')} ({cg.get('why')})" for who, cg in sides
                     if cg.get("status") != "covered") or "not recorded"
-    return _entry("cuda_graphs", "SKIP", why, None, None)
+    return _entry("cuda_graphs", SKIP, why, None, None)
 
 
 def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dict[str, Any] | None,
@@ -400,9 +401,9 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
     if apart:
         # not the same session in the sense that matters: no in-session speed comparison to judge
         why = f"cross-session against base ({apart})"
-        against_base = [_entry("speedup", "SKIP", why, (fig.get("vs_base") or {}).get("S"),
+        against_base = [_entry("speedup", SKIP, why, (fig.get("vs_base") or {}).get("S"),
                                fail_on.get("speedup", DEFAULTS["speedup"])),
-                        _entry("ttft_ratio", "SKIP", why, None, _threshold("ttft_ratio", fail_on)[0])]
+                        _entry("ttft_ratio", SKIP, why, None, _threshold("ttft_ratio", fail_on)[0])]
     else:
         against_base = [speedup_check(fig.get("vs_base"), floor, fail_on,
                                       [spd, base_fig["speed"] if base_fig else None], untrusted),
@@ -420,6 +421,6 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
 def not_lossless(entries: list[dict[str, Any]], lossy: str) -> list[dict[str, Any]]:
     """ENTRIES of an arm whose verification a setting loosened (validity LOSSY: LOSSY, its detail): each
     judged check becomes INVALID, its value kept, so no speed or acceptance verdict passes as lossless."""
-    return [e if e["verdict"] == "SKIP" else
-            {**e, "verdict": "INVALID", "reason": f"not a lossless result ({lossy}); measured: {e['reason']}"}
+    return [e if e["verdict"] == SKIP else
+            {**e, "verdict": INVALID, "reason": f"not a lossless result ({lossy}); measured: {e['reason']}"}
             for e in entries]

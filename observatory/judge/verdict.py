@@ -47,15 +47,25 @@ from observatory.model.read_model import (
     SessionView,
     VerdictView,
 )
-from observatory.model.roles import AA_COPY, BASE, FAULT, JUDGED_AGAINST_BASE, SPEC, VARIANT
 from observatory.model.vocabulary import (
+    AA_COPY,
+    BASE,
     EXIT,
+    FAIL,
+    FAULT,
+    INVALID,
     INVALID_CODES,
+    JUDGED_AGAINST_BASE,
     KNOWN,
     NOT_DISCRIMINATING,
     NOTE,
+    PASS,
     REASON_LEVELS,
+    SKIP,
+    SPEC,
     UNJUDGED,
+    VARIANT,
+    WARN,
 )
 from observatory.store.arm_facts import launch_facts
 
@@ -64,10 +74,10 @@ __all__ = ["EXIT", "INVALID_CODES", "LEVELS", "NOT_DISCRIMINATING", "UNJUDGED", 
 
 LEVELS = REASON_LEVELS
 WHY = {
-    "FAIL": "an arm judged against base fails a probe or a performance threshold",
-    "INVALID": "nothing failed, but a verdict or a measurement cannot be backed",
-    "WARN": "nothing failed, but some outputs or figures need a look",
-    "PASS": "every arm judged against base passes every discriminating probe, and every arm is valid",
+    FAIL: "an arm judged against base fails a probe or a performance threshold",
+    INVALID: "nothing failed, but a verdict or a measurement cannot be backed",
+    WARN: "nothing failed, but some outputs or figures need a look",
+    PASS: "every arm judged against base passes every discriminating probe, and every arm is valid",
 }
 
 
@@ -86,21 +96,21 @@ def _known(v: VerdictView) -> Any:
 def _validity_reasons(arm: ArmView, add: Any) -> None:
     codes = [v.code for v in arm.validity]
     for v in arm.validity:
-        level = KNOWN if v.known else "INVALID" if v.code in INVALID_CODES else "NOTE"
+        level = KNOWN if v.known else INVALID if v.code in INVALID_CODES else NOTE
         add(level, f"arm {arm.name}: {v.code}: {v.detail or ''}".strip(), arm=arm.name, code=v.code,
             known=v.known)
     if arm.status != "ok" and not any(c in INVALID_CODES for c in codes):
-        add("INVALID", f"arm {arm.name}: {arm.status} {arm.reason or ''}".strip(), arm=arm.name,
+        add(INVALID, f"arm {arm.name}: {arm.status} {arm.reason or ''}".strip(), arm=arm.name,
             code=str(arm.status).upper())
     results = arm.results
     failed = [r for r in results if not r.ok]
     if results and len(failed) * 2 > len(results):
-        add("INVALID", f"{arm.name}: {len(failed)} of {len(results)} requests failed: the arm answers nothing usable",
+        add(INVALID, f"{arm.name}: {len(failed)} of {len(results)} requests failed: the arm answers nothing usable",
             arm=arm.name, code="NO_ANSWERS")
     if not arm.validity:  # figures not computed (yet): the arm gates' own word
         for gate, gv in arm.arm_verdicts.items():
-            if gv.verdict == "INVALID":
-                add("INVALID", f"{arm.name}: {gate}: {gv.reason}", arm=arm.name, gate=gate)
+            if gv.verdict == INVALID:
+                add(INVALID, f"{arm.name}: {gate}: {gv.reason}", arm=arm.name, gate=gate)
 
 
 def session_gates(session: SessionFacts) -> GateRegistry:
@@ -129,7 +139,7 @@ def discriminates(registry: GateRegistry) -> Callable[[str], bool]:
 
 
 # the reason level of a verdict on an arm judged against base (None: a verdict that says nothing to count or list)
-_LEVEL_OF = {"FAIL": "FAIL", "WARN": "WARN", UNJUDGED: "INVALID", "INVALID": "INVALID", KNOWN: KNOWN, NOTE: NOTE}
+_LEVEL_OF = {FAIL: FAIL, WARN: WARN, UNJUDGED: INVALID, INVALID: INVALID, KNOWN: KNOWN, NOTE: NOTE}
 
 
 def _judged_arm_reasons(arm: ArmView, add: Any,
@@ -145,31 +155,31 @@ def _judged_arm_reasons(arm: ArmView, add: Any,
     for r in arm.results:
         probe = r.probe
         if not r.ok:
-            add("INVALID", f"{name} / {probe}: request failed: {r.error}", arm=name, probe=probe)
+            add(INVALID, f"{name} / {probe}: request failed: {r.error}", arm=name, probe=probe)
             continue
         judged += 1
         verdicts = r.verdicts
-        if any(v.verdict not in (NOT_DISCRIMINATING, "SKIP", UNJUDGED) and counts(g) for g, v in verdicts.items()):
+        if any(v.verdict not in (NOT_DISCRIMINATING, SKIP, UNJUDGED) and counts(g) for g, v in verdicts.items()):
             discriminating += 1
         if any(v.verdict == NOT_DISCRIMINATING for v in verdicts.values()):
             not_discr.add(probe)
         for gate, v in verdicts.items():
             level = _LEVEL_OF.get(v.verdict)
             if level:
-                tag = f"{v.verdict}: " if v.verdict in (UNJUDGED, "INVALID") else ""
+                tag = f"{v.verdict}: " if v.verdict in (UNJUDGED, INVALID) else ""
                 add(level, f"{name} / {probe}: {gate}: {tag}{v.reason}{aa}", arm=name, probe=probe, gate=gate,
                     known=_known(v))
     for gate, v in arm.arm_verdicts.items():
-        if v.verdict in ("FAIL", "WARN", KNOWN, NOTE):
+        if v.verdict in (FAIL, WARN, KNOWN, NOTE):
             add(v.verdict, f"{name}: {gate}: {v.reason}", arm=name, gate=gate, known=_known(v))
     for gate, v in arm.channel_verdicts.items():
         level = _LEVEL_OF.get(v.verdict)
         if level:
-            tag = f"{v.verdict}: " if level == "INVALID" else ""
+            tag = f"{v.verdict}: " if level == INVALID else ""
             add(level, f"{name}: channel {gate}: {tag}{v.reason}{aa}", arm=name, gate=gate, code="CHANNEL",
                 known=_known(v))
     for p in arm.figures.performance or []:
-        if p.get("verdict") in ("FAIL", "WARN", KNOWN):
+        if p.get("verdict") in (FAIL, WARN, KNOWN):
             add(p["verdict"], f"{name}: {p.get('check')}: {p.get('reason')}", arm=name, gate=p.get("check"),
                 known=p.get("known"))
     return judged, discriminating, not_discr
@@ -200,9 +210,9 @@ def decide(session: SessionFacts, arms: Sequence[ArmView]) -> SessionVerdict:
         reasons.append(Reason(level, text, **about))
 
     if session.status != "complete":
-        add("INVALID", f"session {session.status}: {session.reason or 'not finished'}".strip())
+        add(INVALID, f"session {session.status}: {session.reason or 'not finished'}".strip())
     if not any(arm_role(a) == BASE for a in arms):
-        add("INVALID", "no base arm: no token diff was made, and no probe can be discriminated", code="NO_BASE")
+        add(INVALID, "no base arm: no token diff was made, and no probe can be discriminated", code="NO_BASE")
     judged = discriminating = 0
     not_discr: set[str] = set()
     counts = discriminates(session_gates(session))
@@ -211,10 +221,10 @@ def decide(session: SessionFacts, arms: Sequence[ArmView]) -> SessionVerdict:
         role = arm_role(arm)
         if role not in JUDGED_AGAINST_BASE:
             for gate, v in arm.channel_verdicts.items():
-                if v.verdict in ("INVALID", UNJUDGED):  # the reference itself could not be measured
-                    add("INVALID", f"{arm.name}: channel {gate}: {v.reason}", arm=arm.name, gate=gate,
+                if v.verdict in (INVALID, UNJUDGED):  # the reference itself could not be measured
+                    add(INVALID, f"{arm.name}: channel {gate}: {v.reason}", arm=arm.name, gate=gate,
                         code="CHANNEL")
-                elif (v.details or {}).get("verdict_before") in ("INVALID", UNJUDGED) and _known(v):
+                elif (v.details or {}).get("verdict_before") in (INVALID, UNJUDGED) and _known(v):
                     add(KNOWN, f"{arm.name}: channel {gate}: {v.reason}", arm=arm.name, gate=gate, code="CHANNEL",
                         known=_known(v))
             continue  # base's own failures make probes non-discriminating, not failures
@@ -222,19 +232,19 @@ def decide(session: SessionFacts, arms: Sequence[ArmView]) -> SessionVerdict:
         judged, discriminating, not_discr = judged + j, discriminating + d, not_discr | nd
         cells = [r.verdict for r in arm.results if r.verdict]
         if role in (SPEC, FAULT, VARIANT) and cells and all(c == NOT_DISCRIMINATING for c in cells):
-            add("NOTE", f"arm {arm.name}: no probe discriminates (the base arm fails every one): "
+            add(NOTE, f"arm {arm.name}: no probe discriminates (the base arm fails every one): "
                         "this session tests nothing about speculation", arm=arm.name)
     if judged and not discriminating:
-        add("WARN", "no probe discriminates: the base arm fails every correctness gate the probes declare, "
+        add(WARN, "no probe discriminates: the base arm fails every correctness gate the probes declare, "
                     "so only the token diffs judge the other arms")
     if not_discr:
-        add("NOTE", f"not discriminating (the base arm fails them too): {', '.join(sorted(not_discr))}")
+        add(NOTE, f"not discriminating (the base arm fails them too): {', '.join(sorted(not_discr))}")
     depths = depths_note(arms)
     if depths:
-        add("NOTE", depths, code="DEPTHS")
+        add(NOTE, depths, code="DEPTHS")
     reasons.extend(ledger_notes(session, arms, arm_role))  # known findings not seen tonight, or expired
     levels = {r.level for r in reasons}
-    verdict = next((lv for lv in ("FAIL", "INVALID", "WARN") if lv in levels), "PASS")
+    verdict = next((lv for lv in (FAIL, INVALID, WARN) if lv in levels), PASS)
     ordered = tuple(sorted(reasons, key=lambda r: LEVELS.index(r.level)))
     return SessionVerdict(verdict, WHY[verdict], ordered)
 

@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from observatory.model.vocabulary import EXIT
+from observatory.model.vocabulary import EXIT, FAIL, INVALID, WARN
 
 # field metadata: the field's own keys go into its parent's JSON object, in place
 SPREAD = {"json": "spread"}
@@ -272,7 +272,7 @@ class SessionVerdict:
     def __post_init__(self) -> None:
         object.__setattr__(self, "exit_code", EXIT[self.verdict])
 
-    def texts(self, levels: tuple[str, ...] = ("FAIL", "INVALID", "WARN")) -> list[str]:
+    def texts(self, levels: tuple[str, ...] = (FAIL, INVALID, WARN)) -> list[str]:
         """The reasons of LEVELS as lines."""
         return [r.text for r in self.reasons if r.level in levels]
 

@@ -27,16 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-BASE = "base"
-AA_COPY = "aa_copy"
-SPEC = "spec"
-FAULT = "fault"
-VARIANT = "variant"
-ROLES = (BASE, AA_COPY, SPEC, FAULT, VARIANT)
-# roles whose outputs are judged against base (everything but base itself)
-JUDGED_AGAINST_BASE = (AA_COPY, SPEC, FAULT, VARIANT)
-SPECULATING = (SPEC, FAULT)
-
+from observatory.model.vocabulary import AA_COPY, BASE, FAULT, SPEC, VARIANT
 
 Fact = tuple[str, bool, bool, str | None, str]  # name, speculates, has a fault, copy of, engine
 

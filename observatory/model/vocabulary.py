@@ -50,6 +50,25 @@ REASON_LEVELS: tuple[str, ...] = (FAIL, INVALID, WARN, KNOWN, NOTE)
 COUNTED_LEVELS: tuple[str, ...] = (FAIL, INVALID, WARN)
 _RANK = {v: i for i, v in enumerate(SEVERITY)}
 
+# Levels of a channel table's rows and a report's cells, beside the verdict levels: a request that errored,
+# a pair that cannot be compared (base did not answer), a row that only informs.
+ERROR = "ERROR"
+NOT_MEASURABLE = "NOT_MEASURABLE"
+INFO = "INFO"
+# The order the report shows rows and cells in, worst first; a level not in it sorts with INFO.
+ROW_ORDER: tuple[str, ...] = (FAIL, ERROR, INVALID, UNJUDGED, WARN, KNOWN, NOT_MEASURABLE, INFO, SKIP, PASS)
+
+# Arm roles (what each arm of a session is for: observatory.model.roles assigns them).
+BASE = "base"  # the reference every other arm is diffed against
+AA_COPY = "aa_copy"
+SPEC = "spec"
+FAULT = "fault"
+VARIANT = "variant"
+ROLES = (BASE, AA_COPY, SPEC, FAULT, VARIANT)
+# roles whose outputs are judged against base (everything but base itself)
+JUDGED_AGAINST_BASE = (AA_COPY, SPEC, FAULT, VARIANT)
+SPECULATING = (SPEC, FAULT)
+
 # Validity codes that make an arm's measurement INVALID (the rest are notes).
 INVALID_CODES = ("INVALID", "CONFOUNDED", "LOSSY", "CRASHED", "HUNG", "CROSS_SESSION")
 
@@ -72,6 +91,11 @@ TOKEN_DIFF = "token_diff"
 def rank(verdict: str | None) -> int:
     """Position in SEVERITY (0 = worst); an unknown or missing verdict ranks after SKIP."""
     return _RANK.get(verdict or "", len(SEVERITY))
+
+
+def row_rank(level: object) -> int:
+    """Position of a row's or cell's level in ROW_ORDER (0 = worst); unknown levels (and None) rank with INFO."""
+    return ROW_ORDER.index(level) if isinstance(level, str) and level in ROW_ORDER else ROW_ORDER.index(INFO)
 
 
 def worst(verdicts: Iterable[str | None]) -> str | None:

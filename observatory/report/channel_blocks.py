@@ -24,6 +24,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from observatory.model.read_model import SessionView
+from observatory.model.vocabulary import FAIL, INFO, INVALID, PASS, WARN, row_rank
 from observatory.report.token_spans import tokens_html
 
 PASS_ROWS_SHOWN = 40  # PASS rows shown per table; FAIL, WARN and every other row are always shown
@@ -31,13 +32,7 @@ PASS_ROWS_SHOWN = 40  # PASS rows shown per table; FAIL, WARN and every other ro
 # identifying columns, so both sides are in view without scrolling the table sideways (a 400 px screen)
 EVIDENCE_COLS = ("base", "here", "from_token", "base_ids", "here_ids")
 IDENTIFYING_COLS = 2
-ORDER = ("FAIL", "ERROR", "INVALID", "UNJUDGED", "WARN", "KNOWN", "NOT_MEASURABLE", "INFO", "SKIP", "PASS")
 _PASS_RESULTS = ("equal", "ok", "within noise")
-
-
-def rank(level: Any) -> int:
-    """Sort key of a verdict or row level: worst first, unknown levels (and None) with INFO."""
-    return ORDER.index(level) if isinstance(level, str) and level in ORDER else ORDER.index("INFO")
 
 
 def row_level(row: dict[str, Any]) -> str:
@@ -48,11 +43,11 @@ def row_level(row: dict[str, Any]) -> str:
     res = row.get("result")
     if isinstance(res, str):
         head = re.split(r"[\s:(]", res, maxsplit=1)[0]
-        if head in ("FAIL", "WARN"):
+        if head in (FAIL, WARN):
             return head
         if res in _PASS_RESULTS:
-            return "PASS"
-    return "INFO"
+            return PASS
+    return INFO
 
 
 def channel_anchor(ai: int, gate: str) -> str:
@@ -94,16 +89,16 @@ def table_view(rows: list[Any], pass_rows: int = PASS_ROWS_SHOWN) -> dict[str, A
     evidence = [k for k in EVIDENCE_COLS if k in cols]
     rest = [k for k in cols if k not in evidence]
     cols = rest[:IDENTIFYING_COLS] + evidence + rest[IDENTIFYING_COLS:]
-    ordered = sorted(enumerate(dict_rows), key=lambda ir: rank(row_level(ir[1])))
+    ordered = sorted(enumerate(dict_rows), key=lambda ir: row_rank(row_level(ir[1])))
     shown, hidden, passes = [], 0, 0
     for i, r in ordered:
         level = row_level(r)
-        if level == "PASS":
+        if level == PASS:
             passes += 1
             if passes > pass_rows:
                 hidden += 1
                 continue
-        shown.append({"i": i, "level": level, "bad": level in ("FAIL", "INVALID", "WARN"),
+        shown.append({"i": i, "level": level, "bad": level in (FAIL, INVALID, WARN),
                       "cells": [cell_html(k, r.get(k), r) for k in cols]})
     return {"cols": cols, "rows": shown, "hidden_pass": hidden, "total": len(dict_rows),
             "bad": sum(r["bad"] for r in shown)}
@@ -127,9 +122,9 @@ def channel_views(data: SessionView, pass_rows: int = PASS_ROWS_SHOWN) -> list[d
                                "reason": v.reason, "anchor": channel_anchor(ai, gate), "strip_html": None,
                                "rows_raw": rows if isinstance(rows, list) else [],
                                "table": table_view(rows, pass_rows) if isinstance(rows, list) and rows else None})
-        blocks.sort(key=lambda b: rank(b["verdict"]))
-        worst = min((str(b["verdict"]) for b in blocks if b["verdict"]), key=rank, default=None)
+        blocks.sort(key=lambda b: row_rank(b["verdict"]))
+        worst = min((str(b["verdict"]) for b in blocks if b["verdict"]), key=row_rank, default=None)
         out.append({"name": ch.name, "title": ch.title, "catches": ch.catches, "probes": ch.probes,
                     "worst": worst, "blocks": blocks})
-    out.sort(key=lambda c: rank(c["worst"]))
+    out.sort(key=lambda c: row_rank(c["worst"]))
     return out

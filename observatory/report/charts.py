@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
+from observatory.model.vocabulary import FAIL, INVALID, NOT_MEASURABLE, PASS, SKIP, UNJUDGED, WARN
+
 PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 
@@ -147,8 +149,8 @@ def grouped_bars(levels: Sequence[str], arms: Sequence[str], values: Sequence[Se
     return _svg(width, height, title, body)
 
 
-LEVEL_COLOURS = {"PASS": "#1a7f37", "FAIL": "#cf222e", "WARN": "#9a6700", "INVALID": "#8250df",
-                 "UNJUDGED": "#8250df", "NOT_MEASURABLE": "#8c959f", "SKIP": "#8c959f"}
+LEVEL_COLOURS = {PASS: "#1a7f37", FAIL: "#cf222e", WARN: "#9a6700", INVALID: "#8250df",
+                 UNJUDGED: "#8250df", NOT_MEASURABLE: "#8c959f", SKIP: "#8c959f"}
 
 
 def intervals(rows: Sequence[tuple[str, float | None, Sequence[float] | None]], title: str, ref: float = 1.0,

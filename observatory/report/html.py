@@ -36,14 +36,30 @@ from observatory.engines.images import arm_image
 from observatory.judge.graph_coverage import words as graph_words
 from observatory.judge.reasons import group_reasons
 from observatory.judge.steady_state import words as steady_words
-from observatory.judge.verdict import INVALID_CODES, arm_role
+from observatory.judge.verdict import arm_role
 from observatory.model.paths import TEMPLATES_DIR
 from observatory.model.previews import PREVIEW_CHARS
 from observatory.model.read_model import ArmView, Reason, ResultView, SessionFacts, SessionView
-from observatory.model.roles import JUDGED_AGAINST_BASE
-from observatory.model.vocabulary import COUNTED_LEVELS, REASON_LEVELS, TOKEN_DIFF
+from observatory.model.vocabulary import (
+    AA_COPY,
+    BASE,
+    COUNTED_LEVELS,
+    ERROR,
+    FAIL,
+    FAULT,
+    INFO,
+    INVALID_CODES,
+    JUDGED_AGAINST_BASE,
+    PASS,
+    REASON_LEVELS,
+    SKIP,
+    TOKEN_DIFF,
+    VARIANT,
+    WARN,
+    row_rank,
+)
 from observatory.report import charts, speed_view
-from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, rank, row_level
+from observatory.report.channel_blocks import PASS_ROWS_SHOWN, channel_anchor, channel_views, row_level
 from observatory.report.token_spans import tokens_html, visible
 from observatory.report.volume_section import volume_section
 
@@ -97,13 +113,13 @@ def role_words(a: ArmView) -> str:
     role = arm_role(a)
     config = (f"{spec.get('method', 'spec')} k={spec.get('num_speculative_tokens', '?')}" if isinstance(spec, Mapping)
               else "speculating")
-    if role == "base":
+    if role == BASE:
         return "base (no speculation)"
-    if role == "aa_copy":
+    if role == AA_COPY:
         return f"A/A copy of {a.copy_of} (no speculation)"
-    if role == "variant":
+    if role == VARIANT:
         return "variant (no speculation), diffed against base"
-    words = config + (" · injected fault" if role == "fault" else "")
+    words = config + (" · injected fault" if role == FAULT else "")
     return f"copy of {a.copy_of} · {words}" if a.copy_of else words
 
 
@@ -199,7 +215,7 @@ def diff_views(data: SessionView, only: tuple[int, int] | None = None) -> list[d
 
 def sorted_diffs(by_result: Mapping[tuple[int, int], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Every divergence of `diffs_by_result`, failures first (run order within a level)."""
-    return sorted((d for ds in by_result.values() for d in ds), key=lambda d: rank(d["verdict"]))
+    return sorted((d for ds in by_result.values() for d in ds), key=lambda d: row_rank(d["verdict"]))
 
 
 def diffs_by_result(data: SessionView) -> dict[tuple[int, int], list[dict[str, Any]]]:
@@ -214,7 +230,7 @@ def diffs_by_result(data: SessionView) -> dict[tuple[int, int], list[dict[str, A
                 if v is None:
                     continue
                 d = v.details or {}
-                if d.get("kind") in ("identical", None) and v.verdict in ("PASS", "SKIP"):
+                if d.get("kind") in ("identical", None) and v.verdict in (PASS, SKIP):
                     continue
                 if gate == TOKEN_DIFF and a.copy_of:
                     label = "A/A control vs base"
@@ -316,13 +332,13 @@ def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
             stream_flags = [(g, r.verdicts[g].verdict) for g in (f"{TOKEN_DIFF}:nonstream", f"{TOKEN_DIFF}:batch")
                             if g in r.verdicts]
             flags = [{"text": f"{DIFF_GATES[g][1]} differs", "verdict": verdict}
-                     for g, verdict in stream_flags if verdict in ("FAIL", "WARN")]
+                     for g, verdict in stream_flags if verdict in (FAIL, WARN)]
             # timed outputs, one verdict per concurrency level (token_diff:cN)
             flags += [{"text": f"timed at c={g.split(':c', 1)[1]} differs", "verdict": v.verdict}
                       for g, v in sorted(r.verdicts.items())
-                      if ":c" in g and g.split(":c", 1)[1].isdigit() and v.verdict in ("FAIL", "WARN")]
+                      if ":c" in g and g.split(":c", 1)[1].isdigit() and v.verdict in (FAIL, WARN)]
             # r.preview is report_data's: the text, or the tool calls' one-line form when there is no text
-            verdict = r.verdict or ("—" if r.ok else "ERROR")
+            verdict = r.verdict or ("—" if r.ok else ERROR)
             uncounted = None
             if verdict in COUNTED_LEVELS and (_a.name, p.name) not in explained:
                 uncounted = ("not counted: the reference arm's own verdict (a probe base fails does not "
@@ -331,9 +347,9 @@ def matrix(data: SessionView, prefix: str = "") -> list[dict[str, Any]]:
             cells.append({"verdict": verdict, "preview": r.preview, "ok": r.ok,
                           "error": (r.error or "")[:PREVIEW_CHARS], "href": prefix + result_href(ai, pi),
                           "flags": flags, "uncounted": uncounted})
-        worst = min((str(c["verdict"]) for c in cells if c and not c["uncounted"]), key=rank, default="INFO")
+        worst = min((str(c["verdict"]) for c in cells if c and not c["uncounted"]), key=row_rank, default=INFO)
         rows.append({"probe": p, "cells": cells, "worst": worst})
-    rows.sort(key=lambda row: rank(row["worst"]))  # failures first, suite order within a level
+    rows.sort(key=lambda row: row_rank(row["worst"]))  # failures first, suite order within a level
     return rows
 
 
@@ -361,7 +377,7 @@ def context(data: SessionView, diffs: dict[tuple[int, int], list[dict[str, Any]]
         a["trouble"] = bool(a["bad"] or a["status"] != "ok")
     spec = [a for a in arms if a["is_spec"]]
     perf_rows = sorted(({**c, "arm": a, "anchor": perf_anchor(a["ai"], c.get("check", ""))}
-                        for a in spec for c in a["performance"]), key=lambda c: rank(str(c.get("verdict"))))
+                        for a in spec for c in a["performance"]), key=lambda c: row_rank(str(c.get("verdict"))))
     cats = sorted({c for a in spec for c in a["by_category"]})
     levels = sorted({lv for a in arms for lv in a["throughput"]}, key=int)
     floor = next((a.figures.noise_floor for a in data.arms if a.figures.noise_floor), None)
@@ -442,7 +458,7 @@ def render_session(data: SessionView, out: Path | str) -> Path:
             pi = pidx[r.probe]
             page = result_page.render(
                 s=data.session, arm=ctx["arms"][ai], r=r, diffs=diffs.get((ai, pi), []),
-                gate_rows=sorted(r.verdicts.items(), key=lambda gv: (rank(gv[1].verdict), gv[0])),
+                gate_rows=sorted(r.verdicts.items(), key=lambda gv: (row_rank(gv[1].verdict), gv[0])),
                 tokens=token_rows(r), acc=_g(a.figures.acceptance, "by_probe", r.probe) or {}, root="../")
             _write(out / result_href(ai, pi), page)
     index = out / "index.html"
@@ -465,7 +481,7 @@ def token_rows(r: ResultView) -> list[dict[str, Any]]:
 
 def _base(data: SessionView, engine: str | None = None) -> ArmView | None:
     """DATA's base arm (ENGINE given: the base of that engine, observatory.model.roles)."""
-    return next((a for a in data.arms if arm_role(a) == "base" and engine in (None, a.engine)), None)
+    return next((a for a in data.arms if arm_role(a) == BASE and engine in (None, a.engine)), None)
 
 
 def cross_speedups(a: SessionView, b: SessionView) -> list[dict[str, Any]]:

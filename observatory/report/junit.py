@@ -28,10 +28,22 @@ from pathlib import Path
 from typing import Any
 
 from observatory.judge.reasons import group_reasons, known_summary
-from observatory.judge.verdict import INVALID_CODES, arm_role
+from observatory.judge.verdict import arm_role
 from observatory.model.read_model import ArmView, SessionView
-from observatory.model.roles import JUDGED_AGAINST_BASE
-from observatory.model.vocabulary import COUNTED_LEVELS, KNOWN, NOTE, WARN
+from observatory.model.vocabulary import (
+    COUNTED_LEVELS,
+    FAIL,
+    INVALID,
+    INVALID_CODES,
+    JUDGED_AGAINST_BASE,
+    KNOWN,
+    NOT_DISCRIMINATING,
+    NOTE,
+    PASS,
+    SKIP,
+    UNJUDGED,
+    WARN,
+)
 
 # Characters XML 1.0 cannot carry at all (model output may hold any of them).
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -140,7 +152,7 @@ def junit_xml(data: SessionView) -> str:
         if bad or (arm.status != "ok" and not known_codes):
             counts["errors"] += 1
             msg = "; ".join(f"{v.code}: {v.detail}" for v in bad) or f"{arm.status}: {arm.reason}"
-            err = ET.SubElement(case, "error", message=_clean(msg, 500), type="INVALID")
+            err = ET.SubElement(case, "error", message=_clean(msg, 500), type=INVALID)
             err.text = _clean((arm.log_tail or msg)[-4000:], 4000)
         elif _skip_known(case, known_codes):
             counts["skipped"] += 1
@@ -151,56 +163,56 @@ def junit_xml(data: SessionView) -> str:
             case = _case(suite, safe_class("arm", arm.name), r.probe,
                          r.duration_ms / 1000.0 if r.duration_ms is not None else None)
             verdicts = dict(r.verdicts)
-            failed = {g: v for g, v in verdicts.items() if v.verdict == "FAIL"}
-            unjudged = {g: v for g, v in verdicts.items() if v.verdict in ("UNJUDGED", "INVALID")}
+            failed = {g: v for g, v in verdicts.items() if v.verdict == FAIL}
+            unjudged = {g: v for g, v in verdicts.items() if v.verdict in (UNJUDGED, INVALID)}
             if not r.ok:
                 counts["errors"] += 1
                 ET.SubElement(case, "error", message=_clean(r.error, 500), type="REQUEST")
             elif unjudged and not failed:
                 counts["errors"] += 1
-                ET.SubElement(case, "error", type="UNJUDGED", message=_clean(
+                ET.SubElement(case, "error", type=UNJUDGED, message=_clean(
                     "; ".join(f"{g}: {v.reason}" for g, v in unjudged.items()), 500))
             elif failed:
                 counts["failures"] += 1
                 f = ET.SubElement(case, "failure", message=_clean("; ".join(f"{g}: {v.reason}" for g, v in failed.items()), 500),
-                                  type="FAIL")
+                                  type=FAIL)
                 f.text = _clean(r.text, 4000)
             elif _skip_known(case, [((v.details or {}).get("known"), f"{g}: {v.reason}")
                                     for g, v in verdicts.items() if v.verdict == KNOWN]):
                 counts["skipped"] += 1
-            elif verdicts and all(v.verdict in ("NOT_DISCRIMINATING", "SKIP") for v in verdicts.values()):
+            elif verdicts and all(v.verdict in (NOT_DISCRIMINATING, SKIP) for v in verdicts.values()):
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message="not discriminating: the base arm fails this probe too")
-            _warn(case, [f"{g}: {v.reason}" for g, v in verdicts.items() if v.verdict == "WARN"], _clean(r.preview, 200))
+            _warn(case, [f"{g}: {v.reason}" for g, v in verdicts.items() if v.verdict == WARN], _clean(r.preview, 200))
         for p in arm.figures.performance or []:
             counts["tests"] += 1
             case = _case(suite, safe_class("arm", arm.name), f"performance.{p.get('check')}", _timed_seconds(arm))
             verdict, reason = p.get("verdict"), _clean(p.get("reason"), 500)
-            if verdict == "FAIL":
+            if verdict == FAIL:
                 counts["failures"] += 1
-                ET.SubElement(case, "failure", type="FAIL", message=reason)
-            elif verdict == "SKIP":
+                ET.SubElement(case, "failure", type=FAIL, message=reason)
+            elif verdict == SKIP:
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=reason)
             elif verdict == KNOWN:
                 counts["skipped"] += 1
                 _skip_known(case, [(p.get("known"), f"{p.get('check')}: {reason}")])
-            elif verdict == "INVALID":  # figures of a lossy configuration (validity LOSSY)
+            elif verdict == INVALID:  # figures of a lossy configuration (validity LOSSY)
                 counts["errors"] += 1
-                ET.SubElement(case, "error", type="INVALID", message=reason)
-            _warn(case, [reason] if verdict == "WARN" else [], reason if verdict == "PASS" else None)
+                ET.SubElement(case, "error", type=INVALID, message=reason)
+            _warn(case, [reason] if verdict == WARN else [], reason if verdict == PASS else None)
     for ch in data.channels:  # one testcase per field channel x arm judged against base
         for a in ch.arms:
             if a.role not in JUDGED_AGAINST_BASE and not any(
-                    v.verdict in ("INVALID", "UNJUDGED") for v in a.verdicts.values()):
+                    v.verdict in (INVALID, UNJUDGED) for v in a.verdicts.values()):
                 continue
             counts["tests"] += 1
             case = _case(suite, safe_class("channel", ch.name), a.arm, a.seconds)
-            bad_ch = {g: v for g, v in a.verdicts.items() if v.verdict in ("FAIL", "INVALID", "UNJUDGED")}
+            bad_ch = {g: v for g, v in a.verdicts.items() if v.verdict in (FAIL, INVALID, UNJUDGED)}
             if bad_ch:
-                ch_failed = any(v.verdict == "FAIL" for v in bad_ch.values())
+                ch_failed = any(v.verdict == FAIL for v in bad_ch.values())
                 counts["failures" if ch_failed else "errors"] += 1
-                ET.SubElement(case, "failure" if ch_failed else "error", type="FAIL" if ch_failed else "INVALID",
+                ET.SubElement(case, "failure" if ch_failed else "error", type=FAIL if ch_failed else INVALID,
                               message=_clean("; ".join(f"{g}: {v.reason}" for g, v in bad_ch.items()), 500))
             elif not a.verdicts:
                 counts["skipped"] += 1
@@ -208,15 +220,15 @@ def junit_xml(data: SessionView) -> str:
             elif _skip_known(case, [((v.details or {}).get("known"), f"{g}: {v.reason}")
                                     for g, v in a.verdicts.items() if v.verdict == KNOWN]):
                 counts["skipped"] += 1
-            _warn(case, [f"{g}: {v.reason}" for g, v in a.verdicts.items() if v.verdict == "WARN"])
+            _warn(case, [f"{g}: {v.reason}" for g, v in a.verdicts.items() if v.verdict == WARN])
     # The session verdict itself, from the one policy (the gate's exit code says the same).
     verdict = data.verdict
     counts["tests"] += 1
     case = _case(suite, "session", "verdict", session_s)
     apart = "\n".join(g.line() for g in group_reasons(verdict.reasons, (KNOWN, NOTE)))
-    if verdict.verdict in ("FAIL", "INVALID"):
-        counts["failures" if verdict.verdict == "FAIL" else "errors"] += 1
-        el = ET.SubElement(case, "failure" if verdict.verdict == "FAIL" else "error", type=verdict.verdict,
+    if verdict.verdict in (FAIL, INVALID):
+        counts["failures" if verdict.verdict == FAIL else "errors"] += 1
+        el = ET.SubElement(case, "failure" if verdict.verdict == FAIL else "error", type=verdict.verdict,
                            message=_clean(f"{verdict.verdict}: {verdict.why}", 500))
         el.text = _clean("\n".join(g.line() for g in group_reasons(verdict.reasons, COUNTED_LEVELS)), 8000)
         if apart:

@@ -17,13 +17,23 @@ from typing import Any
 
 from observatory.judge.verdict import arm_role
 from observatory.model.read_model import SessionView
-from observatory.model.roles import JUDGED_AGAINST_BASE
-from observatory.model.vocabulary import COUNTED_LEVELS, EXIT, REASON_LEVELS, TOKEN_DIFF
+from observatory.model.vocabulary import (
+    COUNTED_LEVELS,
+    EXIT,
+    FAIL,
+    INVALID,
+    JUDGED_AGAINST_BASE,
+    PASS,
+    REASON_LEVELS,
+    TOKEN_DIFF,
+    UNJUDGED,
+    WARN,
+)
 from observatory.report.openmetrics import arm_verdicts, model_name
 
 REASONS_SHOWN = 20
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
-ICON = {"PASS": "✅", "WARN": "⚠️", "FAIL": "❌", "INVALID": "⛔"}
+ICON = {PASS: "✅", WARN: "⚠️", FAIL: "❌", INVALID: "⛔"}
 
 
 def md(text: Any, limit: int = 300) -> str:
@@ -41,7 +51,7 @@ def _num(v: Any, fmt: str = "{:.3f}") -> str:
 
 def _identity(results: Any) -> str:
     made = [r.verdicts.get(TOKEN_DIFF) for r in results if r.ok]
-    made = [d for d in made if d is not None and d.verdict != "UNJUDGED"]
+    made = [d for d in made if d is not None and d.verdict != UNJUDGED]
     same = sum(1 for d in made if (d.details or {}).get("kind") == "identical")
     return f"{same}/{len(made)}" if made else "—"
 

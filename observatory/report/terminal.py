@@ -24,17 +24,30 @@ from observatory.judge.verdict import arm_role
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
 from observatory.model.read_model import ArmView, SessionView
-from observatory.model.roles import BASE, JUDGED_AGAINST_BASE
-from observatory.model.vocabulary import TOKEN_DIFF, rank
+from observatory.model.vocabulary import (
+    BASE,
+    FAIL,
+    INVALID,
+    JUDGED_AGAINST_BASE,
+    KNOWN,
+    NOT_DISCRIMINATING,
+    NOTE,
+    PASS,
+    SKIP,
+    TOKEN_DIFF,
+    UNJUDGED,
+    WARN,
+    rank,
+)
 from observatory.report.console import QUIET, VERBOSE, make_console, verbosity
 
 STYLE = {
-    "PASS": "green", "WARN": "yellow", "FAIL": "bold red", "NOT_DISCRIMINATING": "magenta",
-    "INVALID": "bold magenta", "SKIP": "dim", "ok": "green", "failed": "bold red", "crashed": "bold red",
-    "hung": "bold red", "interrupted": "yellow", "pending": "dim", "UNJUDGED": "bold magenta",
-    "KNOWN": "cyan", "NOTE": "dim",
+    PASS: "green", WARN: "yellow", FAIL: "bold red", NOT_DISCRIMINATING: "magenta",
+    INVALID: "bold magenta", SKIP: "dim", "ok": "green", "failed": "bold red", "crashed": "bold red",
+    "hung": "bold red", "interrupted": "yellow", "pending": "dim", UNJUDGED: "bold magenta",
+    KNOWN: "cyan", NOTE: "dim",
 }
-SHORT = {"NOT_DISCRIMINATING": "NOT_DISCR"}
+SHORT = {NOT_DISCRIMINATING: "NOT_DISCR"}
 # An arm's counters (observatory.model.read_model.Counters) are its streamed probe pass's; alpha and tau count
 # every pass (the report's Acceptance section lists each): each figure says which
 PROBE_PASS_DRAFTS = "drafts (steps, probe pass)"
@@ -124,7 +137,7 @@ def _num(v: Any, fmt: str = "{:.2f}") -> str:
 def arm_headline(a: ArmView) -> str:
     """One line per arm judged against base: token-identical n/N, alpha, tau, S with its CI."""
     diffs = [r.verdicts.get(TOKEN_DIFF) for r in a.results if r.ok]
-    made = [d for d in diffs if d and d.verdict != "UNJUDGED"]
+    made = [d for d in diffs if d and d.verdict != UNJUDGED]
     same = sum(1 for d in made if (d.details or {}).get("kind") == "identical")
     acc = a.figures.acceptance or {}
     vs = a.figures.vs_base or {}

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from observatory.judge.summaries import DEFAULT_ACCEPTANCE_TOLERANCE, arm_summaries
 from observatory.model.read_model import SessionView
-from observatory.model.vocabulary import rank
+from observatory.model.vocabulary import FAIL, INVALID, NOT_DISCRIMINATING, PASS, SKIP, WARN, rank
 from observatory.report import charts
 from observatory.report.console import VERBOSE, make_console, verbosity
 from observatory.report.html import environment
@@ -200,7 +200,7 @@ TABLE_ROWS = 200
 def _short_verdicts(counts: dict[str, int]) -> str:
     """Verdict counts in a few characters, worst first: ``4F 1N 8P`` (F FAIL, I INVALID, W WARN, N NOT_DISCRIMINATING,
     P PASS, S SKIP; other levels by name)."""
-    letters = {"FAIL": "F", "INVALID": "I", "WARN": "W", "NOT_DISCRIMINATING": "N", "PASS": "P", "SKIP": "S"}
+    letters = {FAIL: "F", INVALID: "I", WARN: "W", NOT_DISCRIMINATING: "N", PASS: "P", SKIP: "S"}
     return " ".join(f"{n}{letters.get(v, ' ' + v)}" for v, n in sorted(counts.items(), key=lambda x: rank(x[0]))) or "—"
 
 

@@ -57,7 +57,8 @@ from observatory.judge.verdict import SessionVerdict, arm_role
 from observatory.model.arms import preset_config
 from observatory.model.errors import ObservatoryError
 from observatory.model.read_model import ArmView, Reason, SessionView
-from observatory.model.roles import AA_COPY, FAULT, SPEC, VARIANT, assign_roles
+from observatory.model.roles import assign_roles
+from observatory.model.vocabulary import AA_COPY, FAIL, FAULT, INVALID, SPEC, VARIANT
 
 DEFAULT_ARM = "mtp1"
 # The faults selftest injects: the unconditional ones (the knob-conditional ghost_* faults are triage's).
@@ -174,7 +175,7 @@ def _failing(arm: ArmView, verdict: SessionVerdict) -> list[Reason]:
     """
     speed = {f"{arm.name}: speedup: {p.get('reason')}" for p in arm.figures.performance or []
              if p.get("check") == "speedup"}
-    return [r for r in verdict.reasons if r.arm == arm.name and r.level in ("FAIL", "INVALID")
+    return [r for r in verdict.reasons if r.arm == arm.name and r.level in (FAIL, INVALID)
             and r.text not in speed]
 
 
@@ -200,7 +201,7 @@ def engine_bugs(shipped: ArmView, repaired: ArmView, verdict: SessionVerdict) ->
         if r.code == "CRASHED":
             crashed.append(r)
             continue
-        bug = next((b for b in bugs if r.level == "FAIL" and channel in b.breaks and r.gate not in repaired_gates),
+        bug = next((b for b in bugs if r.level == FAIL and channel in b.breaks and r.gate not in repaired_gates),
                    None)
         if bug is None:
             unexplained.append(r.text)
@@ -255,12 +256,12 @@ def selftest_findings(data: SessionView) -> dict[str, Any]:
             gates: dict[str, int] = {}
             for r in arm.results:
                 for g, v in r.verdicts.items():
-                    if v.verdict == "FAIL":
+                    if v.verdict == FAIL:
                         gates[g] = gates.get(g, 0) + 1
             for g, v in arm.arm_verdicts.items():  # an arm-level gate's FAIL (answer_usage)
-                if v.verdict == "FAIL":
+                if v.verdict == FAIL:
                     gates[g] = gates.get(g, 0) + 1
-            channels = sorted({g.split(":", 1)[0] for g, v in arm.channel_verdicts.items() if v.verdict == "FAIL"})
+            channels = sorted({g.split(":", 1)[0] for g, v in arm.channel_verdicts.items() if v.verdict == FAIL})
             findings["faults"][arm.launch.get("fault")] = {
                 "arm": arm.name, "status": arm.status, "caught_by": gates, "channels": channels,
                 "drafts": c.drafts}

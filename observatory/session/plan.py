@@ -35,8 +35,9 @@ from observatory.model.arms import NO_PARSER, Arm, check_parser
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.paths import DEFAULT_MODEL_DIR, FIELD_MODEL_DIR
 from observatory.model.probes import Probe, resolve_suite
-from observatory.model.roles import BASE, assign_roles
+from observatory.model.roles import assign_roles
 from observatory.model.suites import read_suite
+from observatory.model.vocabulary import BASE
 from observatory.session.depths import deployed_config, with_deployed_arm
 from observatory.session.options import (
     MAX_INT_LIST_VALUE,

@@ -44,7 +44,8 @@ from observatory.judge.cross_engine import PROMPT_IDS
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
-from observatory.model.roles import BASE, assign_roles
+from observatory.model.roles import assign_roles
+from observatory.model.vocabulary import BASE
 from observatory.session.launch import RunningEngine, launch
 from observatory.session.measure import ArmCrashed, ArmRun
 from observatory.session.options import CompareOptions

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 from sqlalchemy import Text, delete, func, literal, or_, select, type_coerce
 
+from observatory.model.vocabulary import FAIL, INVALID, WARN
 from observatory.store.db import ArmRow, SessionRow, SummaryRow, VerdictRow
 from observatory.store.session_store import Store
 
@@ -81,7 +82,7 @@ def summary_rows(store: Store, model: str | None = None, arm: str | None = None,
 
 
 # session verdicts that keep a night out of the history baseline (observatory.judge.summaries.session_verdict)
-KEPT_OUT_VERDICTS = ("FAIL", "INVALID")
+KEPT_OUT_VERDICTS = (FAIL, INVALID)
 
 
 def earlier_trusted(store: Store, before_session: int, arm: str, model: str | None, suite_hash: str,
@@ -94,7 +95,7 @@ def earlier_trusted(store: Store, before_session: int, arm: str, model: str | No
     Both oldest first (the history channel's baseline: one bad night never joins it)."""
     t = SummaryRow.__table__
     flagged = (select(VerdictRow.id).where(VerdictRow.arm_id == t.c.arm_id, VerdictRow.gate == flagged_by,
-                                           VerdictRow.verdict.in_(("WARN", "FAIL"))).exists()
+                                           VerdictRow.verdict.in_((WARN, FAIL))).exists()
                if flagged_by else literal(False))
     bad_verdict = func.coalesce(t.c.session_verdict, "").in_(KEPT_OUT_VERDICTS)
     base = (select(t.c.session_id, t.c.arm_id, t.c.alpha, t.c.tau, t.c.S, t.c.S_step, t.c.session_verdict,

@@ -23,8 +23,8 @@ from observatory.engines.knobs import apply_change, candidate_values, knobs_for,
 from observatory.engines.server import EngineStartError
 from observatory.judge.apply_gates import to_output
 from observatory.model.errors import ObservatoryError
-from observatory.model.gates import FAIL, PASS, WARN, Output
-from observatory.model.vocabulary import INVALID, worst
+from observatory.model.gates import Output
+from observatory.model.vocabulary import FAIL, INVALID, PASS, WARN, worst
 from observatory.session.depths import deployed_depth
 from observatory.session.launch import launch
 from observatory.session.runner import Interrupted, install_sigterm, restore_sigterm

@@ -20,9 +20,9 @@ from observatory.engines.settings import EngineSettings
 from observatory.judge.apply_gates import base_reference, full_sequence, results_by_mode, session_registry, to_output
 from observatory.model.arms import DEFAULT_ENGINE, Arm
 from observatory.model.errors import ObservatoryError
-from observatory.model.gates import FAIL, WARN, Gate
+from observatory.model.gates import Gate
 from observatory.model.probes import Probe
-from observatory.model.vocabulary import TOKEN_DIFF
+from observatory.model.vocabulary import FAIL, TOKEN_DIFF, WARN
 from observatory.store.arm_facts import launch_engine
 from observatory.store.db import ArmRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
