@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     from observatory.model.gates import Output, default_registry
     from observatory.model.probes import Probe
+    from observatory.model.vocabulary import TOKEN_DIFF
     from observatory.store.packed import pack, unpack
 
     rnd = random.Random(0)
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     top = [[[t, 0.0]] + [[rnd.randrange(150000), -rnd.random() * 9] for _ in range(9)] for t in ids]
     spec_ids = [*ids[:-1], ids[-1] + 1]  # diverges at the end: the whole sequence is walked
     reg = default_registry()
-    td = reg.get("token_diff")
+    td = reg.get(TOKEN_DIFF)
     arm = td.check.__globals__["_arm"]
     compare_outputs = td.check.__globals__["compare_outputs"]
     obj = {"base": {"token_ids": ids, "top_logprobs": top}, "spec": {"token_ids": spec_ids}}

@@ -1,7 +1,7 @@
-"""One spelling (issue 47 item 1): verdict levels and arm roles are spelled in one module.
+"""One spelling (issue 47 item 1): verdict levels, arm roles and gate names are spelled in one module.
 
 `observatory/model/vocabulary.py` defines every verdict level (and the levels
-of a report's rows), their order, the exit codes and the arm roles. Everything
+of a report's rows), their order, the exit codes, the arm roles and the gate names readers look up. Everything
 else names them through its constants, so a renamed level or a new role is one
 edit, and a typo is a NameError instead of a verdict that silently never
 matches. These tests count the bare spellings left in the package, the
@@ -22,9 +22,11 @@ HOME = ROOT / "observatory" / "model" / "vocabulary.py"
 
 LEVEL_WORDS = frozenset({*vocabulary.SEVERITY, *vocabulary.ROW_ORDER})
 ROLE_WORDS = frozenset(vocabulary.ROLES)
+# Gate names that readers look up (a gate module declares its name with the same constant).
+GATE_WORDS = frozenset({vocabulary.TOKEN_DIFF, vocabulary.SPEEDUP, vocabulary.TTFT_RATIO, vocabulary.ACCEPTANCE_FLOOR,
+                        vocabulary.TOKEN_COUNT})
 # Names of the one module that a module inside the package must import from there (not through a re-export).
-VOCABULARY_NAMES = frozenset(n for n in dir(vocabulary) if not n.startswith("_") and n[0].isupper() or
-                             n in ("rank", "worst", "row_rank"))
+VOCABULARY_NAMES = frozenset(n for n in dir(vocabulary) if n.isupper() or n in ("rank", "worst", "row_rank"))
 # The plugin API re-exports PASS, WARN, FAIL and SKIP for gate files (docs/plugins.md): gates/ may import them there.
 PLUGIN_API = "observatory.model.gates"
 
@@ -60,12 +62,12 @@ def _mentions_role(node: ast.AST) -> bool:
     return False
 
 
-def bare_levels(source: str) -> list[tuple[int, str]]:
-    """(line, word) of each string literal in SOURCE that is exactly a verdict or row level."""
+def bare_levels(source: str, words: frozenset[str] = LEVEL_WORDS) -> list[tuple[int, str]]:
+    """(line, word) of each string literal in SOURCE that is exactly one of WORDS (a verdict or row level)."""
     tree = ast.parse(source)
     docs, parents = _docstrings(tree), _parents(tree)
     return [(n.lineno, n.value) for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in LEVEL_WORDS
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in words
             and id(n) not in docs and not isinstance(parents.get(id(n)), ast.JoinedStr)
             and not _in_all(n, parents)]
 
@@ -107,6 +109,11 @@ def test_no_bare_verdict_level_outside_the_vocabulary() -> None:
     assert not found, "spell these with observatory.model.vocabulary's constants:\n" + _report(found)
 
 
+def test_no_bare_gate_name_outside_the_vocabulary() -> None:
+    found = {str(p.relative_to(ROOT)): hits for p in _sources() if (hits := bare_levels(p.read_text(), GATE_WORDS))}
+    assert not found, "name these gates with observatory.model.vocabulary's constants:\n" + _report(found)
+
+
 def test_no_bare_arm_role_outside_the_vocabulary() -> None:
     found = {str(p.relative_to(ROOT)): hits for p in _sources() if (hits := bare_roles(p.read_text()))}
     assert not found, "compare roles with observatory.model.vocabulary's constants:\n" + _report(found)
@@ -138,6 +145,7 @@ def test_a_bare_level_trips_the_rule() -> None:
     assert bare_levels(src) == [(4, "FAIL")]
     assert bare_levels('rows.sort(key=lambda r: r["verdict"] == "NOT_MEASURABLE")\n') == [(1, "NOT_MEASURABLE")]
     assert bare_levels("if v == FAIL:\n    pass\n") == []
+    assert bare_levels('td = reg.get("token_diff")\n', GATE_WORDS) == [(1, "token_diff")]
 
 
 def test_a_bare_role_trips_the_rule() -> None:

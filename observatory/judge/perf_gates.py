@@ -41,10 +41,20 @@ from observatory.engines.host_load import BUSY_HOST_SHARE
 from observatory.judge.precision import detectable_words
 from observatory.judge.stats import binom_upper
 from observatory.model.errors import ObservatoryError
-from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP, WARN
+from observatory.model.vocabulary import (
+    ACCEPTANCE_FLOOR,
+    FAIL,
+    INVALID,
+    PASS,
+    SKIP,
+    SPEEDUP,
+    TOKEN_COUNT,
+    TTFT_RATIO,
+    WARN,
+)
 
 # Defaults when the user set no threshold: breaches WARN.
-DEFAULTS = {"speedup": 1.0, "ttft_ratio": 2.0, "acceptance": 0.2}
+DEFAULTS = {SPEEDUP: 1.0, TTFT_RATIO: 2.0, "acceptance": 0.2}
 # S whose whole noise (A/A spread and 95% interval) lies below this FAILs without --fail-on:
 # a clearly slower deployment. Derivation from measured figures: docs/design.md section 3.3.
 SPEEDUP_FAIL_BELOW = 0.9
@@ -59,7 +69,7 @@ CLIENT_COST_S = 0.030
 DEAD_DRAFTER_ALPHA = 0.05
 DEAD_CONFIDENCE = 0.999
 # history_drop: the history channel's (observatory/channels/history.py) relative move that FAILs
-_OPS = {"speedup": "<", "ttft_ratio": ">", "acceptance": "<", "history_drop": ">"}
+_OPS = {SPEEDUP: "<", TTFT_RATIO: ">", "acceptance": "<", "history_drop": ">"}
 STREAM_TAU_SIGMAS = 3.0
 STREAM_TAU_REL = 0.05  # allowance for chunks a parser swallows or merges
 _RULE = re.compile(r"(?P<name>[a-z_]+)\s*(?P<op>[<>])\s*(?P<value>[0-9]*\.?[0-9]+)")
@@ -171,35 +181,35 @@ def speedup_check(vb: dict[str, Any] | None, floor: dict[str, Any] | None, fail_
     and base's speed figures, when given); a user's threshold FAILs on unknown noise too (the user asked). The
     entry's threshold is the user's, else the floor on a FAIL and 1 otherwise.
     """
-    thr = fail_on.get("speedup", SPEEDUP_FAIL_BELOW)
-    warn_below = max(DEFAULTS["speedup"], thr)
-    shown = fail_on.get("speedup", DEFAULTS["speedup"])  # the entry's threshold: the user's, else 1
+    thr = fail_on.get(SPEEDUP, SPEEDUP_FAIL_BELOW)
+    warn_below = max(DEFAULTS[SPEEDUP], thr)
+    shown = fail_on.get(SPEEDUP, DEFAULTS[SPEEDUP])  # the entry's threshold: the user's, else 1
     S = (vb or {}).get("S")
     if vb is None:
-        return _entry("speedup", SKIP, "no base arm in this session: S not measurable", None, shown)
+        return _entry(SPEEDUP, SKIP, "no base arm in this session: S not measurable", None, shown)
     if S is None:
-        return _entry("speedup", SKIP, "S not measurable (no single-stream rate on this arm or base)", None, shown)
+        return _entry(SPEEDUP, SKIP, "S not measurable (no single-stream rate on this arm or base)", None, shown)
     if S >= warn_below:
-        return _entry("speedup", PASS, f"S = {S:.2f} >= {warn_below:.2f}", S, shown)
+        return _entry(SPEEDUP, PASS, f"S = {S:.2f} >= {warn_below:.2f}", S, shown)
     drift = vb.get("drift") if vb.get("design") == "bracketed" else None
     if drift is not None and abs(drift) > abs(1.0 - S):
-        return _entry("speedup", SKIP, f"not measurable: the host drifted by {abs(drift):.0%} across this arm's "
+        return _entry(SPEEDUP, SKIP, f"not measurable: the host drifted by {abs(drift):.0%} across this arm's "
                       f"timing (base's rate before against after it), more than the effect (S = {S:.2f})", S, shown)
     upper, noise, unmeasured = _noise(vb, floor)
-    if S < thr and (upper < thr if upper is not None else "speedup" in fail_on):
+    if S < thr and (upper < thr if upper is not None else SPEEDUP in fail_on):
         why_not: str | None = None
-        if "speedup" not in fail_on:
+        if SPEEDUP not in fail_on:
             bound, words = client_bound(upper, (speeds or [None])[0]) if speeds and upper is not None else (upper, "")
             why_not = (f"arm {untrusted}: its figures cannot back a FAIL" if untrusted else unmeasured
                        or (None if bound is not None and bound < thr else f"the noise's upper end {words}")
                        or compute_bound(vb, bound))
         if not why_not:
-            return _entry("speedup", FAIL, f"S = {S:.2f} < {thr:.2f} beyond the noise ({noise}): clearly slower "
+            return _entry(SPEEDUP, FAIL, f"S = {S:.2f} < {thr:.2f} beyond the noise ({noise}): clearly slower "
                           "than base", S, thr)
         noise = f"{noise}; not a FAIL: {why_not}"  # the default floor does not FAIL what the timing cannot back
     if upper is None or upper < warn_below:
-        return _entry("speedup", WARN, f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, shown)
-    return _entry("speedup", PASS, f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise}); "
+        return _entry(SPEEDUP, WARN, f"S = {S:.2f} < {warn_below:.2f} beyond the noise ({noise})", S, shown)
+    return _entry(SPEEDUP, PASS, f"S = {S:.2f} < {warn_below:.2f}, within noise ({noise}); "
                   f"{detectable_words(vb, None if vb.get('design') in ('paired', 'bracketed') else (floor or {}).get('throughput_spread'))}",
                   S, shown)
 
@@ -235,9 +245,9 @@ def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: di
     2-core CPU host a clean spec arm's first token came 8 ms after base's (15 against 7 ms, 7 of 9 paired
     nights of examples/cpu-fault-nights), a ratio of 2 that no user sees; the field case the check exists
     for took 4.42 s against 0.44 s (docs/design.md section 1)."""
-    thr, bad = _threshold("ttft_ratio", fail_on)
+    thr, bad = _threshold(TTFT_RATIO, fail_on)
     if base_spd is None:
-        return _entry("ttft_ratio", SKIP, "no base arm in this session", None, thr)
+        return _entry(TTFT_RATIO, SKIP, "no base arm in this session", None, thr)
     a, b = (spd.get("ttft_ms") or {}).get("median"), (base_spd.get("ttft_ms") or {}).get("median")
     around = (vb or {}).get("ttft_ms") if (vb or {}).get("design") == "bracketed" else None
     beside = [x for x in ((around or {}).get("before"), (around or {}).get("after")) if x]
@@ -247,15 +257,15 @@ def ttft_check(spd: dict[str, Any], base_spd: dict[str, Any] | None, fail_on: di
     else:
         where = "base"
     if a is None or not b:
-        return _entry("ttft_ratio", SKIP, "TTFT not measured on this arm or base", None, thr)
+        return _entry(TTFT_RATIO, SKIP, "TTFT not measured on this arm or base", None, thr)
     ratio = a / b
     text = f"TTFT {a:.0f} ms vs {b:.0f} ms on {where}: {ratio:.2f}x"
-    if ratio > thr and (a - b) <= CLIENT_COST_S * 1000 and "ttft_ratio" not in fail_on:
-        return _entry("ttft_ratio", PASS, f"{text} > {thr:g}x, but {a - b:.0f} ms apart: within the client's own "
+    if ratio > thr and (a - b) <= CLIENT_COST_S * 1000 and TTFT_RATIO not in fail_on:
+        return _entry(TTFT_RATIO, PASS, f"{text} > {thr:g}x, but {a - b:.0f} ms apart: within the client's own "
                       f"cost of a request (up to {CLIENT_COST_S * 1000:.0f} ms)", ratio, thr)
     if ratio > thr:
-        return _entry("ttft_ratio", bad, f"{text} > {thr:g}x", ratio, thr)
-    return _entry("ttft_ratio", PASS, f"{text} <= {thr:g}x", ratio, thr)
+        return _entry(TTFT_RATIO, bad, f"{text} > {thr:g}x", ratio, thr)
+    return _entry(TTFT_RATIO, PASS, f"{text} <= {thr:g}x", ratio, thr)
 
 
 def _dead(acc: dict[str, Any]) -> float | None:
@@ -285,21 +295,21 @@ def acceptance_check(acc: dict[str, Any], by_level: dict[str, Any], fail_on: dic
     seen = [("the arm", acc)] + [(f"concurrency {k}", v or {}) for k, v in by_level.items()]
     known = [(w, a.get("alpha"), a) for w, a in seen if a.get("alpha") is not None]
     if not known:
-        return _entry("acceptance_floor", SKIP, "acceptance not reported by the engine counters", None, thr)
+        return _entry(ACCEPTANCE_FLOOR, SKIP, "acceptance not reported by the engine counters", None, thr)
     dead = [(w, a, ub) for w, a, full in known if (ub := _dead(full)) is not None]
     if dead and untrusted:  # an arm whose figures cannot be trusted (INVALID, CONFOUNDED, ...): a WARN, as the speed floor
         where, low, ub = min(dead, key=lambda d: d[2])
-        return _entry("acceptance_floor", WARN, f"acceptance {low:.1%} at {where} < {DEAD_DRAFTER_ALPHA:.0%}: a dead "
+        return _entry(ACCEPTANCE_FLOOR, WARN, f"acceptance {low:.1%} at {where} < {DEAD_DRAFTER_ALPHA:.0%}: a dead "
                       f"drafter, not a FAIL: arm {untrusted}: its figures cannot back one", low, DEAD_DRAFTER_ALPHA)
     if dead:
         where, low, ub = min(dead, key=lambda d: d[2])
-        return _entry("acceptance_floor", FAIL, f"acceptance {low:.1%} at {where} (at most {ub:.1%} at 99.9% "
+        return _entry(ACCEPTANCE_FLOOR, FAIL, f"acceptance {low:.1%} at {where} (at most {ub:.1%} at 99.9% "
                       f"confidence) < {DEAD_DRAFTER_ALPHA:.0%}: the drafter is dead, speculation costs a verify step "
                       "and gives nothing back", low, DEAD_DRAFTER_ALPHA)
     where, low, _ = min(known, key=lambda p: p[1])
     if low < thr:
-        return _entry("acceptance_floor", bad, f"acceptance {low:.1%} at {where} < floor {thr:.0%}", low, thr)
-    return _entry("acceptance_floor", PASS, f"lowest acceptance {low:.1%} ({where}) >= floor {thr:.0%}", low, thr)
+        return _entry(ACCEPTANCE_FLOOR, bad, f"acceptance {low:.1%} at {where} < floor {thr:.0%}", low, thr)
+    return _entry(ACCEPTANCE_FLOOR, PASS, f"lowest acceptance {low:.1%} ({where}) >= floor {thr:.0%}", low, thr)
 
 
 def stream_tau_check(st: dict[str, Any] | None, counter_tau: float | None, bursty: bool) -> dict[str, Any]:
@@ -324,13 +334,13 @@ def stream_tau_check(st: dict[str, Any] | None, counter_tau: float | None, burst
 def token_count_check(tc: dict[str, Any]) -> dict[str, Any]:
     """Streamed ids against usage.completion_tokens."""
     if not tc.get("requests"):
-        return _entry("token_count", SKIP, "no request has both streamed ids and usage", None, None)
+        return _entry(TOKEN_COUNT, SKIP, "no request has both streamed ids and usage", None, None)
     if tc["disagree"]:
-        return _entry("token_count", WARN,
+        return _entry(TOKEN_COUNT, WARN,
                       f"streamed ids ({tc['ids']}) disagree with usage.completion_tokens ({tc['usage']}) in "
                       f"{tc['disagree']} of {tc['requests']} requests: figures use usage", float(tc["ids"]),
                       float(tc["usage"]))
-    return _entry("token_count", PASS, f"ids match usage in all {tc['requests']} requests",
+    return _entry(TOKEN_COUNT, PASS, f"ids match usage in all {tc['requests']} requests",
                   float(tc["ids"]), float(tc["usage"]))
 
 
@@ -401,9 +411,9 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
     if apart:
         # not the same session in the sense that matters: no in-session speed comparison to judge
         why = f"cross-session against base ({apart})"
-        against_base = [_entry("speedup", SKIP, why, (fig.get("vs_base") or {}).get("S"),
-                               fail_on.get("speedup", DEFAULTS["speedup"])),
-                        _entry("ttft_ratio", SKIP, why, None, _threshold("ttft_ratio", fail_on)[0])]
+        against_base = [_entry(SPEEDUP, SKIP, why, (fig.get("vs_base") or {}).get("S"),
+                               fail_on.get(SPEEDUP, DEFAULTS[SPEEDUP])),
+                        _entry(TTFT_RATIO, SKIP, why, None, _threshold(TTFT_RATIO, fail_on)[0])]
     else:
         against_base = [speedup_check(fig.get("vs_base"), floor, fail_on,
                                       [spd, base_fig["speed"] if base_fig else None], untrusted),
@@ -414,7 +424,7 @@ def performance(fig: dict[str, Any], base_fig: dict[str, Any] | None, floor: dic
         steady_check(fig, base_fig), clocks_check(fig, base_fig), graphs_check(fig, base_fig),
         acceptance_check(acc, fig.get("by_concurrency") or {}, fail_on, untrusted),
         stream_tau_check(fig.get("stream_tau"), fig.get("stream_counter_tau"), bursty),
-        token_count_check(spd.get("token_count") or {}),
+        token_count_check(spd.get(TOKEN_COUNT) or {}),
     ]
 
 

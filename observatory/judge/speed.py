@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from observatory.model.vocabulary import TOKEN_COUNT
 from observatory.store.stored import StoredResult
 
 BURSTY_SHARE = 0.5
@@ -161,7 +162,7 @@ def speed(single: Sequence[StoredResult], timed: Sequence[StoredResult] | None =
         "decode_tok_s": None if bursty else (d_tokens / d_secs if d_secs > 0 else None),
         "bursty": burst,
         "samples": e2e,
-        "token_count": token_count_check(single),
+        TOKEN_COUNT: token_count_check(single),
         "throughput": throughput(timed or [], measurements or []),
     }
 

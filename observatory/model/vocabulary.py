@@ -86,6 +86,11 @@ BRACKET_BASE = "bracket_base"
 
 # Gate names a reader looks up by name (the gate modules declare the same names).
 TOKEN_DIFF = "token_diff"
+# The performance gates (observatory.judge.perf_gates), by the names their verdict rows and thresholds carry.
+SPEEDUP = "speedup"
+TTFT_RATIO = "ttft_ratio"
+ACCEPTANCE_FLOOR = "acceptance_floor"
+TOKEN_COUNT = "token_count"
 
 
 def rank(verdict: str | None) -> int:

@@ -18,7 +18,6 @@ from observatory.channels import get as get_channel
 from observatory.channels import is_channel_gate
 from observatory.judge.cross_engine import compare as cross_engine_compare
 from observatory.judge.verdict import arm_depths, decide
-from observatory.model import vocabulary
 from observatory.model.previews import preview, tool_calls_text
 from observatory.model.read_model import (
     ArmFigures,
@@ -34,12 +33,12 @@ from observatory.model.read_model import (
     ValidityFlag,
     VerdictView,
 )
+from observatory.model.vocabulary import SEVERITY
+from observatory.model.vocabulary import worst as worst_of
 from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
 from observatory.triage.store import summaries as triage_summaries
 
-# Worst first (the one order, observatory.model.vocabulary): a probe x arm cell is its worst gate verdict.
-SEVERITY = list(vocabulary.SEVERITY)
 _COUNTERS = ("drafts", "draft_tokens", "accepted", "accepted_per_pos")
 
 
@@ -49,7 +48,7 @@ def _iso(t: datetime | None) -> str | None:
 
 def worst(verdicts: list[str]) -> str | None:
     """The most severe verdict of a list (None if empty)."""
-    return vocabulary.worst(v for v in verdicts if v in vocabulary.SEVERITY)
+    return worst_of(v for v in verdicts if v in SEVERITY)
 
 
 def session_facts(s: SessionRow, known: list[Any] | None = None) -> SessionFacts:

@@ -58,7 +58,7 @@ from observatory.model.arms import preset_config
 from observatory.model.errors import ObservatoryError
 from observatory.model.read_model import ArmView, Reason, SessionView
 from observatory.model.roles import assign_roles
-from observatory.model.vocabulary import AA_COPY, FAIL, FAULT, INVALID, SPEC, VARIANT
+from observatory.model.vocabulary import AA_COPY, FAIL, FAULT, INVALID, SPEC, SPEEDUP, VARIANT
 
 DEFAULT_ARM = "mtp1"
 # The faults selftest injects: the unconditional ones (the knob-conditional ghost_* faults are triage's).
@@ -174,7 +174,7 @@ def _failing(arm: ArmView, verdict: SessionVerdict) -> list[Reason]:
     speed, not whether a fault-free arm is caught as faulty (on CPU engines a clean spec arm can be slower).
     """
     speed = {f"{arm.name}: speedup: {p.get('reason')}" for p in arm.figures.performance or []
-             if p.get("check") == "speedup"}
+             if p.get("check") == SPEEDUP}
     return [r for r in verdict.reasons if r.arm == arm.name and r.level in (FAIL, INVALID)
             and r.text not in speed]
 
