@@ -37,7 +37,6 @@ from observatory.model.errors import ObservatoryError
 from observatory.model.gates import FAIL, PASS, SKIP, WARN, GateResult, Output, gate, offline
 from observatory.model.numerics import NEAR_TIE_NATS  # the bound and its derivation live there
 from observatory.model.probes import Probe
-from observatory.model.vocabulary import TOKEN_DIFF
 
 # Logprobs come back rounded (float32 and JSON), and vLLM computes them apart
 # from the argmax; a chosen token below another by less than this is a tie.
@@ -181,7 +180,7 @@ def compare_outputs(spec: Output, base: Output, near_tie_nats: float = NEAR_TIE_
 
 
 @gate(
-    TOKEN_DIFF,
+    "token_diff",
     "Spec vs base generated token ids: first divergence, both continuations, base logprob margin.",
     kind="pair",
     sequences=True,
@@ -254,7 +253,7 @@ def _arm(obj: dict[str, Any], key: str) -> Output:
     )
 
 
-@offline(TOKEN_DIFF)
+@offline("token_diff")
 def check_offline(obj: dict[str, Any]) -> dict[str, Any]:
     """``{"base": {"token_ids", "top_logprobs"}, "spec": {"token_ids"}}`` -> verdict, kind, position, margin."""
     result = compare_outputs(_arm(obj, "spec"), _arm(obj, "base"))

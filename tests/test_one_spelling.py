@@ -14,7 +14,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from observatory.judge.perf_gates import DEFAULTS
 from observatory.model import vocabulary
+from observatory.model.gates import default_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("observatory", "gates", "benchmarks", "training")
@@ -62,6 +64,15 @@ def _mentions_role(node: ast.AST) -> bool:
     return False
 
 
+def _declares_a_gate(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """True for a gate file's own name in its ``@gate(NAME, ...)`` or ``@offline(NAME)`` decorator: the gate's
+    declaration (a gate file is a plugin, versioned by its bytes; `test_the_gate_names_are_registered_gates`
+    holds the vocabulary's names to the registry's)."""
+    call = parents.get(id(node))
+    return (isinstance(call, ast.Call) and bool(call.args) and call.args[0] is node
+            and isinstance(call.func, ast.Name) and call.func.id in ("gate", "offline"))
+
+
 def bare_levels(source: str, words: frozenset[str] = LEVEL_WORDS) -> list[tuple[int, str]]:
     """(line, word) of each string literal in SOURCE that is exactly one of WORDS (a verdict or row level)."""
     tree = ast.parse(source)
@@ -69,7 +80,7 @@ def bare_levels(source: str, words: frozenset[str] = LEVEL_WORDS) -> list[tuple[
     return [(n.lineno, n.value) for n in ast.walk(tree)
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in words
             and id(n) not in docs and not isinstance(parents.get(id(n)), ast.JoinedStr)
-            and not _in_all(n, parents)]
+            and not _in_all(n, parents) and not _declares_a_gate(n, parents)]
 
 
 def bare_roles(source: str) -> list[tuple[int, str]]:
@@ -146,6 +157,7 @@ def test_a_bare_level_trips_the_rule() -> None:
     assert bare_levels('rows.sort(key=lambda r: r["verdict"] == "NOT_MEASURABLE")\n') == [(1, "NOT_MEASURABLE")]
     assert bare_levels("if v == FAIL:\n    pass\n") == []
     assert bare_levels('td = reg.get("token_diff")\n', GATE_WORDS) == [(1, "token_diff")]
+    assert bare_levels('@gate("token_diff", "what it checks")\ndef check():\n    pass\n', GATE_WORDS) == []
 
 
 def test_a_bare_role_trips_the_rule() -> None:
@@ -169,3 +181,9 @@ def test_the_levels_and_roles_are_the_vocabularys() -> None:
     assert {"PASS", "WARN", "FAIL", "INVALID", "KNOWN", "NOTE", "ERROR", "NOT_MEASURABLE", "INFO"} <= LEVEL_WORDS
     assert {"base", "aa_copy", "spec", "fault", "variant"} == ROLE_WORDS
     assert vocabulary.row_rank(vocabulary.FAIL) < vocabulary.row_rank(vocabulary.WARN) < vocabulary.row_rank(None)
+
+
+def test_the_gate_names_are_registered_gates() -> None:
+    """The vocabulary's name of a built-in gate is the one its file declares: the two cannot drift apart."""
+    assert default_registry().get(vocabulary.TOKEN_DIFF).name == vocabulary.TOKEN_DIFF
+    assert {vocabulary.SPEEDUP, vocabulary.TTFT_RATIO} <= set(DEFAULTS)
