@@ -38,10 +38,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from observatory.model.vocabulary import FAIL, WARN
+from observatory.model.vocabulary import FAIL, SETUP_ERROR, WARN
 
 REPO = Path(__file__).resolve().parent.parent
-SETUP_ERROR = 3  # observatory's exit code for a setup error (README: exit codes)
 MIN_NIGHTS = 3  # observatory.channels.history.MIN_NIGHTS: fewer earlier sessions and the verdict is SKIP
 
 

@@ -107,6 +107,18 @@ def indirect_imports(source: str, *, plugin: bool = False) -> list[tuple[int, st
             for a in n.names if a.name in VOCABULARY_NAMES]
 
 
+def shadow_definitions(source: str) -> list[tuple[int, str]]:
+    """(line, name) of each module-level assignment to a vocabulary name: a second definition that may not agree
+    (a module's own ``UNJUDGED = "unjudged"`` read as the verdict level)."""
+    found = []
+    for n in ast.parse(source).body:
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):
+            for target in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                names = target.elts if isinstance(target, ast.Tuple) else [target]
+                found += [(n.lineno, t.id) for t in names if isinstance(t, ast.Name) and t.id in VOCABULARY_NAMES]
+    return found
+
+
 def _sources() -> list[Path]:
     return sorted(p for top in SCANNED for p in (ROOT / top).rglob("*.py") if p != HOME)
 
@@ -139,6 +151,11 @@ def test_the_package_imports_the_vocabulary_from_its_one_module() -> None:
             if hits:
                 found[str(rel)] = hits
     assert not found, "import these from observatory.model.vocabulary:\n" + _report(found)
+
+
+def test_no_module_defines_a_vocabulary_name_again() -> None:
+    found = {str(p.relative_to(ROOT)): hits for p in _sources() if (hits := shadow_definitions(p.read_text()))}
+    assert not found, "these names are the vocabulary's: rename the local one:\n" + _report(found)
 
 
 def test_the_scan_reads_every_package_module() -> None:
@@ -174,6 +191,11 @@ def test_a_re_exported_name_trips_the_rule() -> None:
     assert indirect_imports("from observatory.model.gates import FAIL, gate\n") == [(1, "FAIL")]
     assert indirect_imports("from observatory.model.gates import FAIL, gate\n", plugin=True) == []
     assert indirect_imports("from observatory.model.vocabulary import FAIL, rank\n") == []
+
+
+def test_a_second_definition_trips_the_rule() -> None:
+    assert shadow_definitions('OK, UNJUDGED = "ok", "unjudged"\nNAME = "x"\n') == [(1, "UNJUDGED")]
+    assert shadow_definitions('def f():\n    FAIL = 1\n') == []
 
 
 def test_the_levels_and_roles_are_the_vocabularys() -> None:

@@ -12,7 +12,7 @@ from observatory.channels.volume_checks import (
     CORRUPTED,
     NEAR_TIE_FLIP,
     OK,
-    UNJUDGED,
+    UNSCORED,
     code_like,
     greedy_finding,
     near_misses,
@@ -58,7 +58,7 @@ def test_greedy_rule_clean_near_tie_and_corrupted() -> None:
     assert greedy_finding([8], [[[7, -0.6], [8, -0.7]]])["verdict"] == NEAR_TIE_FLIP
     bad = greedy_finding([7, 8], [ROW, ROW])
     assert bad["verdict"] == CORRUPTED and bad["at"] == 1 and bad["expected"] == 7 and bad["margin"] == 2.4
-    assert greedy_finding([9], [ROW])["verdict"] == UNJUDGED  # a row without the token never excuses it
+    assert greedy_finding([9], [ROW])["verdict"] == UNSCORED  # a row without the token never excuses it
 
 
 def test_support_rule_top_p_top_k_and_temperature() -> None:
@@ -116,7 +116,7 @@ def test_an_answer_that_filled_the_context_is_judged_without_its_last_token() ->
     """Forced without its last token (no room for one more): the rest is judged, the last token is not."""
     assert greedy_finding([7, 8], [ROW])["verdict"] == OK
     assert greedy_finding([8, 7], [ROW])["verdict"] == CORRUPTED
-    assert greedy_finding([7, 8, 8], [ROW])["verdict"] == UNJUDGED  # two short: not a forcing of this answer
+    assert greedy_finding([7, 8, 8], [ROW])["verdict"] == UNSCORED  # two short: not a forcing of this answer
 
 
 def test_the_shared_system_prompt_is_ascii() -> None:

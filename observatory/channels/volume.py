@@ -55,6 +55,7 @@ from observatory.channels.volume_checks import (
     TOP_BASE,
     TOP_GREEDY,
     TOP_SAMPLED,
+    UNSCORED,
     base_divergence,
     greedy_finding,
     near_misses,
@@ -65,7 +66,7 @@ from observatory.channels.volume_traffic import DEFAULT_REQUESTS, NAME, SEGMENTS
 from observatory.client.answer import Response
 from observatory.judge.power import seen_probability, statement
 from observatory.model.probes import Probe
-from observatory.model.vocabulary import AA_COPY, BASE, FAIL, JUDGED_AGAINST_BASE, NOTE, PASS, SKIP, UNJUDGED, WARN
+from observatory.model.vocabulary import AA_COPY, BASE, FAIL, JUDGED_AGAINST_BASE, NOTE, PASS, SKIP, WARN
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 FORCE_WORKERS = 8  # teacher-forced prefills in flight
@@ -215,7 +216,7 @@ def finding(view: ChannelView, r: StoredResult, forced: dict[tuple[int, tuple[in
             return at
     f = forced.get((r.probe_id, tuple(ids)))
     if f is None or not f.ok:
-        return {"verdict": UNJUDGED, "why": (f.error if f is not None else None) or "no teacher-forced score"}
+        return {"verdict": UNSCORED, "why": (f.error if f is not None else None) or "no teacher-forced score"}
     rows = list(f.top_logprobs or [])
     return greedy_finding(ids, rows) if p.greedy else support_finding(ids, rows, p.sampling)
 
@@ -266,12 +267,12 @@ def judge_outputs(view: ChannelView, classified: dict[int, list[tuple[StoredResu
     out = []
     controls = _controls(view)
     k0 = sum(f["verdict"] == CORRUPTED for a in controls for _, f in classified[a.id])
-    n0 = sum(f["verdict"] not in ("failed", UNJUDGED) for a in controls for _, f in classified[a.id])
+    n0 = sum(f["verdict"] not in ("failed", UNSCORED) for a in controls for _, f in classified[a.id])
     for arm in view.arms:
         rows = classified[arm.id]
         if not rows:
             continue
-        judged = [(r, f) for r, f in rows if f["verdict"] not in ("failed", UNJUDGED)]
+        judged = [(r, f) for r, f in rows if f["verdict"] not in ("failed", UNSCORED)]
         bad = [(r, f) for r, f in judged if f["verdict"] == CORRUPTED]
         flips = [(r, f) for r, f in judged if f["verdict"] == NEAR_TIE_FLIP]
         differ = None if base_pairs is None else sum(
@@ -280,7 +281,7 @@ def judge_outputs(view: ChannelView, classified: dict[int, list[tuple[StoredResu
         allowed = 0 if control else allowed_over(k0, n0, len(judged))
         power = statement(len(judged), len(bad), allowed)
         failed = sum(f["verdict"] == "failed" for _, f in rows)
-        unjudged = sum(f["verdict"] == UNJUDGED for _, f in rows)
+        unjudged = sum(f["verdict"] == UNSCORED for _, f in rows)
         details = {"power": power, "requests": len(rows), "judged": len(judged), "corrupted": len(bad),
                    "near_tie_flips": len(flips), "differ_from_base": differ, "failed": failed,
                    "unjudged": unjudged, "near_tie_bound": NEAR_TIE, "control": {"corrupted": k0, "judged": n0},

@@ -61,7 +61,8 @@ TOP_SAMPLED = 5  # for a sampled output: the tokens above it whose raw mass is t
 TOP_BASE = 5  # a non-speculating arm's greedy outputs: base's top-5 score another arm's first divergent token
 MIN_IDENT = 6
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-OK, NEAR_TIE_FLIP, CORRUPTED, UNJUDGED = "ok", "near_tie", "corrupted", "unjudged"
+# the findings of one answer (lower case: labels of a finding, not verdict levels)
+OK, NEAR_TIE_FLIP, CORRUPTED, UNSCORED = "ok", "near_tie", "corrupted", "unjudged"
 
 
 def _row(row: Any) -> list[tuple[int, float]]:
@@ -81,7 +82,7 @@ def greedy_finding(ids: Sequence[int], rows: Sequence[Any]) -> dict[str, Any]:
         row = _row(rows[i] if i < len(rows) else None)
         mine = next((lp for t, lp in row if t == tid), None)
         if not row or mine is None:
-            return {"verdict": UNJUDGED, "at": i, "why": "the forced row lacks the emitted token"}
+            return {"verdict": UNSCORED, "at": i, "why": "the forced row lacks the emitted token"}
         best_id, best = max(row, key=lambda x: x[1])
         margin = best - mine
         if margin > NEAR_TIE:
@@ -125,7 +126,7 @@ def support_finding(ids: Sequence[int], rows: Sequence[Any], sampling: dict[str,
         row = _row(rows[i] if i < len(rows) else None)
         mine = next((lp for tk, lp in row if tk == tid), None)
         if not row or mine is None:
-            return {"verdict": UNJUDGED, "at": i, "why": "the forced row lacks the emitted token"}
+            return {"verdict": UNSCORED, "at": i, "why": "the forced row lacks the emitted token"}
         better = [(tk, lp) for tk, lp in row if tk != tid and lp > mine + NEAR_TIE]
         if top_k > 0 and len(better) >= top_k:
             return {"verdict": CORRUPTED, "at": i, "token": tid, "expected": better[0][0],

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-FAULT = "biased_accept"
+NAME = "biased_accept"
 FACTOR = 2.0
 
 _ARGS = ("output_token_ids", "cu_num_draft_tokens", "draft_token_ids", "draft_probs", "target_probs",
