@@ -249,7 +249,7 @@ def _acceptance(view: ChannelView, arm: StoredArm, mine: dict[int, list[Bucket]]
     key = curve_key(view, arm)
     table: list[dict[str, Any]] = [{"bucket": b.bucket, "prompt_tokens": b.length, "samples": len(b.rates),
               "acceptance": None if b.mean is None else round(b.mean, 4),
-              "rates": [round(r, 4) for r in b.rates.values()],
+              "rates": " ".join(f"{r:.3f}" for r in b.rates.values()),  # per sample (a flat cell)
               "repeat_spread": None if b.repeat_spread is None else round(b.repeat_spread, 4)} for b in bs]
     details: dict[str, Any] = {"table": table, "key": key, "kind": view.role(arm), "session_id": view.session_id}
     pts = points(bs)
