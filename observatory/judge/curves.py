@@ -158,9 +158,11 @@ def judge_curve(mine: Mapping[int, tuple[int | None, float]], controls: Sequence
     elif mild["level"] == WARN:
         why = (f"acceptance drops on long prompts: {w['acceptance']} {at} against {w['control']} "
                f"({mild['source']}), {w['drop']} lower (z = {w['z']} > {Z_DROP} and > {MIN_DROP})")
+    elif w is None or w["drop"] <= 0:
+        why = f"acceptance by prompt length within the clean curve ({mild['source']}; no tail below it)"
     else:
         why = (f"acceptance by prompt length within the clean curve ({mild['source']}; the largest tail drop "
-               f"{w['drop'] if w else 0} {at}, z = {w['z'] if w else 0})")
+               f"{w['drop']} {at}, z = {w['z']})")
     return Judged(mild["level"], why, details)
 
 
