@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if client.fetch("/health", 5.0).status_code == 200:
                     break
-            except Exception:  # noqa: BLE001 - not up yet
+            except Exception:  # not up yet
                 pass
             if proc.poll() is not None:
                 raise SystemExit(f"the engine exited: {a.out}.log")

