@@ -1,4 +1,5 @@
-"""The engine-condition channels (issue 28 item 5): memory_pressure, lifecycle, long_prompts, on stored rows;
+"""The engine-condition channels (issue 28 item 5): memory_pressure, lifecycle, long_prompts, on stored rows
+(long_prompts' judging, in the nightly since issue 49 item 7: tests/test_channel_long_prompts.py);
 their faults' decisions; the deep profile; a channel's second engine (`ArmRun.sibling`). No engine: cheap."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from observatory.store.db import ArmRow, SessionRow
 from observatory.store.session_store import Store
 
 ROLES = {"base": "base", "mtp2": "spec"}
-DEEP = ("memory_pressure", "long_prompts", "lifecycle")  # lifecycle last: its cycles change the engine
+DEEP = ("memory_pressure", "lifecycle")  # lifecycle last: its cycles change the engine
+CONDITIONS = ("memory_pressure", "long_prompts", "lifecycle")  # long_prompts runs in the nightly (issue 49 item 7)
 
 
 def _facts(view: Any, channel: str, per_arm: dict[str, dict[str, Any]]) -> None:
@@ -35,7 +37,8 @@ def _facts(view: Any, channel: str, per_arm: dict[str, dict[str, Any]]) -> None:
 # -- profiles ---------------------------------------------------------------------------------------------
 def test_deep_is_nightly_plus_the_engine_condition_channels() -> None:
     """The nightly profile is unchanged by them; --profile deep runs nightly's channels, then these, and last
-    `speculates` (issue 49 item 10: it reads the server's counters after every other channel)."""
+    `speculates` (issue 49 item 10: it reads the server's counters after every other channel). long_prompts,
+    once deep's, runs in the nightly (issue 49 item 7)."""
     nightly, deep = resolve("nightly"), resolve("deep")
     assert not set(DEEP) & set(nightly)
     assert nightly[-1] == "speculates"
@@ -45,7 +48,7 @@ def test_deep_is_nightly_plus_the_engine_condition_channels() -> None:
 
 
 def test_every_deep_fault_is_a_plugin_fault() -> None:
-    for n in DEEP:
+    for n in CONDITIONS:
         assert set(get(n).faults) <= set(FAULTS)
 
 
@@ -223,52 +226,12 @@ def test_lifecycle_without_dev_endpoints_is_not_exercised_by_name(tmp_path: Path
 
 
 # -- long_prompts ------------------------------------------------------------------------------------------
-RATES = (0.90, 0.85, 0.80)  # per sample: the samples' own spread is the noise
-
-
-def _long_view(tmp_path: Path, decay: float = 0.0) -> Any:
-    """Each (bucket, sample) twice; the spec arm's rate falls by DECAY per bucket."""
-    def answer(p: Probe, arm: str) -> list[dict[str, Any]]:
-        b, s = int(p.meta["bucket"]), int(p.meta["sample"])
-        rate = max(0.0, RATES[s] - decay * b)
-        return [{"tokens": CLEAN, "repeat": rep, "ttft_ms": 10.0 * (b + 1), "duration_ms": 400.0,
-                 "usage": {"prompt_tokens": long_prompts.length_of(float(p.meta["fraction"]), 1024)},
-                 "counters": {"drafts": 50, "draft_tokens": 100, "accepted": round(100 * rate)}
-                 if arm != "base" else {}} for rep in range(long_prompts.REPEATS)]
-    return build(tmp_path, long_prompts.CHANNEL, ROLES, answer)
-
-
 def test_long_prompt_buckets_reach_the_context_limit() -> None:
     probes = long_prompts.plan(suite())
     assert len(probes) == len(long_prompts.BUCKETS) * long_prompts.SAMPLES
     longest = max(long_prompts.length_of(float(p.meta["fraction"]), 1024) for p in probes)
     assert longest + long_prompts.MAX_TOKENS < 1024 and longest > 1024 - 2 * long_prompts.MAX_TOKENS
     assert longest > 4 * long_prompts.length_of(long_prompts.BUCKETS[1], 1024)
-
-
-def test_long_prompts_steady_acceptance_passes(tmp_path: Path) -> None:
-    view = _long_view(tmp_path)
-    rows = long_prompts.judge(view)
-    acc = by_arm(rows, view)["mtp2"]
-    assert acc.verdict == "PASS", acc.reason
-    assert acc.details["pooled_sd"] == pytest.approx(0.05, abs=1e-3)  # the samples' spread, from the data
-    assert by_arm(rows, view, "outputs")["mtp2"].verdict == "PASS"
-    assert by_arm(rows, view, "speed")["mtp2"].verdict == "PASS"
-
-
-def test_long_prompts_acceptance_decaying_with_length_warns(tmp_path: Path) -> None:
-    """Negative control (length_decay's signature): 0.06 lost per bucket, outputs intact: WARN at a long bucket,
-    the short ones within the samples' spread."""
-    view = _long_view(tmp_path, decay=0.06)
-    acc = by_arm(long_prompts.judge(view), view)["mtp2"]
-    assert acc.verdict == "WARN" and "drops with prompt length" in acc.reason
-    trends = [r["trend"] for r in acc.details["table"]]
-    assert trends[:3] == ["reference"] * 3 and trends[-1] == "drop"
-
-
-def test_pooled_sd_is_the_within_bucket_spread() -> None:
-    assert long_prompts.pooled_sd([[1.0, 3.0], [2.0, 4.0]]) == pytest.approx(2 ** 0.5)
-    assert long_prompts.pooled_sd([[1.0]]) is None
 
 
 def test_length_decay_noises_long_prompts_only() -> None:

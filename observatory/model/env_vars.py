@@ -21,6 +21,7 @@ ENV_VARS = {
     "OBSERVATORY_SLOW_STEP_FRACTION": "set in an engine's environment: how much slower the slow_step fault makes each spec step (default 0.05)",
     "OBSERVATORY_DRAFT_NOISE_FRACTION": "set in an engine's environment: the share of draft rows the draft_noise fault replaces (default 1)",
     "OBSERVATORY_MIXED_TYPO_RATE": "set in an engine's environment: the share of mixed-batch requests the mixed_typo fault corrupts (default 0.005)",
+    "OBSERVATORY_LONG_NOISE_FROM": "set in an engine's environment: the prompt length past which the long_noise fault noises every draft (default 512)",
     "OBSERVATORY_DEPTH_ONLY_K": "set in an engine's environment: the one speculation depth the depth_only fault corrupts (default 3)",
     "OBSERVATORY_REPAIR": "set in an engine's environment (an arms file's env): the engine repair it applies",
     "OBSERVATORY_SQLITE_BUSY_MS": "how long SQLite waits for another writer's lock, in ms (default 30000)",

@@ -50,7 +50,7 @@ BUILTIN: dict[str, dict[str, str]] = {
     CHANNELS: {name: f"observatory.channels.{name}:CHANNEL"
                for name in ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "params", "teacher",
                             "seeds", "prefix_cache", "input_paths", "prompt_embeds", "history", "sdk", "context_limit",
-                            "cancel", "stream_fields", "stop_bounds", "volume", "memory_pressure", "long_prompts",
+                            "cancel", "stream_fields", "stop_bounds", "volume", "long_prompts", "memory_pressure",
                             "lifecycle", "speculates")},
 }
 
