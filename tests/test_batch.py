@@ -12,12 +12,12 @@ import time
 from typing import Any
 
 import pytest
-from sse_stub import SseStub, chunked, sse, whole
-from test_client import CHAT, TEXT, _completion, _error_event, _five_hundred, _not_json, chat_stream
 
 from observatory.client.answer import Response
 from observatory.client.batch import timed_batch
 from observatory.client.send import EngineClient
+from tests.support.sse_answers import CHAT, TEXT, chat_stream, completion_stream, error_event, five_hundred, not_json
+from tests.support.sse_stub import SseStub, chunked, sse, whole
 
 
 def _comparable(r: Response) -> tuple[Any, ...]:
@@ -27,7 +27,7 @@ def _comparable(r: Response) -> tuple[Any, ...]:
 
 def test_batch_answers_as_run_timed_does_in_the_order_sent() -> None:
     """Issue 20 item 1: a timed batch reads each answer as `EngineClient.run_timed` does, chat and text alike."""
-    with SseStub({"/v1/chat/completions": chat_stream, "/v1/completions": _completion}) as stub:
+    with SseStub({"/v1/chat/completions": chat_stream, "/v1/completions": completion_stream}) as stub:
         client = EngineClient(stub.url, timeout=10)
         one = [client.run_timed(CHAT), client.run_timed(TEXT)]
         work = [CHAT, TEXT, CHAT, TEXT, TEXT, CHAT]
@@ -72,15 +72,15 @@ def test_batch_keeps_concurrency_requests_in_flight_on_connections_opened_before
 
 
 @pytest.mark.parametrize(("script", "kind", "text"), [
-    (_five_hundred, "http", "HTTP 500"),
-    (_not_json, "malformed", "malformed response"),
-    (_error_event, "http", "engine dead"),
+    (five_hundred, "http", "HTTP 500"),
+    (not_json, "malformed", "malformed response"),
+    (error_event, "http", "engine dead"),
     (lambda req: chunked([sse([{"choices": [{"index": 0, "delta": {"content": "x"}}]}])]), "malformed",
      "without a finish_reason"),
 ], ids=["status-500", "not-json", "error-event", "no-finish"])
 def test_batch_error_kinds_are_run_timed_s(script: Any, kind: str, text: str) -> None:
     """Issue 20 item 1: a failed request in a batch is stored as `run_timed` stores it; the others still run."""
-    with SseStub({"/v1/chat/completions": script, "/v1/completions": _completion}) as stub:
+    with SseStub({"/v1/chat/completions": script, "/v1/completions": completion_stream}) as stub:
         client = EngineClient(stub.url, timeout=5)
         single = client.run_timed(CHAT)
         got, _ = timed_batch(client, [CHAT, TEXT, CHAT], 2)
@@ -93,7 +93,7 @@ def test_batch_error_kinds_are_run_timed_s(script: Any, kind: str, text: str) ->
 @pytest.mark.parametrize("script", ["drip", "drip_head", "silent"], ids=["drips-body", "drips-head", "silent"])
 def test_batch_request_timeout_is_a_deadline_for_each_whole_request(script: str) -> None:
     """Issue 19 item 3 in a batch: a dripping or silent server is cut off at --request-timeout, per request."""
-    with SseStub({"/v1/chat/completions": script, "/v1/completions": _completion}) as stub:
+    with SseStub({"/v1/chat/completions": script, "/v1/completions": completion_stream}) as stub:
         client = EngineClient(stub.url, timeout=1.0)
         client.model()
         t0 = time.monotonic()

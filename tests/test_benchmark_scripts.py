@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
 
 
 def _load(name: str) -> Any:
@@ -44,7 +44,7 @@ def test_compare_throughput_reads_the_figure_compare_stored(capsys: pytest.Captu
 def test_steady_bands_recomputes_the_bands_of_a_stored_session(capsys: pytest.CaptureFixture[str],
                                                                  tmp_path: Path) -> None:
     """benchmarks/steady_bands.py on the committed nightly-tiny session: both warm-ups, and the three spreads."""
-    from conftest import example_db
+    from tests.support.paths import example_db
     db = example_db("h200-nightly/nightly-tiny.db", tmp_path / "n.db")
     _load("steady_bands").main([str(db)])
     out = capsys.readouterr().out
@@ -114,7 +114,7 @@ def test_speed_detection_refuses_a_schedule_without_a_clean_baseline(tmp_path: P
 def test_channel_costs_splits_the_time_to_verdict(tmp_path: Path) -> None:
     """Issue 29 item 7 on the committed H200 nightly (tiny model, base,base,mtp1,mtp2): the session's wall time is the
     engines' start plus generation plus what the observatory added, and the ratio is read from those."""
-    from conftest import example_db
+    from tests.support.paths import example_db
 
     mod = _load("channel_costs")
     data = mod.phase_costs(str(example_db("h200-nightly/nightly-tiny.db", tmp_path / "n.db")))

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
 
 
 def _load() -> Any:

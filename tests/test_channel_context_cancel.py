@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from semantics_store import result, session
 
 from observatory.channels import cancel, context_limit
 from observatory.channels.view import ChannelView
@@ -14,6 +13,7 @@ from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import ArmRow, ResultRow
 from observatory.store.session_store import Store
+from tests.support.semantics_store import result, session
 
 SUITE = [Probe(f"p{i}", "prose_en", messages=[{"role": "user", "content": f"Write {i}"}], max_tokens=16)
          for i in range(5)]

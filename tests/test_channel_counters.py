@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from semantics_store import result, session
 
 from observatory.channels import counters
 from observatory.channels.view import ChannelView
@@ -15,6 +14,7 @@ from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import MeasurementRow
 from observatory.store.session_store import Store
+from tests.support.semantics_store import result, session
 
 SUITE = [Probe("count", "counting", prompt="Count"), Probe("count2", "counting", prompt="Count more"),
          Probe("prose", "prose_en", prompt="Write"), Probe("zh", "prose_zh", prompt="写")]

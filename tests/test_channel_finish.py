@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from semantics_store import result, session
 
 from observatory.channels import finish
 from observatory.channels.view import ChannelView
@@ -14,6 +13,7 @@ from observatory.client.answer import Response
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
+from tests.support.semantics_store import result, session
 
 SUITE = [Probe("count", "counting", messages=[{"role": "user", "content": "Count"}], max_tokens=32),
          Probe("tool", "tool_call", messages=[{"role": "user", "content": "w"}], tools=[{"type": "function"}]),

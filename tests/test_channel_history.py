@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import example_db
-from semantics_store import result, session
 
 from observatory.channels import history
 from observatory.channels.view import ChannelView
@@ -18,6 +16,8 @@ from observatory.model.probes import Probe
 from observatory.store.db import SessionRow, SummaryRow
 from observatory.store.session_store import Store
 from observatory.store.stored import verdict_row
+from tests.support.paths import example_db
+from tests.support.semantics_store import result, session
 
 SUITE = [Probe("prose", "prose_en", messages=[{"role": "user", "content": "Write"}], gates=["content", "degeneracy"])]
 HEALTHY = "The ocean covers most of the planet and holds a great variety of life, from plankton to whales."

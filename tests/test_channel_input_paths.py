@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from state_channels import CLEAN, build, by_arm
 
 from observatory.channels import input_paths, prompt_embeds
 from observatory.client.embeds import embedding_rows
@@ -22,6 +21,7 @@ from observatory.model.errors import ObservatoryError
 from observatory.model.paths import FIELD_MODEL_DIR
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import FAIL, PASS, SKIP, WARN
+from tests.support.state_channels import CLEAN, build, by_arm
 
 ROLES = {"base": "base", "base#2": "aa_copy", "mtp2": "spec"}
 
@@ -39,7 +39,7 @@ def _paths_view(tmp_path: Path, channel: Any, answers: dict[tuple[str, str], lis
 
 
 def test_plan_picks_suite_probes_without_tools() -> None:
-    from state_channels import suite
+    from tests.support.state_channels import suite
 
     probes = input_paths.plan(suite())
     assert len(probes) == input_paths.REQUESTS and all(not p.tools and p.channel == input_paths.NAME for p in probes)

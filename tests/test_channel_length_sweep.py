@@ -6,12 +6,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from state_channels import CLEAN, build, by_arm
-
 from observatory.channels import length_sweep
 from observatory.client.answer import Response
 from observatory.faults import field_state
 from observatory.model.probes import Probe
+from tests.support.state_channels import CLEAN, build, by_arm
 
 ROLES = {"base": "base", "mtp2": "spec"}
 

@@ -6,11 +6,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from state_channels import CLEAN, build, by_arm, suite
-
 from observatory.channels import mixed_batch
 from observatory.faults import field_state
 from observatory.model.probes import Probe
+from tests.support.state_channels import CLEAN, build, by_arm, suite
 
 ROLES = {"base": "base", "mtp2": "spec"}
 

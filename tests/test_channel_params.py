@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from semantics_store import session
 
 from observatory.channels import params as P
 from observatory.channels.view import ChannelView
@@ -15,6 +14,7 @@ from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import ResultRow
 from observatory.store.session_store import Store
+from tests.support.semantics_store import session
 
 # "1, 2, 3, 4, 5, 6, 7" as the bundled model's tokenizer cuts it (digits single tokens), then EOS
 DIGITS = {19: "1", 20: "2", 21: "3", 22: "4", 23: "5", 24: "6", 25: "7"}

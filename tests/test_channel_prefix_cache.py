@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from state_channels import CLEAN, build, by_arm
-
 from observatory.channels import prefix_cache as pc
 from observatory.engines.vllm import VLLMAdapter
 from observatory.faults import FAULTS, field_edges
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import FAIL, NOTE, PASS, SKIP, WARN
+from tests.support.state_channels import CLEAN, build, by_arm
 
 BLOCK = 128
 ROLES = {"base": "base", "base#2": "aa_copy", "mtp2": "spec"}

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from semantics_store import result, session
 
 from observatory.channels import stop_bounds
 from observatory.channels.view import ChannelView
@@ -17,6 +16,7 @@ from observatory.model.gates import default_registry
 from observatory.model.ledger import builtin
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
+from tests.support.semantics_store import result, session
 
 SUITE = [Probe("prose", "prose_en", messages=[{"role": "user", "content": "Write"}], max_tokens=32),
          Probe("tool", "tool_call", messages=[{"role": "user", "content": "w"}], tools=[{"type": "function"}])]

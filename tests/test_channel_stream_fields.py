@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from semantics_store import result, session
 
 from observatory.channels import stream_fields
 from observatory.channels.view import ChannelView
@@ -14,6 +13,7 @@ from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import ArmRow, ResultRow
 from observatory.store.session_store import Store
+from tests.support.semantics_store import result, session
 
 TOOLS = [{"type": "function", "function": {"name": "f"}}]
 SUITE = [Probe("prose", "prose_en", messages=[{"role": "user", "content": "Write"}], max_tokens=8),

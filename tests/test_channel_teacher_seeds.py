@@ -16,12 +16,11 @@ import pytest
 import torch
 
 from observatory.channels import seeds, teacher
-from observatory.channels.view import ChannelView
 from observatory.faults import FAULTS, field_seeds, patches
 from observatory.model.probes import Probe
 from observatory.model.roles import AA_COPY, BASE, FAULT, SPEC
-from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
+from tests.support.channel_rows import channel_view, verdicts
 
 SUITE = [Probe(name="count", category="counting", messages=[{"role": "user", "content": "Count."}], max_tokens=64),
          Probe(name="count2", category="counting", messages=[{"role": "user", "content": "Count 2."}]),
@@ -33,33 +32,6 @@ SUITE = [Probe(name="count", category="counting", messages=[{"role": "user", "co
 def store(tmp_path: Path) -> Store:
     """A fresh database."""
     return Store(str(tmp_path / "runs.db"))
-
-
-def _session(store: Store, channel: str, probes: list[Probe], arms: list[tuple[str, str]],
-             rows: Any) -> ChannelView:
-    """A session of ARMS (name, role) whose results ROWS(arm name, probe) gives as (repeat, ResultRow kwargs)."""
-    s = store.add(SessionRow(host="h", model="m", observatory_version="0", command=[], suite="t",
-                             options={"channels": [channel]}))
-    by_id: dict[int, Probe] = {}
-    for i, p in enumerate(probes):
-        pid = store.add(ProbeRow(session_id=s.id, position=i, name=p.name, category=p.category,
-                                 content_hash=p.content_hash, definition=p.to_dict(), params={})).id
-        by_id[pid] = p
-    arm_rows, roles = [], {}
-    for pos, (name, role) in enumerate(arms):
-        a = store.add(ArmRow(session_id=s.id, position=pos, name=name, status="ok", launch={}))
-        arm_rows.append(a)
-        roles[name] = role
-        for pid, p in by_id.items():
-            for repeat, kw in rows(name, p):
-                store.add(ResultRow(arm_id=a.id, probe_id=pid, mode=channel, repeat=repeat, **kw))
-    return ChannelView(store=store, session_id=s.id, channel=channel, arms=arm_rows, roles=roles,
-                       probes=by_id, registry=None)  # type: ignore[arg-type]
-
-
-def _verdicts(view: ChannelView, judge: Any) -> dict[tuple[str, str], tuple[str, str]]:
-    names = {a.id: a.name for a in view.arms}
-    return {(names[v.arm_id], v.gate): (v.verdict, v.reason) for v in judge(view)}
 
 
 # -- teacher ------------------------------------------------------------------------------------------------
@@ -83,8 +55,8 @@ def _teacher(store: Store, decode: dict[str, list[float]], forced: dict[str, lis
         tok = (ids or {}).get(arm, IDS)
         return [(teacher.DECODE, _scored(decode[arm], tok)), (teacher.FORCED, _scored((forced or {}).get(arm, LPS), tok))]
 
-    view = _session(store, teacher.NAME, teacher.plan(SUITE), arms, rows)
-    return _verdicts(view, teacher.judge)
+    view = channel_view(store, teacher.NAME, teacher.plan(SUITE), arms, rows)
+    return verdicts(view, teacher.judge)
 
 
 def test_teacher_plan_takes_one_probe_per_category_without_tools() -> None:
@@ -135,8 +107,8 @@ def test_teacher_without_prompt_logprobs_is_not_measurable(store: Store) -> None
         return [(teacher.DECODE, _scored(LPS)), (teacher.FORCED, {"ok": False, "error": "not measurable: no "
                                                                   "prompt_logprobs", "finish_reason": None})]
 
-    view = _session(store, teacher.NAME, teacher.plan(SUITE), [("base", BASE), ("mtp2", SPEC)], rows)
-    got = _verdicts(view, teacher.judge)
+    view = channel_view(store, teacher.NAME, teacher.plan(SUITE), [("base", BASE), ("mtp2", SPEC)], rows)
+    got = verdicts(view, teacher.judge)
     assert got[("base", "teacher")][0] == "SKIP" and "not measurable" in got[("base", "teacher")][1]
 
 
@@ -156,8 +128,8 @@ def _seeds(store: Store, outputs: dict[str, dict[str, list[list[int]]]]) -> dict
         return [(i, {"ok": True, "token_ids": ids, "finish_reason": "length"})
                 for i, ids in enumerate(outputs[arm][p.meta["kind"]])]
 
-    view = _session(store, seeds.NAME, seeds.plan([]), [(n, roles[n]) for n in outputs], rows)
-    return _verdicts(view, seeds.judge)
+    view = channel_view(store, seeds.NAME, seeds.plan([]), [(n, roles[n]) for n in outputs], rows)
+    return verdicts(view, seeds.judge)
 
 
 CLEAN = {"repeat": [[1, 2, 3], [1, 2, 3]], "n": [[1, 2, 3], [1, 5, 6], [4, 2, 2], [1, 2, 7]]}

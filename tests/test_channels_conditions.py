@@ -8,7 +8,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from state_channels import CLEAN, build, by_arm, suite
 
 from observatory.channels import get, lifecycle, long_prompts, memory_pressure, resolve
 from observatory.engines.metrics import parse_preemptions
@@ -20,6 +19,7 @@ from observatory.session.measure import ArmRun
 from observatory.session.options import SessionPlan
 from observatory.store.db import ArmRow, SessionRow
 from observatory.store.session_store import Store
+from tests.support.state_channels import CLEAN, build, by_arm, suite
 
 ROLES = {"base": "base", "mtp2": "spec"}
 DEEP = ("memory_pressure", "long_prompts", "lifecycle")  # lifecycle last: its cycles change the engine

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from stub_answers import Answer, AnswerStub, fixed
 
 from observatory import channels as channels_mod
 from observatory.channels import Channel
@@ -25,6 +24,7 @@ from observatory.model.errors import ObservatoryError
 from observatory.model.probes import Probe
 from observatory.session.measure import ArmRun
 from observatory.store.db import VerdictRow
+from tests.support.stub_answers import Answer, AnswerStub, fixed
 
 SUITE = """
 [[probe]]

@@ -19,17 +19,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 from click.testing import CliRunner
 
 from observatory.cli import cli
+from tests.support.cli_docs import unknown
+from tests.support.paths import REPO
 
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "ci.md"
-DASHBOARD = ROOT / "docs" / "grafana" / "observatory-dashboard.json"
+DOC = REPO / "docs" / "ci.md"
+DASHBOARD = REPO / "docs" / "grafana" / "observatory-dashboard.json"
 
 
 def _blocks() -> list[Any]:
@@ -50,19 +50,6 @@ def _commands(node: Any) -> list[str]:
         for v in node:
             out += _commands(v)
     return out
-
-
-def unknown(command: str) -> list[str]:
-    """What in COMMAND is not a real observatory subcommand or flag of it."""
-    words = shlex.split(command)
-    assert words[0] == "observatory"
-    group = cli
-    assert isinstance(group, click.Group)
-    sub = group.get_command(click.Context(group), words[1])  # the group may load its commands lazily
-    if sub is None:
-        return [words[1]]
-    flags = {o for p in sub.params for o in (*p.opts, *p.secondary_opts)}
-    return [w.split("=", 1)[0] for w in words[2:] if w.startswith("--") and w.split("=", 1)[0] not in flags]
 
 
 def test_both_workflows_parse_and_keep_what_ci_reads() -> None:
@@ -141,7 +128,7 @@ def test_the_github_workflow_steps_run_as_written(tmp_path: Path) -> None:
     summary.write_text("")
     env = {**os.environ, "PATH": f"{_bin_dir(tmp_path)}{os.pathsep}{os.environ['PATH']}",
            "GITHUB_STEP_SUMMARY": str(summary), "TEXTFILE_DIR": str(tmp_path / "textfile"),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     codes = {}
     for step in gh["jobs"]["gate"]["steps"]:
         if "run" not in step or "pip install" in step["run"]:
@@ -184,12 +171,12 @@ def dashboard_metrics(dashboard: Any) -> set[str]:
 
 
 def test_the_grafana_dashboard_reads_only_what_the_exporter_writes(tmp_path: Path) -> None:
-    from conftest import example_db
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
     from observatory.report.data import build
     from observatory.report.openmetrics import METRIC_NAMES, failure_text, openmetrics_text
     from observatory.store.session_store import Store
+    from tests.support.paths import example_db
 
     dashboard = json.loads(DASHBOARD.read_text())
     assert dashboard["panels"] and all(p.get("targets") for p in dashboard["panels"])

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 junitparser = pytest.importorskip("junitparser")
 
@@ -40,7 +40,7 @@ def _gate(tmp_path: Path, token: int) -> tuple[int, Path]:
     (gates / "odd.py").write_text(WARN_GATE)
     with StubServer("ok", token=5, delay_s=0.02) as base, StubServer("ok", token=token, delay_s=0.02) as spec:
         r = CliRunner().invoke(cli, [
-            "gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", _suite(tmp_path),
+            "gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", tiny_suite(tmp_path),
             "--db", str(tmp_path / "g.db"), "--report", str(out / "report"), "--junit", str(out / "junit.xml"),
             "--metrics-out", str(out / "metrics.txt"), "--gates-dir", str(gates), "--no-diffs", "--quiet"])
     return r.exit_code, out
@@ -128,11 +128,10 @@ def test_junit_times_every_channel_and_performance_case(tmp_path: Path) -> None:
     (the negative control) has a channel whose arms' timings are unknown."""
     from dataclasses import replace
 
-    from conftest import example_db
-
     from observatory.report.data import build
     from observatory.report.junit import junit_xml
     from observatory.store.session_store import Store
+    from tests.support.paths import example_db
 
     db = example_db("h200-nightly/nightly-tiny.db", tmp_path / "n.db")
     data = build(Store(str(db)))

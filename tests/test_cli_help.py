@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from click.testing import CliRunner
 
 from observatory.cli import cli
 from observatory.engines.arm_engines import env_vars
 from observatory.model.env_vars import listed
+from tests.support.paths import REPO
 
-PACKAGE = Path(__file__).resolve().parent.parent / "observatory"
+PACKAGE = REPO / "observatory"
 
 
 def test_help_lists_every_environment_variable() -> None:

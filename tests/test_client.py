@@ -11,44 +11,23 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sse_stub import SseStub, chunked, sse, whole
 
 from observatory.client.answer import Response, read_stream
 from observatory.client.send import EngineClient, timed_params
 from observatory.client.sse import events
-from observatory.model.probes import Probe
-
-CHAT = Probe(name="p", category="prose_en", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
-TEXT = Probe(name="t", category="prose_en", prompt="Once", max_tokens=3)
-
-
-def _lp(t: int) -> dict[str, Any]:
-    tops = [{"token": f"token_id:{t + j}", "logprob": -0.5 * j, "bytes": [97]} for j in range(3)]
-    return {"content": [{"token": f"token_id:{t}", "logprob": 0.0, "bytes": [104, 105], "top_logprobs": tops}]}
-
-
-def _chunk(delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> dict[str, Any]:
-    return {"id": "c", "object": "chat.completion.chunk", "model": "m",
-            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
-
-
-USAGE = {"id": "c", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
-
-
-def chat_stream(req: dict[str, Any]) -> list[bytes]:
-    """Two content tokens, the second split over two writes; reasoning first; usage last."""
-    lp = req.get("logprobs")
-    body = sse([
-        _chunk({"role": "assistant", "content": ""}),
-        _chunk({"reasoning_content": "think "}),
-        _chunk({"reasoning": "more"}),
-        _chunk({"content": "hi"}, _lp(7) if lp else None),
-        _chunk({"content": " there"}, _lp(9) if lp else None),
-        _chunk({}, None, "stop"),
-        USAGE,
-    ])
-    cut = body.index(b" there") + 3
-    return chunked([body[:cut], body[cut:]])
+from tests.support.sse_answers import (
+    CHAT,
+    TEXT,
+    USAGE,
+    chat_chunk,
+    chat_stream,
+    completion_stream,
+    error_event,
+    five_hundred,
+    logprobs_at,
+    not_json,
+)
+from tests.support.sse_stub import SseStub, whole
 
 
 def test_timed_pass_asks_what_vllm_bench_asks_and_counts_with_usage() -> None:
@@ -89,7 +68,7 @@ def test_non_streamed_reasoning_and_tool_calls() -> None:
     call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     body = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
         "role": "assistant", "content": None, "reasoning_content": "plan", "tool_calls": [call]},
-        "logprobs": _lp(3)}], "usage": {"completion_tokens": 1}}
+        "logprobs": logprobs_at(3)}], "usage": {"completion_tokens": 1}}
     import json
 
     with SseStub({"/v1/chat/completions": lambda req: whole(json.dumps(body).encode())}) as stub:
@@ -113,22 +92,10 @@ def test_request_timeout_is_a_deadline_for_the_whole_request(script: str) -> Non
     assert r.error_kind == "timeout" and "Timeout" in (r.error or "")
 
 
-def _five_hundred(req: dict[str, Any]) -> list[bytes]:
-    return whole(b'{"error": "boom"}', 500)
-
-
-def _not_json(req: dict[str, Any]) -> list[bytes]:
-    return chunked([b'data: {"choices": [\n\n'])
-
-
-def _error_event(req: dict[str, Any]) -> list[bytes]:
-    return chunked([sse([{"error": {"message": "engine dead", "code": 500}}])])
-
-
 @pytest.mark.parametrize(("script", "kind", "text"), [
-    (_five_hundred, "http", "HTTP 500"),
-    (_not_json, "malformed", "malformed response"),
-    (_error_event, "http", "engine dead"),
+    (five_hundred, "http", "HTTP 500"),
+    (not_json, "malformed", "malformed response"),
+    (error_event, "http", "engine dead"),
 ], ids=["status-500", "not-json", "error-event"])
 def test_error_kinds(script: Any, kind: str, text: str) -> None:
     """Issue 19 item 3: Response.error_kind says what failed (timeout, connect, http, malformed)."""
@@ -159,14 +126,6 @@ def test_keep_alive_connections_are_reused() -> None:
     assert all(r.ok for r in rs) and alive == [True]
 
 
-def _completion(req: dict[str, Any]) -> list[bytes]:
-    objs = [{"choices": [{"index": 0, "text": t, "finish_reason": None,
-                          "logprobs": {"tokens": [f"token_id:{i}"], "top_logprobs": [{f"token_id:{i}": -0.1}]}}]}
-            for i, t in ((40, "a"), (41, "b"), (42, "c"))]
-    objs.append({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
-    return chunked([sse(objs, crlf=True)])
-
-
 def _detok(req: dict[str, Any]) -> list[bytes]:
     import json
 
@@ -178,7 +137,7 @@ def test_completion_tokens_are_detokenised_in_one_request() -> None:
     """Issue 19: one /detokenize request per generated token (100 s instead of 17 s); now one per output."""
     import json
 
-    scripts: dict[str, Any] = {"/v1/completions": _completion, "/detokenize": _detok,
+    scripts: dict[str, Any] = {"/v1/completions": completion_stream, "/detokenize": _detok,
                                "/tokenize": lambda req: whole(json.dumps({"tokens": [31]}).encode())}
     with SseStub(scripts) as stub:
         client = EngineClient(stub.url, timeout=10)
@@ -194,7 +153,7 @@ def test_a_separator_after_a_space_token_is_found() -> None:
     """SentencePiece tokenizers put a space token before the separator: its last token is tried alone."""
     import json
 
-    scripts: dict[str, Any] = {"/v1/completions": _completion, "/detokenize": _detok,
+    scripts: dict[str, Any] = {"/v1/completions": completion_stream, "/detokenize": _detok,
                                "/tokenize": lambda req: whole(json.dumps({"tokens": [40, 31]}).encode())}
     with SseStub(scripts) as stub:
         client = EngineClient(stub.url, timeout=10)
@@ -207,7 +166,7 @@ def test_a_separator_after_a_space_token_is_found() -> None:
 def test_detokenise_falls_back_to_one_request_per_token_without_a_separator() -> None:
     import json
 
-    scripts: dict[str, Any] = {"/v1/completions": _completion, "/detokenize": _detok,
+    scripts: dict[str, Any] = {"/v1/completions": completion_stream, "/detokenize": _detok,
                                "/tokenize": lambda req: whole(json.dumps({"tokens": [1, 2]}).encode())}
     with SseStub(scripts) as stub:
         client = EngineClient(stub.url, timeout=10)
@@ -256,9 +215,9 @@ def test_ttft_is_the_first_choice_even_before_any_text(timed: bool) -> None:
     an unfinished UTF-8 character: timing the first text put TTFT two to four
     steps late (26-34% above `vllm bench serve`, which times the first choice).
     """
-    events_ = [(40.0, _chunk({"role": "assistant", "content": ""})),
-               (95.0, _chunk({"content": "hi"}, _lp(7))),
-               (100.0, _chunk({"content": "!"}, _lp(8), "stop")), (100.5, USAGE)]
+    events_ = [(40.0, chat_chunk({"role": "assistant", "content": ""})),
+               (95.0, chat_chunk({"content": "hi"}, logprobs_at(7))),
+               (100.0, chat_chunk({"content": "!"}, logprobs_at(8), "stop")), (100.5, USAGE)]
     out = Response()
     read_stream(out, events_, chat=True, timed=timed)
     assert out.ttft_ms == 40.0 and out.text == "hi!"

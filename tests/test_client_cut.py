@@ -9,10 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sse_stub import SseStub, chunked, sse
-
 from observatory.client.send import EngineClient, tokens_in
 from observatory.model.probes import Probe
+from tests.support.sse_stub import SseStub, chunked, sse
 
 CHAT = Probe("c", "x", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
 

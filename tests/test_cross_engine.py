@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_llamacpp_reference import IDS, PROBE, TEXTS, _launch, _row
 
 from observatory.commands.evaluate import evaluate
 from observatory.engines.arm_engines import parse_arms
@@ -17,6 +16,7 @@ from observatory.report.data import build
 from observatory.report.html import render_session
 from observatory.store.db import ArmRow, ProbeRow, SessionRow
 from observatory.store.session_store import Store
+from tests.support.llama_sessions import IDS, PROBE, TEXTS, launch_record, result_row
 
 NGRAM_V = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
 NGRAM_L = {"method": "ngram-simple", "num_speculative_tokens": 3}
@@ -52,7 +52,7 @@ def _two_engine_session(store: Store, llama_prompt: dict[str, Any], llama_base_i
     arms = [("base", "vllm", None), ("ngram3", "vllm", NGRAM_V),
             ("llama.cpp:base", "llama.cpp", None), ("llama.cpp:ngram3", "llama.cpp", NGRAM_L)]
     for pos, (name, engine, spec) in enumerate(arms):
-        launch = {**_launch(name, engine, spec), "role": "spec" if spec else "base"}
+        launch = {**launch_record(name, engine, spec), "role": "spec" if spec else "base"}
         if spec is None:
             launch["prompt_ids"] = {PROBE.name: PROMPT if engine == "vllm" else llama_prompt}
         counters = {"drafts": 300, "draft_tokens": 900, "accepted": 600 if engine == "vllm" else 450,
@@ -60,7 +60,7 @@ def _two_engine_session(store: Store, llama_prompt: dict[str, Any], llama_base_i
         a = store.add(ArmRow(session_id=s.id, position=pos, name=name, status="ok", launch=launch, counters=counters))
         ids = llama_base_ids if engine == "llama.cpp" else IDS  # each engine's spec arm agrees with its own base
         for mode in ("stream", "nonstream"):
-            row = _row(a.id, pid, mode, ids, TEXTS)
+            row = result_row(a.id, pid, mode, ids, TEXTS)
             row.counters_delta = counters if mode == "stream" else {}
             store.add(row)
     evaluate(store, s.id)
@@ -118,9 +118,9 @@ def test_acceptance_of_ngram_on_both_engines_side_by_side(store: Store) -> None:
 
 def test_one_engine_has_no_cross_engine_section(store: Store, tmp_path: Path) -> None:
     """A one-engine session: the key is None and the report has no such section."""
-    from test_llamacpp_reference import _session
+    from tests.support.llama_sessions import session_of_arms
 
-    sid = _session(store, [("base", "vllm", None, True), ("mtp2", "vllm", {"method": "mtp",
+    sid = session_of_arms(store, [("base", "vllm", None, True), ("mtp2", "vllm", {"method": "mtp",
                                                                            "num_speculative_tokens": 2}, True)])
     evaluate(store, sid)
     data = build(store, sid)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from semantics_store import result, session
-
 from observatory.judge.apply_gates import judge_session
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
+from tests.support.semantics_store import result, session
 
 PROBES = [Probe(f"p{i}", "prose_en", messages=[{"role": "user", "content": f"Say thing number {i}."}])
           for i in range(3)]

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from child_signals import sigint_default
 
 from observatory.engines.containers import OWNER_LABEL, reap_orphans
+from tests.support.child_signals import sigint_default
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 IMAGE = "observatory/vllm-cpu:local"
 # "tonight's image": the same content under another digest (a label added), for item 3
 TONIGHT = "observatory/vllm-cpu:test-tonight"

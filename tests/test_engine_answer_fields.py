@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine
 
 from observatory.cli import cli
-from observatory.model.paths import REPO_ROOT
 from observatory.store.session_store import Store
+from tests.support.engine import requires_engine
+from tests.support.paths import FIXTURES
 
 pytestmark = [pytest.mark.engine, requires_engine]
-SUITE = REPO_ROOT / "tests" / "fixtures" / "channel_tiny.toml"
+SUITE = FIXTURES / "channel_tiny.toml"
 OVER, SHIFT = "mtp2+fault=usage_overcount", "mtp2+fault=logprob_shift"
 
 

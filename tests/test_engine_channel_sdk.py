@@ -24,14 +24,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine
 
 from observatory.cli import cli
-from observatory.model.paths import REPO_ROOT
 from observatory.store.session_store import Store
+from tests.support.engine import requires_engine
+from tests.support.paths import FIXTURES
 
 pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
-SUITE = REPO_ROOT / "tests" / "fixtures" / "sdk_tiny.toml"
+SUITE = FIXTURES / "sdk_tiny.toml"
 FAULTED = "mtp1+fault=sdk_object"
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine
 
 from observatory.cli import cli
+from tests.support.engine import requires_engine
 
 pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 

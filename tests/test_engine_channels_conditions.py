@@ -13,19 +13,19 @@ channel reads the shared session.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine
 
 from observatory.cli import cli
 from observatory.store.session_store import Store
+from tests.support import paths
+from tests.support.engine import requires_engine
 
 pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = paths.FIXTURES
 CHANNELS = ("memory_pressure", "long_prompts", "lifecycle")  # lifecycle last: its cycles change the engine
 FAULT_OF = {"memory_pressure": "preempt_poison", "lifecycle": "wake_broken_drafter", "long_prompts": "length_decay"}
 SPEC = "mtp2-small"

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine, verdict_exit
 
 from observatory.cli import cli
 from observatory.store.session_store import Store
+from tests.support.engine import requires_engine
+from tests.support.sessions import verdict_exit
 
 pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 

@@ -25,15 +25,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine
 
 from observatory.cli import cli
-from observatory.model.paths import REPO_ROOT
 from observatory.store.session_store import Store
+from tests.support.engine import requires_engine
+from tests.support.paths import FIXTURES
 
 pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
-SUITE = REPO_ROOT / "tests" / "fixtures" / "channel_tiny.toml"
-ARMS_FILE = REPO_ROOT / "tests" / "fixtures" / "arms_repaired.toml"
+SUITE = FIXTURES / "channel_tiny.toml"
+ARMS_FILE = FIXTURES / "arms_repaired.toml"
 REPAIRED = "mtp2-repaired"
 FAULTED = "mtp2-repaired+fault=biased_accept"
 

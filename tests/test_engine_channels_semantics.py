@@ -13,21 +13,21 @@ that arm looks like); the session is then re-judged.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine
 from sqlalchemy import select
 
 from observatory.cli import cli
 from observatory.store.db import ArmRow, SessionRow, SummaryRow
 from observatory.store.session_store import Store
+from tests.support.engine import requires_engine
+from tests.support.paths import FIXTURES
 
 pytestmark = [pytest.mark.engine, pytest.mark.field_engine, requires_engine]
 
-SUITE = Path(__file__).parent / "fixtures" / "semantics.toml"
+SUITE = FIXTURES / "semantics.toml"
 # stream_drop is left out to keep the session short (it is caught by the suite's token_diff:nonstream too,
 # and by token_diff:stream_text: tests/test_stream_integrity.py)
 FAULTS = ("past_stop", "inflate_accepted", "draft_noise")

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine
 
 from observatory.cli import cli
 from observatory.store.session_store import Store
+from tests.support.engine import requires_engine
 
 pytestmark = [pytest.mark.engine, requires_engine]
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine
 
 from observatory.cli import cli
+from tests.support.engine import requires_engine
 
 pytestmark = [pytest.mark.engine, requires_engine]
 

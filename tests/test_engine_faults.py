@@ -24,15 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from child_signals import sigint_default
 from click.testing import CliRunner
-from conftest import passed_but_for_speed, requires_engine, verdict_exit
 from sqlalchemy import select
 
 from observatory.cli import cli
 from observatory.session import launch as launch_mod
 from observatory.store.db import ArmRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
+from tests.support.child_signals import sigint_default
+from tests.support.engine import requires_engine
+from tests.support.sessions import passed_but_for_speed, verdict_exit
 
 pytestmark = [pytest.mark.engine, requires_engine]
 FAST = ["--engine-arg=--enforce-eager", "--quiet"]

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine
 
 from observatory.cli import cli
 from observatory.report.data import build
 from observatory.session.fault_selftest import FAULTS, selftest_findings
 from observatory.store.session_store import Store
+from tests.support.engine import requires_engine
 
 pytestmark = [pytest.mark.engine, requires_engine]
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import passed_but_for_speed, requires_engine
 
 from observatory.cli import cli
 from observatory.judge.verdict import session_verdict
@@ -26,6 +25,8 @@ from observatory.model.probes import load_probe_file, resolve_suite
 from observatory.report.data import build
 from observatory.report.junit import junit_xml
 from observatory.store.session_store import Store
+from tests.support.engine import requires_engine
+from tests.support.sessions import passed_but_for_speed
 
 pytestmark = [pytest.mark.engine, requires_engine]
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import passed_but_for_speed, requires_engine
 
 from observatory.cli import cli
+from tests.support.engine import requires_engine
+from tests.support.sessions import passed_but_for_speed
 
 pytestmark = [pytest.mark.engine, requires_engine]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +14,9 @@ from observatory.engines.spec_counters import FIELDS, EngineCounters
 from observatory.engines.vllm import VLLMAdapter
 from observatory.judge.figures import acceptance
 from observatory.model.errors import ObservatoryError
+from tests.support import paths
 
-FIXTURES = Path(__file__).parent / "fixtures" / "engines"
+FIXTURES = paths.FIXTURES / "engines"
 
 
 def load(name: str) -> Any:

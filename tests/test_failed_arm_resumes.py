@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import verdict_exit
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 import observatory.channels as channel_registry
 from observatory.channels import channels, seeds
 from observatory.cli import cli
 from observatory.model.errors import ObservatoryError
+from tests.support.sessions import verdict_exit
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 
 def _arms(db: Path) -> dict[str, tuple[str, str | None]]:
@@ -48,7 +48,7 @@ def test_an_arm_the_observatory_failed_in_is_resumed(tmp_path: Path, monkeypatch
     monkeypatch.setitem(registry, seeds.NAME, dataclasses.replace(seeds.CHANNEL, measure=broken))
     with StubServer("ok", token=5) as base, StubServer("ok", token=5) as spec:
         arms = f"base={base.url},mtp1={spec.url}"
-        args = ["compare", "--arms", arms, "--suite", _suite(tmp_path), "--db", str(db), "--no-diffs", "--quiet",
+        args = ["compare", "--arms", arms, "--suite", tiny_suite(tmp_path), "--db", str(db), "--no-diffs", "--quiet",
                 "--channels", "seeds"]
         first = CliRunner().invoke(cli, args)
         assert first.exit_code != 0

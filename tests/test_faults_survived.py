@@ -11,30 +11,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import verdict_exit
-from stub_server import StubServer
 
 from observatory.cli import cli
-
-PROBES = '''
-[[probe]]
-name = "one"
-category = "prose_en"
-messages = [{ role = "user", content = "Say something." }]
-max_tokens = 8
-
-[[probe]]
-name = "two"
-category = "prose_en"
-messages = [{ role = "user", content = "Say something else." }]
-max_tokens = 8
-'''
-
-
-def _suite(tmp_path: Path) -> str:
-    f = tmp_path / "p.toml"
-    f.write_text(PROBES)
-    return str(f)
+from tests.support.sessions import verdict_exit
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 
 def _show(db: Path) -> dict:  # type: ignore[type-arg]
@@ -47,7 +28,7 @@ def test_hanging_server_is_stored_as_hung_and_the_other_arms_run(tmp_path: Path)
     db = tmp_path / "h.db"
     with StubServer("hang") as hang, StubServer("malformed") as bad:
         r = CliRunner().invoke(cli, [
-            "compare", "--arms", f"mtp1={hang.url},mtp2={bad.url}", "--suite", _suite(tmp_path),
+            "compare", "--arms", f"mtp1={hang.url},mtp2={bad.url}", "--suite", tiny_suite(tmp_path),
             "--db", str(db), "--request-timeout", "2", "--no-diffs", "--quiet",
         ])
     # Issue 19 item 10: no arm produced a result, so compare exits 2 (an invalid measurement), not 0.
@@ -70,7 +51,7 @@ def test_server_that_hangs_mid_session(tmp_path: Path) -> None:
     # two answers: the URL arm's preflight request (observatory.session.preflight) and the warm-up
     with StubServer("hang_after:2") as s:
         r = CliRunner().invoke(cli, [
-            "compare", "--arms", f"mtp1={s.url}", "--suite", _suite(tmp_path), "--db", str(db),
+            "compare", "--arms", f"mtp1={s.url}", "--suite", tiny_suite(tmp_path), "--db", str(db),
             "--request-timeout", "2", "--no-diffs", "--quiet",
         ])
     assert r.exit_code == 2, r.output  # only the warm-up answered: no probe result (issue 19 item 10)
@@ -84,7 +65,7 @@ def test_parallel_arms_share_one_session(tmp_path: Path, monkeypatch: pytest.Mon
     db = tmp_path / "p.db"
     with StubServer("ok", delay_s=0.3) as a, StubServer("ok", delay_s=0.3) as b, StubServer("ok", delay_s=0.3) as c:
         r = CliRunner().invoke(cli, [
-            "compare", "--arms", f"base={a.url},mtp1={b.url},mtp2={c.url}", "--suite", _suite(tmp_path),
+            "compare", "--arms", f"base={a.url},mtp1={b.url},mtp2={c.url}", "--suite", tiny_suite(tmp_path),
             "--db", str(db), "--parallel-arms", "--timing", "concurrent", "--quiet",
         ])
     assert r.exit_code == verdict_exit(db), r.output

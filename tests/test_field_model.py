@@ -5,7 +5,6 @@ the committed weights (no engine; one probe per category)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,11 +13,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from observatory.model.probes import load_probe_file  # noqa: E402
+from tests.support.paths import REPO  # noqa: E402
 from training.check_mtp import MAX_K, draft_table, prompt_ids, simulate  # noqa: E402
 from training.field.measure import PROBES, measure_probe  # noqa: E402
 from training.model import MiMoForCausalLM, load  # noqa: E402
 
-MODEL = Path(__file__).resolve().parent.parent / "observatory" / "field_model"
+MODEL = REPO / "observatory" / "field_model"
 LIMIT_BYTES = 16 * 1024 * 1024
 # Acceptance rates may move on another CPU where a draft sits on a near-tie;
 # a broken MTP head moves them by far more (the negative control below).

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from stub_server import StubServer
 
 from observatory.cli import cli
 from observatory.client.answer import Response
@@ -26,6 +25,8 @@ from observatory.report.data import build
 from observatory.session.measure import _completion_tokens
 from observatory.store.db import ArmRow, MeasurementRow, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
+from tests.support.speed_figures import BASE, bracketed, by_check, spec_figures
+from tests.support.stub_server import StubServer
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 
@@ -174,29 +175,15 @@ def test_fail_on_parses() -> None:
     assert parse_fail_on(None) == {}
 
 
-def _fig(S: float | None, ttft: float, alpha: float | None, ci: list[float] | None = None,
-         request_s: float = 2.0) -> dict[str, Any]:
-    return {"speed": {"ttft_ms": {"median": ttft}, "token_count": {}, "bursty": None,
-                      "samples": [[64.0, request_s]] * 5},
-            "acceptance": {"alpha": alpha}, "vs_base": {"S": S, "ci": ci}, "by_concurrency": {}}
-
-
-BASE = {"speed": {"ttft_ms": {"median": 100.0}, "samples": [[64.0, 0.5]] * 5}}
-
-
-def _by_check(perf: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {p["check"]: p for p in perf}
-
-
 def test_slow_spec_arm_warns_by_default_and_fails_on_thresholds() -> None:
     """Issue item 15: S = 0.85 and TTFT ten times base no longer pass silently."""
-    fig = _fig(0.85, 1000.0, 0.7, ci=[0.80, 0.95])  # beyond the noise below 1, not wholly below 0.9
-    warn = _by_check(performance(fig, BASE, None, {}))
+    fig = spec_figures(0.85, 1000.0, 0.7, ci=[0.80, 0.95])  # beyond the noise below 1, not wholly below 0.9
+    warn = by_check(performance(fig, BASE, None, {}))
     assert warn["speedup"]["verdict"] == "WARN" and warn["speedup"]["value"] == 0.85
     assert "beyond the noise" in warn["speedup"]["reason"]
     assert warn["ttft_ratio"]["verdict"] == "WARN" and warn["ttft_ratio"]["value"] == pytest.approx(10.0)
     assert warn["acceptance_floor"]["verdict"] == "PASS"
-    fail = _by_check(performance(fig, BASE, None, parse_fail_on("speedup<1.0,ttft_ratio>3,acceptance<0.8")))
+    fail = by_check(performance(fig, BASE, None, parse_fail_on("speedup<1.0,ttft_ratio>3,acceptance<0.8")))
     assert {fail[c]["verdict"] for c in ("speedup", "ttft_ratio", "acceptance_floor")} == {"FAIL"}
     assert fail["speedup"]["threshold"] == 1.0 and fail["ttft_ratio"]["threshold"] == 3.0
 
@@ -205,16 +192,11 @@ def test_speedup_below_one_within_noise_is_a_pass_marked_within_noise() -> None:
     """Issue 30.4: S below 1 but inside the A/A spread (or the CI) is no WARN: PASS, marked "within noise"."""
     for floor, ci in (({"throughput_spread": 0.05}, None), (None, [0.88, 1.03])):
         for fail_on in ({}, {"speedup": 1.0}):
-            check = _by_check(performance(_fig(0.97, 100.0, 0.7, ci=ci), BASE, floor, fail_on))["speedup"]
+            check = by_check(performance(spec_figures(0.97, 100.0, 0.7, ci=ci), BASE, floor, fail_on))["speedup"]
             assert check["verdict"] == "PASS" and "within noise" in check["reason"], (floor, fail_on)
     # the negative control: the same S with a tight interval is beyond the noise
-    tight = _by_check(performance(_fig(0.97, 100.0, 0.7, ci=[0.95, 0.99]), BASE, None, {}))["speedup"]
+    tight = by_check(performance(spec_figures(0.97, 100.0, 0.7, ci=[0.95, 0.99]), BASE, None, {}))["speedup"]
     assert tight["verdict"] == "WARN" and "beyond the noise" in tight["reason"]
-
-
-def _bracketed(fig: dict[str, Any], ci: list[float], drift: float | None) -> dict[str, Any]:
-    """FIG timed between base's blocks (observatory.judge.bracketed): its drift-corrected CI and base's drift."""
-    return {**fig, "vs_base": {**fig["vs_base"], "design": "bracketed", "ci": ci, "drift": drift}}
 
 
 @pytest.mark.parametrize("noise", ["aa_spread", "bracketed", "paired"])
@@ -223,89 +205,89 @@ def test_four_times_slower_fails_by_default(noise: str) -> None:
     H200 tiny session (examples/h200/README.md), a bracketed or a paired interval (each measures the host's
     drift); --fail-on 'speedup<X' overrides the floor."""
     floor = {"throughput_spread": 0.26} if noise == "aa_spread" else None
-    fig = _fig(0.25, 100.0, 0.7)
+    fig = spec_figures(0.25, 100.0, 0.7)
     if noise == "bracketed":
-        fig = _bracketed(fig, [0.22, 0.27], -0.02)
+        fig = bracketed(fig, [0.22, 0.27], -0.02)
     elif noise == "paired":
         fig = {**fig, "vs_base": {**fig["vs_base"], "design": "paired", "ci": [0.22, 0.27], "pairs": 20}}
-    check = _by_check(performance(fig, BASE, floor, {}))["speedup"]
+    check = by_check(performance(fig, BASE, floor, {}))["speedup"]
     assert check["verdict"] == "FAIL" and check["threshold"] == SPEEDUP_FAIL_BELOW, check
-    off = _by_check(performance(fig, BASE, floor, parse_fail_on("speedup<0.2")))["speedup"]
+    off = by_check(performance(fig, BASE, floor, parse_fail_on("speedup<0.2")))["speedup"]
     assert off["verdict"] == "WARN" and off["threshold"] == 0.2, off
     # the floor needs the whole noise below it: S = 0.85 with a CI reaching 0.95 is a WARN, not a FAIL
-    near = _by_check(performance(_fig(0.85, 100.0, 0.7, ci=[0.80, 0.95]), BASE, None, {}))["speedup"]
+    near = by_check(performance(spec_figures(0.85, 100.0, 0.7, ci=[0.80, 0.95]), BASE, None, {}))["speedup"]
     assert near["verdict"] == "WARN"
     # spec requests too short to time against the client's own cost (up to 30 ms): the default floor does not
     # FAIL; a user's does
     short = {**fig, "speed": {**fig["speed"], "samples": [[2.0, 0.025]] * 5}}
-    quick = _by_check(performance(short, BASE, floor, {}))["speedup"]
+    quick = by_check(performance(short, BASE, floor, {}))["speedup"]
     assert quick["verdict"] == "WARN" and "client's own cost" in quick["reason"], quick
-    assert _by_check(performance(short, BASE, floor, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
+    assert by_check(performance(short, BASE, floor, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
     # an arm whose figures cannot be trusted (validity INVALID, CONFOUNDED, ...): WARN by default
-    invalid = _by_check(performance(fig, BASE, floor, {}, "CONFOUNDED"))["speedup"]
+    invalid = by_check(performance(fig, BASE, floor, {}, "CONFOUNDED"))["speedup"]
     assert invalid["verdict"] == "WARN" and "CONFOUNDED" in invalid["reason"], invalid
-    assert _by_check(performance(fig, BASE, floor, {"speedup": 0.9}, "CONFOUNDED"))["speedup"]["verdict"] == "FAIL"
+    assert by_check(performance(fig, BASE, floor, {"speedup": 0.9}, "CONFOUNDED"))["speedup"]["verdict"] == "FAIL"
     # ... and that guard never turns a within-noise PASS into a WARN
-    calm = _by_check(performance(_fig(0.97, 100.0, 0.7, ci=[0.88, 1.03]), BASE, None, {}, "INVALID"))["speedup"]
+    calm = by_check(performance(spec_figures(0.97, 100.0, 0.7, ci=[0.88, 1.03]), BASE, None, {}, "INVALID"))["speedup"]
     assert calm["verdict"] == "PASS" and "within noise" in calm["reason"], calm
     # unknown noise: the default floor does not FAIL what it cannot back; a user's threshold does
-    blind = _fig(0.25, 100.0, 0.7)
-    assert _by_check(performance(blind, BASE, None, {}))["speedup"]["verdict"] == "WARN"
-    assert _by_check(performance(blind, BASE, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
+    blind = spec_figures(0.25, 100.0, 0.7)
+    assert by_check(performance(blind, BASE, None, {}))["speedup"]["verdict"] == "WARN"
+    assert by_check(performance(blind, BASE, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
 
 
 def test_a_five_times_slower_arm_on_short_requests_fails() -> None:
     """Issue 46 item 3: the stored CPU night with a dead drafter (examples/cpu-fault-nights session 7: base's
     requests 60 ms, the spec arm's about 300 ms, S 0.20 [0.12, 0.32]) was excused as "median request 60 ms <
     100 ms". The client's own cost (at most 30 ms a request) cannot make a 300 ms request out of a 60 ms one."""
-    fig = {**_fig(0.20, 60.0, 0.0, request_s=0.30),
+    fig = {**spec_figures(0.20, 60.0, 0.0, request_s=0.30),
            "vs_base": {"S": 0.20, "ci": [0.12, 0.32], "design": "paired", "pairs": 24}}
     short_base = {"speed": {"ttft_ms": {"median": 7.0}, "samples": [[12.0, 0.060]] * 5}}
-    check = _by_check(performance(fig, short_base, None, {}))["speedup"]
+    check = by_check(performance(fig, short_base, None, {}))["speedup"]
     assert check["verdict"] == "FAIL", check
     # the control: a clean arm 10% slower on 40 ms requests stays a WARN (the client could be all of that)
-    clean = {**_fig(0.80, 20.0, 0.9, request_s=0.045),
+    clean = {**spec_figures(0.80, 20.0, 0.9, request_s=0.045),
              "vs_base": {"S": 0.80, "ci": [0.74, 0.86], "design": "paired", "pairs": 24}}
-    assert _by_check(performance(clean, short_base, None, {}))["speedup"]["verdict"] == "WARN"
+    assert by_check(performance(clean, short_base, None, {}))["speedup"]["verdict"] == "WARN"
     # paired on shared CPU cores (figures marks it: pairs_share_cores): alternating requests time the two
     # engines' contention, unmeasured (a clean CPU night read S 0.18 with its step at 0.63, session 9 of the
     # same database), so the default floor WARNs and says why; the dead drafter FAILs on its acceptance there,
     # and the history's collapse (tests/test_channel_history.py); a user's threshold still FAILs
     shared = {**fig, "vs_base": {**fig["vs_base"], "pairs_share_cores": True},
               "acceptance": {"alpha": 0.0, "accepted": 0, "draft_tokens": 2400}}
-    both = _by_check(performance(shared, short_base, None, {}))
+    both = by_check(performance(shared, short_base, None, {}))
     assert both["speedup"]["verdict"] == "WARN" and "shared CPU cores" in both["speedup"]["reason"], both
     assert both["acceptance_floor"]["verdict"] == "FAIL", both["acceptance_floor"]
-    assert _by_check(performance(shared, short_base, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
+    assert by_check(performance(shared, short_base, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
 
 
 def test_a_host_that_drifted_more_than_the_effect_makes_s_not_measurable() -> None:
     """Issue 46 item 3: bracketed timing measures base's rate before and after the arm; where it moved by more
     than the effect, S is "not measurable", never a FAIL; with a steady host the same S is judged."""
-    drifted = _bracketed(_fig(0.80, 100.0, 0.7), [0.60, 0.85], -0.35)
-    check = _by_check(performance(drifted, BASE, None, {}))["speedup"]
+    drifted = bracketed(spec_figures(0.80, 100.0, 0.7), [0.60, 0.85], -0.35)
+    check = by_check(performance(drifted, BASE, None, {}))["speedup"]
     assert check["verdict"] == "SKIP" and "drifted by 35%" in check["reason"], check
-    steady = _bracketed(_fig(0.80, 100.0, 0.7), [0.76, 0.84], 0.02)
-    steady_check = _by_check(performance(steady, BASE, None, {}))["speedup"]
+    steady = bracketed(spec_figures(0.80, 100.0, 0.7), [0.76, 0.84], 0.02)
+    steady_check = by_check(performance(steady, BASE, None, {}))["speedup"]
     assert steady_check["verdict"] == "FAIL" and "drift-corrected" in steady_check["reason"], steady_check
     # sequential timing with no A/A copy measured no drift: below the floor is a WARN that says so
-    blind = _fig(0.80, 100.0, 0.7, ci=[0.76, 0.84])
-    warn = _by_check(performance(blind, BASE, None, {}))["speedup"]
+    blind = spec_figures(0.80, 100.0, 0.7, ci=[0.76, 0.84])
+    warn = by_check(performance(blind, BASE, None, {}))["speedup"]
     assert warn["verdict"] == "WARN" and "drift between arms was not measured" in warn["reason"], warn
 
 
 def test_unmeasurable_figures_are_skipped_not_passed() -> None:
     """Issue item 15: no base, no S, counters not reported: SKIP with the reason."""
-    perf = _by_check(performance(_fig(None, 100.0, None), None, None, {}))
+    perf = by_check(performance(spec_figures(None, 100.0, None), None, None, {}))
     for c in ("speedup", "ttft_ratio", "acceptance_floor", "stream_tau", "token_count"):
         assert perf[c]["verdict"] == "SKIP" and perf[c]["reason"], c
 
 
 def test_acceptance_collapse_under_concurrency_trips_the_floor() -> None:
     """Issue items 11 and 15: 70% overall but 1.2% at 4-way concurrency."""
-    fig = _fig(1.2, 100.0, 0.7)
+    fig = spec_figures(1.2, 100.0, 0.7)
     fig["by_concurrency"] = {"1": {"alpha": 0.7}, "4": {"alpha": 0.012}}
-    check = _by_check(performance(fig, BASE, None, {}))["acceptance_floor"]
+    check = by_check(performance(fig, BASE, None, {}))["acceptance_floor"]
     assert check["verdict"] == "WARN" and "concurrency 4" in check["reason"] and check["value"] == 0.012
 
 
@@ -379,7 +361,7 @@ def test_judge_reapplies_stored_fail_on(store: Store) -> None:
     arms = [{"name": "base", "rate": 100, "ttft": 40.0}, {"name": "mtp1", "k": 1, "rate": 25, "ttft": 400.0}]
     sid = _session(store, arms, options={"fail_on": {"speedup": 1.0, "ttft_ratio": 3.0}})
     compute_figures(store, sid)
-    perf = _by_check(_arm(store, sid, "mtp1").figures["performance"])
+    perf = by_check(_arm(store, sid, "mtp1").figures["performance"])
     assert perf["speedup"]["verdict"] == "FAIL" and perf["ttft_ratio"]["verdict"] == "FAIL"
     assert perf["stream_tau"]["verdict"] == "PASS" and perf["token_count"]["verdict"] == "PASS"
     assert "performance" not in _arm(store, sid, "base").figures
@@ -468,7 +450,7 @@ def test_compare_checks_url_arms_and_stores_fail_on(tmp_path: Path) -> None:
     codes = {v["code"]: v["detail"] for v in mtp1.validity}
     assert "max_model_len: 4096 on base, 32768 here" in codes["CONFOUNDED"]
     assert mtp1.launch["served"]["max_model_len"] == 32768 and mtp1.launch["host"]
-    speedup = _by_check(mtp1.figures["performance"])["speedup"]
+    speedup = by_check(mtp1.figures["performance"])["speedup"]
     assert speedup["threshold"] == 0.9
 
 
@@ -478,7 +460,7 @@ def test_cross_session_speed_is_not_judged(store: Store) -> None:
                            {"name": "mtp1", "k": 1, "rate": 25, "ttft": 400.0, "host": "other-box"}],
                    options={"fail_on": {"speedup": 1.0}})
     compute_figures(store, sid)
-    perf = _by_check(_arm(store, sid, "mtp1").figures["performance"])
+    perf = by_check(_arm(store, sid, "mtp1").figures["performance"])
     assert perf["speedup"]["verdict"] == "SKIP" and "cross-session" in perf["speedup"]["reason"]
     assert perf["ttft_ratio"]["verdict"] == "SKIP"
 
@@ -563,13 +545,13 @@ def test_a_block_size_the_engine_chose_is_a_note_not_a_confound(store: Store) ->
 def test_speed_floor_needs_the_interval_too_where_an_aa_copy_exists() -> None:
     """S = 0.79 with a 0.02 A/A spread but a 95% CI of [0.34, 1.58] (the committed H200 tiny nightly's mtp1,
     one warm-up request wide) is within noise: the spread alone does not see the arm's own noise."""
-    wide = _by_check(performance(_fig(0.79, 100.0, 0.7, ci=[0.34, 1.58]), BASE, {"throughput_spread": 0.02}, {}))
+    wide = by_check(performance(spec_figures(0.79, 100.0, 0.7, ci=[0.34, 1.58]), BASE, {"throughput_spread": 0.02}, {}))
     assert wide["speedup"]["verdict"] == "PASS" and "within noise" in wide["speedup"]["reason"], wide["speedup"]
     # the negative control: the same spread with an interval wholly below the floor FAILs
-    tight = _by_check(performance(_fig(0.79, 100.0, 0.7, ci=[0.75, 0.83]), BASE, {"throughput_spread": 0.02}, {}))
+    tight = by_check(performance(spec_figures(0.79, 100.0, 0.7, ci=[0.75, 0.83]), BASE, {"throughput_spread": 0.02}, {}))
     assert tight["speedup"]["verdict"] == "FAIL", tight["speedup"]
     # and a narrow interval inside a wide A/A spread stays within noise (the drift the spread measured)
-    drift = _by_check(performance(_fig(0.85, 100.0, 0.7, ci=[0.83, 0.87]), BASE, {"throughput_spread": 0.26}, {}))
+    drift = by_check(performance(spec_figures(0.85, 100.0, 0.7, ci=[0.83, 0.87]), BASE, {"throughput_spread": 0.26}, {}))
     assert drift["speedup"]["verdict"] == "PASS", drift["speedup"]
 
 

@@ -15,13 +15,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import example_db
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO, example_db
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +31,7 @@ def _run(args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """ARGS in bash with pipefail, `observatory` being this tree's command line."""
     cmd = f"set -o pipefail; observatory() {{ {sys.executable} -m observatory.cli \"$@\"; }}; {args}"
     return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+                          env={**os.environ, "PYTHONPATH": str(REPO), **env})
 
 
 def test_a_closed_pipe_ends_quietly_with_the_commands_status(engines_db: Path) -> None:
@@ -118,7 +116,7 @@ def test_no_terminal_escape_from_a_stored_name_reaches_the_terminal(tmp_path: Pa
 def test_a_read_only_database_is_refused_before_any_request(tmp_path: Path) -> None:
     db = tmp_path / "ro.db"
     with StubServer("ok") as s:
-        ok = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", _suite(tmp_path),
+        ok = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", tiny_suite(tmp_path),
                                       "--db", str(db), "--no-diffs", "--quiet"])
         assert ok.exit_code == 0, ok.output
         sent = s.completions
@@ -126,7 +124,7 @@ def test_a_read_only_database_is_refused_before_any_request(tmp_path: Path) -> N
     ro = f"sqlite:///file:{db}?mode=ro&uri=true"
     with StubServer("ok") as s:
         r = CliRunner().invoke(cli, ["gate", "--db", ro, "--arms", f"base={s.url},mtp1={s.url}", "--suite",
-                                     _suite(tmp_path), "--report", str(tmp_path / "r")])
+                                     tiny_suite(tmp_path), "--report", str(tmp_path / "r")])
         assert r.exit_code == 3 and "read-only" in r.output, r.output
         assert s.completions == 0 and s.models_reads == 0 and s.metrics_reads == 0
 

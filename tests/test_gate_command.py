@@ -10,24 +10,13 @@ from __future__ import annotations
 import xml.dom.minidom
 from pathlib import Path
 
-from click.testing import CliRunner
-from stub_server import StubServer
-from test_faults_survived import _suite
-
-from observatory.cli import cli
-
-
-def _gate(tmp_path: Path, arms: str, *extra: str) -> tuple[int, Path]:
-    out = tmp_path / "out"
-    r = CliRunner().invoke(cli, ["gate", "--arms", arms, "--suite", _suite(tmp_path), "--db", str(tmp_path / "g.db"),
-                                 "--report", str(out / "report"), "--junit", str(out / "junit.xml"),
-                                 "--json", str(out / "session.json"), "--no-diffs", "--quiet", *extra])
-    return r.exit_code, out
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import moving_counters, run_gate
 
 
 def test_failing_spec_arm_exits_1(tmp_path: Path) -> None:
     with StubServer("ok", token=5) as base, StubServer("ok", token=9) as spec:
-        code, out = _gate(tmp_path, f"base={base.url},mtp1={spec.url}")
+        code, out, _ = run_gate(tmp_path, f"base={base.url},mtp1={spec.url}")
     assert code == 1
     assert (out / "report" / "index.html").is_file() and (out / "session.json").is_file()
     doc = xml.dom.minidom.parse(str(out / "junit.xml"))
@@ -37,7 +26,7 @@ def test_failing_spec_arm_exits_1(tmp_path: Path) -> None:
 
 def test_invalid_arm_exits_2(tmp_path: Path) -> None:
     with StubServer("ok", token=5) as base, StubServer("hang") as spec:
-        code, out = _gate(tmp_path, f"base={base.url},mtp1={spec.url}", "--request-timeout", "2")
+        code, out, _ = run_gate(tmp_path, f"base={base.url},mtp1={spec.url}", "--request-timeout", "2")
     assert code == 2
     doc = xml.dom.minidom.parse(str(out / "junit.xml"))
     errors = [c for c in doc.getElementsByTagName("testcase") if c.getElementsByTagName("error")]
@@ -46,7 +35,7 @@ def test_invalid_arm_exits_2(tmp_path: Path) -> None:
 
 
 def test_setup_error_exits_3(tmp_path: Path) -> None:
-    code, out = _gate(tmp_path, "base,mtp9000")
+    code, out, _ = run_gate(tmp_path, "base,mtp9000")
     assert code == 3 and not out.exists()
 
 
@@ -57,25 +46,19 @@ def _speedup(out: Path, arm_name: str = "mtp2") -> dict:  # type: ignore[type-ar
     return next(p for p in arm["performance"] if p["check"] == "speedup")
 
 
-def _moving_counters() -> list[str]:
-    """/metrics texts whose spec counters grow on every read (a speculating arm, for the stub)."""
-    from test_hostile import SPEC
-    return [SPEC.format(drafts=10 * i, tokens=20 * i, accepted=15 * i) for i in range(400)]
-
-
 def test_four_times_slower_arm_fails_the_default_gate(tmp_path: Path) -> None:
     """Issue 30.4: no --fail-on, a spec arm answering 4x slower than base: exit 1 on the speed floor.
 
     STUB servers: a real engine cannot be made four times slower on demand. Each answers after a fixed
     delay, the spec one with counters that move (consistent with k = 2: 2 drafted tokens per draft); the negative control (the same delays) is not a FAIL."""
     with StubServer("ok", token=5, delay_s=0.15) as base, \
-            StubServer("ok", token=5, delay_s=0.6, metrics=_moving_counters()) as spec:
-        code, out = _gate(tmp_path, f"base={base.url},base={base.url},mtp2={spec.url}")
+            StubServer("ok", token=5, delay_s=0.6, metrics=moving_counters()) as spec:
+        code, out, _ = run_gate(tmp_path, f"base={base.url},base={base.url},mtp2={spec.url}")
     check = _speedup(out)
     assert check["verdict"] == "FAIL" and check["value"] < 0.5, check
     assert code == 1
     (tmp_path / "same").mkdir()
     with StubServer("ok", token=5, delay_s=0.15) as base, \
-            StubServer("ok", token=5, delay_s=0.15, metrics=_moving_counters()) as spec:
-        code, out = _gate(tmp_path / "same", f"base={base.url},base={base.url},mtp2={spec.url}")
+            StubServer("ok", token=5, delay_s=0.15, metrics=moving_counters()) as spec:
+        code, out, _ = run_gate(tmp_path / "same", f"base={base.url},base={base.url},mtp2={spec.url}")
     assert _speedup(out)["verdict"] != "FAIL" and code == 0

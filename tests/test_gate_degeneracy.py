@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from observatory.model.gates import Output, default_registry
 from observatory.model.probes import Probe
+from tests.support.paths import FIXTURES
 
 GATE = default_registry().get("degeneracy")
 HELPERS = GATE.check.__globals__
@@ -231,7 +230,7 @@ def test_offline_adapter_shape() -> None:
 
 # --- long outputs: windows (issue item 18) ---
 
-PROSE_DIR = Path(__file__).parent / "fixtures" / "prose"
+PROSE_DIR = FIXTURES / "prose"
 LICENSE = (PROSE_DIR / "python-license.txt").read_text(encoding="utf-8")
 ZH_TUTOR = (PROSE_DIR / "vimtutor-zh_cn.txt").read_text(encoding="utf-8")
 WINDOW_CHARS = HELPERS["WINDOW_CHARS"]

@@ -14,13 +14,13 @@ import stat
 from pathlib import Path
 
 import pytest
-from stub_server import StubServer
-from test_gate_command import _gate
 
 from observatory.engines import gpu_clocks
 from observatory.engines.gpu_clocks import SM_TOLERANCE, ClockSampler, drift
 from observatory.judge.figures import gpu_clocks as block_clocks
 from observatory.judge.perf_gates import clocks_check
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import run_gate
 
 
 def _record(*rows: tuple[float, float]) -> dict[str, object]:
@@ -92,7 +92,7 @@ def test_without_nvidia_smi_or_a_gpu_it_is_not_measurable_never_an_error(tmp_pat
 
 def test_a_url_session_stores_not_measurable_beside_each_block(tmp_path: Path) -> None:
     with StubServer("ok", token=5) as base, StubServer("ok", token=5) as spec:
-        _, out = _gate(tmp_path, f"base={base.url},mtp1={spec.url}")
+        _, out, _ = run_gate(tmp_path, f"base={base.url},mtp1={spec.url}")
     data = json.loads((out / "session.json").read_text())
     for arm in data["arms"]:
         clocks = arm["gpu_clocks"]

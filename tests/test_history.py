@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_report import HOSTILE, HOSTILE_ESCAPED, PROBES, _cli, make_session
 
 from observatory.model.read_model import ValidityFlag
 from observatory.report.data import build
 from observatory.report.trends import Alert, find_alerts, load_points, render_history, session_points
 from observatory.store.session_store import Store
+from tests.support.judged_sessions import HOSTILE, HOSTILE_ESCAPED, PROBES, make_session, report_cli
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_models_and_arms_filter(store: Store) -> None:
 def test_history_command_json(store: Store, tmp_path: Path) -> None:
     make_session(store, accept=0.7)
     make_session(store, accept=0.5)
-    result = CliRunner().invoke(_cli(), ["history", "--json", "--arm", "mtp1"], catch_exceptions=False)
+    result = CliRunner().invoke(report_cli(), ["history", "--json", "--arm", "mtp1"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert [p["session"] for p in out["points"]] == [1, 2]
@@ -141,7 +141,7 @@ def test_history_command_json(store: Store, tmp_path: Path) -> None:
 def test_history_command_table_and_html(store: Store, tmp_path: Path) -> None:
     make_session(store, accept=0.7, model=f"/models/{HOSTILE}")
     make_session(store, accept=0.5, model=f"/models/{HOSTILE}")
-    result = CliRunner().invoke(_cli(), ["history", "--out", str(tmp_path / "site")], catch_exceptions=False)
+    result = CliRunner().invoke(report_cli(), ["history", "--out", str(tmp_path / "site")], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "REGRESSION (session 2): mtp1: alpha dropped" in result.output.replace("\n", " ")
     html = (tmp_path / "site" / "history.html").read_text()
@@ -155,7 +155,7 @@ def test_history_command_table_and_html(store: Store, tmp_path: Path) -> None:
 
 def test_history_with_nothing_to_show_says_what_to_do(store: Store) -> None:
     make_session(store)
-    result = CliRunner().invoke(_cli(), ["history", "--arm", "mtp9"])
+    result = CliRunner().invoke(report_cli(), ["history", "--arm", "mtp9"])
     assert result.exit_code == 3 and "No matching sessions" in result.output
 
 

@@ -7,10 +7,9 @@ import subprocess
 import sys
 import time
 
-from test_figures import BASE, _bracketed, _by_check, _fig
-
 from observatory.engines.host_load import BUSY_HOST_SHARE, HostLoad, busy_share
 from observatory.judge.perf_gates import performance
+from tests.support.speed_figures import BASE, bracketed, by_check, spec_figures
 
 SPIN = "import time\nt = time.time()\nwhile time.time() - t < 5: pass\n"
 
@@ -66,13 +65,13 @@ def test_a_busy_host_keeps_a_clearly_slower_clean_arm_a_warn() -> None:
     """The loaded CPU night: mtp2 at S 0.37 [0.25, 0.53] with base steady around it (drift -1.5%) while other work
     held the cores: the default floor WARNs and says why; the same figures on a quiet host FAIL (the control);
     a user's threshold FAILs either way."""
-    fig = _bracketed(_fig(0.37, 100.0, 0.5), [0.25, 0.53], -0.015)
+    fig = bracketed(spec_figures(0.37, 100.0, 0.5), [0.25, 0.53], -0.015)
     busy = {**fig, "vs_base": {**fig["vs_base"], "host_foreign_share": 0.86}}
-    check = _by_check(performance(busy, BASE, None, {}))["speedup"]
+    check = by_check(performance(busy, BASE, None, {}))["speedup"]
     assert check["verdict"] == "WARN" and "other work took 86% of the host's CPU" in check["reason"], check
     quiet = {**fig, "vs_base": {**fig["vs_base"], "host_foreign_share": BUSY_HOST_SHARE / 5}}
-    assert _by_check(performance(quiet, BASE, None, {}))["speedup"]["verdict"] == "FAIL"
-    assert _by_check(performance(busy, BASE, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
+    assert by_check(performance(quiet, BASE, None, {}))["speedup"]["verdict"] == "FAIL"
+    assert by_check(performance(busy, BASE, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
 
 
 def test_on_cpu_cores_the_floor_fails_a_step_no_verify_can_cost() -> None:
@@ -81,15 +80,15 @@ def test_on_cpu_cores_the_floor_fails_a_step_no_verify_can_cost() -> None:
     tau 2.03, k = 2: at least 3.8 base steps a step) WARNs; the four times slower step (S 0.16 [0.14, 0.18]: at
     least 11 base steps, beyond 2 x (k + 1)) FAILs; the same clean figures served on a GPU FAIL (the control)."""
     def cpu(S: float, ci: list[float], served: bool = True) -> dict:
-        fig = _bracketed(_fig(S, 100.0, 0.5), ci, 0.01)
+        fig = bracketed(spec_figures(S, 100.0, 0.5), ci, 0.01)
         return {**fig, "vs_base": {**fig["vs_base"], "cpu_served": served, "tau": 2.03, "k": 2}}
 
-    clean = _by_check(performance(cpu(0.37, [0.25, 0.53]), BASE, None, {}))["speedup"]
+    clean = by_check(performance(cpu(0.37, [0.25, 0.53]), BASE, None, {}))["speedup"]
     assert clean["verdict"] == "WARN" and "compute-bound" in clean["reason"] and "3.8 base steps" in clean["reason"]
-    slow = _by_check(performance(cpu(0.16, [0.14, 0.18]), BASE, None, {}))["speedup"]
+    slow = by_check(performance(cpu(0.16, [0.14, 0.18]), BASE, None, {}))["speedup"]
     assert slow["verdict"] == "FAIL", slow
-    gpu = _by_check(performance(cpu(0.37, [0.25, 0.53], served=False), BASE, None, {}))["speedup"]
+    gpu = by_check(performance(cpu(0.37, [0.25, 0.53], served=False), BASE, None, {}))["speedup"]
     assert gpu["verdict"] == "FAIL", gpu
     unknown = {**cpu(0.37, [0.25, 0.53]), "vs_base": {**cpu(0.37, [0.25, 0.53])["vs_base"], "tau": None}}
-    assert _by_check(performance(unknown, BASE, None, {}))["speedup"]["verdict"] == "WARN"
-    assert _by_check(performance(cpu(0.37, [0.25, 0.53]), BASE, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"
+    assert by_check(performance(unknown, BASE, None, {}))["speedup"]["verdict"] == "WARN"
+    assert by_check(performance(cpu(0.37, [0.25, 0.53]), BASE, None, {"speedup": 0.9}))["speedup"]["verdict"] == "FAIL"

@@ -11,39 +11,20 @@ import xml.dom.minidom
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from stub_server import StubServer
-from test_faults_survived import _suite
 
-from observatory.cli import cli
-
-SPEC = (
-    "# TYPE vllm:spec_decode_num_drafts_total counter\n"
-    "vllm:spec_decode_num_drafts_total {drafts}\n"
-    "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
-    "vllm:spec_decode_num_draft_tokens_total {tokens}\n"
-    "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
-    "vllm:spec_decode_num_accepted_tokens_total {accepted}\n"
-)
-
-
-def _gate(tmp_path: Path, arms: str, *extra: str) -> tuple[int, Path, str]:
-    out = tmp_path / "out"
-    r = CliRunner().invoke(cli, ["gate", "--arms", arms, "--suite", _suite(tmp_path), "--db", str(tmp_path / "g.db"),
-                                 "--report", str(out / "report"), "--junit", str(out / "junit.xml"),
-                                 "--json", str(out / "session.json"), "--no-diffs", "--quiet", *extra])
-    return r.exit_code, out, r.output
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import SPEC_COUNTERS, run_gate
 
 
 @pytest.mark.parametrize(
     "metrics, problem",
     [
-        ([SPEC.format(drafts="NaN", tokens=10, accepted=5)], "not a count"),
-        ([SPEC.format(drafts="+Inf", tokens=10, accepted=5)], "not a count"),
+        ([SPEC_COUNTERS.format(drafts="NaN", tokens=10, accepted=5)], "not a count"),
+        ([SPEC_COUNTERS.format(drafts="+Inf", tokens=10, accepted=5)], "not a count"),
         # the arm's start reads /metrics once for its facts (server_facts): the counters drop after that
-        ([SPEC.format(drafts=1000, tokens=2000, accepted=900)] * 2 + [SPEC.format(drafts=10, tokens=20, accepted=9)],
+        ([SPEC_COUNTERS.format(drafts=1000, tokens=2000, accepted=900)] * 2 + [SPEC_COUNTERS.format(drafts=10, tokens=20, accepted=9)],
          "decreased"),
-        ([SPEC.replace("num_drafts_total counter", "num_drafts_total gauge").format(drafts=5, tokens=10, accepted=5)],
+        ([SPEC_COUNTERS.replace("num_drafts_total counter", "num_drafts_total gauge").format(drafts=5, tokens=10, accepted=5)],
          "not a counter"),
     ],
     ids=["nan", "inf", "decreasing", "gauge"],
@@ -53,7 +34,7 @@ def test_hostile_metrics_flag_the_arm_and_the_session_goes_on(tmp_path: Path, me
     decreasing counters were stored as negative drafts and passed; a gauge was counted as drafts."""
     with StubServer("ok", token=5) as base, StubServer("ok", token=5, metrics=metrics) as spec, \
             StubServer("ok", token=5) as later:
-        code, out, output = _gate(tmp_path, f"base={base.url},mtp1={spec.url},mtp2={later.url}")
+        code, out, output = run_gate(tmp_path, f"base={base.url},mtp1={spec.url},mtp2={later.url}")
     assert code == 2, output
     data = json.loads((out / "session.json").read_text())
     arms = {a["name"]: a for a in data["arms"]}
@@ -70,7 +51,7 @@ def test_engine_without_draft_counters_is_not_provable(tmp_path: Path) -> None:
     """Issue 13 item 8: missing counters are not zero; a spec arm on an engine that reports none is
     'speculation not provable', with no tau or histogram made up."""
     with StubServer("ok", token=5) as base, StubServer("ok", token=5) as spec:
-        code, out, output = _gate(tmp_path, f"base={base.url},mtp1={spec.url}", "--engine", "sglang")
+        code, out, output = run_gate(tmp_path, f"base={base.url},mtp1={spec.url}", "--engine", "sglang")
     assert code == 2, output
     data = json.loads((out / "session.json").read_text())
     mtp1 = data["arms"][1]
@@ -87,7 +68,7 @@ def test_drip_stream_is_hung_within_the_request_timeout(tmp_path: Path) -> None:
 
     with StubServer("ok", token=5) as base, StubServer("drip") as spec:
         t0 = time.monotonic()
-        code, out, output = _gate(tmp_path, f"base={base.url},mtp1={spec.url}", "--request-timeout", "2")
+        code, out, output = run_gate(tmp_path, f"base={base.url},mtp1={spec.url}", "--request-timeout", "2")
         took = time.monotonic() - t0
     assert code == 2, output
     data = json.loads((out / "session.json").read_text())
@@ -102,7 +83,7 @@ def test_withheld_logprobs_long_fields_and_nan_logprobs_end_in_a_verdict(tmp_pat
     with StubServer("ok", token=5, version="v" * 100, finish_reason="f" * 100) as base, \
             StubServer("ok", token=5, with_logprobs=False) as spec, \
             StubServer("ok", token=7, logprob=float("nan")) as spec2:
-        code, out, output = _gate(tmp_path, f"base={base.url},mtp1={spec.url},mtp2={spec2.url}")
+        code, out, output = run_gate(tmp_path, f"base={base.url},mtp1={spec.url},mtp2={spec2.url}")
     assert code in (1, 2), output
     assert "Traceback" not in output
     data = json.loads((out / "session.json").read_text())
@@ -117,7 +98,7 @@ def test_dripping_metrics_end_the_arm_within_the_timeout(tmp_path: Path) -> None
     with StubServer("ok", token=5) as base, StubServer("ok", token=5, drip_metrics=True) as spec, \
             StubServer("ok", token=5) as later:
         t0 = time.monotonic()
-        code, out, output = _gate(tmp_path, f"base={base.url},mtp1={spec.url},mtp2={later.url}",
+        code, out, output = run_gate(tmp_path, f"base={base.url},mtp1={spec.url},mtp2={later.url}",
                                   "--request-timeout", "2")
         took = time.monotonic() - t0
     assert code == 2, output

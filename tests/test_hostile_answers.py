@@ -14,18 +14,17 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from pg import pg_bin, postgres_server
-from stub_server import StubServer
-from test_faults_survived import _suite
-from test_hostile import _gate
 
 from observatory.cli import cli
+from tests.support.postgres import pg_bin, postgres_server
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import run_gate, tiny_suite
 
 
 def _session(tmp_path: Path, **spec: Any) -> tuple[int, dict[str, dict[str, Any]], str]:
     with StubServer("ok", token=5) as base, StubServer("ok", token=5, **spec) as bad, \
             StubServer("ok", token=5) as later:
-        code, out, output = _gate(tmp_path, f"base={base.url},mtp1={bad.url},mtp2={later.url}")
+        code, out, output = run_gate(tmp_path, f"base={base.url},mtp1={bad.url},mtp2={later.url}")
     assert "Traceback" not in output, output
     assert (out / "report" / "index.html").is_file()
     data = json.loads((out / "session.json").read_text())
@@ -91,7 +90,7 @@ def test_a_400kb_version_is_bounded(tmp_path: Path) -> None:
     t0 = time.monotonic()
     with StubServer("ok", token=5) as base, StubServer("ok", token=5, version="v" * 400_000) as spec:
         r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite",
-                                     _suite(tmp_path), "--db", str(tmp_path / "g.db"), "--report",
+                                     tiny_suite(tmp_path), "--db", str(tmp_path / "g.db"), "--report",
                                      str(out / "report"), "--json", str(out / "session.json"), "--no-diffs"])
     took = time.monotonic() - t0
     assert r.exit_code == 2, r.output
@@ -118,7 +117,7 @@ def test_out_of_range_answers_store_on_postgresql(tmp_path: Path, pg_url: str) -
     with StubServer("ok", token=5) as base, StubServer("ok", token=5, completion_tokens=10**30) as huge, \
             StubServer("ok", token=5, finish_reason={"why": "object"}) as obj:
         r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url},mtp1={huge.url},mtp2={obj.url}",
-                                     "--suite", _suite(tmp_path), "--db", pg_url, "--report", str(out / "report"),
+                                     "--suite", tiny_suite(tmp_path), "--db", pg_url, "--report", str(out / "report"),
                                      "--json", str(out / "session.json"), "--no-diffs", "--quiet"])
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output

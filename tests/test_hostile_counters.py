@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stub_server import StubServer
-from test_hostile import _gate
-
 from observatory.engines.metrics import CounterWatch, SpecCounters, parse_spec_counters
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import run_gate
 
 _FAMILIES = (("num_drafts", "drafts"), ("num_draft_tokens", "tokens"), ("num_accepted_tokens", "accepted"))
 
@@ -40,7 +39,7 @@ def _text(i: int, labels: str = 'engine="0",model_name="stub-model"', per_pos: d
 
 def _run(tmp_path: Path, metrics: list[str]) -> tuple[int, dict[str, dict[str, object]], Path]:
     with StubServer("ok", token=5) as base, StubServer("ok", token=5, metrics=metrics) as spec:
-        code, out, output = _gate(tmp_path, f"base={base.url},mtp1={spec.url}")
+        code, out, output = run_gate(tmp_path, f"base={base.url},mtp1={spec.url}")
     assert "Traceback" not in output, output
     data = json.loads((out / "session.json").read_text())
     assert (out / "report" / "index.html").is_file()

@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import verdict_exit
-from sse_stub import SseStub, sse, whole
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+from tests.support.sessions import verdict_exit
+from tests.support.sse_stub import SseStub, sse, whole
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 
 def _db_sound(db: Path) -> None:
@@ -74,7 +73,7 @@ def test_a_garbage_chunk_size_fails_the_request_and_the_gate_finishes(tmp_path: 
     db = tmp_path / "g.db"
     with StubServer("ok", token=5) as base, SseStub({"/v1/chat/completions": _bad_chunk(size)}) as bad:  # type: ignore[dict-item]
         t0 = time.monotonic()
-        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url},mtp1={bad.url}", "--suite", _suite(tmp_path),
+        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url},mtp1={bad.url}", "--suite", tiny_suite(tmp_path),
                                      "--db", str(db), "--no-diffs", "--quiet", "--request-timeout", "5",
                                      "--json", str(tmp_path / "s.json"), "--report", str(tmp_path / "report")])
         took = time.monotonic() - t0
@@ -222,7 +221,7 @@ def test_a_400kb_version_does_not_stall_the_terminal(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     with StubServer("ok", token=5, version="v" * 400_000) as base, StubServer("ok", token=5) as spec:
         t0 = time.monotonic()
-        r = _observatory("gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", _suite(tmp_path),
+        r = _observatory("gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", tiny_suite(tmp_path),
                          "--db", str(db), "--no-diffs", "--report", str(tmp_path / "report"), timeout=200)
         took = time.monotonic() - t0
     assert r.returncode in (0, 1, 2), r.stderr[-2000:]
@@ -261,7 +260,7 @@ def test_a_database_that_fills_mid_session_fails_cleanly_and_resumes(tmp_path: P
     one line, exit 5, the session interrupted with the reason, the database intact, and
     `compare --resume` goes on once there is room."""
     db = tmp_path / "full.db"
-    suite = _suite(tmp_path)
+    suite = tiny_suite(tmp_path)
     with StubServer("ok", token=5) as base, StubServer("ok", token=5) as spec:
         arms = f"base={base.url},mtp1={spec.url}"
         first = _observatory("compare", "--arms", arms, "--suite", suite, "--db", str(db), "--no-diffs", "--quiet")
@@ -321,7 +320,7 @@ def test_a_lock_held_past_the_busy_timeout_is_retried(tmp_path: Path) -> None:
     the session completes (the control for the case below)."""
     db = tmp_path / "l.db"
     with StubServer("ok", token=5, delay_s=0.3) as base, StubServer("ok", token=5, delay_s=0.3) as spec:
-        proc = _compare_popen(db, f"base={base.url},mtp1={spec.url}", _suite(tmp_path))
+        proc = _compare_popen(db, f"base={base.url},mtp1={spec.url}", tiny_suite(tmp_path))
         _hold_lock_once_running(db, proc, 2.0)
         _, stderr = proc.communicate(timeout=240)
     assert proc.returncode == verdict_exit(db), stderr
@@ -333,7 +332,7 @@ def test_a_lock_held_for_good_fails_cleanly_and_marks_the_session(tmp_path: Path
     session marked interrupted once the lock is gone, the database intact, and --resume completes it."""
     db = tmp_path / "l.db"
     with StubServer("ok", token=5, delay_s=0.3) as base, StubServer("ok", token=5, delay_s=0.3) as spec:
-        proc = _compare_popen(db, f"base={base.url},mtp1={spec.url}", _suite(tmp_path))
+        proc = _compare_popen(db, f"base={base.url},mtp1={spec.url}", tiny_suite(tmp_path))
         _hold_lock_once_running(db, proc, 12.0)
         _, stderr = proc.communicate(timeout=240)
         assert proc.returncode == 5, stderr
@@ -376,7 +375,7 @@ def test_hostile_arms_and_probe_files_are_one_line_exit_3(tmp_path: Path, kind: 
     with StubServer("ok") as s:
         args = ["compare", "--arms", f"base={s.url}", "--db", str(db), "--quiet", option, path]
         if option == "--arms-file":
-            args += ["--suite", _suite(tmp_path)]
+            args += ["--suite", tiny_suite(tmp_path)]
         r = CliRunner().invoke(cli, args)  # under pytest an internal error re-raises: exit 1, never 3
     assert r.exit_code == 3, r.output
     _one_line(r.output)
@@ -417,19 +416,19 @@ def test_arm_names_longer_than_stored_are_refused(tmp_path: Path) -> None:
     db = tmp_path / "n.db"
     with StubServer("ok", token=5) as s:
         long_a, long_b = "a" * 299 + "x", "a" * 299 + "y"
-        r = _observatory("compare", "--arms", f"{long_a}={s.url},{long_b}={s.url}", "--suite", _suite(tmp_path),
+        r = _observatory("compare", "--arms", f"{long_a}={s.url},{long_b}={s.url}", "--suite", tiny_suite(tmp_path),
                          "--db", str(db), "--quiet", timeout=60)
         assert r.returncode == 3, r.stderr
         assert "300 characters" in _one_line(r.stderr)
         assert not db.exists()
         arms_file = tmp_path / "arms.toml"
         arms_file.write_text(f'[arms.{"b" * 300}]\nspeculative_config = {{ method = "mtp", num_speculative_tokens = 1 }}\n')
-        r = _observatory("compare", "--arms", "b" * 300, "--arms-file", str(arms_file), "--suite", _suite(tmp_path),
+        r = _observatory("compare", "--arms", "b" * 300, "--arms-file", str(arms_file), "--suite", tiny_suite(tmp_path),
                          "--db", str(db), "--quiet", timeout=60)
         assert r.returncode == 3, r.stderr
         _one_line(r.stderr)
         fits = "c" * MAX_NAME
-        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url},{fits}={s.url}", "--suite", _suite(tmp_path),
+        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url},{fits}={s.url}", "--suite", tiny_suite(tmp_path),
                                      "--db", str(db), "--quiet", "--no-diffs"])
     assert r.exit_code in (0, 2), r.output
     con = sqlite3.connect(db)
@@ -450,7 +449,7 @@ def test_url_arms_nobody_answers_are_one_line_exit_3_before_any_session(tmp_path
     listening, or an empty port, stored a session and exited 2."""
     db = tmp_path / "u.db"
     extra = ["--report", str(tmp_path / "r")] if command == "gate" else []
-    r = CliRunner().invoke(cli, [command, "--arms", arms, "--suite", _suite(tmp_path), "--db", str(db), "--quiet",
+    r = CliRunner().invoke(cli, [command, "--arms", arms, "--suite", tiny_suite(tmp_path), "--db", str(db), "--quiet",
                                  *extra])
     assert r.exit_code == 3, r.output
     _one_line(r.output)
@@ -462,7 +461,7 @@ def test_history_never_draws_one_trend_across_two_models(tmp_path: Path) -> None
     arms)", so history drew one trend and compared them. Points are keyed by the model each arm served:
     two series, nothing compared across them; --model selects one."""
     db = tmp_path / "h.db"
-    suite = _suite(tmp_path)
+    suite = tiny_suite(tmp_path)
     for model in ("model-a", "model-b"):
         with StubServer("ok", token=5, model=model) as base, StubServer("ok", token=5, model=model) as spec:
             r = CliRunner().invoke(cli, ["compare", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", suite,
@@ -491,13 +490,13 @@ def test_a_database_locked_from_the_start_is_exit_5_and_nothing_is_stored(tmp_pa
     line, exit 5 (a storage failure, not a setup error nor INVALID), no session stored."""
     db = tmp_path / "l.db"
     with StubServer("ok", token=5) as s:
-        first = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", _suite(tmp_path),
+        first = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", tiny_suite(tmp_path),
                                          "--db", str(db), "--quiet", "--no-diffs"])
         assert first.exit_code == 0, first.output
         con = sqlite3.connect(db)
         con.execute("BEGIN EXCLUSIVE")
         try:
-            r = _observatory("compare", "--arms", f"base={s.url}", "--suite", _suite(tmp_path), "--db", str(db),
+            r = _observatory("compare", "--arms", f"base={s.url}", "--suite", tiny_suite(tmp_path), "--db", str(db),
                              "--quiet", env={"OBSERVATORY_SQLITE_BUSY_MS": "200"}, timeout=120)
         finally:
             con.rollback()
@@ -514,7 +513,7 @@ def test_a_database_that_fills_while_the_probes_are_stored_resumes(tmp_path: Pat
     """Full while the session's probes were being stored: the session is marked interrupted, and
     `--resume` stores the probes still missing (no arm ran with any) instead of refusing them as edited."""
     db = tmp_path / "p.db"
-    small = _suite(tmp_path)
+    small = tiny_suite(tmp_path)
     big = tmp_path / "big.toml"
     big.write_text("".join(f'[[probe]]\nname = "p{i}"\ncategory = "prose_en"\nmax_tokens = 8\n'
                            f'messages = [{{ role = "user", content = "{os.urandom(1500).hex()}" }}]\n\n'

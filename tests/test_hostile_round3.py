@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 KEY = "sk-round3-9f8e7d6c5b4a"
 
@@ -70,7 +70,7 @@ def test_a_key_in_a_url_query_reaches_no_stored_file(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
     out = tmp_path / "out"
     with StubServer("ok", token=5) as base:
-        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url}/?api_key={KEY}", "--suite", _suite(tmp_path),
+        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url}/?api_key={KEY}", "--suite", tiny_suite(tmp_path),
                                      "--db", str(db), "--quiet", "--no-diffs", "--report", str(out / "report"),
                                      "--json", str(out / "s.json"), "--junit", str(out / "j.xml")])
     assert r.exit_code in (0, 1, 2), r.output
@@ -191,11 +191,10 @@ def test_report_vs_names_an_arm_whose_k_engine_or_dtype_differs(tmp_path: Path) 
     another dtype in the other session ("Differences between these sessions: none recorded")."""
     import sqlite3
 
-    from test_report import make_session
-
     from observatory.report.data import build
     from observatory.report.html import render_cross
     from observatory.store.session_store import Store
+    from tests.support.judged_sessions import make_session
 
     db = tmp_path / "runs.db"
     store = Store(str(db))
@@ -221,7 +220,7 @@ def test_a_concurrency_or_repeat_beyond_any_host_is_a_setup_error(tmp_path: Path
     """--concurrency 99999999999 was taken: the session stayed running, building a batch of that size."""
     db = tmp_path / "c.db"
     with StubServer("ok", token=5) as s:
-        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", _suite(tmp_path),
+        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", tiny_suite(tmp_path),
                                      "--db", str(db), "--quiet", *flag])
     assert r.exit_code == 3, r.output
     assert "1..4096" in r.output and not db.exists()
@@ -230,9 +229,8 @@ def test_a_concurrency_or_repeat_beyond_any_host_is_a_setup_error(tmp_path: Path
 def test_the_preflight_request_survives_an_answer_nested_too_deep() -> None:
     """The one-token request before anything is stored read its answer with json (RecursionError on 50,000
     levels: an internal error, exit 4); the answer is the session's to record as malformed."""
-    from sse_stub import SseStub, whole
-
     from observatory.session.preflight import missing_flag
+    from tests.support.sse_stub import SseStub, whole
 
     deep = b'{"choices": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
     with SseStub({"/v1/chat/completions": lambda req: whole(deep)}) as stub:  # type: ignore[dict-item]

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import example_db
 
 from observatory.cli import cli
 from observatory.client.send import EngineClient
@@ -23,6 +22,7 @@ from observatory.model.probes import Probe
 from observatory.report.data import build
 from observatory.session.prompt_tokens import prompt_ids
 from observatory.store.session_store import Store
+from tests.support.paths import example_db
 
 
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> list[Any]:

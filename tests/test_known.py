@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import example_db
 
 from observatory.cli import cli
 from observatory.judge.ledger_match import apply_ledger
@@ -32,6 +31,7 @@ from observatory.report.data import build
 from observatory.report.junit import junit_xml
 from observatory.report.openmetrics import openmetrics_text
 from observatory.store.session_store import Store
+from tests.support.paths import example_db
 
 STOP = "vllm-cuda-ids-past-stop"
 ENTRY = {"id": "ids-past-stop", "title": "ids past a stop string", "link": "https://example.org/bug/1",
@@ -352,8 +352,8 @@ def test_a_gate_with_a_ledger_covers_its_fail_and_exits_0(tmp_path: Path) -> Non
     """End to end through `gate`: the ledger given with --known is stored with the session, covers the spec
     arm's token FAILs (KNOWN in JUnit, never a failure) and the gate exits 0; the same gate without it exits 1.
     STUB servers: a real engine cannot be made to answer another token on demand."""
-    from stub_server import StubServer
-    from test_faults_survived import _suite
+    from tests.support.stub_server import StubServer
+    from tests.support.stub_sessions import tiny_suite
 
     ledger = _ledger(tmp_path / "team.toml", {
         "id": "stub-token", "title": "the stub answers another token", "reproduction": "tests/stub_server.py",
@@ -362,7 +362,7 @@ def test_a_gate_with_a_ledger_covers_its_fail_and_exits_0(tmp_path: Path) -> Non
     with StubServer("ok", token=5) as base, StubServer("ok", token=9) as spec:
         for name, extra in (("with", ["--known", str(ledger)]), ("without", [])):
             out = tmp_path / name
-            r = _invoke("gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", _suite(tmp_path),
+            r = _invoke("gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", tiny_suite(tmp_path),
                         "--db", str(out / "g.db"), "--report", str(out / "report"), "--junit", str(out / "j.xml"),
                         "--no-diffs", "--quiet", *extra)
             runs[name] = (r, out)

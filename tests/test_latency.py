@@ -72,12 +72,11 @@ def test_the_committed_three_engine_session(tmp_path: Path) -> None:
     latency table shows them (the figures put in place of the stored ones: a whole re-judge costs 20 s)."""
     from dataclasses import replace
 
-    from conftest import example_db
-
     from observatory.judge.figures import _allowed_per_chunk
     from observatory.report.data import build
     from observatory.report.html import render_session
     from observatory.store.session_store import Store
+    from tests.support.paths import example_db
 
     store = Store(str(example_db("h200-engines/h200-three-engines.db", tmp_path / "e.db")), create=False)
     data = build(store)

@@ -22,8 +22,7 @@ from observatory.session.launch import launch
 from observatory.session.options import CompareOptions, SessionPlan
 from observatory.session.runner import Runner
 from observatory.store.session_store import Store
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
 
 # STUB_MODE: ok (serve /health), exit (die at once), port_taken (always), port_taken_once (first launch only)
 _STUB_ENGINE = '''
@@ -144,12 +143,11 @@ def test_launch_is_the_one_path() -> None:
 def test_check_alive_reads_the_error_kind_not_the_text(tmp_path: Path) -> None:
     """Issue 14 item 5: a failed request is HUNG by its kind "timeout"; an HTTP error whose text happens to
     say "Timeout" from a server that still answers /health is a per-request error (was marked HUNG)."""
-    from stub_server import StubServer
-
     from observatory.client.answer import Response
     from observatory.client.send import EngineClient
     from observatory.session.measure import ArmCrashed, ArmRun
     from observatory.session.runner import NullReporter
+    from tests.support.stub_server import StubServer
 
     with StubServer("ok") as server, Store(str(tmp_path / "k.db"), write=True) as store:
         run = ArmRun(Arm(name="base"), 1, store, {}, [], NullReporter(), SessionPlan(arms="base"),

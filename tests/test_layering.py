@@ -11,7 +11,9 @@ from collections import defaultdict
 from functools import cache
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "observatory"
+from tests.support.paths import REPO
+
+PACKAGE = REPO / "observatory"
 
 # Bottom first: a module may import its own subpackage and those before it, never one after it.
 LAYERS = ("faults", "model", "store", "engines", "client", "judge", "channels", "session", "triage", "report",

@@ -11,17 +11,16 @@ import time
 from pathlib import Path
 
 from click.testing import CliRunner
-from conftest import verdict_exit
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
 from observatory.store import lease
 from observatory.store.clock import utcnow
 from observatory.store.db import SessionRow
 from observatory.store.session_store import Store
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+from tests.support.sessions import verdict_exit
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 
 def _session(store: Store, **lease_fields: object) -> int:
@@ -76,7 +75,7 @@ def test_killed_runner_shows_abandoned_and_resumes_without_duplicates(tmp_path: 
     with StubServer("ok", delay_s=0.5) as base, StubServer("ok", delay_s=0.5) as spec:
         arms = f"base={base.url},mtp1={spec.url}"
         proc = subprocess.Popen([sys.executable, "-m", "observatory", "compare", "--arms", arms, "--suite",
-                                 _suite(tmp_path), "--db", str(db), "--no-diffs", "--quiet"], env=env,
+                                 tiny_suite(tmp_path), "--db", str(db), "--no-diffs", "--quiet"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60

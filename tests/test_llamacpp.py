@@ -13,8 +13,8 @@ from observatory.engines import llamacpp
 from observatory.engines.arm_engines import parse_arms
 from observatory.engines.server import EngineSettings, engine_argv
 from observatory.model.errors import ArmError, ObservatoryError
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO / "observatory" / "default_model"
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from observatory.engines import llamacpp
+from tests.support.paths import REPO
 
 
 def test_cpu_build_folder_is_the_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -26,6 +27,6 @@ def test_cuda_build_folder_names_the_architectures(monkeypatch: pytest.MonkeyPat
 
 def test_build_script_cuda_folder_matches(tmp_path: Path) -> None:
     """build-llama.sh and llamacpp.cache_root agree on the CUDA folder's name."""
-    script = (Path(__file__).parents[1] / "scripts" / "build-llama.sh").read_text()
+    script = (REPO / "scripts" / "build-llama.sh").read_text()
     assert 'variant="$version${cuda:+-cuda$cuda}"' in script
     assert '-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$cuda"' in script

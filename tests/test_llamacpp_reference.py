@@ -23,38 +23,9 @@ from observatory.model.roles import assign_roles
 from observatory.session.measure import ArmRun
 from observatory.session.options import SessionPlan
 from observatory.store.arm_facts import launch_engine, launch_facts
-from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
+from observatory.store.db import ArmRow, ResultRow
 from observatory.store.session_store import Store
-
-PROBE = Probe("count", "counting", prompt="1, 2, 3, 4, 5,", max_tokens=12, gates=["content"])
-IDS = [223, 24, 14, 223, 25, 14, 223, 26, 14, 223, 27, 14]  # " 6, 7, 8, 9," as llama-server answered
-TEXTS = [" ", "6", ",", " ", "7", ",", " ", "8", ",", " ", "9", ","]
-
-
-def _launch(name: str, engine: str, spec: dict[str, Any] | None) -> dict[str, Any]:
-    argv = (["/cache/llama-server", "--model", "m.gguf"] if engine == "llama.cpp"
-            else ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"])
-    return {"speculative_config": spec, "argv": argv, "env": {}, "engine": engine}
-
-
-def _row(arm_id: int, pid: int, mode: str, ids: list[int], texts: list[str]) -> ResultRow:
-    return ResultRow(arm_id=arm_id, probe_id=pid, mode=mode, ok=True, text="".join(TEXTS), content="".join(TEXTS),
-                     token_ids=ids, token_texts=texts, top_logprobs=[[[i, -0.01], [7, -5.0]] for i in ids],
-                     finish_reason="length", usage={"completion_tokens": len(IDS)}, ttft_ms=5.0, duration_ms=20.0,
-                     chunks=[], counters_delta={}, concurrency=1)
-
-
-def _session(store: Store, arms: list[tuple[str, str, dict[str, Any] | None, bool]]) -> int:
-    """Arms as (name, engine, speculative config, whether the stream carried every id)."""
-    s = store.add(SessionRow(host="h", model="m", observatory_version="0", command=[], suite="t", options={}))
-    pid = store.add(ProbeRow(session_id=s.id, position=0, name=PROBE.name, category=PROBE.category,
-                             content_hash=PROBE.content_hash, definition=PROBE.to_dict(), params={})).id
-    for pos, (name, engine, spec, complete) in enumerate(arms):
-        a = store.add(ArmRow(session_id=s.id, position=pos, name=name, status="ok", launch=_launch(name, engine, spec)))
-        streamed = (IDS, TEXTS) if complete else (IDS[:1], TEXTS[:1])
-        store.add(_row(a.id, pid, "stream", *streamed))
-        store.add(_row(a.id, pid, "nonstream", IDS, TEXTS))
-    return int(s.id)
+from tests.support.llama_sessions import IDS, PROBE, TEXTS, session_of_arms
 
 
 def _verdicts(store: Store, sid: int) -> dict[tuple[str, str], Any]:
@@ -71,7 +42,7 @@ def store(tmp_path: Path) -> Store:
 def test_llama_spec_arm_is_diffed_on_its_unstreamed_ids(store: Store) -> None:
     """Issue 17 item 1: a llama.cpp draft arm streamed 1 of 12 ids; its token diff uses the non-streamed
     result (every id), and the short stream is not measurable there (SKIP), not a WARN on every probe."""
-    sid = _session(store, [("llama.cpp:base", "llama.cpp", None, True),
+    sid = session_of_arms(store, [("llama.cpp:base", "llama.cpp", None, True),
                            ("llama.cpp:draft2", "llama.cpp", {"method": "draft-simple", "num_speculative_tokens": 2},
                             False)])
     v = _verdicts(store, sid)
@@ -83,7 +54,7 @@ def test_llama_spec_arm_is_diffed_on_its_unstreamed_ids(store: Store) -> None:
 
 def test_a_vllm_arm_with_withheld_stream_ids_still_warns(store: Store) -> None:
     """Negative control: on vLLM a short stream is the engine withholding ids (hermes parser): WARN."""
-    sid = _session(store, [("base", "vllm", None, True),
+    sid = session_of_arms(store, [("base", "vllm", None, True),
                            ("mtp2", "vllm", {"method": "mtp", "num_speculative_tokens": 2}, False)])
     v = _verdicts(store, sid)
     assert v[("mtp2", "stream_tokens")].verdict == "WARN"
@@ -107,7 +78,7 @@ def test_each_engine_has_its_own_base() -> None:
 def test_spec_arms_are_judged_against_their_own_engines_base(store: Store) -> None:
     """Issue 17 item 4: llama.cpp's draft arm is diffed against llama.cpp's base, never vLLM's (whose output
     differs here); vLLM's mtp2 against vLLM's base."""
-    sid = _session(store, [("base", "vllm", None, True),
+    sid = session_of_arms(store, [("base", "vllm", None, True),
                            ("mtp2", "vllm", {"method": "mtp", "num_speculative_tokens": 2}, True),
                            ("llama.cpp:base", "llama.cpp", None, True),
                            ("llama.cpp:draft2", "llama.cpp", {"method": "draft-simple", "num_speculative_tokens": 2},
@@ -142,7 +113,7 @@ def test_no_diffs_still_fetches_the_reference_where_the_stream_is_short(tmp_path
 
     for short, expected in ((True, ["stream", "stream", "nonstream"]), (False, ["stream", "stream"])):
         with Store(str(tmp_path / f"{short}.db"), write=True) as st:
-            sid = _session(st, [])
+            sid = session_of_arms(st, [])
             arm = st.add(ArmRow(session_id=sid, position=0, name="x", status="ok", launch={}))
             client = Client(short)
             run = ArmRun(Arm("x"), int(arm.id), st, {PROBE.name: st.probes(sid)[0].id}, [PROBE], NullReporter(),

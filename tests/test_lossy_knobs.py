@@ -17,9 +17,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from stub_server import StubServer
-from test_faults_survived import _suite
-from test_gate_command import _moving_counters
 
 from observatory.cli import cli
 from observatory.engines.lossy_knobs import LOSSY_KNOBS, lossy_settings
@@ -27,6 +24,8 @@ from observatory.judge.figures import validity
 from observatory.judge.perf_gates import not_lossless
 from observatory.model.vocabulary import INVALID_CODES
 from observatory.store.db import ArmRow
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import moving_counters, tiny_suite
 
 MTP2 = {"method": "mtp", "num_speculative_tokens": 2}
 
@@ -127,7 +126,7 @@ def _gate(tmp: Path, base_url: str, spec_url: str, spec: dict[str, Any]) -> tupl
     arms.write_text(f'[arms.base]\nurl = "{base_url}"\n\n[arms.mtp2]\nurl = "{spec_url}"\n'
                     f"speculative_config = {{ {inline} }}\n")
     out = tmp / "out"
-    r = CliRunner().invoke(cli, ["gate", "--arms-file", str(arms), "--arms", "base,mtp2", "--suite", _suite(tmp),
+    r = CliRunner().invoke(cli, ["gate", "--arms-file", str(arms), "--arms", "base,mtp2", "--suite", tiny_suite(tmp),
                                  "--db", str(tmp / "g.db"), "--report", str(out / "report"), "--junit", str(out / "junit.xml"),
                                  "--json", str(out / "session.json"), "--no-diffs", "--quiet"])
     data = json.loads((out / "session.json").read_text()) if (out / "session.json").is_file() else {}
@@ -142,7 +141,7 @@ def test_gate_on_an_arms_file_with_synthetic_acceptance_is_invalid(tmp_path: Pat
                                         "synthetic_acceptance_length": 2.5}, 2),
                              ("clean", MTP2, 0)):
         (tmp_path / name).mkdir()
-        with StubServer("ok", token=5) as base, StubServer("ok", token=5, metrics=_moving_counters()) as sp:
+        with StubServer("ok", token=5) as base, StubServer("ok", token=5, metrics=moving_counters()) as sp:
             code, data, out = _gate(tmp_path / name, base.url, sp.url, spec)
         assert code == want, (name, code, data.get("verdict"))
         arm = next(a for a in data["arms"] if a["name"] == "mtp2")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from observatory.engines.metrics import SpecCounters, parse_spec_counters
+from tests.support.paths import REPO
 
 # Shape as vLLM 0.32 (CPU) exposes it, trimmed to the relevant families.
 REAL = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -117,8 +118,7 @@ def test_one_prometheus_reader() -> None:
     """Issue 14 item 6: /metrics is parsed in metrics.py only (server facts read their info gauge through it)."""
     from observatory.engines.metrics import read_info
 
-    repo = Path(__file__).resolve().parent.parent
-    parsers = [p.name for p in [*(repo / "observatory").rglob("*.py"), *(repo / "benchmarks").glob("*.py")]
+    parsers = [p.name for p in [*(REPO / "observatory").rglob("*.py"), *(REPO / "benchmarks").glob("*.py")]
                if "text_string_to_metric_families" in p.read_text()]
     assert parsers == ["metrics.py"]
     text = '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",engine="0"} 1.0\n'

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sse_stub import SseStub, whole
-from test_channel_teacher_seeds import _session, _verdicts
 
 from observatory.channels import length_sweep, seeds
 from observatory.client.send import EngineClient
@@ -25,8 +23,11 @@ from observatory.model.probes import Probe
 from observatory.model.roles import BASE, SPEC
 from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP
 from observatory.store.session_store import Store
+from tests.support.channel_rows import channel_view, verdicts
+from tests.support.paths import FIXTURES
+from tests.support.sse_stub import SseStub, whole
 
-FIXTURE = json.loads((Path(__file__).parent / "fixtures/engines/sglang_token_ids_reconstructed.json").read_text())
+FIXTURE = json.loads((FIXTURES / "engines/sglang_token_ids_reconstructed.json").read_text())
 TEXT = Probe(name="t", category="prose_en", prompt="Once", max_tokens=4)
 
 
@@ -99,9 +100,9 @@ def _ok() -> dict[str, Any]:
 def test_a_channel_whose_base_reports_nothing_is_skip(tmp_path: Path, base_error: str, expected: str) -> None:
     store = Store(str(tmp_path / "runs.db"))
     probes = length_sweep.plan([])[:3]
-    view = _session(store, length_sweep.NAME, probes, [("base", BASE), ("mtp2", SPEC)],
+    view = channel_view(store, length_sweep.NAME, probes, [("base", BASE), ("mtp2", SPEC)],
                     lambda arm, p: [(0, _failed(base_error))])
-    got = _verdicts(view, length_sweep.judge)
+    got = verdicts(view, length_sweep.judge)
     assert got[("base", length_sweep.NAME)][0] == expected
     if expected == SKIP:
         assert got[("base", length_sweep.NAME)][1].startswith(f"not measurable: {NOT_REPORTED}")
@@ -113,9 +114,9 @@ def test_a_spec_arm_that_withholds_what_base_reports_still_fails(tmp_path: Path)
     """Only base's silence makes SKIP: a spec arm not reporting what base reported is a FAIL."""
     store = Store(str(tmp_path / "runs.db"))
     probes = length_sweep.plan([])[:3]
-    view = _session(store, length_sweep.NAME, probes, [("base", BASE), ("mtp2", SPEC)],
+    view = channel_view(store, length_sweep.NAME, probes, [("base", BASE), ("mtp2", SPEC)],
                     lambda arm, p: [(0, _ok() if arm == "base" else _failed(f"{NOT_REPORTED}: no ids"))])
-    got = _verdicts(view, length_sweep.judge)
+    got = verdicts(view, length_sweep.judge)
     assert got[("base", length_sweep.NAME)][0] == PASS and got[("mtp2", length_sweep.NAME)][0] == FAIL
     store.close()
 

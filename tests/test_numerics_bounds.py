@@ -10,10 +10,11 @@ from pathlib import Path
 from observatory.model.gates import Output, default_registry
 from observatory.model.numerics import BOUNDS, bounds_for, served_dtype, served_platform
 from observatory.model.probes import Probe
+from tests.support.paths import REPO
 
 FIELDS = default_registry().get("answer_fields")
 PROBE = Probe(name="p", category="prose_en", prompt="x", max_tokens=4)
-FIELD_MODEL = Path(__file__).resolve().parents[1] / "observatory" / "field_model"
+FIELD_MODEL = REPO / "observatory" / "field_model"
 
 
 def test_served_dtype_from_the_flag_else_the_checkpoint_with_vllms_auto_rule(tmp_path: Path) -> None:

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import verdict_exit
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
 from observatory.model.errors import ObservatoryError
 from observatory.report.jsonout import to_json
 from observatory.report.outputs import MARKER, OutputFile, ReportDir
+from tests.support.sessions import verdict_exit
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> str:
     tmp = tmp_path_factory.mktemp("outputs")
     path = tmp / "r.db"
     with StubServer("ok") as s, StubServer("ok") as t:
-        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url},mtp1={t.url}", "--suite", _suite(tmp),
+        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url},mtp1={t.url}", "--suite", tiny_suite(tmp),
                                      "--db", str(path), "--no-diffs", "--quiet"])
     assert r.exit_code == verdict_exit(path), r.output
     return str(path)
@@ -107,7 +107,7 @@ def test_show_json_has_no_nan(tmp_path: Path) -> None:
     server sent is kept and flagged, and the JSON still carries no NaN."""
     db = tmp_path / "n.db"
     with StubServer("ok", logprob=float("nan")) as s:
-        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", _suite(tmp_path),
+        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", tiny_suite(tmp_path),
                                      "--db", str(db), "--no-diffs", "--quiet"])
     assert r.exit_code in (0, 2), r.output
     shown = CliRunner().invoke(cli, ["show", "--db", str(db), "--json"])

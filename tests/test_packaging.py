@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
 
 
 def test_wheel_carries_the_data(tmp_path: Path) -> None:

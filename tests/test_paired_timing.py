@@ -17,19 +17,20 @@ from typing import Any
 import psutil
 import pytest
 from click.testing import CliRunner
-from conftest import passed_but_for_speed, requires_engine
 
 from observatory.cli import cli
 from observatory.judge.paired import paired_ratio, pairs
 from observatory.model.errors import ObservatoryError
-from observatory.model.paths import REPO_ROOT
 from observatory.model.vocabulary import PAIRED_BASE
 from observatory.session import plan as plan_mod
 from observatory.session.options import SessionPlan
 from observatory.session.plan import plan_compare
 from observatory.store.session_store import Store
+from tests.support.engine import requires_engine
+from tests.support.paths import FIXTURES
+from tests.support.sessions import passed_but_for_speed
 
-SUITE = REPO_ROOT / "tests" / "fixtures" / "channel_tiny.toml"
+SUITE = FIXTURES / "channel_tiny.toml"
 
 
 def _row(probe: int, rep: int, tokens: int, secs: float, ok: bool = True) -> Any:

@@ -6,9 +6,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from stub_server import StubServer
-from test_faults_survived import _suite
-from test_resume_plan import _compare, _interrupt_arm
 
 from observatory.cli import cli
 from observatory.engines.arm_engines import parse_arms
@@ -21,6 +18,8 @@ from observatory.session.options import SessionPlan
 from observatory.session.plan import plan_compare
 from observatory.store.db import ArmRow
 from observatory.store.session_store import Store
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import compare_ok, interrupt_arm, tiny_suite
 
 ARMS = """
 [arms.base-qwen]
@@ -100,24 +99,24 @@ def test_a_parser_differing_from_base_is_confounded(tmp_path: Path) -> None:
 
 def test_plan_flows_into_settings_and_checks_names(tmp_path: Path) -> None:
     with StubServer("ok") as s:
-        plan = SessionPlan(arms=f"base={s.url}", suite=_suite(tmp_path), tool_parser="none",
+        plan = SessionPlan(arms=f"base={s.url}", suite=tiny_suite(tmp_path), tool_parser="none",
                            reasoning_parser="qwen3")
         settings = plan_compare(plan).settings
         assert settings.tool_parser is None and settings.reasoning_parser == "qwen3"
-        assert plan_compare(SessionPlan(arms=f"base={s.url}", suite=_suite(tmp_path))).settings.tool_parser == "hermes"
+        assert plan_compare(SessionPlan(arms=f"base={s.url}", suite=tiny_suite(tmp_path))).settings.tool_parser == "hermes"
         with pytest.raises(ObservatoryError, match="--tool-parser"):
-            plan_compare(SessionPlan(arms=f"base={s.url}", suite=_suite(tmp_path), tool_parser="--x=1"))
+            plan_compare(SessionPlan(arms=f"base={s.url}", suite=tiny_suite(tmp_path), tool_parser="--x=1"))
 
 
 def test_resume_keeps_the_parsers(tmp_path: Path) -> None:
     """The parsers are plan fields: stored, read back, and a different one given with --resume is refused."""
     with StubServer("ok") as base:
-        db, _ = _compare(tmp_path, base.url, "--tool-parser", "qwen3_coder", "--reasoning-parser", "qwen3")
+        db, _ = compare_ok(tmp_path, base.url, "--tool-parser", "qwen3_coder", "--reasoning-parser", "qwen3")
         with Store(db) as store:
             stored = SessionPlan.from_stored(store.session(1).options["plan"], 1)
         assert (stored.tool_parser, stored.reasoning_parser) == ("qwen3_coder", "qwen3")
         assert plan_compare(stored).settings.reasoning_parser == "qwen3"
-        _interrupt_arm(db)
+        interrupt_arm(db)
         r = CliRunner().invoke(cli, ["compare", "--resume", "1", "--db", db, "--quiet", "--tool-parser", "hermes"])
         assert r.exit_code != 0 and "--tool-parser conflicts" in r.output, r.output
         r = CliRunner().invoke(cli, ["compare", "--resume", "1", "--db", db, "--quiet",

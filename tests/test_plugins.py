@@ -14,12 +14,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import REPO, requires_engine
 
 from observatory.engines import adapter
 from observatory.model.errors import ObservatoryError
 from observatory.model.plugins import BUILTIN, ENGINES, GROUPS, Plugin, discover
 from observatory.model.tomlfile import read_toml
+from tests.support.engine import requires_engine
+from tests.support.paths import REPO
 
 EXAMPLE = REPO / "examples" / "plugin"
 

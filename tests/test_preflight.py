@@ -9,18 +9,18 @@ import threading
 from pathlib import Path
 
 from click.testing import CliRunner
-from conftest import verdict_exit
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
 from observatory.client.send import TOP_LOGPROBS
 from observatory.session.preflight import not_http
+from tests.support.sessions import verdict_exit
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 
 def _compare(tmp_path: Path, arms: str) -> tuple[int, str]:
     db = tmp_path / "p.db"
-    r = CliRunner().invoke(cli, ["compare", "--arms", arms, "--suite", _suite(tmp_path), "--db", str(db),
+    r = CliRunner().invoke(cli, ["compare", "--arms", arms, "--suite", tiny_suite(tmp_path), "--db", str(db),
                                  "--no-diffs", "--quiet"])
     return r.exit_code, r.output
 
@@ -85,7 +85,7 @@ def test_a_port_that_answers_garbage_is_a_setup_error(tmp_path: Path) -> None:
     url, listener = _garbage_port()
     try:
         code, out = _compare(tmp_path, f"base={url},mtp2={url}")
-        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={url},mtp2={url}", "--suite", _suite(tmp_path),
+        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={url},mtp2={url}", "--suite", tiny_suite(tmp_path),
                                      "--db", str(tmp_path / "g.db"), "--report", str(tmp_path / "rep"), "--quiet"])
     finally:
         listener.close()

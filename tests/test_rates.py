@@ -12,12 +12,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_report import make_session
 
 from observatory.judge import rates
 from observatory.judge.rates import Count, conditional_p, count_of, events_only, judge_rate
 from observatory.report.data import build
 from observatory.store.session_store import Store
+from tests.support.judged_sessions import make_session
 
 
 def test_the_conditional_test_is_exact_and_one_sided() -> None:

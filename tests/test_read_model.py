@@ -2,7 +2,7 @@
 
 The expected JSON under tests/fixtures/show_json/ was written by ``show --json``
 of the dict-era `report_data.build` (before the read model), on a copy of
-examples/h200/h200-tiny.db.gz and on the field-channel session `_channel_session`
+examples/h200/h200-tiny.db.gz and on the field-channel session `judged_soak_session`
 makes; the read model must print the same bytes. Should a later change mean to
 alter the documented shape, regenerate them with ``show --json`` and say so.
 Regenerated when the shape grew, each time by one field and nothing else:
@@ -21,51 +21,22 @@ import ast
 import dataclasses
 import gzip
 import json
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
-from conftest import example_db
-from state_channels import CLEAN, suite
-from state_channels import build as channel_build
 
-from observatory.channels import soak
-from observatory.cli import cli
-from observatory.commands.evaluate import evaluate
 from observatory.model.paths import REPO_ROOT
 from observatory.model.read_model import ArmFigures, SessionView
 from observatory.report.data import build, counters
 from observatory.report.jsonout import to_json
-from observatory.store.db import SessionRow
 from observatory.store.session_store import Store
+from tests.support import paths
+from tests.support.paths import example_db
+from tests.support.sessions import show_json
+from tests.support.state_channels import judged_soak_session
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "show_json"
+FIXTURES = paths.FIXTURES / "show_json"
 PACKAGE = REPO_ROOT / "observatory"
-
-
-def _show(db: Path) -> str:
-    r = CliRunner().invoke(cli, ["show", "--db", str(db), "--json"], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    return r.output
-
-
-def _channel_session(tmp_path: Path) -> Path:
-    """A judged soak-channel session: the spec arm's later occurrences of one probe differ (FAIL)."""
-    late = {p.meta["index"] for p in soak.plan(suite())
-            if p.meta["of"] == suite()[0].name and p.meta["occurrence"] >= 5}
-
-    def answer(p: Any, arm: str) -> dict[str, Any]:
-        tokens = [5, 9, 9, 9] if (arm == "mtp2" and p.meta["index"] in late) else CLEAN
-        cd = {"drafts": 10, "draft_tokens": 20, "accepted": 12, "accepted_per_pos": [8, 4]} if arm == "mtp2" else {}
-        return {"tokens": tokens, "repeat": p.meta["occurrence"], "counters": cd}
-
-    channel_build(tmp_path, soak.CHANNEL, {"base": "base", "mtp2": "spec"}, answer)
-    store = Store(str(tmp_path / "runs.db"), write=True)
-    store.update(SessionRow, 1, status="complete", started_at=datetime(2026, 11, 1, 2, 0, 0))
-    evaluate(store, 1)
-    return tmp_path / "runs.db"
 
 
 def test_show_json_of_a_stored_gpu_session_is_unchanged(tmp_path: Path) -> None:
@@ -73,19 +44,19 @@ def test_show_json_of_a_stored_gpu_session_is_unchanged(tmp_path: Path) -> None:
     db = tmp_path / "tiny.db"
     example_db("h200/h200-tiny.db", db)
     want = gzip.decompress((FIXTURES / "h200-tiny.json.gz").read_bytes()).decode()
-    assert _show(db) == want
+    assert show_json(db) == want
 
 
 def test_show_json_of_a_channel_session_is_unchanged(tmp_path: Path) -> None:
     """Issue 14 item 1: channels, channel verdicts with their details and figures print as before."""
-    got = _show(_channel_session(tmp_path))
+    got = show_json(judged_soak_session(tmp_path))
     assert '"channels": [{"name": "soak"' in got and '"channel_verdicts": {"soak"' in got
     assert got == (FIXTURES / "channel-soak.json").read_text()
 
 
 def test_build_returns_frozen_typed_objects(tmp_path: Path) -> None:
     """Readers get attributes, not string keys; nobody can change the session under another reader."""
-    data = build(Store(str(_channel_session(tmp_path))))
+    data = build(Store(str(judged_soak_session(tmp_path))))
     assert isinstance(data, SessionView)
     mtp2 = data.arms[1]
     assert (mtp2.name, mtp2.is_spec, data.verdict.verdict, data.verdict.exit_code) == ("mtp2", True, "FAIL", 1)

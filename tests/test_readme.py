@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 import shlex
 import struct
-from pathlib import Path
 
-from test_ci_docs import unknown
+from tests.support.cli_docs import unknown
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+README = (REPO / "README.md").read_text(encoding="utf-8")
 ELSEWHERE: set[str] = set()  # paths a README may name before they land (none now)
 
 
@@ -26,7 +25,7 @@ def test_it_is_short() -> None:
 def test_its_first_two_commands_set_up_and_run_then_set_up_and_test() -> None:
     first, second = _blocks()[:2]
     assert first.strip() == "bash scripts/setup.sh && .venv/bin/observatory compare --arms base,mtp1,mtp2"
-    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert second.strip() == ci == "bash scripts/setup.sh --test && .venv/bin/python -m pytest"
 
 
@@ -47,20 +46,20 @@ def test_every_path_it_names_exists() -> None:
     named = set(re.findall(r"(?<![\w/.])((?:docs|examples|scripts|probes|observatory)/[\w./-]*\w)", README))
     named |= {m for m in re.findall(r"\]\(([^)#]+)", README) if not m.startswith("http")}
     assert "docs/img/report.png" in named and "docs/ci.md" in named
-    missing = sorted(p for p in named - ELSEWHERE if not (ROOT / p).exists())
+    missing = sorted(p for p in named - ELSEWHERE if not (REPO / p).exists())
     assert missing == [], missing
 
 
 def test_the_screenshot_is_a_1400_px_png() -> None:
-    head = (ROOT / "docs" / "img" / "report.png").read_bytes()[:24]
+    head = (REPO / "docs" / "img" / "report.png").read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", head[16:24])
     assert width == 1400 and 600 <= height <= 2000
-    assert (ROOT / "docs" / "img" / "report.png").stat().st_size < 200_000
+    assert (REPO / "docs" / "img" / "report.png").stat().st_size < 200_000
 
 
 def test_the_glossary_it_links_has_every_figure() -> None:
-    glossary = (ROOT / "docs" / "design.md").read_text(encoding="utf-8").split("## 7. Glossary", 1)[1]
+    glossary = (REPO / "docs" / "design.md").read_text(encoding="utf-8").split("## 7. Glossary", 1)[1]
     assert "(docs/design.md#7-glossary)" in README
     for term in ("alpha", "tau", "S", "near-tie", "S_step", "TTFT", "TPOT", "ITL", "E2EL", "BURSTY", "KNOWN", "NOTE",
                  "A/A"):

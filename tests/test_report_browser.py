@@ -14,11 +14,11 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from test_report import HOSTILE, make_session
 
 from observatory.report.data import build
 from observatory.report.html import render_session
 from observatory.store.session_store import Store
+from tests.support.judged_sessions import HOSTILE, make_session
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),

@@ -32,9 +32,10 @@ import pytest
 from click.testing import CliRunner
 
 from observatory.cli import cli
+from tests.support.paths import REPO
 
 CHROMIUM = Path("/usr/bin/chromium")
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "h200-nightly" / "nightly-tiny.db.gz"
+EXAMPLE = REPO / "examples" / "h200-nightly" / "nightly-tiny.db.gz"
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
                                 reason="/usr/bin/chromium is not installed (apt-get install chromium)")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

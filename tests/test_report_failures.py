@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-import views
 from rich.console import Console
-from test_report import make_session
 
 from observatory.model.read_model import ChannelArm, ChannelSummary, SessionView, VerdictView
 from observatory.report.channel_blocks import PASS_ROWS_SHOWN
@@ -28,6 +26,8 @@ from observatory.report.data import build, counters
 from observatory.report.html import render_cross, render_session
 from observatory.report.terminal import print_summary
 from observatory.store.session_store import Store
+from tests.support import views
+from tests.support.judged_sessions import make_session
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report import make_session
 
 from observatory.report import html as report
 from observatory.report.data import build
 from observatory.store.session_store import Store
+from tests.support.judged_sessions import make_session
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:

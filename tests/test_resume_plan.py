@@ -7,36 +7,20 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
 from observatory.model.errors import ObservatoryError
 from observatory.session.options import PLAN_VERSION, SessionPlan
-from observatory.store.db import ArmRow, SessionRow
+from observatory.store.db import SessionRow
 from observatory.store.session_store import Store
-
-
-def _compare(tmp_path: Path, url: str, *extra: str) -> tuple[str, Any]:
-    db = str(tmp_path / "r.db")
-    r = CliRunner().invoke(cli, ["compare", "--arms", f"base={url}", "--suite", _suite(tmp_path), "--db", db,
-                                 "--no-diffs", "--quiet", *extra])
-    assert r.exit_code == 0, r.output
-    return db, r
-
-
-def _interrupt_arm(db: str) -> None:
-    """Leave the session as an interrupted run leaves it: its arm to run again."""
-    with Store(db) as store:
-        (arm,) = store.arms(1)
-        store.update(ArmRow, arm.id, status="interrupted")
-        store.update(SessionRow, 1, status="interrupted")
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import compare_ok, interrupt_arm, tiny_suite
 
 
 def test_the_plan_is_stored_typed_and_versioned(tmp_path: Path) -> None:
     """Issue 14 item 7: the stored plan is {"version": 1, ...} with typed fields, not the raw kwargs."""
     with StubServer("ok") as base:
-        db, _ = _compare(tmp_path, base.url, "--concurrency", "1,2", "--engine-arg=--enforce-eager")
+        db, _ = compare_ok(tmp_path, base.url, "--concurrency", "1,2", "--engine-arg=--enforce-eager")
     with Store(db) as store:
         plan = store.session(1).options["plan"]
     assert plan["version"] == PLAN_VERSION
@@ -48,8 +32,8 @@ def test_the_plan_is_stored_typed_and_versioned(tmp_path: Path) -> None:
 def test_resume_from_a_v1_plan(tmp_path: Path) -> None:
     """Issue 14 item 7: --resume reruns the missing arm from the stored plan; a flag equal to it is accepted."""
     with StubServer("ok") as base:
-        db, _ = _compare(tmp_path, base.url)
-        _interrupt_arm(db)
+        db, _ = compare_ok(tmp_path, base.url)
+        interrupt_arm(db)
         before = base.completions
         r = CliRunner().invoke(cli, ["compare", "--resume", "1", "--db", db, "--quiet", "--concurrency", "1"])
         assert r.exit_code == 0, r.output
@@ -71,7 +55,7 @@ def test_resume_refuses_a_conflicting_flag(tmp_path: Path, flag: list[str], mess
     """Issue 14 item 7: a flag given with --resume that differs from the stored plan is refused in one line
     naming the flag and both values (it was silently ignored); one that agrees is accepted."""
     with StubServer("ok") as base:
-        db, _ = _compare(tmp_path, base.url)
+        db, _ = compare_ok(tmp_path, base.url)
         r = CliRunner().invoke(cli, ["compare", "--resume", "1", "--db", db, "--quiet", *flag])
     if message is None:
         assert r.exit_code == 0, r.output
@@ -83,7 +67,7 @@ def test_resume_refuses_a_conflicting_flag(tmp_path: Path, flag: list[str], mess
 def _legacy_plan(tmp_path: Path, url: str) -> dict[str, Any]:
     """The raw plan_compare keyword arguments, as sessions stored them before plans had versions."""
     return {"arms": f"base={url}", "arms_file": None, "speculative_config": None, "model": None,
-            "suite": _suite(tmp_path), "engine_python": None, "dtype": None, "max_model_len": None, "seed": 0,
+            "suite": tiny_suite(tmp_path), "engine_python": None, "dtype": None, "max_model_len": None, "seed": 0,
             "engine_args": [], "spec_extra": None, "concurrency": "1", "repeat": 1, "health_timeout": 900.0,
             "request_timeout": 300.0, "log_dir": "logs", "image": None, "gpus_per_arm": 1,
             "parallel_arms": False, "timing": "sequential", "engine": "vllm", "fail_on": None, "diffs": False,
@@ -99,9 +83,9 @@ def _store_plan(db: str, plan: dict[str, Any]) -> None:
 def test_an_old_raw_kwargs_plan_still_resumes(tmp_path: Path) -> None:
     """Issue 14 item 7: a session stored before plans had versions resumes from its raw keyword arguments."""
     with StubServer("ok") as base:
-        db, _ = _compare(tmp_path, base.url)
+        db, _ = compare_ok(tmp_path, base.url)
         _store_plan(db, _legacy_plan(tmp_path, base.url))
-        _interrupt_arm(db)
+        interrupt_arm(db)
         r = CliRunner().invoke(cli, ["compare", "--resume", "1", "--db", db, "--quiet"])
         assert r.exit_code == 0, r.output
     with Store(db) as store:
@@ -140,7 +124,7 @@ def test_verdicts_are_stored_after_every_wave(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(Runner, "_run_wave", watched)
     with StubServer("ok") as base, StubServer("ok") as spec:
         r = CliRunner().invoke(cli, ["compare", "--arms", f"base={base.url},mtp1={spec.url}", "--suite",
-                                     _suite(tmp_path), "--db", str(tmp_path / "w.db"), "--no-diffs", "--quiet"])
+                                     tiny_suite(tmp_path), "--db", str(tmp_path / "w.db"), "--no-diffs", "--quiet"])
     assert r.exit_code == 2, r.output  # compare exits as gate does: a stub spec arm speculates nothing, INVALID
     assert seen[0] == 0 and seen[1] > 0
 
@@ -150,10 +134,10 @@ def test_a_masked_engine_arg_key_must_be_given_again_to_resume(tmp_path: Path) -
     line without it (never launched as '***'), resumed with it."""
     key = "sk-resume-engarg-41d0"
     with StubServer("ok") as base:
-        db, _ = _compare(tmp_path, base.url, f"--engine-arg=--api-key={key}")
+        db, _ = compare_ok(tmp_path, base.url, f"--engine-arg=--api-key={key}")
         with Store(db) as store:
             assert store.session(1).options["plan"]["engine_args"] == ["--api-key=***"]
-        _interrupt_arm(db)
+        interrupt_arm(db)
         r = CliRunner().invoke(cli, ["compare", "--resume", "1", "--db", db, "--quiet"])
         assert r.exit_code == 3 and "give the same --engine-arg flags again" in r.output, r.output
         r = CliRunner().invoke(cli, ["compare", "--resume", "1", "--db", db, "--quiet",

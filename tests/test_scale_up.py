@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.support.paths import REPO
 from training import model as ref
 from training import scale_up
 
-FIELD = Path(__file__).resolve().parent.parent / "observatory" / "field_model"
+FIELD = REPO / "observatory" / "field_model"
 TOL = 1e-4
 
 

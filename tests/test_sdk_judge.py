@@ -13,7 +13,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from stub_answers import AnswerStub, fixed
 
 from observatory.channels import get
 from observatory.channels.sdk import judge
@@ -24,6 +23,7 @@ from observatory.faults.field_sdk import wrong_object
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe
 from observatory.store.db import ArmRow, ResultRow
+from tests.support.stub_answers import AnswerStub, fixed
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None, obj: str = "chat.completion.chunk") -> dict[str, Any]:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
 from observatory.commands.compare import redact_argv
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 SECRET = "sk-observatory-test-4f9c2e"
 
@@ -28,7 +28,7 @@ def test_api_key_reaches_the_server_and_nothing_else(tmp_path: Path, monkeypatch
     with StubServer("ok", token=5) as base, StubServer("ok", token=5) as spec:
         monkeypatch.setattr(sys, "argv", ["observatory", "gate", "--api-key", SECRET])
         r = CliRunner().invoke(cli, [
-            "gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", _suite(tmp_path), "--db", str(db),
+            "gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", tiny_suite(tmp_path), "--db", str(db),
             "--api-key", SECRET, "--report", str(out / "report"), "--junit", str(out / "junit.xml"),
             "--json", str(out / "session.json"), "--log-dir", str(out / "logs"), "--quiet",
         ])
@@ -57,7 +57,7 @@ def test_key_in_url_and_echoed_key_are_never_stored_or_shown(tmp_path: Path, mon
     with StubServer("ok", token=5) as base, StubServer("echo_auth") as spec, StubServer("echo_auth") as spec2:
         spec_url = spec.url.replace("http://", f"http://user:{url_key}@")
         arms = f"base={base.url},mtp1={spec_url},mtp2={spec2.url}"
-        argv = ["gate", "--arms", arms, "--suite", _suite(tmp_path), "--db", str(db), "--api-key", SECRET,
+        argv = ["gate", "--arms", arms, "--suite", tiny_suite(tmp_path), "--db", str(db), "--api-key", SECRET,
                 "--report", str(out / "report"), "--junit", str(out / "junit.xml"), "--json", str(out / "s.json"),
                 "--log-dir", str(out / "logs"), "--no-diffs"]
         monkeypatch.setattr(sys, "argv", ["observatory", *argv])
@@ -141,7 +141,7 @@ def test_key_split_over_two_tokens_is_not_recoverable_from_the_token_texts(
     out = tmp_path / "out"
     with StubServer("ok", token=5, pieces=["the key is ", "sk-split-", "key-77aa1b"]) as base, \
             StubServer("ok", token=5, pieces=["sk-split-", "key-77aa1b"]) as spec:
-        argv = ["gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", _suite(tmp_path), "--db",
+        argv = ["gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", tiny_suite(tmp_path), "--db",
                 str(db), "--api-key", key, "--report", str(out / "report"), "--junit", str(out / "junit.xml"),
                 "--json", str(out / "s.json"), "--log-dir", str(out / "logs"), "--quiet"]
         monkeypatch.setattr(sys, "argv", ["observatory", *argv])
@@ -166,7 +166,7 @@ def test_url_user_name_alone_and_its_basic_header_are_masked(tmp_path: Path, mon
     out = tmp_path / "out"
     with StubServer("ok", token=5) as base, StubServer("echo_auth") as spec:
         arms = f"base={base.url},mtp1={spec.url.replace('http://', f'http://{user}@')}"
-        argv = ["gate", "--arms", arms, "--suite", _suite(tmp_path), "--db", str(db), "--report",
+        argv = ["gate", "--arms", arms, "--suite", tiny_suite(tmp_path), "--db", str(db), "--report",
                 str(out / "report"), "--junit", str(out / "junit.xml"), "--json", str(out / "s.json"),
                 "--log-dir", str(out / "logs"), "--no-diffs"]
         monkeypatch.setattr(sys, "argv", ["observatory", *argv])
@@ -210,7 +210,7 @@ def test_engine_env_and_engine_arg_keys_are_not_stored(tmp_path: Path, monkeypat
     (model / "config.json").write_text("{}")
     db = tmp_path / "s.db"
     out = tmp_path / "out"
-    argv = ["gate", "--arms", "tok", "--arms-file", str(arms_file), "--model", str(model), "--suite", _suite(tmp_path),
+    argv = ["gate", "--arms", "tok", "--arms-file", str(arms_file), "--model", str(model), "--suite", tiny_suite(tmp_path),
             "--db", str(db), f"--engine-arg=--api-key={eq_key}", "--report", str(out / "report"),
             "--junit", str(out / "junit.xml"), "--json", str(out / "s.json"), "--log-dir", str(out / "logs"),
             "--quiet"]

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
+from tests.support.paths import REPO
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 
 def _one_error_line(output: str) -> str:
@@ -49,7 +50,7 @@ def test_bad_db_is_one_line_exit_3(tmp_path: Path, kind: str, command: str, monk
     args = [command, "--db", db]
     with StubServer("ok") as s:  # listening: a URL nothing answers at is a setup error of its own (issue 32)
         if command == "compare":
-            args += ["--arms", f"base={s.url}", "--suite", _suite(tmp_path), "--quiet"]
+            args += ["--arms", f"base={s.url}", "--suite", tiny_suite(tmp_path), "--quiet"]
         before = sorted(p.name for p in tmp_path.iterdir())
         r = CliRunner().invoke(cli, args)
     assert r.exit_code == 3, r.output
@@ -62,7 +63,7 @@ def test_read_only_database_is_refused_for_writing_commands(tmp_path: Path) -> N
     """Issue 19 item 3: a read-only database failed mid-judge with a traceback."""
     db = tmp_path / "ro.db"
     with StubServer("ok") as s:
-        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", _suite(tmp_path),
+        r = CliRunner().invoke(cli, ["compare", "--arms", f"base={s.url}", "--suite", tiny_suite(tmp_path),
                                      "--db", str(db), "--no-diffs", "--quiet"])
     assert r.exit_code == 0, r.output
     ro = f"sqlite:///file:{db}?mode=ro&uri=true"
@@ -70,7 +71,7 @@ def test_read_only_database_is_refused_for_writing_commands(tmp_path: Path) -> N
     assert shown.exit_code == 0, shown.output  # reading a read-only database works
     with StubServer("ok") as s:
         for args in (["judge", "--db", ro],
-                     ["compare", "--db", ro, "--arms", f"base={s.url}", "--suite", _suite(tmp_path)]):
+                     ["compare", "--db", ro, "--arms", f"base={s.url}", "--suite", tiny_suite(tmp_path)]):
             r = CliRunner().invoke(cli, args)
             assert r.exit_code == 3, r.output
             assert "read-only" in _one_error_line(r.output)
@@ -94,7 +95,7 @@ def test_gate_output_in_missing_directory_fails_before_any_arm(tmp_path: Path, o
     """Issue 19 item 3: --junit in a directory that does not exist failed after the whole session ran."""
     db = tmp_path / "g.db"
     with StubServer("ok") as s:
-        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={s.url}", "--suite", _suite(tmp_path), "--db", str(db),
+        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={s.url}", "--suite", tiny_suite(tmp_path), "--db", str(db),
                                      "--report", str(tmp_path / "report"), option, str(tmp_path / "nodir" / "x.out"),
                                      "--no-diffs", "--quiet"])
         assert s.completions == 0  # nothing ran
@@ -109,7 +110,7 @@ def test_gate_report_over_a_foreign_directory_fails_before_any_arm(tmp_path: Pat
     mine.mkdir()
     (mine / "index.html").write_text("my page")
     with StubServer("ok") as s:
-        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={s.url}", "--suite", _suite(tmp_path),
+        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={s.url}", "--suite", tiny_suite(tmp_path),
                                      "--db", str(tmp_path / "g.db"), "--report", str(mine), "--quiet"])
         assert s.completions == 0
     assert r.exit_code == 3, r.output
@@ -137,7 +138,7 @@ def test_unexpected_exception_is_one_line_outside_tests(tmp_path: Path) -> None:
             "s.Store = boom\n"
             "cli(['sessions'])\n")
     env = {k: v for k, v in __import__("os").environ.items() if k != "OBSERVATORY_RAISE_ERRORS"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = str(REPO)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 4, r.stderr
     assert "Traceback" not in r.stderr

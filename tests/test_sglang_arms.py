@@ -7,7 +7,6 @@ and the request's speculative counters (observatory.engines.sglang_ids)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +20,9 @@ from observatory.engines.sglang import ARGS_ENV, SGLangAdapter
 from observatory.engines.sglang_ids import take_ids
 from observatory.model.errors import ArmError, ObservatoryError
 from observatory.model.probes import Probe
+from tests.support import paths
 
-FIXTURES = Path(__file__).parent / "fixtures" / "engines"
+FIXTURES = paths.FIXTURES / "engines"
 
 
 def load(name: str) -> Any:

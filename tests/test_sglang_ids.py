@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sse_stub import SseStub, chunked, sse, whole
 
 from observatory.client.answer import Response
 from observatory.client.send import EngineClient, request_params, timed_params
 from observatory.model.gates import FAIL, Output, default_registry
 from observatory.model.probes import Probe
+from tests.support.paths import FIXTURES
+from tests.support.sse_stub import SseStub, chunked, sse, whole
 
-FIXTURE = json.loads((Path(__file__).parent / "fixtures/engines/sglang_token_ids_reconstructed.json").read_text())
+FIXTURE = json.loads((FIXTURES / "engines/sglang_token_ids_reconstructed.json").read_text())
 CHAT = Probe(name="c", category="prose_en", messages=[{"role": "user", "content": "Capital of France?"}],
              max_tokens=4)
 TEXT = Probe(name="t", category="prose_en", prompt="Once", max_tokens=4)
@@ -160,16 +161,16 @@ def test_an_sglang_url_arm_reaches_the_sglang_path(tmp_path: Path) -> None:
     """Issue 17 item 5: `--engine sglang` URL arms get SGLang's client; the probes' stored params are what
     was sent (return_token_ids), and the stored results carry the ids with empty top-k (margins not measurable)."""
     from click.testing import CliRunner
-    from stub_server import StubServer
-    from test_faults_survived import _suite
 
     from observatory.cli import cli
     from observatory.store.session_store import Store
+    from tests.support.stub_server import StubServer
+    from tests.support.stub_sessions import tiny_suite
 
     db = tmp_path / "s.db"
     with StubServer("ok", token=5) as base:
         r = CliRunner().invoke(cli, ["compare", "--arms", f"base={base.url}", "--engine", "sglang",
-                                     "--suite", _suite(tmp_path), "--db", str(db), "--no-diffs", "--quiet"])
+                                     "--suite", tiny_suite(tmp_path), "--db", str(db), "--no-diffs", "--quiet"])
     assert r.exit_code == 0, r.output
     store = Store(str(db))
     sid = store.sessions()[0].id

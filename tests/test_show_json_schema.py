@@ -18,14 +18,15 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import example_db
-from stub_server import StubServer
-from test_gate_command import _gate
-from test_read_model import _channel_session, _show
 
 from observatory.model.json_schema import SCHEMA_PATH, schema_text
 from observatory.model.paths import REPO_ROOT
 from observatory.model.read_model import SCHEMA_VERSION
+from tests.support.paths import example_db
+from tests.support.sessions import show_json
+from tests.support.state_channels import judged_soak_session
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import run_gate
 
 EXAMPLES = REPO_ROOT / "examples"
 DBS = sorted([*EXAMPLES.glob("h200/*.db.gz"), *EXAMPLES.glob("h200x2/*.db.gz"), *EXAMPLES.glob("h200-nightly/*.db.gz")])
@@ -54,7 +55,7 @@ def test_every_example_database_matches_the_schema(tmp_path: Path) -> None:
             db.write_bytes(gzip.decompress(src.read_bytes()))
         else:
             shutil.copy(src, db)
-        doc = json.loads(_show(db))
+        doc = json.loads(show_json(db))
         assert doc["schema_version"] == SCHEMA_VERSION == 1
         errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in v.iter_errors(doc)]
         assert errors == [], (src.name, errors[:5])
@@ -62,7 +63,7 @@ def test_every_example_database_matches_the_schema(tmp_path: Path) -> None:
 
 def test_a_freshly_judged_stub_session_matches_the_schema(tmp_path: Path) -> None:
     """A stub session judged now (channels, channel verdicts, figures) validates; its first key is the version."""
-    doc = json.loads(_show(_channel_session(tmp_path)))
+    doc = json.loads(show_json(judged_soak_session(tmp_path)))
     assert next(iter(doc)) == "schema_version" and doc["channels"] and doc["arms"][1]["acceptance"] is not None
     _validator().validate(doc)
 
@@ -72,7 +73,7 @@ def test_gate_json_of_a_stub_run_matches_the_schema(tmp_path: Path, spec: str, v
     """``gate --json`` writes the same versioned object: a run against the STUB server (a wrong token on
     demand; a hung arm), judged now, validates."""
     with StubServer("ok", token=5) as base, StubServer(spec, token=9) as mtp1:
-        _, out = _gate(tmp_path, f"base={base.url},mtp1={mtp1.url}", "--request-timeout", "2")
+        _, out, _ = run_gate(tmp_path, f"base={base.url},mtp1={mtp1.url}", "--request-timeout", "2")
     doc = json.loads((out / "session.json").read_text())
     assert (doc["schema_version"], doc["verdict"]["verdict"]) == (SCHEMA_VERSION, verdict)
     assert doc["arms"][0]["results"] and [a["name"] for a in doc["arms"]] == ["base", "mtp1"]
@@ -102,7 +103,7 @@ def test_negative_control_wrong_types_and_missing_keys_fail(tmp_path: Path) -> N
     """A wrong type or a missing required key fails validation, so the checks above can fail (on h200-tiny.db,
     which has results with verdicts)."""
     example_db("h200/h200-tiny.db", tmp_path / "tiny.db")
-    doc = json.loads(_show(tmp_path / "tiny.db"))
+    doc = json.loads(show_json(tmp_path / "tiny.db"))
     v = _validator()
     assert v.is_valid(doc)
     for what, bad in _mutations(doc):

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import example_db
 
 from observatory.judge.figures import compute_figures
 from observatory.judge.perf_gates import steady_check
@@ -22,6 +21,7 @@ from observatory.report.data import build
 from observatory.report.html import speed_notes
 from observatory.store.db import ResultRow
 from observatory.store.session_store import Store
+from tests.support.paths import example_db
 
 EXAMPLES = ["h200/h200-tiny.db", "h200/h200-hybrid.db", "h200-nightly/nightly-tiny.db",
             "h200-nightly/nightly-hybrid.db", "h200x2/h200x2-parallel.db", "h200x2/h200x2-tp2.db"]

@@ -6,9 +6,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import example_db
 
 from observatory.judge import step_time
+from tests.support.paths import example_db
 
 
 def _result(gap_ms: float, chunks: int, start: float = 25.0) -> SimpleNamespace:

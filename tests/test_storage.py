@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pg import pg_bin, postgres_server
 from sqlalchemy import func, inspect, select
 
 from observatory.commands.evaluate import evaluate
@@ -22,6 +21,7 @@ from observatory.model.read_model import SessionView, to_plain
 from observatory.report.data import build
 from observatory.store.db import ArmRow, Base, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store, storable
+from tests.support.postgres import pg_bin, postgres_server
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
-from conftest import example_db, verdict_exit
 from sqlalchemy import text
-from stub_server import StubServer
 
 from observatory.cli import cli
 from observatory.store.compressed import MIN_BYTES, squeeze, unsqueeze
 from observatory.store.db import PAGE_SIZE, ArmRow, ProbeRow, ResultRow, SessionRow, VerdictRow
 from observatory.store.session_store import Store
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO, example_db
+from tests.support.sessions import verdict_exit
+from tests.support.stub_server import StubServer
 
 
 def _storage_size() -> Any:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from semantics_store import result, session
 
 from observatory.judge.apply_gates import judge_session, stream_text_mismatch, stream_text_unmeasurable
 from observatory.model.probes import Probe
 from observatory.store.session_store import Store
+from tests.support.semantics_store import result, session
 
 IDS = [11, 12, 13, 14]
 TEXTS = [" one", " two", " three", " four"]

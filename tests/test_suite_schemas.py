@@ -24,6 +24,7 @@ from observatory.model.errors import ArmError, ProbeFileError
 from observatory.model.paths import PROBES_DIR, REPO_ROOT
 from observatory.model.probes import load_probe_file
 from observatory.model.tomlfile import tomllib
+from tests.support.paths import FIXTURES
 
 SCHEMAS = {"probes": (probe_schema.SCHEMA_PATH, probe_schema.schema_text),
            "arms": (arms_schema.SCHEMA_PATH, arms_schema.schema_text)}
@@ -62,7 +63,7 @@ def test_bundled_suites_and_the_docs_examples_validate(tmp_path: Path) -> None:
     a = _validator("arms")
     arm_blocks = _toml_blocks("arms.md")
     assert arm_blocks, "docs/arms.md has no TOML example"
-    for i, text in enumerate(arm_blocks + [p.read_text() for p in (REPO_ROOT / "tests" / "fixtures").glob("arms*.toml")]):
+    for i, text in enumerate(arm_blocks + [p.read_text() for p in (FIXTURES).glob("arms*.toml")]):
         assert list(a.iter_errors(tomllib.loads(text))) == [], i
         f = tmp_path / f"a{i}.toml"
         f.write_text(text)

@@ -27,8 +27,9 @@ from observatory.model.probes import load_probe_file, resolve_suite
 from observatory.model.suites import Limits, read_suite
 from observatory.model.suites.importer import import_logs
 from observatory.model.suites.write import suite_jsonl, suite_toml
+from tests.support import paths
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "suites"
+FIXTURES = paths.FIXTURES / "suites"
 SUITES = {"gateway.jsonl": ("openai", 7), "sharegpt.json": ("sharegpt", 3), "vllm_custom.jsonl": ("vllm-custom", 3),
           "spec_bench.jsonl": ("spec-bench", 2), "aiperf_single_turn.jsonl": ("aiperf-single-turn", 3),
           "aiperf_multi_turn.jsonl": ("aiperf-multi-turn", 2), "aiperf_mooncake.jsonl": ("aiperf-mooncake", 3)}

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, func, select
-from test_report import make_session
 
 from observatory.commands.evaluate import evaluate
 from observatory.judge.verdict import session_verdict
@@ -15,6 +14,7 @@ from observatory.report.summarize import ensure_summaries
 from observatory.report.trends import load_points, session_points
 from observatory.store.db import SummaryRow
 from observatory.store.session_store import Store
+from tests.support.judged_sessions import make_session
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import verdict_exit
-from stub_server import StubServer
-from test_faults_survived import _suite
 
 from observatory.cli import cli
+from tests.support.sessions import verdict_exit
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import tiny_suite
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("closing")
     out = tmp / "out"
     with StubServer("ok", token=5) as base, StubServer("ok", token=9) as spec:
-        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", _suite(tmp),
+        r = CliRunner().invoke(cli, ["gate", "--arms", f"base={base.url},mtp1={spec.url}", "--suite", tiny_suite(tmp),
                                      "--db", str(tmp / "g.db"), "--report", str(out / "report"),
                                      "--json", str(out / "s.json"), "--no-diffs", "--quiet"])
     return {"db": tmp / "g.db", "out": out, "result": r}
@@ -77,7 +77,7 @@ def test_compare_ends_with_the_closing_block_and_its_metrics(tmp_path: Path) -> 
     """compare writes no report or JSON: the block says how to make them; --metrics-out is written."""
     with StubServer("ok", token=5) as base, StubServer("ok", token=5) as spec:
         r = CliRunner().invoke(cli, ["compare", "--arms", f"base={base.url},mtp1={spec.url}",
-                                     "--suite", _suite(tmp_path), "--db", str(tmp_path / "c.db"),
+                                     "--suite", tiny_suite(tmp_path), "--db", str(tmp_path / "c.db"),
                                      "--metrics-out", str(tmp_path / "m.txt"), "--no-diffs", "--quiet"])
     assert r.exit_code == verdict_exit(tmp_path / "c.db"), r.output
     lines = r.stdout.rstrip().splitlines()
@@ -108,7 +108,7 @@ def test_an_interrupted_gate_with_a_fail_has_one_verdict_everywhere(tmp_path: Pa
     with StubServer("ok", token=5) as base, StubServer("ok", token=9) as spec, StubServer("ok", token=5) as late:
         proc = subprocess.Popen(
             [sys.executable, "-m", "observatory", "gate", "--arms", f"base={base.url},mtp1={spec.url},mtp2={late.url}",
-             "--suite", _suite(tmp_path), "--db", str(db), "--report", str(out / "report"), "--json",
+             "--suite", tiny_suite(tmp_path), "--db", str(db), "--report", str(out / "report"), "--json",
              str(out / "s.json"), "--junit", str(out / "j.xml"), "--no-diffs", "--quiet", "--request-timeout", "300"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_engine, verdict_exit
 
 from observatory.cli import cli
 from observatory.client.send import EngineClient
@@ -31,6 +30,8 @@ from observatory.model.paths import DEFAULT_MODEL_DIR
 from observatory.session.launch import launch
 from observatory.store.session_store import Store
 from observatory.triage.source import rebuild_arm, rebuild_settings
+from tests.support.engine import requires_engine
+from tests.support.sessions import verdict_exit
 
 pytestmark = [pytest.mark.engine, requires_engine]
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from stub_answers import AnswerStub, fixed
-from test_verdict_policy import SUITE
 
 from observatory.cli import cli
 from observatory.model.gates import Output, registry_for
 from observatory.model.probes import Probe
+from tests.support.stub_answers import AnswerStub, fixed
+from tests.support.stub_sessions import THREE_PROBES
 
 USER_GATES = '''
 from observatory.model.gates import FAIL, PASS, WARN, GateResult, gate
@@ -46,7 +46,7 @@ def test_user_gates_of_each_kind_run_and_show(tmp_path: Path) -> None:
     gates_dir.mkdir()
     (gates_dir / "mine.py").write_text(USER_GATES)
     suite = tmp_path / "s.toml"
-    suite.write_text(SUITE)
+    suite.write_text(THREE_PROBES)
     db = tmp_path / "u.db"
     out = tmp_path / "report"
     listed = CliRunner().invoke(cli, ["gates", "list", "--gates-dir", str(gates_dir)])

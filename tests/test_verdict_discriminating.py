@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from views import facts, hand_arm, hand_result
 
 from observatory.judge.verdict import decide, discriminates
 from observatory.model.gates import default_registry
 from observatory.model.read_model import ArmView, SessionFacts
+from tests.support.views import facts, hand_arm, hand_result
 
 USER_GATE = '''
 from observatory.model.gates import PASS, GateResult, gate

@@ -15,36 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
-from conftest import example_db
-from stub_answers import Answer, AnswerStub, fixed
-from stub_server import StubServer
 
 from observatory.cli import cli
-
-SUITE = """
-[[probe]]
-name = "one"
-category = "prose_en"
-messages = [{ role = "user", content = "Say something." }]
-max_tokens = 8
-
-[[probe]]
-name = "two"
-category = "prose_en"
-messages = [{ role = "user", content = "Say something else." }]
-max_tokens = 8
-
-[[probe]]
-name = "three"
-category = "prose_en"
-messages = [{ role = "user", content = "Say a third thing." }]
-max_tokens = 8
-"""
+from tests.support.paths import example_db
+from tests.support.stub_answers import Answer, AnswerStub, fixed
+from tests.support.stub_server import StubServer
+from tests.support.stub_sessions import THREE_PROBES
 
 
 def _gate(tmp_path: Path, arms: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     suite = tmp_path / "s.toml"
-    suite.write_text(SUITE)
+    suite.write_text(THREE_PROBES)
     out = tmp_path / "out"
     db = tmp_path / "g.db"
     r = CliRunner().invoke(cli, ["gate", "--arms", arms, "--suite", str(suite), "--db", str(db),
@@ -214,7 +195,7 @@ def test_a_timed_output_equal_to_the_arm_own_non_streamed_output_is_judged_once(
                       delay_s=0.02)
 
     suite = tmp_path / "s.toml"
-    suite.write_text(SUITE)
+    suite.write_text(THREE_PROBES)
     for name, spec_answer, want in (("repeats", first_then_other, "PASS"),
                                     ("timed-only", lambda r, n: Answer(text="timed", token_ids=[8], delay_s=0.02)
                                      if r.get("stream") and not r.get("logprobs") else
@@ -265,7 +246,7 @@ def test_stream_that_drops_a_word_fails_stream_integrity(tmp_path: Path) -> None
         return Answer(text=text, token_ids=[5, 6, 7, 8])
 
     suite = tmp_path / "s.toml"
-    suite.write_text(SUITE)
+    suite.write_text(THREE_PROBES)
     with AnswerStub(fixed("the quick brown fox", [5, 6, 7, 8])) as base, AnswerStub(dropping) as spec:
         r = CliRunner().invoke(cli, ["compare", "--arms", f"base={base.url},base={spec.url}", "--suite", str(suite),
                                      "--db", str(tmp_path / "i.db"), "--quiet"])
@@ -287,7 +268,7 @@ def test_a_stream_integrity_finding_base_shares_is_a_note(tmp_path: Path) -> Non
         return Answer(text=text, token_ids=[5, 6, 7, 8])
 
     suite = tmp_path / "s.toml"
-    suite.write_text(SUITE)
+    suite.write_text(THREE_PROBES)
     with AnswerStub(dropping) as base, AnswerStub(dropping) as spec:
         r = CliRunner().invoke(cli, ["compare", "--arms", f"base={base.url},base={spec.url}", "--suite", str(suite),
                                      "--db", str(tmp_path / "i.db"), "--quiet"])

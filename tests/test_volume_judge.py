@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from semantics_store import result, session
 
 from observatory.channels import speculates, volume
 from observatory.channels.view import ChannelView
@@ -20,6 +19,7 @@ from observatory.model.vocabulary import FAIL, INVALID, NOTE, PASS, SKIP, WARN
 from observatory.store.db import ArmRow, ResultRow
 from observatory.store.session_store import Store
 from observatory.store.stored import verdict_row
+from tests.support.semantics_store import result, session
 
 SUITE = [Probe("code", "code", messages=[{"role": "user", "content": "import charset_normalizer"}], max_tokens=8),
          Probe("tool", "tool_call", messages=[{"role": "user", "content": "find it"}], max_tokens=8,

@@ -3,24 +3,27 @@
 `build` stores a session with the channel's planned probes and, per arm, one
 result per request as the test says (token ids; base's top-k logprobs make a
 divergence from it hard, with a margin of 5 nats), and returns the
-`ChannelView` the channel's judge gets.
+`ChannelView` the channel's judge gets; `judged_soak_session` a whole judged one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from observatory.channels import Channel
+from observatory.channels import Channel, soak
 from observatory.channels.view import ChannelView
+from observatory.commands.evaluate import evaluate
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe, load_probe_file
 from observatory.model.roles import BASE
 from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
+from tests.support.paths import REPO
 
-SUITE = Path(__file__).resolve().parent.parent / "probes" / "default.toml"
+SUITE = REPO / "probes" / "default.toml"
 CLEAN = [5, 6, 7, 8]  # the tokens every request answers with unless the test says otherwise
 
 
@@ -82,3 +85,20 @@ def by_arm(rows: list[Any], view: ChannelView, part: str | None = None) -> dict[
     names = {a.id: a.name for a in view.arms}
     gate = view.channel if part is None else f"{view.channel}:{part}"
     return {names[r.arm_id]: r for r in rows if r.gate == gate}
+
+
+def judged_soak_session(tmp_path: Path) -> Path:
+    """A judged soak-channel session: the spec arm's later occurrences of one probe differ (FAIL)."""
+    late = {p.meta["index"] for p in soak.plan(suite())
+            if p.meta["of"] == suite()[0].name and p.meta["occurrence"] >= 5}
+
+    def answer(p: Any, arm: str) -> dict[str, Any]:
+        tokens = [5, 9, 9, 9] if (arm == "mtp2" and p.meta["index"] in late) else CLEAN
+        cd = {"drafts": 10, "draft_tokens": 20, "accepted": 12, "accepted_per_pos": [8, 4]} if arm == "mtp2" else {}
+        return {"tokens": tokens, "repeat": p.meta["occurrence"], "counters": cd}
+
+    build(tmp_path, soak.CHANNEL, {"base": "base", "mtp2": "spec"}, answer)
+    store = Store(str(tmp_path / "runs.db"), write=True)
+    store.update(SessionRow, 1, status="complete", started_at=datetime(2026, 11, 1, 2, 0, 0))
+    evaluate(store, 1)
+    return tmp_path / "runs.db"
