@@ -2,7 +2,7 @@
 
 The judge is fed synthetic draws (token ids drawn with numpy from stated
 distributions) through a real store; the engine run is in
-tests/test_engine_channels_sampling.py. The false-alarm rate and the power
+tests/real_engine/test_engine_channels_sampling.py. The false-alarm rate and the power
 of the test at the channel's default counts are simulated here: the figure
 docs/channels.md states is `test_smallest_detected_shift_at_default_counts`.
 """

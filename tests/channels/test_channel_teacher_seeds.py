@@ -3,7 +3,7 @@
 The judges are fed rows shaped as the engine stores them (a decode result and
 its teacher-forced scores; copies of a seeded request; the choices of an n
 request) through a real store. The engine run is
-tests/test_engine_channels_teacher_seeds.py.
+tests/real_engine/test_engine_channels_teacher_seeds.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Field channels' framework (issue 15): plan -> measure on each live arm -> judge -> report, through `gate`.
 
-The servers are the hand-made STUB of tests/stub_answers.py: a server that
+The servers are the hand-made STUB of tests/support/stub_answers.py: a server that
 answers one kind of request differently on demand. The channel here is a
 test channel registered for the test; the real channels have their own
 tests, on stored results and on the real engine.

@@ -2,9 +2,9 @@
 
 Pure Python: hand-made chunks read by the SDK's real types and stream helper
 (`observatory.client.openai_sdk`), the client against a STUB server
-(tests/stub_answers.py: a conformant answer), the fault's transform, and the
+(tests/support/stub_answers.py: a conformant answer), the fault's transform, and the
 channel's judge on stored rows. The real engine, with the fault on a spec
-arm, is tests/test_engine_channel_sdk.py.
+arm, is tests/real_engine/test_engine_channel_sdk.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Timed batches (observatory.client.batch): the same answers as run_timed, the set-up outside the clock.
 
-Wire-level behaviour comes from the hand-made stub in tests/sse_stub.py (its
+Wire-level behaviour comes from the hand-made stub in tests/support/sse_stub.py (its
 answers are the shapes vLLM sends); the throughput this buys is measured by
 benchmarks/client_throughput.py, not asserted here.
 """

@@ -1,6 +1,6 @@
 """The client: lean SSE reading, timed passes, the request deadline, error kinds, reasoning, detokenising.
 
-Wire-level faults come from the hand-made stub in tests/sse_stub.py; the
+Wire-level faults come from the hand-made stub in tests/support/sse_stub.py; the
 request shapes are what vLLM sends (chat chunks with logprobs, usage chunk).
 """
 

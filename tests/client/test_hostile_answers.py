@@ -1,6 +1,6 @@
 """Answers out of range are malformed answers, stored and flagged; the session goes on (issue 32 item 3).
 
-These use the hand-made STUB server (tests/stub_server.py): a real engine cannot be made to count 1e30
+These use the hand-made STUB server (tests/support/stub_server.py): a real engine cannot be made to count 1e30
 tokens, give an unknown finish_reason, a positive logprob, a null model id or a 400 KB version.
 """
 

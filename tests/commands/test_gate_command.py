@@ -2,7 +2,7 @@
 
 These use the hand-made STUB server (a real engine cannot be made to emit a
 chosen wrong token on demand); the passing case, exit 0, runs on the real
-engine in tests/test_engine_session.py.
+engine in tests/real_engine/test_engine_session.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Serving images without a Docker daemon: launch commands, ARM@IMAGE, image confound rules.
 
 Issue "the nightly gate on real serving images", items 2 and 3. The real
-containers are in tests/test_docker_engine.py.
+containers are in tests/real_engine/test_docker_engine.py.
 """
 
 from __future__ import annotations

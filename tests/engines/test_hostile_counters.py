@@ -1,6 +1,6 @@
 """Counters that lie in new ways flag the arm, and no figure is derived from them (issue 32 item 2).
 
-These use the hand-made STUB server (tests/stub_server.py): a real engine cannot be made to restart
+These use the hand-made STUB server (tests/support/stub_server.py): a real engine cannot be made to restart
 between two reads, serve another model's series, accept more than it drafted, or report positions
 beyond k on demand. Arm `mtp1` is a spec arm with k = 1 (observatory.model.arms' preset).
 """

@@ -1,4 +1,4 @@
-"""Engine adapters on recorded real responses (issue 5 point 5); sources in fixtures/engines/SOURCES.md."""
+"""Engine adapters on recorded real responses (issue 5 point 5); sources in tests/fixtures/engines/SOURCES.md."""
 
 from __future__ import annotations
 
@@ -223,7 +223,7 @@ def test_vllm_per_request_metrics_pr48915() -> None:
 
 
 def test_vllm_metrics_delegate_to_parse_spec_counters() -> None:
-    text = (  # the vLLM 0.32 shape of tests/test_metrics.py
+    text = (  # the vLLM 0.32 shape of tests/engines/test_metrics.py
         "# TYPE vllm:spec_decode_num_drafts_total counter\n"
         'vllm:spec_decode_num_drafts_total{engine="0",model_name="/m"} 30.0\n'
         "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"

@@ -2,7 +2,7 @@
 
 No SGLang runs here (no CPU build). The answers are reconstructed from SGLang's
 source (tests/fixtures/engines/sglang_token_ids_reconstructed.json; layouts per
-SOURCES.md, values made up) and served by the hand-made STUB of tests/sse_stub.py,
+SOURCES.md, values made up) and served by the hand-made STUB of tests/support/sse_stub.py,
 so the client's own request, wire reading and parsing run unchanged.
 """
 
@@ -125,7 +125,7 @@ def _without_ids(body: Any) -> Any:
 def test_answer_without_token_ids_is_not_reported_naming_the_flag(probe: Probe, path: str, key: str,
                                                                   streamed: bool) -> None:
     """Negative control: an SGLang that ignores return_token_ids answers without choices[].token_ids;
-    that is a failure naming the flag ("not reported by this engine", tests/test_not_reported.py), not a
+    that is a failure naming the flag ("not reported by this engine", tests/channels/test_not_reported.py), not a
     crash and not an empty sequence judged."""
     r, _ = _run(probe, path, _without_ids(FIXTURE[key]), streamed=streamed, stream=streamed)
     assert not r.ok and r.error_kind == "not_reported"

@@ -1,6 +1,6 @@
 """The whole answer, every field (issue 28 item 2): the three gates on plain outputs, the client's new fields,
 the generated-token counter, and the two faults on stand-ins shaped like vLLM's hook points (the engine test,
-tests/test_engine_answer_fields.py, runs them for real)."""
+tests/real_engine/test_engine_answer_fields.py, runs them for real)."""
 
 from __future__ import annotations
 

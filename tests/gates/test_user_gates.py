@@ -1,6 +1,6 @@
 """User gates of every kind run from --gates-dir, through the path built-in gates take (issue 14 item 4).
 
-The servers are the hand-made STUB of tests/stub_answers.py; the gates are
+The servers are the hand-made STUB of tests/support/stub_answers.py; the gates are
 written here as a user would, against the public plugin API only
 (`observatory.model.gates.gate`, `GateResult`, the kinds result, pair and arm).
 """

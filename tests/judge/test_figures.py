@@ -252,7 +252,7 @@ def test_a_five_times_slower_arm_on_short_requests_fails() -> None:
     # paired on shared CPU cores (figures marks it: pairs_share_cores): alternating requests time the two
     # engines' contention, unmeasured (a clean CPU night read S 0.18 with its step at 0.63, session 9 of the
     # same database), so the default floor WARNs and says why; the dead drafter FAILs on its acceptance there,
-    # and the history's collapse (tests/test_channel_history.py); a user's threshold still FAILs
+    # and the history's collapse (tests/channels/test_channel_history.py); a user's threshold still FAILs
     shared = {**fig, "vs_base": {**fig["vs_base"], "pairs_share_cores": True},
               "acceptance": {"alpha": 0.0, "accepted": 0, "draft_tokens": 2400}}
     both = by_check(performance(shared, short_base, None, {}))

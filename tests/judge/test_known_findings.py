@@ -356,7 +356,7 @@ def test_a_gate_with_a_ledger_covers_its_fail_and_exits_0(tmp_path: Path) -> Non
     from tests.support.stub_sessions import tiny_suite
 
     ledger = _ledger(tmp_path / "team.toml", {
-        "id": "stub-token", "title": "the stub answers another token", "reproduction": "tests/stub_server.py",
+        "id": "stub-token", "title": "the stub answers another token", "reproduction": "tests/support/stub_server.py",
         "engine": "vllm", "versions": ["stub-0"], "checks": ["token_diff*"], "arms": ["spec"]})
     runs = {}
     with StubServer("ok", token=5) as base, StubServer("ok", token=9) as spec:

@@ -1,9 +1,9 @@
 """No confident wrong verdict (issue 13): each case from the outside, through `observatory gate`.
 
-The servers are the hand-made STUB of tests/stub_answers.py (a real engine
+The servers are the hand-made STUB of tests/support/stub_answers.py (a real engine
 cannot be made to fail every completion, withhold logprobs or answer blank
 on demand); the passing case runs on the real engine in
-tests/test_engine_session.py. Each case checks the exit code, the session
+tests/real_engine/test_engine_session.py. Each case checks the exit code, the session
 verdict in ``show --json`` and the report banner: one policy, three renderings.
 """
 

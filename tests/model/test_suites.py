@@ -6,7 +6,7 @@ from vLLM's benchmarks/datasets.py and AIPerf's dataset loader models); the
 hostile records are made in the tests. Every bad record must be one line
 naming it (FILE:LINE) while the rest load; the same seed must give the same
 sample; what is imported is masked. The real-engine session over an imported
-suite is tests/test_engine_suites.py.
+suite is tests/real_engine/test_engine_suites.py.
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def _network_imports(source: str) -> list[str]:
 def test_the_judge_needs_no_server() -> None:
     """Issue 47 item 3: judging reads only the store; tokenizing prompts for the cross-engine comparison happens in
     the session phase (observatory/session/prompt_tokens.py), so no module of judge/ imports what talks to a
-    server (tests/test_judge_offline.py judges a stored session with every connection refused)."""
+    server (tests/judge/test_judge_offline.py judges a stored session with every connection refused)."""
     found = [f"{m}: {n}" for m, p in _modules().items() if _layer(m) == "judge"
              for n in _network_imports(_source(p))]
     assert not found, "judge/ importing the network:\n" + "\n".join(found)

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.field_engine, requires_engine]
 
 SUITE = FIXTURES / "semantics.toml"
 # stream_drop is left out to keep the session short (it is caught by the suite's token_diff:nonstream too,
-# and by token_diff:stream_text: tests/test_stream_integrity.py)
+# and by token_diff:stream_text: tests/judge/test_stream_integrity.py)
 FAULTS = ("past_stop", "inflate_accepted", "draft_noise")
 NIGHTS = 3
 

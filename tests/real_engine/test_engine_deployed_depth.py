@@ -5,7 +5,7 @@ session states the depths it covered.
 One session on the bundled tiny model, quick profile without the diff passes: base and the mtp3 arm the deployed
 config adds, the fault in the session's environment (an engine's children inherit it; base has no spec steps to
 corrupt): 2 engine starts. That the same fault hides behind an arm at k = 1 is the field_engine test's
-(tests/test_engine_channels_edges.py: 520 s at load 16-27 for the three arms, 2026-12-05).
+(tests/real_engine/test_engine_channels_edges.py: 520 s at load 16-27 for the three arms, 2026-12-05).
 """
 
 from __future__ import annotations

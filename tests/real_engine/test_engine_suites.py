@@ -9,7 +9,7 @@ and a key in a prompt, a retry logged twice and three bad records. The
 session must say which format it read and name each bad record in one
 line, run every good record on both arms, send the sampled request
 greedily and the stop string as logged, store the prompt masked, and pass
-(the speed verdict aside: tests/conftest.py `passed_but_for_speed`).
+(the speed verdict aside: tests/support/sessions.py `passed_but_for_speed`).
 """
 
 from __future__ import annotations

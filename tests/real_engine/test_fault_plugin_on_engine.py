@@ -1,6 +1,6 @@
 """Engine tests of the fault plugin: the real vLLM CPU engine, one server per arm.
 
-Run with ``pytest -m engine tests/test_faults_engine.py`` (about 3 minutes on 2
+Run with ``pytest -m engine tests/real_engine/test_fault_plugin_on_engine.py`` (about 3 minutes on 2
 cores: four servers of ~40 s each, plus one that must fail at startup).
 Skipped when vLLM is not importable or the ``observatory_faults`` entry point
 is not installed (``pip install -e .``).
@@ -450,7 +450,7 @@ def test_accept_all_emits_the_draft_heads_proposals(toy, serve):
     assert wrong > 0, out  # some draft the target would have rejected got through
 
 
-if __name__ == "__main__":  # python tests/test_faults_engine.py build DEST
+if __name__ == "__main__":  # python tests/real_engine/test_fault_plugin_on_engine.py build DEST
     if len(sys.argv) == 3 and sys.argv[1] == "build":
         m = build_toy_model(Path(sys.argv[2]))
         print(f"built {m.path}: vocab {m.vocab_size}")

@@ -8,7 +8,7 @@ relaunches the arm as it ran and with k=1 and must name
 ``check.py`` must report the failure (exit 1), and a clean spec server,
 against which it must pass (exit 0). Six engine starts (eager, for a faster
 start): 7 minutes on two shared cores at load ~3 (15+ at load 8). Run alone:
-``pytest -m engine tests/test_triage_engine.py``.
+``pytest -m engine tests/real_engine/test_triage_engine.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """History across sessions (issue 6, part 3): figures per session and arm, and regression alerts.
 
-Sessions are real judged sessions made by `make_session` (tests/test_report.py):
+Sessions are real judged sessions made by `make_session` (tests/support/judged_sessions.py):
 acceptance comes from the stored counter deltas, S from the stored timings.
 """
 

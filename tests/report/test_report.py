@@ -3,7 +3,7 @@ missing figures, token diffs, cross-session pages, and the `report` command.
 
 Sessions are made through the real store and judged by the real `evaluate`
 (gates, figures, validity); cases a session cannot easily show (a crashed
-arm, missing figures) change a real `build()` view (tests/views.py).
+arm, missing figures) change a real `build()` view (tests/support/views.py).
 """
 
 from __future__ import annotations

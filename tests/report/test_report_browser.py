@@ -1,7 +1,7 @@
 """The report in a real headless browser (issue 6): it renders offline, and hostile model output stays text.
 
 Skips when Debian's chromium is not installed (CI installs it). The session is
-made through the store and judged by the real `evaluate` (tests/test_report.py
+made through the store and judged by the real `evaluate` (tests/support/judged_sessions.py
 `make_session`), with a stored completion that is an XSS attempt.
 """
 

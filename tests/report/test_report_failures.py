@@ -6,7 +6,7 @@ cap is shown; PASS rows alone are capped; the drafts/accepted counts are the
 terminal's, labelled with their pass; `--vs` of two models says so and
 computes no speedup across them. Sessions are the real store's (test_report's
 `make_session`); channel verdicts a session cannot be made to show on demand
-(a FAIL at row 46 of 60) are set on a real `build()` view (tests/views.py).
+(a FAIL at row 46 of 60) are set on a real `build()` view (tests/support/views.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Hostile servers and inputs, round three: variations of issue 32's cases found from outside.
 
 Each was tried through the CLI against the hand-made STUB servers of
-tests/stub_server.py (a real engine cannot echo a key lower-cased, serve a
+tests/support/stub_server.py (a real engine cannot echo a key lower-cased, serve a
 50 MB /metrics or a token id of 23 digits on demand) and failed before its
 fix; here each is pinned at the narrowest level that shows it (cheap: about
 ten seconds in all on an idle core), with a control beside it.

@@ -2,8 +2,8 @@
 
 Every case asserts the exit code, one line on stderr where the contract is a
 one-line error, no traceback, the database's integrity check, and no session
-left running. Servers are the hand-made STUBs of tests/stub_server.py and
-tests/sse_stub.py: a real engine cannot send a negative chunk size, drip its
+left running. Servers are the hand-made STUBs of tests/support/stub_server.py and
+tests/support/sse_stub.py: a real engine cannot send a negative chunk size, drip its
 /tokenize, or serve two models on demand.
 """
 

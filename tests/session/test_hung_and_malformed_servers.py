@@ -1,6 +1,6 @@
 """Faults survived without a real engine: a server that hangs, one that sends malformed bodies (issue 7).
 
-Both use the hand-made STUB server in tests/stub_server.py, because a real
+Both use the hand-made STUB server in tests/support/stub_server.py, because a real
 engine cannot be made to hang or to send a broken body on demand.
 """
 

@@ -108,7 +108,7 @@ def test_a_server_that_drops_logprobs_is_a_setup_error(tmp_path: Path) -> None:
 
 def test_a_spec_arm_that_drops_logprobs_beside_a_base_that_returns_them_runs(tmp_path: Path) -> None:
     """Where base's server returns logprobs, a spec arm dropping them is the deployment's difference, judged by the
-    session (tests/test_verdict_policy.py: its text diffed, its ids UNJUDGED), not a setup error."""
+    session (tests/judge/test_verdict_policy.py: its text diffed, its ids UNJUDGED), not a setup error."""
     with StubServer("ok") as base, StubServer("ok", with_logprobs=False) as spec:
         code, out = _compare(tmp_path, f"base={base.url},mtp1={spec.url}")
     assert code != 3 and not [line for line in _error_lines(out) if "without logprobs" in line], out

@@ -64,7 +64,7 @@ def test_oldest_schema_is_upgraded_in_place(tmp_path: Path) -> None:
 def test_loser_of_a_migration_race_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two runs opening a new SQLite database at once: the loser read the applied names before the winner
     recorded its migrations, so its DDL found the tables made (a no-op) and recording the name hit
-    "UNIQUE constraint failed: _migrations.name" (seen once in tests/test_storage.py's two writers). The
+    "UNIQUE constraint failed: _migrations.name" (seen once in tests/store/test_storage.py's two writers). The
     loser retries, reads the names again, and has nothing left to apply."""
     import observatory.store.migrations as mig
 

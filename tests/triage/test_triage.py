@@ -1,7 +1,7 @@
 """Triage's plan, delta debugging, knobs and knob-conditional faults, as pure functions.
 
 The experiment is a table of which knob sets still fail ("the launcher
-boundary"); the real engine is exercised in tests/test_triage_engine.py.
+boundary"); the real engine is exercised in tests/real_engine/test_triage_engine.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The stored session, the judging, storage, `show --json`, the report and the
 bundle are real; `launch` is replaced by an engine whose output is a pure
 function of the knobs (a ghost token at 3 while k >= 2). The real engine is
-exercised in tests/test_triage_engine.py.
+exercised in tests/real_engine/test_triage_engine.py.
 """
 
 from __future__ import annotations
