@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-judge every committed example database with this checkout's judge and re-render every committed example
 # report from it (issue 50 item 6). Run it after a change to the judge (gates, figures, the verdict policy);
-# tests/test_examples_fresh.py fails while a stored verdict differs from what a re-judge decides.
+# tests/project/test_examples_fresh.py fails while a stored verdict differs from what a re-judge decides.
 #
 #   bash scripts/regen-examples.sh            # every example (a few minutes on 2 cores)
 #   bash scripts/regen-examples.sh h200x2     # only the folders named
@@ -61,7 +61,7 @@ for row in "${REPORTS[@]}"; do
   echo "examples/$folder/$report: session $sid re-rendered"
 done
 
-# tests/test_read_model.py pins show --json of the regenerated h200-tiny session byte for byte (the read model's
+# tests/model/test_read_model.py pins show --json of the regenerated h200-tiny session byte for byte (the read model's
 # shape): its fixture follows the database. Check its diff: a change beyond the re-judged figures is the read model's.
 if wanted examples/h200/x; then
   gunzip -c examples/h200/h200-tiny.db.gz > "$work/tiny.db"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start a Docker daemon for the serving-image tests (tests/test_docker_engine.py)
+# Start a Docker daemon for the serving-image tests (tests/real_engine/test_docker_engine.py)
 # when none answers: installs Debian's docker.io and debootstrap if missing
 # (as root, with apt), then runs dockerd in the background (overlay2) and
 # waits for it. Does nothing where a daemon already answers; where it cannot

@@ -1,13 +1,21 @@
-"""Shared fixtures: no test touches ./runs.db; engine tests share one real session."""
+"""Fixtures every floor shares: no test touches ./runs.db; a fresh store; one PostgreSQL server per module.
+
+The suite is in folders by the floor of the package each test checks (model/, store/, client/, engines/, ...),
+with real_engine/ for every test that launches a real engine; each folder's conftest.py says what its tests
+check. What the folders share that is no fixture (stub servers, synthetic sessions, paths) is tests/support/.
+"""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from observatory.store.session_store import Store
+from tests.support.postgres import pg_bin, postgres_server
+
+REAL_ENGINE = Path(__file__).resolve().parent / "real_engine"
 
 
 @pytest.fixture(autouse=True)
@@ -19,58 +27,22 @@ def _isolated_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return db
 
 
-def engine_available() -> bool:
-    """Whether vLLM can be launched here."""
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-requires_engine = pytest.mark.skipif(
-    not engine_available() and not os.environ.get("CI"),
-    reason="vLLM is not installed (CI installs it; see README)",
-)
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    """A fresh database."""
+    return Store(str(tmp_path / "runs.db"))
 
 
-def example_db(rel: str, dest: Path) -> Path:
-    """The committed example database REL (under examples/, stored gzipped to keep the tree small
-    enough to travel to the GPU device with its bundle), unpacked to DEST."""
-    import gzip
-
-    dest.write_bytes(gzip.decompress((REPO / "examples" / f"{rel}.gz").read_bytes()))
-    return dest
-
-
-def passed_but_for_speed(exit_code: int, db: str | Path) -> bool:
-    """Whether the last session of DB passed, or failed on the `speedup` check alone.
-
-    The speed verdict is the host's: on a shared 2-core host S of the same code
-    moves 0.68-1.08 between sessions (benchmarks/README.md, "Speed on a shared
-    host"), so a functional test of an engine session never asserts it. Every
-    other FAIL or INVALID still fails the test.
-    """
-    import json
-
-    from click.testing import CliRunner
-
-    from observatory.cli import cli
-
-    if exit_code == 0:
-        return True
-    if exit_code != 1:
-        return False
-    shown = CliRunner().invoke(cli, ["show", "--db", str(db), "--json"], catch_exceptions=False)
-    reasons = json.loads(shown.output)["verdict"]["reasons"]
-    fails = [r for r in reasons if r["level"] in ("FAIL", "INVALID")]
-    return bool(fails) and all(r["gate"] == "speedup" for r in fails)
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    """A throwaway PostgreSQL server's URL (tests/support/postgres.py), skipped where PostgreSQL is not installed."""
+    if pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed (bash scripts/setup.sh --test installs it)")
+    with postgres_server() as url:
+        yield url
 
 
-def verdict_exit(db: str | Path, session: int | None = None) -> int:
-    """The exit code the verdict of DB's SESSION (default: its latest) stands for: what `compare` and `gate` exit
-    with once a session ran to its end (issue 46 item 4). A stub server that speculates nothing makes a spec arm
-    INVALID (2), so a test of something else asserts this, not 0."""
-    from observatory.report.data import build
-    from observatory.store.session_store import Store
-
-    with Store(str(db)) as store:
-        return build(store, store.session(session).id).verdict.exit_code
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `engine` (it launches a real engine) belongs in real_engine/, where every test is marked."""
+    if item.get_closest_marker("engine") and REAL_ENGINE not in item.path.resolve().parents:
+        pytest.fail(f"{item.nodeid} launches a real engine: it belongs in {REAL_ENGINE}", pytrace=False)

@@ -37,7 +37,7 @@ How the small function sits inside the large one (`scale_state_dict`):
 - MTP: input_proj's two halves (hidden_layernorm(h), token_layernorm(e)) go to
   columns 0.. and H_big.. of the large [H_big, 2 H_big] matrix.
 
-`tests/test_scale_up.py` checks main and MTP logits (steps 1 and 2) against
+`tests/project/test_scale_up.py` checks main and MTP logits (steps 1 and 2) against
 the small model at a reduced large size in fp32 (training.model).
 
     python training/scale_up.py observatory/field_model OUT [--hidden 4096 --layers 32 --heads 32

@@ -38,7 +38,7 @@ All tests of one arm, positional and likelihood, are corrected together
 (Holm, family-wise ``ALPHA``). An arm with a rejected test FAILs, unless the
 A/A copy (judged the same way) also shows a difference: then WARN, not
 attributable. The false-alarm rate and the smallest shift the test detects
-at these counts are simulated in tests/test_channel_sampling.py.
+at these counts are simulated in tests/channels/test_channel_sampling.py.
 """
 
 from __future__ import annotations

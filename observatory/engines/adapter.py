@@ -312,7 +312,7 @@ class OwnServer(Dialect):
 
 
 # The built-in adapters, exactly as pyproject.toml declares them (``observatory.engines`` entry points): engine
-# name -> "module:class"; an alias names the same class (tests/test_plugins.py checks the two agree).
+# name -> "module:class"; an alias names the same class (tests/model/test_plugins.py checks the two agree).
 BUILTIN = {
     "vllm": "observatory.engines.vllm:VLLMAdapter",
     "sglang": "observatory.engines.sglang:SGLangAdapter",

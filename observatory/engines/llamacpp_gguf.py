@@ -7,7 +7,7 @@ recognises a BPE pre-tokenizer by hashing how the tokenizer splits a test text
 and refuses ours, trained here (training/build_tokenizer.py). Ours splits with
 exactly Qwen2's regex, so the GGUF names llama.cpp's ``qwen2`` pre-tokenizer;
 `check_pre_tokenizer` refuses to write a file when that is not so, and
-tests/test_llamacpp_engine.py checks llama.cpp's /tokenize against our
+tests/real_engine/test_llamacpp_engine.py checks llama.cpp's /tokenize against our
 tokenizer on every default probe.
 
 ``--layers N`` writes the first N decoder layers with the same final norm and

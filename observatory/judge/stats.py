@@ -11,7 +11,7 @@ with Holm's step-down correction, which bounds the family-wise false-alarm
 rate by ``alpha`` under any dependence between the tests (positions of one
 prompt are dependent). `null_rate` and `power` simulate the whole procedure
 with numpy, so the false-alarm rate and the smallest detectable shift are
-measured, not assumed (tests/test_channel_sampling.py; docs/channels.md).
+measured, not assumed (tests/channels/test_channel_sampling.py; docs/channels.md).
 
 `mean_shift` is the other question, asked of one number per draw (the
 target's mean logprob of the tokens it sampled): do the arm's draws sit

@@ -76,7 +76,7 @@ _PARSER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 # The engine an arm runs on unless it names another (its adapter: observatory.engines.adapter).
 DEFAULT_ENGINE = "vllm"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
-# The longest arm name stored faithfully: ArmRow.name is String(255) (tests/test_hostile_files.py checks it).
+# The longest arm name stored faithfully: ArmRow.name is String(255) (tests/session/test_hostile_deadlines_storage_files.py checks it).
 MAX_NAME = 255
 _PRESET_RE = re.compile(r"(mtp|ngram)([1-9][0-9]?)")
 

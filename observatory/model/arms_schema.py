@@ -6,7 +6,7 @@ from the loader: `observatory.model.arms` validates every arms file with
 this very schema (jsonschema, `observatory.model.schema_check`), and the
 JSON of ``--speculative-config`` with its ``speculative_config`` part.
 Regenerate the file with ``python -m observatory.model.arms_schema >
-docs/arms.schema.json`` (tests/test_suite_schemas.py fails when it is stale).
+docs/arms.schema.json`` (tests/model/test_suite_schemas.py fails when it is stale).
 docs/arms.md describes the format.
 
 What the schema cannot say stays in code (arms.py): a URL's host and port,

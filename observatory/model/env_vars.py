@@ -1,7 +1,7 @@
 """Every OBSERVATORY_* environment variable the code and its scripts read, for `observatory --help` (its epilog).
 
 An engine's own (what its arms read) are its adapter's ``env_vars`` (`observatory.engines.arm_engines.env_vars`), given
-to `epilog`. tests/test_cli_help.py greps the package and scripts/ for ``OBSERVATORY_`` names and checks each is
+to `epilog`. tests/commands/test_cli_help.py greps the package and scripts/ for ``OBSERVATORY_`` names and checks each is
 listed here or there.
 """
 

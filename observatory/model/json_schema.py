@@ -9,7 +9,7 @@ since an arm writes only the figures it has; extra stored keys are allowed
 where a spread field can carry them), and ``Mapping[str, Any]`` parts stay
 free-form objects. The committed file is docs/show-json.schema.json;
 regenerate it with ``python -m observatory.model.json_schema >
-docs/show-json.schema.json`` (tests/test_show_json_schema.py checks it is
+docs/show-json.schema.json`` (tests/model/test_show_json_schema.py checks it is
 current).
 """
 

@@ -14,7 +14,7 @@ The built-ins are declared the same way in our own ``pyproject.toml`` and
 listed in `BUILTIN` below (the engine adapters' in their own package,
 `observatory.engines.adapter.BUILTIN`, which passes them to `discover`),
 so a source checkout that was never installed still has them
-(tests/test_plugins.py checks the lists agree). Both go through `discover`,
+(tests/model/test_plugins.py checks the lists agree). Both go through `discover`,
 deduplicated by value, built-ins first.
 
 Why `importlib.metadata` and not pluggy (which simonw/llm and datasette

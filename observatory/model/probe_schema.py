@@ -8,7 +8,7 @@ the committed docs/probes.schema.json cannot drift from the loader:
 (jsonschema, `observatory.model.schema_check`), and a probe imported from a
 log (`observatory.model.suites`) passes the same check. Regenerate the file
 with ``python -m observatory.model.probe_schema > docs/probes.schema.json``
-(tests/test_suite_schemas.py fails when it is stale). docs/probes.md
+(tests/model/test_suite_schemas.py fails when it is stale). docs/probes.md
 describes the format.
 
 What the schema cannot say stays in code (probes.py): exactly one of

@@ -10,7 +10,7 @@ Along each greedy output it also records the main head's next-token entropy
 margin below NEAR_TIE_NATS is counted as a near-tie (0.25 nats: the bound
 docs/design.md's token-diff gate uses to tell WARN from FAIL).
 
-Writes measurements.json (the figures `tests/test_field_model.py`
+Writes measurements.json (the figures `tests/project/test_field_model.py`
 reproduces) and README.md (the model card) into the model directory.
 
 Usage: python -m training.field.measure [--model DIR] [--probes FILE]

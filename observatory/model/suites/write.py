@@ -7,7 +7,7 @@ escaped), integers, floats, booleans, arrays and inline tables, each probe a
 ``[[probe.tools]]`` tables. TOML has no null and no integer beyond 64 bits:
 a probe holding either (a tool schema's ``"default": null``) cannot be
 written as TOML and is dropped, named, with the advice to write JSONL, which
-holds it (tests/test_suites.py reads every written suite back and compares).
+holds it (tests/model/test_suites.py reads every written suite back and compares).
 """
 
 from __future__ import annotations
