@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observatory.judge.rates import FAIL_RATIO
-from observatory.model.vocabulary import FAIL, PASS, WARN
+from observatory.model.vocabulary import FAIL, PASS, WARN, rank
 
 Z_DROP = 3.29  # a tail's drop beyond this many of its sigmas (two-sided p < 0.001, soak's rule) is flagged
 MIN_DROP = 0.05  # a drop of the accepted rate smaller than this is never flagged, however sure
@@ -121,16 +121,13 @@ def tails(mine: Mapping[int, tuple[int | None, float]], control: Curve) -> list[
     return rows
 
 
-_ORDER = (PASS, WARN, FAIL)
-
-
 def against(mine: Mapping[int, tuple[int | None, float]], control: Curve) -> tuple[str, dict[str, Any] | None,
                                                                                list[dict[str, Any]]]:
     """(level, the worst tail, every tail) of MINE against one control."""
     rows = tails(mine, control)
     if not rows:
         return PASS, None, rows
-    worst = max(rows, key=lambda r: (_ORDER.index(r["result"]), r["z"]))
+    worst = min(rows, key=lambda r: (rank(r["result"]), -r["z"]))  # the most severe tail, the largest z
     return worst["result"], worst, rows
 
 
@@ -148,7 +145,7 @@ def judge_curve(mine: Mapping[int, tuple[int | None, float]], controls: Sequence
                                "fail_ratio": FAIL_RATIO}
     if not usable:
         return Judged(PASS, "", {**details, "no_control": True})
-    mild = min(usable, key=lambda p: (_ORDER.index(p["level"]), p["worst"]["z"] if p["worst"] else 0.0))
+    mild = max(usable, key=lambda p: (rank(p["level"]), -(p["worst"]["z"] if p["worst"] else 0.0)))
     w = mild["worst"]
     details.update(level=mild["level"], against=mild["source"], worst=w)
     at = f"from {w['from_tokens']} prompt tokens on" if w else ""
