@@ -38,9 +38,9 @@ from observatory.channels.live_arm import LiveArm
 from observatory.channels.view import ChannelView
 from observatory.channels.volume_traffic import NAME as VOLUME
 from observatory.client.openai_sdk import calls_of
-from observatory.judge.rates import FAIL_P, FAIL_RATIO, WARN_P, conditional_p
+from observatory.judge.rates import excess
 from observatory.model.probes import Probe
-from observatory.model.vocabulary import BASE, FAIL, NOTE, PASS, SKIP, WARN
+from observatory.model.vocabulary import BASE, FAIL, NOTE, PASS, SKIP
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NAME = "sdk"
@@ -165,13 +165,12 @@ def _verdict(view: ChannelView, arm: StoredArm, part: str | None, found: list[di
         # every unshared problem is in the volume replay, thousands of answers that differ run to run even
         # on base (no request of it is base's twin): judged as a rate against base's own (issue 46 item 2)
         (k, n), (k0, n0) = (fails, volume[0][1]), volume[1]
-        p_value = conditional_p(k, n, k0, n0)
+        level, p_value, _ = excess(k, n, k0, n0)
         rate = f"{k} of {n} volume answers against base's {k0} of {n0}; p = {p_value:.2g}"
         details = {**details, "volume_rate": {"k": k, "n": n, "k0": k0, "n0": n0, "p": p_value}}
-        if p_value >= WARN_P:
+        if level is None:
             return view.verdict(arm, NOTE, f"openai {sdk_version}: {what} (within base's rate: {rate})", details,
                                 part=part)
-        level = FAIL if p_value < FAIL_P and k / n >= FAIL_RATIO * (k0 + 0.5) / n0 else WARN
         return view.verdict(arm, level, f"openai {sdk_version}: {what} ({rate})", details, part=part)
     if fails:
         return view.verdict(arm, FAIL, f"openai {sdk_version}: {what}", details, part=part)

@@ -210,6 +210,17 @@ def conditional_p(k: int, n: int, k0: int, n0: int) -> float:
     return binom_sf(k, k + k0, n / (n + n0))
 
 
+def excess(k: int, n: int, k0: int, n0: int) -> tuple[str | None, float, float]:
+    """The level of k events in n against a control's k0 in n0, with its p and rate ratio: None within
+    the control's rate (p >= WARN_P), FAIL a large excess (p < FAIL_P and at least FAIL_RATIO times the control's
+    rate, its events + 0.5), else WARN. Without opportunities on either side: within (p 1, ratio 0)."""
+    p = conditional_p(k, n, k0, n0)
+    ratio = (k / n) / ((k0 + 0.5) / n0) if n > 0 and n0 > 0 else 0.0
+    if p >= WARN_P:
+        return None, p, ratio
+    return (FAIL if p < FAIL_P and ratio >= FAIL_RATIO else WARN), p, ratio
+
+
 @dataclass(frozen=True)
 class Judged:
     """One arm's rate of one event class against its controls."""
@@ -234,14 +245,13 @@ def judge_rate(mine: Count, controls: Iterable[Count], what: str) -> Judged:
         return Judged(WARN, f"{shown}: no control to weigh them against (no A/A copy in this session, no clean "
                             "history and no documented bound for this platform): add an A/A copy "
                             "(--arms base,base,...)", details)
-    p = max(c["p"] for c in details["controls"])
     worst = max(usable, key=lambda c: conditional_p(mine.k, mine.n, c.k, c.n))
-    ratio = (mine.k / mine.n) / ((worst.k + 0.5) / worst.n)
+    level, p, ratio = excess(mine.k, mine.n, worst.k, worst.n)
     details.update(p=p, ratio=ratio, against=worst.source)
     against = f"{worst.k} in {worst.n} ({worst.source})"
-    if p >= WARN_P:
+    if level is None:
         return Judged(PASS, f"{shown}: within the control's rate ({against}; p = {p:.2g})", details)
-    if p < FAIL_P and ratio >= FAIL_RATIO:
+    if level == FAIL:
         return Judged(FAIL, f"{shown}: {ratio:.1f}x the control's rate ({against}; p = {p:.2g}): "
                             "the spec path flips near-ties a clean engine does not", details)
     return Judged(WARN, f"{shown}: above the control's rate ({against}; p = {p:.2g})", details)
