@@ -25,19 +25,7 @@ messages = [{ role = "user", content = "Say something else." }]
 max_tokens = 8
 '''
 
-THREE_PROBES = """
-[[probe]]
-name = "one"
-category = "prose_en"
-messages = [{ role = "user", content = "Say something." }]
-max_tokens = 8
-
-[[probe]]
-name = "two"
-category = "prose_en"
-messages = [{ role = "user", content = "Say something else." }]
-max_tokens = 8
-
+THREE_PROBES = TWO_PROBES + """
 [[probe]]
 name = "three"
 category = "prose_en"
