@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Any, Protocol
 
 from observatory.client.answer import Response
 from observatory.client.send import EngineClient
@@ -43,10 +43,17 @@ class LiveArm(Protocol):
     def store_result(self, probe: Probe, resp: Response, mode: str, delta: SpecCounters | None = None,
                      repeat: int = 0, concurrency: int = 1, keep_top: bool = True) -> StoredResult: ...
 
-    def sibling(self, why: str, engine_args: Sequence[str] = (),
-                env: Mapping[str, str] | None = None) -> AbstractContextManager[LiveArm | None]:
+    def launch_facts(self) -> Mapping[str, Any]:
+        """How the arm was launched, as stored: ``model`` (as the session was given it), ``argv`` (once its
+        engine started; none for a URL arm), ``role``, ``engine``, ..."""
+        ...
+
+    def sibling(self, why: str, engine_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                model: str | None = None,
+                reasoning_parser: str | None = None) -> AbstractContextManager[LiveArm | None]:
         """A second engine of this arm, launched with ENGINE_ARGS and ENV added, for one engine condition
-        (a small KV cache, dev-mode endpoints): a LiveArm whose results are stored on this arm, stopped
+        (a small KV cache, dev-mode endpoints), serving MODEL (None: the session's; a bundled model's variant)
+        with REASONING_PARSER (None: the arm's own): a LiveArm whose results are stored on this arm, stopped
         when the block ends; None where the arm cannot be relaunched (a URL arm) or its launch failed.
         How it went is noted under WHY (`note`: key ``sibling``)."""
         ...

@@ -116,7 +116,8 @@ def _top(row: Any) -> dict[int, float]:
     return {int(t): float(lp) for t, lp in (row or [])}
 
 
-def _calls(r: StoredResult) -> list[tuple[str, Any]]:
+def tool_calls_as_data(r: StoredResult) -> list[tuple[str, Any]]:
+    """An answer's tool calls as (name, arguments parsed from JSON where they parse)."""
     out = []
     for c in r.tool_calls or []:
         fn = (c or {}).get("function") or {}
@@ -165,7 +166,7 @@ def field_diffs(s: StoredResult, w: StoredResult, tol: float = LOGPROB_TOL) -> d
             if worst > tol:
                 out["top_logprobs"] = f"position {i}: a value {worst:.3g} nats apart"
                 break
-    cs, cw = _calls(s), _calls(w)
+    cs, cw = tool_calls_as_data(s), tool_calls_as_data(w)
     if cs != cw:
         out["tool_calls"] = f"{cs!r:.60} streamed, {cw!r:.60} whole"
     return out

@@ -72,6 +72,7 @@ from observatory.faults.field_conditions import FAULTS as _CONDITIONS
 from observatory.faults.field_edges import FAULTS as _EDGES
 from observatory.faults.field_numerics import FAULTS as _NUMERICS
 from observatory.faults.field_params import FAULTS as _PARAMS
+from observatory.faults.field_reasoning import FAULTS as _REASONING
 from observatory.faults.field_sdk import FAULTS as _SDK
 from observatory.faults.field_seeds import FAULTS as _SEEDS
 from observatory.faults.field_semantics import FAULTS as _SEMANTICS
@@ -116,6 +117,7 @@ FAULTS: dict[str, str] = {
     **_NUMERICS,  # issue 46 item 2: near_tie_flip (field_numerics), caught by the near-tie rate
     **_BOUNDARIES,  # issue 49 item 12: limit_neighbour, abort_stale, stream_top_copy, stream_args_drop, min_tokens_short
     **_EDGES,  # issue 49: spec_cache_miss (prefix_cache), depth_only (a deployed-k arm), embeds_drafts (prompt_embeds)
+    **_REASONING,  # issue 49 item 8: think_leak (field_reasoning), caught by channel reasoning
 }
 
 # A child of vLLM's logger, so messages use vLLM's handler and format in every

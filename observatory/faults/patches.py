@@ -102,6 +102,7 @@ from observatory.faults import (
     field_edges,
     field_numerics,
     field_params,
+    field_reasoning,
     field_sampling,
     field_sdk,
     field_seeds,
@@ -321,6 +322,7 @@ TARGETS: dict[str, tuple[frozenset[str], Callable[[ModuleType, frozenset[str]], 
     **field_sdk.TARGETS,  # issue 28 item 7: a stream only the openai SDK rejects
     **field_conditions.TARGETS,  # issue 28 item 5: the drafter after wake_up, acceptance by prompt length
     **field_edges.TARGETS,  # issue 49: prefix-cache hits lost by a spec engine at some lengths
+    **field_reasoning.TARGETS,  # issue 49 item 8: the end of reasoning in a multi-token chunk
 }
 # Patches of modules TARGETS already names, installed beside its own (`on_import` chains them): issue 49 item 12's
 # faults of the output processor, the hermes tool parser and the min_tokens logits processor

@@ -50,8 +50,8 @@ BUILTIN: dict[str, dict[str, str]] = {
     CHANNELS: {name: f"observatory.channels.{name}:CHANNEL"
                for name in ("soak", "length_sweep", "mixed_batch", "finish", "counters", "sampling", "params", "teacher",
                             "seeds", "prefix_cache", "input_paths", "prompt_embeds", "history", "sdk", "context_limit",
-                            "cancel", "stream_fields", "stop_bounds", "volume", "long_prompts", "memory_pressure",
-                            "lifecycle", "speculates")},
+                            "cancel", "stream_fields", "stop_bounds", "volume", "long_prompts", "reasoning",
+                            "memory_pressure", "lifecycle", "speculates")},
 }
 
 

@@ -80,7 +80,7 @@ ISSUE_ITEMS = {
     "limit_neighbour": "49.1", "abort_stale": "49.2", "stream_top_copy": "49.3", "stream_args_drop": "49.3",
     "min_tokens_short": "49.6",
     "near_tie_flip": "46.2", "mixed_typo": "48.2", "tools_bad_drafts": "48.3", "sampled_no_drafts": "49.10",
-    "spec_cache_miss": "49.4", "depth_only": "49.5", "embeds_drafts": "49.9", "long_noise": "49.7",
+    "spec_cache_miss": "49.4", "depth_only": "49.5", "embeds_drafts": "49.9", "long_noise": "49.7", "think_leak": "49.8",
 }
 # Faults in force at one speculation depth only (issue 49 item 5): injected into the preset at that depth (the arm a
 # nightly given that deployed config always runs, observatory.session.depths), caught by the suite's gates there

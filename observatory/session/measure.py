@@ -38,8 +38,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from observatory.session.launch import RunningEngine
 
 REFERENCE_MODES = ("stream", "nonstream")
-# (the arm with a channel's extra flags and environment, why) -> its second engine, healthy (the runner's)
-Relauncher = Callable[[Arm, str], "RunningEngine"]
+# (the arm with a channel's extra flags and environment, why, the model it serves: None for the session's) -> its
+# second engine, healthy (the runner's)
+Relauncher = Callable[[Arm, str, "str | None"], "RunningEngine"]
 
 
 # seconds between a base block and a spec block (`ArmRun.bracketed_blocks`): an idle engine's threads may spin
@@ -164,16 +165,26 @@ class ArmRun:
         launch.setdefault("channel_facts", {}).setdefault(channel, {}).update(facts)
         self.store.update(ArmRow, self.arm_id, launch=dict(launch))
 
+    def launch_facts(self) -> Mapping[str, Any]:
+        """How this arm was launched, as stored (model, argv, env, role, ...: see LiveArm)."""
+        return dict(self.extra.get("launch") or {})
+
     @contextmanager
     def sibling(self, why: str, engine_args: Sequence[str] = (),
-                env: Mapping[str, str] | None = None) -> Iterator[ArmRun | None]:
-        """A second engine of this arm with ENGINE_ARGS and ENV added, while the block runs (see LiveArm).
+                env: Mapping[str, str] | None = None, model: str | None = None,
+                reasoning_parser: str | None = None) -> Iterator[ArmRun | None]:
+        """A second engine of this arm with ENGINE_ARGS and ENV added, serving MODEL (None: the session's) with
+        REASONING_PARSER (None: the arm's own), while the block runs (see LiveArm).
 
         Its results are stored on this arm; an engine that dies under the
         block ends the block (noted), never this arm. Both engines are up
         while it runs: the sibling is stopped before the arm's timed runs.
         """
-        asked = {"engine_args": list(engine_args), "env": dict(env or {})}
+        asked: dict[str, Any] = {"engine_args": list(engine_args), "env": dict(env or {})}
+        if model is not None:
+            asked["model"] = model
+        if reasoning_parser is not None:
+            asked["reasoning_parser"] = reasoning_parser
         if self.relauncher is None:
             why_not = ("the arm is a server the observatory did not start" if self.arm.url
                        else "this run cannot launch engines")
@@ -181,9 +192,10 @@ class ArmRun:
             yield None
             return
         arm = dataclasses.replace(self.arm, engine_args=[*self.arm.engine_args, *engine_args],
-                                  env={**self.arm.env, **(env or {})})
+                                  env={**self.arm.env, **(env or {})},
+                                  reasoning_parser=reasoning_parser or self.arm.reasoning_parser)
         try:
-            eng = self.relauncher(arm, why)
+            eng = self.relauncher(arm, why, model)
         except EngineStartError as e:
             self.note(why, sibling={**asked, "launched": False, "reason": f"its launch failed: {e}"})
             yield None
@@ -219,7 +231,7 @@ class ArmRun:
             self.client.close()
         self.reporter.step(self.arm, f"{where}: engine {died.status}; restarting it", 0, 1)
         try:
-            eng = self.relauncher(self.arm, f"restart-{len(restarts) + 1}")
+            eng = self.relauncher(self.arm, f"restart-{len(restarts) + 1}", None)
         except EngineStartError as e:
             restarts.append({**entry, "restarted": False, "why_not": str(e)[:2000]})
             self.store.update(ArmRow, self.arm_id, launch=dict(launch))

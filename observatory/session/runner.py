@@ -15,6 +15,7 @@ servers and stores the session as interrupted.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import signal
 import threading
@@ -329,6 +330,7 @@ class Runner:
             "role": assign_roles(self.opts.arms)[arm.name],
             "engine": self.engine_of(arm),
             "deployed": arm.deployed,
+            "model": s.model,  # as the session was given it (a path or a name): what a sibling may swap
         }
         values = dict(session_id=session_id, position=pos, name=arm.name, status="starting", role=facts["role"],
                       engine=facts["engine"], launch=facts, started_at=utcnow(), reason=None, log_tail=None)
@@ -425,12 +427,15 @@ class Runner:
         return eng.proc, eng.client, eng.ready_s
 
 
-    def _relaunch(self, session_id: int, gpus: list[int] | None, arm: Arm, why: str) -> RunningEngine:
-        """A second engine of ARM (a channel's engine condition, `ArmRun.sibling`), healthy; its own log."""
+    def _relaunch(self, session_id: int, gpus: list[int] | None, arm: Arm, why: str,
+                  model: str | None = None) -> RunningEngine:
+        """A second engine of ARM (a channel's engine condition, `ArmRun.sibling`) serving MODEL (None: the
+        session's), healthy; its own log."""
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{arm.name}-{why}")
         log_path = Path(self.opts.plan.log_dir) / f"session-{session_id}-{safe}.log"
         self.reporter.step(arm, f"{why}: starting a second engine (log: {log_path})", 0, 1)
-        return launch(arm, self.opts.settings, gpus, log_path, request_timeout_s=self.opts.plan.request_timeout,
+        settings = self.opts.settings if model is None else dataclasses.replace(self.opts.settings, model=model)
+        return launch(arm, settings, gpus, log_path, request_timeout_s=self.opts.plan.request_timeout,
                       container_prefix=f"observatory-{session_id}-{safe}")
 
 

@@ -263,7 +263,7 @@ def test_sibling_launches_the_arm_with_the_extras_and_stops_it(tmp_path: Path) -
     seen: list[tuple[Arm, str]] = []
     eng = _Engine()
 
-    def relaunch(arm: Arm, why: str) -> Any:
+    def relaunch(arm: Arm, why: str, model: str | None = None) -> Any:
         seen.append((arm, why))
         return eng
     run, store = _run(tmp_path, relaunch)
@@ -275,7 +275,7 @@ def test_sibling_launches_the_arm_with_the_extras_and_stops_it(tmp_path: Path) -
 
 
 def test_sibling_not_launched_is_noted_with_why(tmp_path: Path) -> None:
-    def fail(arm: Arm, why: str) -> Any:
+    def fail(arm: Arm, why: str, model: str | None = None) -> Any:
         raise EngineStartError("it died", "failed")
     run, store = _run(tmp_path, fail)
     with run.sibling("lifecycle", env={"X": "1"}) as twin:

@@ -70,7 +70,7 @@ def test_the_engine_is_restarted_with_its_errors_kept(tmp_path: Path, monkeypatc
     seen: list[tuple[str, Any]] = []
     _channels(monkeypatch, {"params"}, seen)
     fresh = SimpleNamespace(proc=_Proc(), client=_Client(), ready_s=3.0, log_path=Path("again.log"))
-    run, store = _run(tmp_path, lambda arm, why: fresh, ["params", "teacher"])
+    run, store = _run(tmp_path, lambda arm, why, model=None: fresh, ["params", "teacher"])
     old = run.proc
     run.run_channels()
     assert run.live and run.client is fresh.client and old.stopped  # type: ignore[union-attr]
@@ -83,12 +83,12 @@ def test_no_more_than_the_allowed_restarts(tmp_path: Path, monkeypatch: pytest.M
     seen: list[tuple[str, Any]] = []
     names = [f"c{i}" for i in range(MAX_RESTARTS + 1)]
     _channels(monkeypatch, set(names), seen)
-    run, _ = _run(tmp_path, lambda arm, why: SimpleNamespace(proc=_Proc(), client=_Client(), ready_s=1.0,
+    run, _ = _run(tmp_path, lambda arm, why, model=None: SimpleNamespace(proc=_Proc(), client=_Client(), ready_s=1.0,
                                                              log_path=Path("x.log")), names)
     with pytest.raises(ArmCrashed):
         run.run_channels()
 
-    def fail(arm: Arm, why: str) -> Any:
+    def fail(arm: Arm, why: str, model: str | None = None) -> Any:
         raise EngineStartError("no room", "failed")
     (tmp_path / "b").mkdir()
     _channels(monkeypatch, {"params"}, seen)
