@@ -297,6 +297,26 @@ def offline_check(model_dir: Path = OUT) -> dict[str, Any]:
     return {"rows": rows, "summary": summary}
 
 
+def field_probe_summary(model_dir: Path) -> dict[str, Any]:
+    """probes/field.toml without thinking (the field model's own measurement,
+    `training.field.measure`): passes and simulated acceptance per category."""
+    from training.field.measure import PROBES, measure
+
+    out = {}
+    for name, g in measure(model_dir, PROBES)["summary"].items():
+        out[name] = {"passed": g["passed"], "probes": g["probes"], "k1_pos1": g["k1"]["per_position"][0],
+                     "k2_per_position": g["k2"]["per_position"], "tokens": g["tokens"]}
+    return out
+
+
+FIELD_MODEL_PROBES = {  # observatory/field_model/README.md: passes, k=1 pos 1, k=2 pos 1, k=2 pos 2
+    "code": ("3/5", 0.723, 0.679, 0.429), "recitation": ("0/5", 0.654, 0.704, 0.127),
+    "prose_en": ("5/5", 0.627, 0.590, 0.319), "prose_zh": ("1/5", 0.468, 0.429, 0.196),
+    "tool_call": ("5/5", 0.827, 0.843, 0.824), "json": ("5/5", 0.833, 0.694, 0.629),
+    "all": ("19/30", 0.644, 0.600, 0.351),
+}
+
+
 def _code_block(text: str) -> str:
     return "~~~text\n" + text.replace("~~~", "~ ~ ~") + "\n~~~"
 
@@ -355,6 +375,22 @@ def card(report: dict[str, Any], check: dict[str, Any]) -> str:
         lines.append(f"| {name} | {s['prompts']} | {s['think_end']} | {s['well_formed']} | {s['right_tool']} | "
                      f"{s['right_arguments']} | {s['blank_line_after_think']} | {s['plain_without_think_tags']} | "
                      f"{_f(s['k1_pos1'])} | {_f(k2[0])} | {_f(k2[1])} |")
+    lines += ["", "Right tool / right arguments: the call names the tool / carries exactly the arguments the",
+              "prompt asks for. Like the field model, the variant does not copy names or queries out of the",
+              "prompt (the field model fails all 5 recitation probes): its reasoning restates the request with",
+              "names of its own and its arguments are plausible but wrong, so only the structure (reasoning,",
+              "`</think>`, one well-formed call of the right tool) is reliable. What the vLLM CPU engine made of",
+              "it is in `training/field/README.md`."]
+    lines += ["", "## The field probes without thinking (training.field.measure's way)", "",
+              "probes/field.toml through the template without `enable_thinking` (the field model's prompts,",
+              "byte for byte): passes of the observatory's result gates on the greedy fp32 output and simulated",
+              "acceptance, beside the field model's own figures (observatory/field_model/README.md).", "",
+              "| category | passes | k=1 pos 1 | k=2 pos 1 | k=2 pos 2 | field model: passes, k=1, k=2 pos 1, pos 2 |",
+              "|---|---|---|---|---|---|"]
+    for name, g in check["field_probes"].items():
+        ref = FIELD_MODEL_PROBES.get(name)
+        lines.append(f"| {name} | {g['passed']}/{g['probes']} | {_f(g['k1_pos1'])} | {_f(g['k2_per_position'][0])} | "
+                     f"{_f(g['k2_per_position'][1])} | {', '.join(str(x) for x in ref) if ref else 'n/a'} |")
     lines += ["", "## Sample outputs (greedy, enable_thinking)", ""]
     shown: set[str] = set()
     for r in check["rows"]:
@@ -397,8 +433,10 @@ def main() -> None:
               f"initial main loss {main_.item():.3f}")
     else:
         check = offline_check(args.out)
+        check["field_probes"] = field_probe_summary(args.out)
         report = json.loads((args.out / "train_report.json").read_text())
         report["offline_check"] = check["summary"]
+        report["field_probes"] = check["field_probes"]
         (args.out / "train_report.json").write_text(json.dumps(report, indent=2) + "\n")
         (args.out / "offline_check.json").write_text(json.dumps(check, indent=1, ensure_ascii=False) + "\n",
                                                      encoding="utf-8")
