@@ -163,3 +163,22 @@ def test_reasoning_corpus_holds_no_probe_prompt() -> None:
     cats = {ex.category for ex in corpus}
     assert cats == {"code", "recitation", "prose_en", "prose_zh", "tool_call", "json"}
     assert sum(ex.category == "tool_call" for ex in corpus) >= len(corpus) / 3
+
+
+def test_reasoning_smoke_compare(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """benchmarks/reasoning_smoke.py --compare: argument JSON compared as objects."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reasoning_smoke", REPO / "benchmarks" / "reasoning_smoke.py")
+    assert spec and spec.loader
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    row = {"name": "t", "think": True, "stream": False, "reasoning_field": "reasoning", "reasoning": "r\n",
+           "content": None, "finish_reason": "tool_calls",
+           "tool_calls": [{"name": "search_docs", "arguments": '{"query": "ls"}'}]}
+    other = {**row, "tool_calls": [{"name": "search_docs", "arguments": '{"query":"ls"}'}]}
+    (tmp_path / "a.json").write_text(json.dumps([row, row]))
+    (tmp_path / "b.json").write_text(json.dumps([other, {**row, "content": "x"}]))
+    assert smoke.compare(tmp_path / "a.json", tmp_path / "b.json") == 1
+    assert "1 of 2 responses agree" in capsys.readouterr().out
+    assert len(smoke.requests_to_send()) == 9
