@@ -24,6 +24,7 @@ PASS; UNJUDGED when no request could be compared. The base arm gets PASS
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,21 @@ NoiseFn = Callable[[dict[tuple[Any, ...], Keyed]], dict[tuple[Any, ...], str]]
 def same_tokens(a: StoredResult | None, b: StoredResult | None) -> bool:
     """Whether two results both answered with the same generated token ids."""
     return a is not None and b is not None and a.ok and b.ok and list(a.token_ids) == list(b.token_ids)
+
+
+def tool_calls_as_data(r: StoredResult) -> list[tuple[str, Any]]:
+    """An answer's tool calls as data: (name, arguments parsed from JSON where they parse, else as sent)."""
+    out = []
+    for c in r.tool_calls or []:
+        fn = (c or {}).get("function") or {}
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        out.append((str(fn.get("name") or ""), args))
+    return out
 
 
 def differs_alone(ref: dict[tuple[Any, ...], Keyed], alone: str, other: str, why: str) -> dict[tuple[Any, ...], str]:

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from observatory.channels import Channel
-from observatory.channels.pairs import diff
+from observatory.channels.pairs import diff, tool_calls_as_data
 from observatory.client.answer import Response, take_whole
 from observatory.client.send import REQUEST_FAILURES, request_body, request_params
 from observatory.model.probes import Probe
@@ -489,20 +489,6 @@ def validity(probe: Probe, params: dict[str, Any], r: StoredResult) -> list[str]
     return bad
 
 
-def _calls(r: StoredResult) -> list[tuple[Any, Any]]:
-    """Tool calls as data: (name, parsed arguments)."""
-    out = []
-    for c in r.tool_calls or []:
-        fn = (c or {}).get("function") or {}
-        args = fn.get("arguments")
-        try:
-            args = json.loads(args) if isinstance(args, str) else args
-        except ValueError:
-            pass
-        out.append((fn.get("name"), args))
-    return out
-
-
 def same_output(a: StoredResult, b: StoredResult) -> str | None:
     """Why two greedy answers differ (None: they are the same): ids, finish, text, calls, choices."""
     if list(a.token_ids or []) != list(b.token_ids or []):
@@ -513,7 +499,7 @@ def same_output(a: StoredResult, b: StoredResult) -> str | None:
         return f"finish_reason {b.finish_reason!r}, base {a.finish_reason!r}"
     if (a.text or "") != (b.text or ""):
         return "same ids, different text"
-    if _calls(a) != _calls(b):
+    if tool_calls_as_data(a) != tool_calls_as_data(b):
         return "tool calls differ"
     return None
 

@@ -50,8 +50,8 @@ from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
 from observatory.channels.engine_conditions import facts
-from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
-from observatory.channels.stream_fields import STREAMED, WHOLE, control_arms, is_control, tool_calls_as_data
+from observatory.channels.pairs import Keyed, judge_against_base, same_tokens, tool_calls_as_data
+from observatory.channels.stream_fields import STREAMED, WHOLE, control_arms, is_control
 from observatory.model.paths import reasoning_variant
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import AA_COPY, FAIL, PASS, SKIP, UNJUDGED, WARN

@@ -34,12 +34,12 @@ base itself differs, the field is not attributable on every arm (WARN).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
+from observatory.channels.pairs import tool_calls_as_data
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import AA_COPY, BASE, FAIL, PASS, SKIP, UNJUDGED, WARN
@@ -114,20 +114,6 @@ def control_arms(arms: list[Arm], roles: Mapping[str, str]) -> list[Arm]:
 # -- judging ---------------------------------------------------------------------------------------------------
 def _top(row: Any) -> dict[int, float]:
     return {int(t): float(lp) for t, lp in (row or [])}
-
-
-def tool_calls_as_data(r: StoredResult) -> list[tuple[str, Any]]:
-    """An answer's tool calls as (name, arguments parsed from JSON where they parse)."""
-    out = []
-    for c in r.tool_calls or []:
-        fn = (c or {}).get("function") or {}
-        args = fn.get("arguments") or ""
-        try:
-            parsed: Any = json.loads(args)
-        except ValueError:
-            parsed = args
-        out.append((str(fn.get("name") or ""), parsed))
-    return out
 
 
 def field_diffs(s: StoredResult, w: StoredResult, tol: float = LOGPROB_TOL) -> dict[str, str]:
