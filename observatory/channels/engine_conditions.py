@@ -18,11 +18,12 @@ import httpx
 
 from observatory.channels.view import ChannelView
 from observatory.client.send import EngineClient
+from observatory.judge.stats import Z_P001
 from observatory.model.vocabulary import SKIP
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 
 NOT_EXERCISED = "not exercised"
-Z_DROP = 3.29  # two-sided p < 0.001 for one comparison (soak's rule, docs/channels.md section soak)
+Z_DROP = Z_P001  # two-sided p < 0.001 for one comparison (soak's rule, docs/channels.md section soak)
 
 
 def facts(arm: StoredArm, channel: str) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from observatory.channels import Channel
 from observatory.channels.live_arm import LiveArm
 from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
 from observatory.channels.view import ChannelView
+from observatory.judge.stats import Z_P001
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import PASS, SKIP, SPECULATING, WARN
 from observatory.store.stored import StoredArm, Verdict
@@ -45,7 +46,7 @@ NAME = "soak"
 MAX_TOKENS = 16
 PATTERN_REPEATS = 2  # times "A, B, A, B, C" is sent
 SUITE_REPEATS = 2  # times the whole suite is sent after it
-Z_TREND = 3.29  # two-sided p < 0.001 for one two-proportion comparison
+Z_TREND = Z_P001  # two-sided p < 0.001 for one two-proportion comparison
 
 
 def _size(p: Probe) -> int:

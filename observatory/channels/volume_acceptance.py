@@ -49,13 +49,14 @@ from typing import Any
 from observatory.channels.request_classes import ATTRIBUTES, classes, own_counters
 from observatory.channels.view import ChannelView
 from observatory.engines.metrics import SpecCounters
+from observatory.judge.stats import Z_P001
 from observatory.judge.summaries import suite_hash, summary_model
 from observatory.model.vocabulary import FAIL, PASS, SKIP, SPECULATING, WARN
 from observatory.store.stored import StoredArm, StoredResult, Verdict
 from observatory.store.summary_rows import earlier_trusted
 
 COLLAPSE = 0.25
-Z_COLLAPSE = 3.29  # one-sided p < 0.0005 per class
+Z_COLLAPSE = Z_P001  # one-sided p < 0.0005 per class
 Z_CAP = 99.0  # a z shown for a gap with no spread at all (stored JSON has no infinity)
 MIN_REQUESTS = 10  # requests a class needs (with counters) to be judged
 MIN_DRAFT_TOKENS = 50

