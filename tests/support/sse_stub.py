@@ -12,8 +12,10 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.local_http import LocalHttp
 
 Script = Callable[[dict[str, Any]], list[bytes]]
 
@@ -35,7 +37,7 @@ def whole(body: bytes, status: int = 200, ctype: str = "application/json") -> li
     return [f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body]
 
 
-class SseStub:
+class SseStub(LocalHttp):
     """Serves GET /v1/models and /health; POST paths from SCRIPTS; records every POST (path, body)."""
 
     def __init__(self, scripts: dict[str, Script | str]):
@@ -86,16 +88,7 @@ class SseStub:
                         self.wfile.flush()
                         time.sleep(0.002)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._serve(Handler)
 
-    def __enter__(self) -> SseStub:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def _stopping(self) -> None:
         self.stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()

@@ -15,8 +15,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.local_http import LocalHttp
 
 
 @dataclass
@@ -36,7 +38,7 @@ def fixed(text: str = "ok", token_ids: list[int] | None = None, **kw: Any) -> Ca
     return lambda request, in_flight: Answer(text=text, token_ids=list(ids), **kw)
 
 
-class AnswerStub:
+class AnswerStub(LocalHttp):
     """Serves /health, /version, /v1/models, /metrics (no spec counters) and chat completions."""
 
     def __init__(self, answer: Callable[[dict[str, Any], int], Answer], withhold_logprobs: bool = False):
@@ -105,15 +107,4 @@ class AnswerStub:
                         "usage": usage}
                 return self._send(200, json.dumps(body).encode())
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> AnswerStub:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(Handler)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.support.local_http import LocalHttp
 
 
-class StubServer:
+class StubServer(LocalHttp):
     """Serves /health, /version, /v1/models, /metrics; chat completions per `mode`.
 
     max_model_len: what /v1/models reports (absent when None).
@@ -194,16 +196,7 @@ class StubServer:
                     body["choices"][0]["token_ids"] = [stub.token]
                 return self._send(200, json.dumps(body).encode())
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._serve(Handler)
 
-    def __enter__(self) -> StubServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def _stopping(self) -> None:
         self.stop_event.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
