@@ -18,7 +18,7 @@ from observatory.channels import sampling
 from observatory.channels.view import ChannelView
 from observatory.judge.stats import chi2_sf, chi2_two_sample, holm, mean_shift, null_rate, power, shifted
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, BASE, FAULT, SPEC
+from observatory.model.vocabulary import AA_COPY, BASE, FAULT, SPEC
 from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
 

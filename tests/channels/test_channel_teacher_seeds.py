@@ -16,7 +16,7 @@ import torch
 from observatory.channels import seeds, teacher
 from observatory.faults import FAULTS, field_seeds, patches
 from observatory.model.probes import Probe
-from observatory.model.roles import AA_COPY, BASE, FAULT, SPEC
+from observatory.model.vocabulary import AA_COPY, BASE, FAULT, SPEC
 from observatory.store.session_store import Store
 from tests.support.channel_rows import channel_view, verdicts
 

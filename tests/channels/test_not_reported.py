@@ -20,8 +20,7 @@ from observatory.channels import length_sweep, seeds
 from observatory.client.send import EngineClient
 from observatory.model.errors import NOT_REPORTED
 from observatory.model.probes import Probe
-from observatory.model.roles import BASE, SPEC
-from observatory.model.vocabulary import FAIL, INVALID, PASS, SKIP
+from observatory.model.vocabulary import BASE, FAIL, INVALID, PASS, SKIP, SPEC
 from observatory.store.session_store import Store
 from tests.support.channel_rows import channel_view, verdicts
 from tests.support.paths import FIXTURES

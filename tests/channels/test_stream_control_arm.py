@@ -12,7 +12,8 @@ from observatory.engines.vllm import engine_args
 from observatory.judge.figures import _allowed_per_chunk, launch_differences
 from observatory.model.arms import Arm
 from observatory.model.errors import ArmError
-from observatory.model.roles import VARIANT, assign_roles
+from observatory.model.roles import assign_roles
+from observatory.model.vocabulary import VARIANT
 from observatory.store.db import ArmRow
 
 

@@ -18,7 +18,7 @@ from observatory.channels.view import ChannelView
 from observatory.commands.evaluate import evaluate
 from observatory.model.gates import default_registry
 from observatory.model.probes import Probe, load_probe_file
-from observatory.model.roles import BASE
+from observatory.model.vocabulary import BASE
 from observatory.store.db import ArmRow, ProbeRow, ResultRow, SessionRow
 from observatory.store.session_store import Store
 from tests.support.paths import REPO
