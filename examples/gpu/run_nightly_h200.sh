@@ -9,7 +9,9 @@
 # Results go to $OUT (or /tmp/out), at most 8 files (what the device machine sends back): nightly-MODE.db,
 # nightly-MODE.txt (the gate's output), costs-MODE.txt (benchmarks/channel_costs.py: each phase's cost),
 # timings.txt, and nightly-MODE.tar.gz (report, JUnit, engine logs). LIMIT_S (default 560) stops the gate
-# with SIGINT, as Ctrl-C would: the session is stored as interrupted and its engines stopped.
+# with SIGINT, as Ctrl-C would: the session is stored as interrupted and its engines stopped. CHANNELS (a comma
+# list) runs those channels instead of the profile's (the H100 nights of 2026-12-05 ran soak to seeds: the
+# nightly of 2026-12-06 no longer fits one call on a cold machine, examples/field-nights/README.md).
 set -uo pipefail
 mode=${1:?tiny, hybrid or field}
 cd "$(dirname "$0")/../.."
@@ -17,7 +19,7 @@ source examples/gpu/device_env.sh  # the bundle, the wheels, PYTHONPATH, $out
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpus.txt"
 python3 -c "import vllm; print('vllm', vllm.__version__)"
 common=(--engine-arg=--attention-backend=TRITON_ATTN --spec-extra '{"attention_backend":"TRITON_ATTN"}'
-        --health-timeout 400 --log-dir "$out/logs" --profile nightly)
+        --health-timeout 400 --log-dir "$out/logs" --profile nightly ${CHANNELS:+--channels "$CHANNELS"})
 limit=${LIMIT_S:-560}
 timed() {  # label, then the command
   local label=$1; shift
