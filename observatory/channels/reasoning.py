@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from observatory.channels import Channel
 from observatory.channels.engine_conditions import facts
 from observatory.channels.pairs import Keyed, judge_against_base, same_tokens, tool_calls_as_data
-from observatory.channels.stream_fields import STREAMED, WHOLE, control_arms, is_control
+from observatory.channels.stream_fields import STREAMED, WHOLE, control_arms, is_control, send_pairs
 from observatory.model.paths import reasoning_variant
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import AA_COPY, FAIL, PASS, SKIP, UNJUDGED, WARN
@@ -96,19 +96,6 @@ def parser_in(argv: Sequence[str] | None) -> str | None:
     return None
 
 
-def _send(run: LiveArm, probes: list[Probe]) -> None:
-    client = run.client
-    assert client is not None
-    for i, p in enumerate(probes):
-        run.reporter.step(run.arm, NAME, i, len(probes))
-        for repeat in ((STREAMED, WHOLE) if i % 2 == 0 else (WHOLE, STREAMED)):
-            resp = client.run(p, stream=repeat == STREAMED)
-            run.store_result(p, resp, NAME, repeat=repeat)
-            run.check_alive(resp)
-            if not run.live:
-                return
-
-
 def measure(run: LiveArm, probes: list[Probe]) -> None:
     """Each probe streamed and whole, on the arm's engine where it parses reasoning, else on a second engine of
     the arm serving the bundled model's reasoning variant."""
@@ -120,7 +107,7 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
     parser = parser_in(launch.get("argv")) or own
     if parser:
         run.note(NAME, engine="the arm's own", parser=parser)
-        _send(run, probes)
+        send_pairs(run, probes, NAME)
         return
     variant = reasoning_variant(launch.get("model"))
     if variant is None:
@@ -131,7 +118,7 @@ def measure(run: LiveArm, probes: list[Probe]) -> None:
     run.note(NAME, engine="a second engine serving the model's reasoning variant", parser=parser, model=str(path))
     with run.sibling(NAME, model=str(path), reasoning_parser=parser) as twin:
         if twin is not None and twin.client is not None:
-            _send(twin, probes)
+            send_pairs(twin, probes, NAME)
 
 
 # -- judging ---------------------------------------------------------------------------------------------------

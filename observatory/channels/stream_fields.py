@@ -82,18 +82,24 @@ def plan(suite: list[Probe]) -> list[Probe]:
     return out
 
 
-def measure(run: LiveArm, probes: list[Probe]) -> None:
-    """Each probe streamed and whole, one after the other (the first of the two alternating)."""
+def send_pairs(run: LiveArm, probes: list[Probe], mode: str) -> None:
+    """Each probe streamed and whole, one after the other (the first of the two alternating), stored under MODE
+    with repeat `STREAMED` or `WHOLE` (this channel's, and channel reasoning's)."""
     client = run.client
     assert client is not None
     for i, p in enumerate(probes):
-        run.reporter.step(run.arm, NAME, i, len(probes))
+        run.reporter.step(run.arm, mode, i, len(probes))
         for repeat in ((STREAMED, WHOLE) if i % 2 == 0 else (WHOLE, STREAMED)):
             resp = client.run(p, stream=repeat == STREAMED)
-            run.store_result(p, resp, NAME, repeat=repeat)
+            run.store_result(p, resp, mode, repeat=repeat)
             run.check_alive(resp)
             if not run.live:
                 return
+
+
+def measure(run: LiveArm, probes: list[Probe]) -> None:
+    """Each probe streamed and whole (`send_pairs`)."""
+    send_pairs(run, probes, NAME)
 
 
 def control_arms(arms: list[Arm], roles: Mapping[str, str]) -> list[Arm]:
