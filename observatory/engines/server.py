@@ -13,6 +13,7 @@ and nothing here names an engine.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -50,9 +51,43 @@ def exit_kind(log_tail: str) -> str:
     return "port_in_use" if "address already in use" in log_tail.lower() else "exited"
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PICKED = 10000  # below it: the well-known and commonly configured ports (8000, 8080, ...)
+
+
+def _below_ephemeral(highest: int) -> int | None:
+    """A bindable loopback port in [LOWEST_PICKED, the kernel's ephemeral range), at most HIGHEST, or None.
+
+    A port the kernel hands out for a bind to port 0 (a test's stub server, another client) can be taken
+    between `free_port` and the engine's own bind, seconds later; then the other server answers /health as if
+    it were the engine (seen in CI, 2026-12-06: a spec arm "ready" on a stub's port, its engine dead at the
+    bind). Ports below the ephemeral range are never handed out that way."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    top = min(highest, low - 1)
+    if top <= LOWEST_PICKED:
+        return None
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randint(LOWEST_PICKED, top)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    return None
+
+
 def free_port(highest: int = 65535) -> int:
     """A loopback port nobody listens on right now, at most HIGHEST (an engine that derives other ports
-    from its own, `EngineAdapter.max_port`)."""
+    from its own, `EngineAdapter.max_port`): below the kernel's ephemeral range where it can (`_below_ephemeral`),
+    else one the kernel picks."""
+    picked = _below_ephemeral(highest)
+    if picked is not None:
+        return picked
     for _ in range(200):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
