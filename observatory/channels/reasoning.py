@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from observatory.channels import Channel
 from observatory.channels.engine_conditions import facts
 from observatory.channels.pairs import Keyed, judge_against_base, same_tokens, tool_calls_as_data
-from observatory.channels.stream_fields import STREAMED, WHOLE, control_arms, is_control, send_pairs
+from observatory.channels.stream_fields import STREAMED, WHOLE, chats_by_category, control_arms, is_control, send_pairs
 from observatory.model.paths import reasoning_variant
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import AA_COPY, FAIL, PASS, SKIP, UNJUDGED, WARN
@@ -72,12 +72,8 @@ PARSER_FLAG = "--reasoning-parser"
 
 def plan(suite: list[Probe]) -> list[Probe]:
     """TOOLS chat probes with tools, then PLAIN without (one per category first), each asked to think."""
-    usable = [p for p in suite if not p.channel and p.kind == "chat"]
-    first: dict[str, Probe] = {}
-    for p in usable:
-        first.setdefault(p.category, p)
-    ordered = [*first.values(), *[p for p in usable if p not in first.values()]]
-    tools = [p for p in usable if p.tools][:TOOLS]
+    ordered = chats_by_category(suite)
+    tools = [p for p in ordered if p.tools][:TOOLS]
     plain = [p for p in ordered if not p.tools][:PLAIN]
     return [replace(p, name=f"{NAME}:{p.name}", channel=NAME, gates=[], expect={}, max_tokens=p.max_tokens +
                     THINK_TOKENS, sampling={**p.sampling, **THINKING},

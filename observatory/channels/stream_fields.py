@@ -63,13 +63,19 @@ def _user_text(p: Probe) -> str | None:
     return users[-1] if users and isinstance(users[-1], str) else None
 
 
-def plan(suite: list[Probe]) -> list[Probe]:
-    """CHATS tool-less and TOOLS tool chat probes (one per category first), and COMPLETIONS plain completions."""
+def chats_by_category(suite: list[Probe]) -> list[Probe]:
+    """The suite's own chat probes (no channel's), the first of each category first, then the rest in suite
+    order: what this channel and channel reasoning pick their probes from."""
     usable = [p for p in suite if not p.channel and p.kind == "chat"]
     first: dict[str, Probe] = {}
     for p in usable:
         first.setdefault(p.category, p)
-    ordered = [*first.values(), *[p for p in usable if p not in first.values()]]
+    return [*first.values(), *[p for p in usable if p not in first.values()]]
+
+
+def plan(suite: list[Probe]) -> list[Probe]:
+    """CHATS tool-less and TOOLS tool chat probes (one per category first), and COMPLETIONS plain completions."""
+    ordered = chats_by_category(suite)
     plain = [p for p in ordered if not p.tools][:CHATS]
     tools = [p for p in ordered if p.tools][:TOOLS]
     out = [replace(p, name=f"{NAME}:{p.name}", channel=NAME, gates=[], expect={}, sampling={},

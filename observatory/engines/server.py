@@ -72,13 +72,19 @@ def _below_ephemeral(highest: int) -> int | None:
     rng = random.SystemRandom()
     for _ in range(200):
         port = rng.randint(LOWEST_PICKED, top)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
+        if _bindable(port):
+            return port
     return None
+
+
+def _bindable(port: int) -> bool:
+    """Whether a loopback bind to PORT succeeds right now (the socket is closed again at once)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port(highest: int = 65535) -> int:
@@ -95,11 +101,7 @@ def free_port(highest: int = 65535) -> int:
         if port <= highest:
             return port
     for port in range(min(highest, 65535), 1023, -1):  # the kernel kept handing out high ports: look below
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        if _bindable(port):
             return port
     raise EngineStartError(f"no free loopback port at or below {highest}", kind="port_in_use")
 
