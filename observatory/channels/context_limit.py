@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
 from observatory.channels.length_sweep import padded_ids
-from observatory.channels.pairs import Keyed, differs_alone, judge_against_base
+from observatory.channels.pairs import Keyed, diff, differs_alone, judge_against_base
 from observatory.client.answer import Response
 from observatory.engines.server_facts import served_facts
 from observatory.model.probes import Probe
@@ -192,6 +192,20 @@ def _facts(r: StoredResult) -> tuple[Any, ...]:
     return (r.finish_reason, usage.get("prompt_tokens"), usage.get("completion_tokens"), list(r.token_ids or []))
 
 
+def _near_tie(view: ChannelView, r: StoredResult, b: StoredResult) -> str | None:
+    """Where R and base's B agree in finish and usage and their ids part at one of base's near-ties (token_diff's
+    rule, pairs.diff): what the row says; the row ``context_limit`` and the near-tie rate against the controls
+    (observatory.judge.rates) judge that flip, so it is no boundary fault. None for any other difference."""
+    if _facts(r)[:3] != _facts(b)[:3]:
+        return None
+    verdict, d = diff(view, r, b)
+    if verdict == FAIL or d.get("position") is None:
+        return None
+    margin = d.get("margin")
+    return (f"ids part at base's near-tie (token {d['position']}"
+            + (f", margin {float(margin):.3f} nats" if margin is not None else "") + "): judged as a near-tie flip")
+
+
 def _limit(view: ChannelView, arm: StoredArm) -> int | None:
     got = ((arm.launch or {}).get("channel_facts") or {}).get(NAME, {}).get("max_model_len")
     return got if isinstance(got, int) else None
@@ -237,6 +251,8 @@ def judge_boundary(view: ChannelView) -> list[Verdict]:
                 row["result"] = "rules hold" if arm.id == base.id else "base did not answer"
             elif _facts(r) == _facts(b):
                 row["result"] = "equal"
+            elif (tie := _near_tie(view, r, b)) is not None:
+                row["result"] = tie
             else:
                 noisy = not steady.get(key, True) or any(key in c and _facts(c[key]) != _facts(b) for c in copies)
                 why = next(n for n, x, y in zip(("finish_reason", "prompt_tokens", "completion_tokens", "ids"),
@@ -259,8 +275,10 @@ def judge_boundary(view: ChannelView) -> list[Verdict]:
         elif not table:
             out.append(view.verdict(arm, SKIP, "not measurable: no boundary request answered", details, part=part))
         else:
+            ties = sum(str(t["result"]).startswith("ids part at base's near-tie") for t in table)
             out.append(view.verdict(arm, PASS, f"{len(table)} boundary answers: finish_reason, usage and ids "
-                                    "as base's, within max_model_len", details, part=part))
+                                    "as base's" + (f" ({ties} parted from base's at a near-tie)" if ties else "")
+                                    + ", within max_model_len", details, part=part))
     return out
 
 

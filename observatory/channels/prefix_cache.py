@@ -55,10 +55,8 @@ from observatory.channels.pairs import Keyed, judge_against_base, same_tokens
 from observatory.channels.soak import z_two_proportions
 from observatory.channels.view import ChannelView
 from observatory.client.answer import Response
-from observatory.engines.adapter import adapter_for
-from observatory.engines.server_facts import served_facts
-from observatory.model.arms import DEFAULT_ENGINE
-from observatory.model.errors import ObservatoryError
+from observatory.engines.adapter import recomputed_prefix_blocks
+from observatory.engines.server_facts import reported_block_size, served_facts
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import BASE, FAIL, INVALID, NOTE, PASS, SKIP, SPECULATING, UNJUDGED, WARN
 from observatory.store.stored import StoredArm, StoredResult, Verdict
@@ -100,12 +98,8 @@ def prompt_ids(head: list[int], filler: list[int], length: int) -> list[int]:
 
 def block_size(served: dict[str, Any]) -> tuple[int, bool]:
     """(the KV-cache block size the server reports, whether it reported one)."""
-    raw = (served.get("cache_config") or {}).get("block_size")
-    try:
-        n = int(str(raw))
-    except (TypeError, ValueError):
-        return DEFAULT_BLOCK, False
-    return (n, True) if n > 0 else (DEFAULT_BLOCK, False)
+    n = reported_block_size(served)
+    return (DEFAULT_BLOCK, False) if n is None else (n, True)
 
 
 def cached_in_answer(r: StoredResult | Response) -> int | None:
@@ -201,16 +195,7 @@ def by_length(view: ChannelView, arm: StoredArm) -> dict[int, Length]:
 
 def allowance(arm: StoredArm) -> tuple[int, str]:
     """(blocks the arm's engine recomputes of a matched prefix by design, why), from its adapter."""
-    spec = (arm.launch or {}).get("speculative_config")
-    try:
-        adapter = adapter_for(str(arm.engine or DEFAULT_ENGINE))
-    except ObservatoryError:  # an engine this install does not know: no allowance
-        return 0, ""
-    fn = getattr(adapter, "spec_cache_blocks_recomputed", None)
-    if fn is None or not isinstance(spec, dict):
-        return 0, ""
-    blocks, why = fn(spec)
-    return int(blocks), str(why)
+    return recomputed_prefix_blocks(arm.engine, arm.launch)
 
 
 def _ms(values: list[float]) -> float | None:

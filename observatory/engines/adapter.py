@@ -334,6 +334,25 @@ def adapters() -> dict[str, Callable[[], EngineAdapter]]:
     return {p.name.lower(): p.load() for p in plugins()}
 
 
+def recomputed_prefix_blocks(engine: str | None, launch: Mapping[str, Any] | None) -> tuple[int, str]:
+    """(the blocks of a prefix-cache hit that an arm launched as LAUNCH on ENGINE recomputes by the engine's design,
+    why): its adapter's ``spec_cache_blocks_recomputed`` for its speculative config; (0, "") for an arm that does
+    not speculate, an engine this install does not know, or an adapter without it. Channel ``prefix_cache`` and the
+    answer_fields gate (``usage.prompt_tokens_details.cached_tokens``) allow that shortfall against base."""
+    spec = (launch or {}).get("speculative_config")
+    if not isinstance(spec, Mapping):
+        return 0, ""
+    try:
+        adapter = adapter_for(engine or None)
+    except ObservatoryError:
+        return 0, ""
+    fn = getattr(adapter, "spec_cache_blocks_recomputed", None)
+    if fn is None:
+        return 0, ""
+    blocks, why = fn(spec)
+    return int(blocks), str(why)
+
+
 def adapter_for(name: str | None) -> EngineAdapter:
     """The adapter for engine NAME (case-insensitive; None: the default engine's, as for a stored arm read before
     its engine was)."""

@@ -34,6 +34,16 @@ CACHE_SETTINGS = frozenset({"block_size", "cache_dtype", "enable_prefix_caching"
 SERVED_FACTS = (("model", "row"), ("engine_version", "row"), ("max_model_len", "launch"), ("root", "launch"))
 
 
+def reported_block_size(served: dict[str, Any] | None) -> int | None:
+    """The KV-cache block size a server reported (``cache_config.block_size`` of its served facts), or None."""
+    raw = ((served or {}).get("cache_config") or {}).get("block_size")
+    try:
+        n = int(str(raw))
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
 def host_facts() -> dict[str, Any]:
     """The host name and the GPU models of the machine an arm runs on."""
     try:

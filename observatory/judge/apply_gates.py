@@ -42,7 +42,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from observatory.engines.adapter import adapter_for
+from observatory.engines.adapter import adapter_for, recomputed_prefix_blocks
+from observatory.engines.server_facts import reported_block_size
 from observatory.judge import rates
 from observatory.judge.rates import KIND_AA, KIND_SPEC, near_tie_opportunities
 from observatory.model.errors import ObservatoryError
@@ -454,6 +455,10 @@ class _Judge:
         withheld = self.withholds_ids(arm)
         out.streams_every_id = out.drafted_logprobs = not withheld
         out.streams_end_token = self.streams_end_token(arm)
+        blocks, why = recomputed_prefix_blocks(arm.engine, arm.launch)
+        size = reported_block_size((arm.launch or {}).get("served"))
+        if blocks and size:
+            out.cached_tokens_short, out.cached_tokens_short_why = blocks * size, why
         return out
 
     def result_rows(self, arm: ArmRow, stream: dict[int, ResultRow]) -> None:

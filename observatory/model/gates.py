@@ -151,6 +151,11 @@ class Output:
     # bug: its adapter's ``streams_end_token``, docs/engines.md): one id short of usage on a stream that stopped
     # says nothing new.
     streams_end_token: bool = True
+    # On a spec arm's output: how many prompt tokens its prefix-cache hits fall short of base's by the engine's
+    # design (vLLM recomputes the last matched block for drafters that read the target's hidden states: blocks x
+    # the reported block size, `observatory.engines.adapter.recomputed_prefix_blocks`), and why; 0 elsewhere.
+    cached_tokens_short: int = 0
+    cached_tokens_short_why: str = ""
 
 
 @dataclass

@@ -24,9 +24,11 @@ def _view(store: Store, sid: int, name: str, probes: list[Probe], pids: dict[str
     return ChannelView(store, sid, name, all_arms, roles, {pids[p.name]: p for p in probes}, default_registry())
 
 
-def _context(store: Store, arms: list[str], corrupt: str | None = None, overrun: str | None = None) -> dict[str, Any]:
+def _context(store: Store, arms: list[str], corrupt: str | None = None, overrun: str | None = None,
+             flip: str | None = None, tie: bool = False) -> dict[str, Any]:
     """Every arm answers alone and in 3 rounds; CORRUPT's neighbours differ in the rounds (limit_neighbour);
-    OVERRUN's boundary answers run one token past the limit."""
+    OVERRUN's boundary answers run one token past the limit; FLIP's fill answer takes base's second choice at
+    token 2 (base's margin there 0.05 nats with TIE, a near-tie; else 4.9)."""
     probes = context_limit.plan(SUITE)
     sid, arm_rows, pids = session(store, probes, arms, options={"channels": ["context_limit"]})
     for name, arm in arm_rows.items():
@@ -38,9 +40,14 @@ def _context(store: Store, arms: list[str], corrupt: str | None = None, overrun:
                 ids = [100 + i for i in range(n)]
                 if corrupt == name and repeat and not room:
                     ids[0] = 7  # the boundary request's first token, in a neighbour's row
+                tops = [[[t, -0.1], [t + 1, -5.0]] for t in ids]
+                if p.meta.get("fill") and tie:
+                    tops[2] = [[ids[2], -0.1], [ids[2] + 1, -0.15]]
+                if p.meta.get("fill") and flip == name:
+                    ids[2] += 1
                 usage = {"prompt_tokens": LIMIT - room if room else 20, "completion_tokens": n}
                 row = result(store, arm, pids[p.name], "context_limit", ids, [f" t{t}" for t in ids], repeat=repeat,
-                             concurrency=conc, top_logprobs=[[[t, -0.1], [t + 1, -5.0]] for t in ids])
+                             concurrency=conc, top_logprobs=tops)
                 store.update(ResultRow, row.id, usage=usage)
     view = _view(store, sid, "context_limit", probes, pids)
     names = {a.id: a.name for a in store.arms(sid)}
@@ -77,6 +84,22 @@ def test_a_boundary_answer_past_the_limit_fails_by_rule(store: Store) -> None:
     got = _context(store, ["base", "mtp1"], overrun="mtp1")
     v = got[("mtp1", "context_limit:boundary")]
     assert v.verdict == "FAIL" and "past max_model_len 1024" in v.reason
+
+
+def test_a_boundary_answer_parted_at_a_near_tie_is_no_boundary_fault(store: Store) -> None:
+    """A GPU night's fill answer parted from base's at base's near-tie (margin 0.062 nats, the H100 of
+    2026-12-06): the boundary part PASSes and says so; the flip is the near-tie rule's (row context_limit)."""
+    got = _context(store, ["base", "mtp1"], flip="mtp1", tie=True)
+    v = got[("mtp1", "context_limit:boundary")]
+    assert v.verdict == "PASS" and "parted from base's at a near-tie" in v.reason, v.reason
+    assert any("near-tie" in str(t["result"]) for t in v.details["table"])
+
+
+def test_a_boundary_answer_parted_where_base_is_sure_fails(store: Store) -> None:
+    """Negative control: the same flip where base's margin is 4.9 nats is a boundary FAIL."""
+    got = _context(store, ["base", "mtp1"], flip="mtp1")
+    v = got[("mtp1", "context_limit:boundary")]
+    assert v.verdict == "FAIL" and "ids differs from base's" in v.reason, v.reason
 
 
 def _cancel(store: Store, arms: list[str], stale: str | None = None, uncut: str | None = None,
