@@ -26,11 +26,14 @@ only, where such a fault never fires). For a few suite probes without tools
 
 Each request after the first two is derived from the arm's own ``natural`` and
 ``past_eos`` answers (`derive`); the judge derives them again from the stored
-answers. Where an arm's two references equal base's, its requests are base's
-and finish_reason, stop_reason, token ids, text and usage.completion_tokens
-must equal base's: a difference is a FAIL, a WARN where base's A/A copy
-differs from base on that request too. Where the references differ already,
-the request is "not comparable" (the suite's token diff judges the answer).
+answers. Where the references a case is derived from equal base's (``natural``;
+``past_eos`` too for the cases one above), its request is base's and
+finish_reason, stop_reason, token ids, text and usage.completion_tokens must
+equal base's: a difference is a FAIL, a WARN where base's A/A copy differs from
+base on that request too. Where those references differ already (a near-tie
+flip), the request is "not comparable" (the suite's token diff judges the
+answer). The ``past_eos`` reference itself (EOS ignored) is judged so too,
+where the natural answers agree.
 The rules hold on every arm whatever base answered (`broken_rules`): no more
 ids than ``max_tokens``; no stop token before ``min_tokens`` tokens; a stop
 id only as the last id; a stop string never in the text. A rule broken on a
@@ -46,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from observatory.channels import Channel
 from observatory.channels.finish import diff_at
 from observatory.channels.pairs import continuations
+from observatory.judge.apply_gates import tokens_complete
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import AA_COPY, BASE, FAIL, PASS, SKIP, UNJUDGED, WARN
 
@@ -62,6 +66,7 @@ ROOM = 8  # max_tokens past the natural length for the min_tokens cases
 REFERENCES = ("natural", "past_eos")
 CASES = ("max_tokens:-1", "max_tokens:0", "max_tokens:+1", "min_tokens:-1", "min_tokens:0", "min_tokens:+1",
          "stop_id:-1", "stop_id:0", "stop_id:+1", "stop_str:-1", "stop_str:0", "stop_str:+1")
+EQUAL_WITHOUT_IDS = "equal but for ids the stream withheld (compared without them)"
 NOT_COMPARABLE = "not comparable: this arm's own reference differs from base's (the suite's token diff judges it)"
 
 
@@ -203,6 +208,20 @@ def params_of(got: dict[str, StoredResult], probe: Probe) -> dict[str, Any] | No
                   probe.meta["case"])
 
 
+def same_references(got: dict[str, StoredResult], ref: dict[str, StoredResult], probe: Probe) -> bool:
+    """Whether the arm's references PROBE's case is derived from (its ``natural`` answer; ``past_eos`` too for the
+    cases one above) have base's token ids (GOT against REF): only then are its requests base's, answer for answer
+    (a near-tie flip in a reference makes the same parameters ask for another continuation)."""
+    of = probe.meta["of"]
+    used = REFERENCES if probe.meta["case"].endswith(":+1") else REFERENCES[:1]  # "+1" cases read past_eos too
+    for case in used:
+        a, b = got.get(f"{NAME}:{of}:{case}"), ref.get(f"{NAME}:{of}:{case}")
+        if (a is None) != (b is None) or (a is not None and b is not None
+                                          and list(a.token_ids or []) != list(b.token_ids or [])):
+            return False
+    return True
+
+
 def broken_rules(r: StoredResult, params: dict[str, Any] | None, eos_ended: bool) -> list[str]:
     """The stopping rules R breaks under PARAMS (EOS_ENDED: it ended on the model's own EOS, read from a
     finish_reason "stop" with no stop_reason and EOS not ignored)."""
@@ -231,19 +250,26 @@ def _eos_ended(r: StoredResult, params: dict[str, Any] | None) -> bool:
     return r.finish_reason == "stop" and r.stop_reason is None and not (params or {}).get("ignore_eos")
 
 
-def _facts(r: StoredResult) -> tuple[Any, ...]:
-    return (r.finish_reason, r.stop_reason, list(r.token_ids or []), r.text or "",
+def _facts(r: StoredResult, ids: bool = True) -> tuple[Any, ...]:
+    """What a request is compared by; without the ids where IDS is False (a stream that withheld some)."""
+    return (r.finish_reason, r.stop_reason, list(r.token_ids or []) if ids else None, r.text or "",
             (r.usage or {}).get("completion_tokens"))
 
 
-def _first_diff(a: StoredResult, b: StoredResult) -> str:
+def _first_diff(a: StoredResult, b: StoredResult, ids: bool = True) -> str:
     names = ("finish_reason", "stop_reason", "token ids", "text", "usage.completion_tokens")
-    for name, x, y in zip(names, _facts(a), _facts(b)):
+    for name, x, y in zip(names, _facts(a, ids), _facts(b, ids)):
         if x != y:
             if name == "token ids":
                 return f"token ids differ at {diff_at(a, b)} ({len(x)} vs base's {len(y)} tokens)"
             return f"{name} {str(x)[:40]!r} vs base's {str(y)[:40]!r}"
     return "equal"
+
+
+def _short_of(r: StoredResult, b: StoredResult) -> str:
+    """Which side's stream withheld ids: "here 30 of 31", "base 30 of 31"."""
+    return ", ".join(f"{who} {len(x.token_ids or [])} of {(x.usage or {}).get('completion_tokens')}"
+                     for who, x in (("here", r), ("base", b)) if not tokens_complete(x))
 
 
 def _row(probe: Probe, r: StoredResult | None, b: StoredResult | None, p_mine: dict[str, Any] | None,
@@ -269,11 +295,14 @@ def _row(probe: Probe, r: StoredResult | None, b: StoredResult | None, p_mine: d
         row["result"] = f"keeps the rule base breaks ({base_broken[0]}: base's own verdict shows it)"
         return row, "", ""
     row.update(base_finish=b.finish_reason, base_tokens=len(b.token_ids or []))
-    if _facts(r) == _facts(b):
-        row["result"] = "equal"
+    # a stream that carried fewer ids than its usage counts (vLLM 0.26 drops a streamed token whose text is empty,
+    # the end token's under ignore_eos, on base: 30 ids for 31 tokens) is compared without its ids
+    whole = tokens_complete(r) and tokens_complete(b)
+    if _facts(r, whole) == _facts(b, whole):
+        row["result"] = "equal" if whole else f"{EQUAL_WITHOUT_IDS}: {_short_of(r, b)}"
         return row, PASS, ""
-    diff = _first_diff(r, b)
-    noisy = any(name in c and _facts(c[name]) != _facts(b) for c in copies)
+    diff = _first_diff(r, b, whole)
+    noisy = any(name in c and _facts(c[name], whole) != _facts(b, whole) for c in copies)
     row["result"] = ("WARN (base's A/A copy differs too): " if noisy else "FAIL: ") + diff
     at = diff_at(r, b)
     if at is not None:
@@ -297,14 +326,14 @@ def judge(view: ChannelView) -> list[Verdict]:
         found: dict[str, list[str]] = {FAIL: [], WARN: [], PASS: []}
         cases: dict[str, set[str]] = {FAIL: set(), WARN: set(), PASS: set()}
         for probe in view.probes.values():
-            if probe.meta["case"] in REFERENCES:
-                continue
+            if probe.meta["case"] == REFERENCES[0]:
+                continue  # the natural answer: the suite's token diff judges its like (past_eos is judged: EOS ignored)
             r, b = mine.get(probe.name), ref.get(probe.name)
             p_mine, p_base = params_of(mine, probe), params_of(ref, probe)
             if r is None and b is None and p_mine is None and p_base is None:
                 continue  # no such boundary on either arm (the answer did not stop by itself): nothing sent
-            if arm.id == base.id:
-                b = None  # base against itself: its rules only
+            if arm.id == base.id or not same_references(mine, ref, probe):
+                b = None  # base against itself, or an arm whose references parted from base's: its rules only
             row, level, what = _row(probe, r, b, p_mine, p_base, copies)
             table.append(row)
             if level:
@@ -316,7 +345,7 @@ def judge(view: ChannelView) -> list[Verdict]:
 
 def _cases(found: set[str]) -> str:
     """The cases of a verdict's requests, in CASES order: "(min_tokens:-1, min_tokens:0)"."""
-    return "(" + ", ".join(c for c in CASES if c in found) + ")"
+    return "(" + ", ".join(c for c in (*CASES, REFERENCES[1]) if c in found) + ")"
 
 
 def _verdict(view: ChannelView, arm: StoredArm, table: list[dict[str, Any]], found: dict[str, list[str]],
@@ -335,7 +364,7 @@ def _verdict(view: ChannelView, arm: StoredArm, table: list[dict[str, Any]], fou
     if warns:
         return view.verdict(arm, WARN, f"{len(warns)} stopping request(s) not attributable {_cases(cases[WARN])}: "
                             f"{warns[0]}", details)
-    equal = sum(row.get("result") == "equal" for row in table)
+    equal = sum(str(row.get("result", "")).startswith(("equal", EQUAL_WITHOUT_IDS)) for row in table)
     if role == BASE:
         checked = sum(1 for row in table if "tokens" in row)
         return view.verdict(arm, PASS if checked else SKIP, f"the reference: every stopping rule holds on "

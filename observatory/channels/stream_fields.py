@@ -29,7 +29,9 @@ arguments compared as data). A field that differs where base's streamed
 and whole answers agree is a FAIL on a spec arm, or WARN "not attributable
 to speculation" where the chunked-stream control differs on the same probe
 and field (the control then FAILs: the engine's own stream assembly). Where
-base itself differs, the field is not attributable on every arm (WARN).
+base itself differs the same way (probe and field), it is the engine's own on
+every arm: NOTE, listed and not counted (vLLM 0.26's hermes tool parser
+withholds the ids of the chunks it swallows, on base too: docs/engines.md).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from observatory.channels import Channel
 from observatory.channels.pairs import tool_calls_as_data
 from observatory.model.arms import Arm
 from observatory.model.probes import Probe
-from observatory.model.vocabulary import AA_COPY, BASE, FAIL, PASS, SKIP, UNJUDGED, WARN
+from observatory.model.vocabulary import AA_COPY, BASE, FAIL, NOTE, PASS, SKIP, UNJUDGED, WARN
 
 if TYPE_CHECKING:  # pragma: no cover
     from observatory.channels.live_arm import LiveArm
@@ -204,6 +206,7 @@ def judge(view: ChannelView) -> list[Verdict]:
         table: list[dict[str, Any]] = []
         fails: list[str] = []
         warns: list[str] = []
+        notes: list[str] = []  # the engine's own, on base too: listed, not counted
         for name, diffs in sorted(got.items()):
             kind = next((p.meta["kind"] for p in view.probes.values() if p.name == name), "")
             row: dict[str, Any] = {"probe": name.split(":", 1)[1], "kind": kind}
@@ -213,8 +216,7 @@ def judge(view: ChannelView) -> list[Verdict]:
                 continue
             for field, where in diffs.items():
                 if arm.id == base.id or (ref.get(name) or {}).get(field) is not None:
-                    why = "base differs too (the engine's own, not attributable)"
-                    level = WARN
+                    why, level = "base differs too: the engine's own, not speculation's", NOTE
                 elif view.role(arm) == AA_COPY:
                     why, level = "the A/A copy: the engine's own", WARN
                 elif not is_control(arm) and (name, field) in shared:
@@ -223,15 +225,15 @@ def judge(view: ChannelView) -> list[Verdict]:
                     why = "the engine's chunked stream assembly, without speculation" if is_control(arm) else (
                         "speculation's" if controls else "no chunked-stream control in this session")
                     level = FAIL
-                (fails if level == FAIL else warns).append(f"{row['probe']} {field}: {where} ({why})")
+                {FAIL: fails, WARN: warns, NOTE: notes}[level].append(f"{row['probe']} {field}: {where} ({why})")
             row["result"] = "equal" if not diffs else "; ".join(f"{f}: {w}" for f, w in diffs.items())[:200]
             table.append(row)
-        rows.append(_verdict(view, arm, table, fails, warns))
+        rows.append(_verdict(view, arm, table, fails, warns, notes))
     return rows
 
 
 def _verdict(view: ChannelView, arm: StoredArm, table: list[dict[str, Any]], fails: list[str],
-             warns: list[str]) -> Verdict:
+             warns: list[str], notes: list[str]) -> Verdict:
     details = {"table": table, "logprob_tol": LOGPROB_TOL, "control": is_control(arm)}
     measured = sum(row["result"] != "not measured (a half failed)" for row in table)
     if fails:
@@ -240,6 +242,9 @@ def _verdict(view: ChannelView, arm: StoredArm, table: list[dict[str, Any]], fai
     if warns:
         return view.verdict(arm, WARN, f"{len(warns)} field(s) streamed differ from the whole answer, not "
                             f"attributable: {warns[0]}", details)
+    if notes:
+        return view.verdict(arm, NOTE, f"{len(notes)} field(s) streamed differ from the whole answer as on base "
+                            f"(listed, not counted): {notes[0]}", details)
     if not measured:
         return view.verdict(arm, SKIP, "not measurable: no request answered both streamed and whole", details)
     return view.verdict(arm, PASS, f"{measured} requests: streamed ids, text, finish, usage, logprobs, every "

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from observatory.engines.adapter import adapter_for, recomputed_prefix_blocks
 from observatory.engines.server_facts import reported_block_size
 from observatory.judge import rates
-from observatory.judge.rates import KIND_AA, KIND_SPEC, near_tie_opportunities
+from observatory.judge.rates import KIND_AA, KIND_SPEC, KIND_VARIANT, near_tie_opportunities
 from observatory.model.errors import ObservatoryError
 from observatory.model.gates import MAX_JUDGED_CHARS, NOT_JUDGED, Gate, GateRegistry, GateResult, Output, registry_for
 from observatory.model.numerics import served_dtype, served_platform
@@ -63,6 +63,7 @@ from observatory.model.vocabulary import (
     SPEC,
     TOKEN_DIFF,
     UNJUDGED,
+    VARIANT,
     WARN,
 )
 from observatory.store.db import ArmRow, ResultRow, SessionRow, VerdictRow
@@ -348,9 +349,10 @@ class _Judge:
     # -- numerics-driven events as rates against controls (observatory.judge.rates) ------------------------
     def rate_kind(self, arm: ArmRow) -> str | None:
         """The kind of arm whose history and platform rates are ARM's controls: spec arms (fault arms judged
-        against clean spec arms' rates), A/A copies; None for base and variants (no rate judged)."""
+        against clean spec arms' rates), A/A copies, variants (arms that do not speculate, such as a channel's
+        chunked-stream control: judged against the A/A copies' controls); None for base (no rate judged)."""
         role = self.roles.get(arm.name)
-        return {SPEC: KIND_SPEC, FAULT: KIND_SPEC, AA_COPY: KIND_AA}.get(role or "")
+        return {SPEC: KIND_SPEC, FAULT: KIND_SPEC, AA_COPY: KIND_AA, VARIANT: KIND_VARIANT}.get(role or "")
 
     def platform(self, arm: ArmRow) -> dict[str, Any]:
         """What makes two arm-nights' rates comparable: engine and version, platform, dtype, GPU."""

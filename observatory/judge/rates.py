@@ -76,6 +76,9 @@ CLASSES_SHOWN = {NEAR_TIE: "near-tie flips against base", SELF_NEAR_TIE: "near-t
 # A/A copies
 KIND_SPEC = "spec"
 KIND_AA = "aa"
+# arms that do not speculate but are not base's copy (a channel's control arm, e.g. base streaming k + 1 tokens a
+# chunk): their own history, and the A/A copies' controls (the engine's own noise is all they can show)
+KIND_VARIANT = "variant"
 RATE_GATE = "rate"  # the arm's rate row is named "rate:CLASS"
 OPPORTUNITIES = "near_tie_opportunities"  # the count the judge stores on each diff row
 
@@ -186,7 +189,9 @@ def history_counts(history: Iterable[Any], cls: str, kind: str, platform: dict[s
 
 
 def platform_counts(cls: str, kind: str, platform: dict[str, Any]) -> list[Count]:
-    """The documented clean rate of CLS for this kind of arm on PLATFORM (engine, platform, dtype), if measured."""
+    """The documented clean rate of CLS for this kind of arm on PLATFORM (engine, platform, dtype), if measured (a
+    variant arm's is the A/A copies': neither speculates)."""
+    kind = KIND_AA if kind == KIND_VARIANT else kind
     c = PLATFORM_RATES.get((str(platform.get("engine")), str(platform.get("platform")), str(platform.get("dtype")),
                             kind, cls))
     return [c] if c is not None else []

@@ -87,6 +87,18 @@ def test_a_bug_the_chunked_control_shares_is_the_stream_assembly_not_speculation
     assert "without speculation" in got["base+stream_interval=3"].reason
 
 
+def test_a_difference_base_shows_the_same_way_is_the_engines_own_noted_on_every_arm(store: Store) -> None:
+    """vLLM 0.26's hermes parser on the H100 (2026-12-06): tool-call ids withheld from the stream on base, the
+    spec arm and the control alike. Base shows it on the same probe and field: NOTE everywhere, not a WARN on a
+    clean night; a field base does not share still FAILs the spec arm (negative control)."""
+    got = _judge(store, ["base", "mtp2", "base+stream_interval=3@3"],
+                 bad={"base": "top", "mtp2": "top", "base+stream_interval=3": "top"})
+    assert {n: v.verdict for n, v in got.items()} == {"base": "NOTE", "mtp2": "NOTE", "base+stream_interval=3": "NOTE"}
+    assert "as on base" in got["mtp2"].reason and "not speculation's" in got["mtp2"].reason
+    got = _judge(store, ["base", "mtp2"], bad={"base": "top", "mtp2": "args"})
+    assert got["mtp2"].verdict == "FAIL" and "tool_calls" in got["mtp2"].reason
+
+
 def test_field_diffs_tolerates_logprob_noise_within_the_tolerance() -> None:
     """Logprobs within LOGPROB_TOL are equal; beyond it, or a top-k id set that differs, is a difference."""
     def row(lps: list[float], top: list[Any]) -> ResultRow:

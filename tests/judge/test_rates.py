@@ -128,3 +128,19 @@ def test_a_night_in_excess_is_kept_out_of_the_history(tmp_path: Path) -> None:
                                                                        "platform": {"engine": "vllm"}})
     got = rates.history_counts([row, ok], rates.NEAR_TIE, "spec", {"engine": "vllm"})
     assert got == [Count(1, 100, "1 clean earlier arm-nights of this platform")]
+
+
+def test_a_variant_arm_near_tie_flip_is_weighed_like_an_aa_copy(tmp_path: Path) -> None:
+    """A non-speculating variant (a channel's chunked-stream control, `base+stream_interval=3` on the H100 of
+    2026-12-06) that parts from base at a near-tie is the engine's own noise: a NOTE under its rate row, judged
+    against the A/A copy, no longer a WARN per flip. Its own excess still shows: a hard divergence (3 nats) stays a
+    token_diff FAIL (negative control)."""
+    store = Store(str(tmp_path / "r.db"))
+    tie = {"chunked": {"poem-zh": (6, list("到处闻啼鸟。"), 0.1)}}
+    sid = make_session(store, arms=("base", "base#2", "chunked"), divergences=tie)
+    got = _verdicts(store, sid, "chunked")
+    assert got["poem-zh/token_diff"][0] == "NOTE", got["poem-zh/token_diff"]
+    assert got["rate:near_tie"][0] == "PASS" and "A/A copy" in got["rate:near_tie"][1], got["rate:near_tie"]
+    hard = {"chunked": {"count": (4, [" 5", ",", " 5", ",", " 5"], 3.0)}}
+    sid = make_session(store, arms=("base", "base#2", "chunked"), divergences=hard)
+    assert _verdicts(store, sid, "chunked")["count/token_diff"][0] == "FAIL"
