@@ -11,7 +11,9 @@
 # timings.txt, and nightly-MODE.tar.gz (report, JUnit, engine logs). LIMIT_S (default 560) stops the gate
 # with SIGINT, as Ctrl-C would: the session is stored as interrupted and its engines stopped. CHANNELS (a comma
 # list) runs those channels instead of the profile's (the H100 nights of 2026-12-05 ran soak to seeds: the
-# nightly of 2026-12-06 no longer fits one call on a cold machine, examples/field-nights/README.md).
+# nightly of 2026-12-06 no longer fits one call on a cold machine, examples/field-nights/README.md). field only:
+# RESUME=1 in the next call on the same warm machine runs the arms a cut night is missing (`compare --resume`;
+# its database is kept in STATE_DIR, default /tmp/nightly-state, and copied to $out after each call).
 set -uo pipefail
 mode=${1:?tiny, hybrid or field}
 cd "$(dirname "$0")/../.."
@@ -36,9 +38,21 @@ tiny)
   ;;
 field)
   tag=${TAG:-1}
-  timed nightly-field-$tag timeout -s INT "$limit" python3 -m observatory gate --arms base,base,mtp1,mtp2 --db "$out/nightly-field-$tag.db" \
-    --report "$out/nightly-field-$tag" --junit "$out/nightly-field-$tag.xml" "${common[@]}" \
-    --dtype bfloat16 --engine-arg=--gpu-memory-utilization=0.2 > "$out/nightly-field-$tag.txt" 2>&1
+  # the database lives outside $out (emptied for every call) so that RESUME=1, the next call on the same warm
+  # machine (it is given back after 30 s idle), runs the arms the cut session is missing (compare --resume)
+  state=${STATE_DIR:-/tmp/nightly-state}; mkdir -p "$state"; db=$state/nightly-field-$tag.db
+  if [ "${RESUME:-0}" = 1 ]; then
+    # the stored plan's flags (--log-dir too) are the resumed session's: compare refuses any other
+    timed nightly-field-$tag-resumed timeout -s INT "$limit" python3 -m observatory compare --resume 1 --db "$db" \
+      >> "$state/nightly-field-$tag.txt" 2>&1
+    python3 -m observatory report 1 --db "$db" --out "$out/nightly-field-$tag" --junit "$out/nightly-field-$tag.xml" \
+      >> "$state/nightly-field-$tag.txt" 2>&1
+  else
+    timed nightly-field-$tag timeout -s INT "$limit" python3 -m observatory gate --arms base,base,mtp1,mtp2 --db "$db" \
+      --report "$out/nightly-field-$tag" --junit "$out/nightly-field-$tag.xml" "${common[@]}" \
+      --dtype bfloat16 --engine-arg=--gpu-memory-utilization=0.2 > "$state/nightly-field-$tag.txt" 2>&1
+  fi
+  cp "$db" "$state/nightly-field-$tag.txt" "$out/"
   tail -40 "$out/nightly-field-$tag.txt"
   mode=field-$tag
   ;;
