@@ -192,6 +192,9 @@ def _facts(r: StoredResult) -> tuple[Any, ...]:
     return (r.finish_reason, usage.get("prompt_tokens"), usage.get("completion_tokens"), list(r.token_ids or []))
 
 
+NEAR_TIE_ROW = "ids part at base's near-tie"  # a boundary row whose ids flipped at a near-tie (`_near_tie`)
+
+
 def _near_tie(view: ChannelView, r: StoredResult, b: StoredResult) -> str | None:
     """Where R and base's B agree in finish and usage and their ids part at one of base's near-ties (token_diff's
     rule, pairs.diff): what the row says; the row ``context_limit`` and the near-tie rate against the controls
@@ -202,7 +205,7 @@ def _near_tie(view: ChannelView, r: StoredResult, b: StoredResult) -> str | None
     if verdict == FAIL or d.get("position") is None:
         return None
     margin = d.get("margin")
-    return (f"ids part at base's near-tie (token {d['position']}"
+    return (f"{NEAR_TIE_ROW} (token {d['position']}"
             + (f", margin {float(margin):.3f} nats" if margin is not None else "") + "): judged as a near-tie flip")
 
 
@@ -275,7 +278,7 @@ def judge_boundary(view: ChannelView) -> list[Verdict]:
         elif not table:
             out.append(view.verdict(arm, SKIP, "not measurable: no boundary request answered", details, part=part))
         else:
-            ties = sum(str(t["result"]).startswith("ids part at base's near-tie") for t in table)
+            ties = sum(str(t["result"]).startswith(NEAR_TIE_ROW) for t in table)
             out.append(view.verdict(arm, PASS, f"{len(table)} boundary answers: finish_reason, usage and ids "
                                     "as base's" + (f" ({ties} parted from base's at a near-tie)" if ties else "")
                                     + ", within max_model_len", details, part=part))

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from observatory.channels import Channel
 from observatory.channels.finish import diff_at
-from observatory.channels.pairs import continuations
+from observatory.channels.pairs import continuations, same_tokens
 from observatory.judge.apply_gates import tokens_complete
 from observatory.model.probes import Probe
 from observatory.model.vocabulary import AA_COPY, BASE, FAIL, PASS, SKIP, UNJUDGED, WARN
@@ -216,8 +216,7 @@ def same_references(got: dict[str, StoredResult], ref: dict[str, StoredResult], 
     used = REFERENCES if probe.meta["case"].endswith(":+1") else REFERENCES[:1]  # "+1" cases read past_eos too
     for case in used:
         a, b = got.get(f"{NAME}:{of}:{case}"), ref.get(f"{NAME}:{of}:{case}")
-        if (a is None) != (b is None) or (a is not None and b is not None
-                                          and list(a.token_ids or []) != list(b.token_ids or [])):
+        if not ((a is None and b is None) or same_tokens(a, b)):
             return False
     return True
 
@@ -364,7 +363,8 @@ def _verdict(view: ChannelView, arm: StoredArm, table: list[dict[str, Any]], fou
     if warns:
         return view.verdict(arm, WARN, f"{len(warns)} stopping request(s) not attributable {_cases(cases[WARN])}: "
                             f"{warns[0]}", details)
-    equal = sum(str(row.get("result", "")).startswith(("equal", EQUAL_WITHOUT_IDS)) for row in table)
+    equal = sum(row.get("result") == "equal" or str(row.get("result", "")).startswith(EQUAL_WITHOUT_IDS)
+                for row in table)
     if role == BASE:
         checked = sum(1 for row in table if "tokens" in row)
         return view.verdict(arm, PASS if checked else SKIP, f"the reference: every stopping rule holds on "
