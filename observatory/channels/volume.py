@@ -189,17 +189,30 @@ Reference = dict[int, tuple[list[int], list[Any]]]  # probe id -> base's answer 
 
 
 def reference(view: ChannelView, base: StoredArm | None) -> Reference:
-    """Base's greedy answer to each request (its first copy) with base's teacher-forced rows of it."""
+    """Base's greedy answer to each request (its first copy whose ids are complete) with base's teacher-forced rows
+    of it."""
     if base is None:
         return {}
     forced = forced_rows(view, base)
     out: Reference = {}
-    for r in sent(view, base):
-        if r.ok and r.repeat == 0 and view.probe(r).greedy:
+    for r in sorted(sent(view, base), key=lambda r: r.repeat):
+        if r.ok and r.probe_id not in out and view.probe(r).greedy and withheld(r) is None:
             f = forced.get((r.probe_id, tuple(r.token_ids or [])))
             if f is not None and f.ok:
                 out[r.probe_id] = (list(r.token_ids or []), list(f.top_logprobs or []))
     return out
+
+
+def withheld(r: StoredResult) -> dict[str, Any] | None:
+    """The finding of an answer whose stream withheld some of its ids (fewer ids than its usage counts: vLLM 0.26
+    for CUDA's hermes tool parser keeps back the ids of the chunks it swallows, docs/engines.md): its ids are not
+    the answer, so they are neither scored nor compared; None for a complete answer."""
+    n = (r.usage or {}).get("completion_tokens")
+    if not isinstance(n, int) or len(r.token_ids or []) >= n:
+        return None
+    return {"verdict": UNSCORED, "withheld": True,
+            "why": f"the stream carried {len(r.token_ids or [])} of the {n} ids its usage counts (withheld by the "
+                   "engine): not scorable"}
 
 
 def finding(view: ChannelView, r: StoredResult, forced: dict[tuple[int, tuple[int, ...]], StoredResult],
@@ -209,6 +222,9 @@ def finding(view: ChannelView, r: StoredResult, forced: dict[tuple[int, tuple[in
     where base gave the same answer (base scores the arm's output itself), else the arm's own."""
     p = view.probe(r)
     ids = list(r.token_ids or [])
+    short = withheld(r)
+    if short is not None:
+        return short
     if p.greedy and ref and r.probe_id in ref:
         base_ids, base_rows = ref[r.probe_id]
         at = base_divergence(ids, base_ids, base_rows)
@@ -282,12 +298,14 @@ def judge_outputs(view: ChannelView, classified: dict[int, list[tuple[StoredResu
         power = statement(len(judged), len(bad), allowed)
         failed = sum(f["verdict"] == "failed" for _, f in rows)
         unjudged = sum(f["verdict"] == UNSCORED for _, f in rows)
+        short = sum(bool(f.get("withheld")) for _, f in rows)
         details = {"power": power, "requests": len(rows), "judged": len(judged), "corrupted": len(bad),
                    "near_tie_flips": len(flips), "differ_from_base": differ, "failed": failed,
-                   "unjudged": unjudged, "near_tie_bound": NEAR_TIE, "control": {"corrupted": k0, "judged": n0},
+                   "unjudged": unjudged, "withheld": short, "near_tie_bound": NEAR_TIE,
+                   "control": {"corrupted": k0, "judged": n0},
                    "table": [_example(view, r, f, base_pairs) for r, f in (bad + flips)[:EXAMPLES]]}
         tail = (f" ({len(flips)} answers differ at near-ties within {NEAR_TIE} nats, never counted; {failed} "
-                f"failed, {unjudged} not scored)")
+                f"failed, {unjudged} not scored{_withheld_why(short)})")
         if not judged:
             out.append(view.verdict(arm, SKIP, f"not measurable: no answer could be teacher-forced{tail}", details))
         elif not bad:
@@ -307,14 +325,23 @@ def judge_outputs(view: ChannelView, classified: dict[int, list[tuple[StoredResu
     return out
 
 
+def _withheld_why(n: int) -> str:
+    return f", {n} of them streams whose ids the engine withheld" if n else ""
+
+
 def judge_copies(view: ChannelView, classified: dict[int, list[tuple[StoredResult, dict[str, Any]]]]) -> list[Verdict]:
     """``volume:copies``: identical requests sent together came back identical (reference-free)."""
     out = []
     for arm in view.arms:
         groups: dict[int, list[tuple[StoredResult, dict[str, Any]]]] = {}
+        short = 0
         for r, f in classified[arm.id]:
             if int(view.probe(r).meta.get("copies", 1)) > 1 and r.ok:
+                if f.get("withheld"):  # its ids are not the answer: not compared
+                    short += 1
+                    continue
                 groups.setdefault(r.probe_id, []).append((r, f))
+        groups = {pid: g for pid, g in groups.items() if len(g) > 1}
         if not groups:
             continue
         differing = {pid: g for pid, g in groups.items() if len({tuple(r.token_ids or []) for r, _ in g}) > 1}
@@ -323,20 +350,22 @@ def judge_copies(view: ChannelView, classified: dict[int, list[tuple[StoredResul
                   "distinct": len({tuple(r.token_ids or []) for r, _ in g}),
                   "findings": ", ".join(sorted({f["verdict"] for _, f in g}))} for g in list(differing.values())[:EXAMPLES]]
         details = {"groups": len(groups), "differing": len(differing), "corrupted": len(corrupt), "table": table,
+                   "withheld_copies": short,
                    "power": statement(len(groups), len(corrupt), what="groups with a corrupted copy")}
+        aside = f" ({short} streamed copies whose ids the engine withheld not compared)" if short else ""
         if corrupt and view.role(arm) not in (BASE, AA_COPY):
             out.append(view.verdict(arm, FAIL, f"{len(differing)} of {len(groups)} groups of identical requests sent "
                                     f"together came back different, {len(corrupt)} with a copy that is not the "
-                                    "target's choice", details, part="copies"))
+                                    f"target's choice{aside}", details, part="copies"))
         elif differing:
             level = WARN if corrupt else NOTE
             out.append(view.verdict(arm, level, f"{len(differing)} of {len(groups)} groups of identical requests "
                                     f"differ between copies{' (corrupted copies: see volume)' if corrupt else ''}; "
-                                    f"{'' if corrupt else 'every copy is the target choice within the near-tie bound'}",
+                                    f"{'' if corrupt else 'every copy is the target choice within the near-tie bound'}{aside}",
                                     details, part="copies"))
         else:
             out.append(view.verdict(arm, PASS, f"all {len(groups)} groups of identical requests sent together came "
-                                    "back identical", details, part="copies"))
+                                    f"back identical{aside}", details, part="copies"))
     return out
 
 
