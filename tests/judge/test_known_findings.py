@@ -255,6 +255,13 @@ def test_the_builtin_ledger_loads_and_points_at_what_exists() -> None:
     assert load_file(BUILTIN_FILE) == [replace(e, source=str(BUILTIN_FILE)) for e in entries]
 
 
+def test_docs_known_lists_every_builtin_entry() -> None:
+    """docs/known.md's table of the built-in ledger names every entry (seven had gone missing by 2026-12-06)."""
+    table = (REPO_ROOT / "docs" / "known.md").read_text(encoding="utf-8")
+    missing = [e.id for e in builtin() if f"| `{e.id}` |" not in table]
+    assert not missing, missing
+
+
 def test_known_add_appends_a_checked_entry_and_keeps_the_file(tiny: Path, tmp_path: Path) -> None:
     """`known add` fills engine and version from the stored arm, appends after the file's own text, and refuses
     a duplicate id and an entry that covers nothing; the file then covers mtp1's FAIL, not mtp2's."""
