@@ -13,15 +13,20 @@
 # list) runs those channels instead of the profile's (the H100 nights of 2026-12-05 ran soak to seeds: the
 # nightly of 2026-12-06 no longer fits one call on a cold machine, examples/field-nights/README.md). field only:
 # RESUME=1 in the next call on the same warm machine runs the arms a cut night is missing (`compare --resume`;
-# its database is kept in STATE_DIR, default /tmp/nightly-state, and copied to $out after each call).
+# its database is kept in STATE_DIR, default /tmp/nightly-state, and copied to $out after each call). ARMS
+# (default base,base,mtp1,mtp2) and PROFILE (default nightly; PROFILE= runs no profile, so no A/A copy is added)
+# size a field session to the call: `ARMS=base,mtp2 PROFILE= CHANNELS=volume,prompt_embeds,reasoning`.
 set -uo pipefail
 mode=${1:?tiny, hybrid or field}
 cd "$(dirname "$0")/../.."
 source examples/gpu/device_env.sh  # the bundle, the wheels, PYTHONPATH, $out
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpus.txt"
 python3 -c "import vllm; print('vllm', vllm.__version__)"
+profile=${PROFILE-nightly}
+field_model=(); [ -z "$profile" ] && field_model=(--model observatory/field_model)  # the nightly profile picks it
 common=(--engine-arg=--attention-backend=TRITON_ATTN --spec-extra '{"attention_backend":"TRITON_ATTN"}'
-        --health-timeout 400 --log-dir "$out/logs" --profile nightly ${CHANNELS:+--channels "$CHANNELS"})
+        --health-timeout 400 --log-dir "$out/logs" ${profile:+--profile "$profile"}
+        ${CHANNELS:+--channels "$CHANNELS"})
 limit=${LIMIT_S:-560}
 timed() {  # label, then the command
   local label=$1; shift
@@ -48,7 +53,7 @@ field)
     python3 -m observatory report 1 --db "$db" --out "$out/nightly-field-$tag" --junit "$out/nightly-field-$tag.xml" \
       >> "$state/nightly-field-$tag.txt" 2>&1
   else
-    timed nightly-field-$tag timeout -s INT "$limit" python3 -m observatory gate --arms base,base,mtp1,mtp2 --db "$db" \
+    timed nightly-field-$tag timeout -s INT "$limit" python3 -m observatory gate --arms "${ARMS:-base,base,mtp1,mtp2}" "${field_model[@]}" --db "$db" \
       --report "$out/nightly-field-$tag" --junit "$out/nightly-field-$tag.xml" "${common[@]}" \
       --dtype bfloat16 --engine-arg=--gpu-memory-utilization=0.2 > "$state/nightly-field-$tag.txt" 2>&1
   fi
