@@ -350,7 +350,9 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(_JSON, min_size=1, max_size=6), st.sampled_from([None, "openai", "sharegpt", "aiperf-multi-turn"]))
 def test_any_json_lines_load_or_fail_in_one_line(tmp_path: Path, records: list[object], fmt: str | None) -> None:
-    """Whatever JSON a log holds, reading it gives probes and named drops, or one ProbeFileError: never a crash."""
+    """Whatever JSON a log holds, reading it gives probes and named drops, or one ProbeFileError: never a crash.
+    Every record read is a probe or a named drop; a file whose first record is a list starts with ``[`` and is
+    read as one JSON array (its elements are the records), so only otherwise is a record a line."""
     f = tmp_path / "fuzz.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in records))
     try:
@@ -358,5 +360,7 @@ def test_any_json_lines_load_or_fail_in_one_line(tmp_path: Path, records: list[o
     except ProbeFileError as e:
         assert str(f) in str(e) and "\n" not in str(e)
     else:
-        assert len(read.probes) + len(read.dropped) == len(records)
+        assert len(read.probes) + len(read.dropped) == read.records
+        if not isinstance(records[0], list):
+            assert read.records == len(records)
         assert all(d.where.startswith(f"{f}:") and "\n" not in d.why for d in read.dropped)
