@@ -206,7 +206,8 @@ def reference(view: ChannelView, base: StoredArm | None) -> Reference:
 def withheld(r: StoredResult) -> dict[str, Any] | None:
     """The finding of an answer whose stream withheld some of its ids (fewer ids than its usage counts: vLLM 0.26
     for CUDA's hermes tool parser keeps back the ids of the chunks it swallows, docs/engines.md): its ids are not
-    the answer, so they are neither scored nor compared; None for a complete answer."""
+    the answer, so they are neither scored nor compared; None for a complete answer. Not `tokens_complete`, the
+    token diff's test: more ids than the usage counts are still the answer's ids, and teacher forcing scores them."""
     n = (r.usage or {}).get("completion_tokens")
     if not isinstance(n, int) or len(r.token_ids or []) >= n:
         return None
